@@ -1,0 +1,13 @@
+# Build and run msgexchange (used by docker-compose.yml).
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --workspace && cp target/debug/msgexchange /msgexchange
+
+FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates && rm -rf /var/lib/apt/lists/*
+COPY --from=build /msgexchange /usr/local/bin/msgexchange
+COPY config /etc/msgexchange
+ENV MSGEXCHANGE_CONFIG=/etc/msgexchange/default.toml
+ENTRYPOINT ["msgexchange"]
+CMD ["run"]

@@ -1,0 +1,238 @@
+//! Wiring the service together: stores, cutover, the supervised actors, the HTTP surface, and
+//! the process lifecycle (signals, fatal conditions).
+
+use std::sync::Arc;
+
+use actix::{Actor, Addr};
+use anyhow::Context as _;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use msgx_core::clock::{Clock, SharedClock, SystemClock};
+use msgx_core::cutover::CutoverMode;
+use msgx_core::inbox::Inbox;
+use msgx_core::poller::PollConfig;
+use msgx_core::settings::{redact_url, PipelineSettings, Settings};
+use msgx_core::store::{InstanceLock, SeedOutcome, Store};
+use msgx_core::telemetry;
+use tokio::sync::mpsc;
+
+use crate::health::Health;
+use crate::inbox_poller::InboxPoller;
+use crate::late_detector::LateDetector;
+use crate::supervisor::{ChildFactory, Fatal, Supervisor};
+use crate::wiring::Wiring;
+
+/// What the actors need.
+pub struct PipelineDeps {
+    /// Shared inbox adapter.
+    pub inbox: Inbox,
+    /// Own PostgreSQL.
+    pub store: Store,
+    /// Time source for every deadline.
+    pub clock: SharedClock,
+    /// Pipeline knobs.
+    pub pipeline: PipelineSettings,
+    /// Readiness facts.
+    pub health: Health,
+    /// Receivers (tests add their own).
+    pub wiring: Wiring,
+    /// The single-instance lock, kept and watched by the supervisor.
+    pub lock: Option<InstanceLock>,
+    /// Fatal conditions go here.
+    pub fatal: mpsc::UnboundedSender<Fatal>,
+}
+
+/// The poll knobs from the settings.
+pub fn poll_config(p: &PipelineSettings) -> PollConfig {
+    PollConfig {
+        claim_batch: p.claim_batch,
+        max_commit_delay: p.max_commit_delay,
+        async_commit: p.async_enqueue_commit,
+    }
+}
+
+/// Starts the supervisor and its children (inside an actix system).
+pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
+    let PipelineDeps {
+        inbox,
+        store,
+        clock,
+        pipeline,
+        health,
+        wiring,
+        lock,
+        fatal,
+    } = deps;
+    let late_detector = ChildFactory {
+        name: "late_detector",
+        start: Box::new(|wiring: &Wiring| {
+            let addr = LateDetector.start();
+            let recipient = addr.clone().recipient();
+            wiring.update(|r| r.holes = vec![recipient]);
+            Box::new(move || addr.connected())
+        }),
+    };
+    let cfg = poll_config(&pipeline);
+    let interval = pipeline.poll_interval;
+    let inbox_poller = ChildFactory {
+        name: "inbox_poller",
+        start: Box::new(move |wiring: &Wiring| {
+            let addr = InboxPoller::new(
+                inbox.clone(),
+                store.clone(),
+                clock.clone(),
+                cfg,
+                interval,
+                wiring.clone(),
+                health.clone(),
+            )
+            .start();
+            wiring.update(|r| r.poller = Some(addr.clone()));
+            Box::new(move || addr.connected())
+        }),
+    };
+    // Receivers first, so the poller's first round can report to them.
+    Supervisor::new(wiring, vec![late_detector, inbox_poller], lock, fatal).start()
+}
+
+/// Connects the stores (migrating PostgreSQL) and builds the inbox adapter.
+pub async fn connect(settings: &Settings) -> anyhow::Result<(Inbox, Store)> {
+    let store = Store::connect(&settings.store).await.with_context(|| {
+        format!(
+            "cannot open the store at {}",
+            redact_url(&settings.store.url)
+        )
+    })?;
+    let inbox = Inbox::new(
+        &settings.inbox,
+        &settings.inbox_names()?,
+        settings.inbox_timezone()?,
+    )?;
+    Ok((inbox, store))
+}
+
+/// Applies `pipeline.cutover_watermark` if configured (fresh store only).
+pub async fn apply_cutover(
+    store: &Store,
+    inbox: &Inbox,
+    mode: Option<CutoverMode>,
+    clock: &dyn Clock,
+) -> anyhow::Result<Option<SeedOutcome>> {
+    let Some(mode) = mode else {
+        return Ok(None);
+    };
+    let range = match mode {
+        CutoverMode::Min | CutoverMode::Max => inbox
+            .id_range()
+            .await
+            .context("cutover seeding needs the inbox id range, but the inbox is unreadable")?,
+        CutoverMode::Zero | CutoverMode::Id(_) => None,
+    };
+    let w = mode.watermark(range);
+    let outcome = store.seed_cursor(w, clock.now()).await?;
+    match outcome {
+        SeedOutcome::Seeded { w } => {
+            tracing::warn!(mode = %mode, watermark = w, "cutover seeding applied on a fresh store")
+        }
+        SeedOutcome::AlreadySeeded { at, w } => tracing::info!(
+            mode = %mode, seeded_at = %at, watermark = w,
+            "cutover already applied earlier; ignoring pipeline.cutover_watermark (unset it)"
+        ),
+    }
+    Ok(Some(outcome))
+}
+
+/// Installs the Prometheus recorder with our histogram buckets.
+pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
+    let mut builder = PrometheusBuilder::new();
+    for (name, buckets) in telemetry::histogram_buckets() {
+        builder = builder.set_buckets_for_metric(Matcher::Full(name.to_string()), &buckets)?;
+    }
+    let handle = builder.install_recorder()?;
+    telemetry::describe();
+    Ok(handle)
+}
+
+/// Runs the service until SIGINT/SIGTERM or a fatal condition.
+pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
+    let metrics = install_metrics()?;
+    let clock: SharedClock = Arc::new(SystemClock);
+    tracing::info!(
+        inbox = %redact_url(&settings.inbox.url),
+        store = %redact_url(&settings.store.url),
+        table = %settings.inbox.table,
+        "msgexchange starting"
+    );
+    let (inbox, store) = connect(&settings).await?;
+    let lock = acquire_lock(&store, settings.store.instance_lock_wait).await?;
+    apply_cutover(&store, &inbox, settings.cutover()?, clock.as_ref()).await?;
+
+    let health = Health::default();
+    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+    let _supervisor = start_pipeline(PipelineDeps {
+        inbox,
+        store,
+        clock,
+        pipeline: settings.pipeline.clone(),
+        health: health.clone(),
+        wiring: Wiring::default(),
+        lock: Some(lock),
+        fatal: fatal_tx,
+    });
+    let listen = settings.http.listen.parse()?;
+    let server = crate::http::serve(listen, metrics, health)
+        .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
+    let server_handle = server.handle();
+    actix_rt::spawn(server);
+    tracing::info!(%listen, "serving /metrics, /healthz, /readyz");
+
+    let result = tokio::select! {
+        _ = shutdown_signal() => {
+            tracing::info!("shutdown requested");
+            Ok(())
+        }
+        Some(fatal) = fatal_rx.recv() => match fatal {
+            Fatal::LockLost(why) => Err(anyhow::anyhow!("single-instance lock lost: {why}")),
+        },
+    };
+    server_handle.stop(true).await;
+    result
+}
+
+/// Waits up to `wait` for the single-instance lock.
+async fn acquire_lock(store: &Store, wait: std::time::Duration) -> anyhow::Result<InstanceLock> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match InstanceLock::acquire(store).await {
+            Ok(lock) => return Ok(lock),
+            Err(msgx_core::store::StoreError::InstanceLocked)
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tracing::warn!("instance lock held elsewhere; waiting");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,913 @@
+//! `msgexchange bench enqueue`: poller enqueue throughput over a large backlog, printed next to
+//! the bare PostgreSQL insert rate measured in the same run, on the same servers (issue: aim
+//! for at least 50 % of the bare rate, with flat memory). Not a timed test: it prints numbers.
+//!
+//! Everything happens in FRESH databases `msgx_bench_<pid>`, derived from the configured inbox
+//! and store URLs (same servers, same credentials, only the database name replaced). They are
+//! dropped at the end, also after a failure, unless `--keep`.
+//!
+//! Phases:
+//! 1. inbox: the dev fixture (acting as the DB owner), then a bulk load of `--rows` rows with
+//!    multi-row `INSERT … VALUES` statements on a few connections;
+//! 2. store: `Store::connect` (creates the database, runs the migrations);
+//! 3. bare limits: `rows` rows into scratch copies of `proc_state`, one transaction per
+//!    `claim_batch` rows, with the poller's exact `UNNEST` statement and with a plain multi-row
+//!    `VALUES` statement, both under the poller's `synchronous_commit` setting;
+//! 4. the real thing: `poll_once` in a loop until W reaches the inbox head, with per-round
+//!    latency and RSS samples every 10 % of progress;
+//! 5. for the breakdown: the inbox reads of a round alone (`rows_after` + `max_id`).
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use clap::Args;
+use msgx_core::clock::SystemClock;
+use msgx_core::devtools::fixture;
+use msgx_core::inbox::names::InboxNames;
+use msgx_core::inbox::time::utc_to_local;
+use msgx_core::inbox::Inbox;
+use msgx_core::poller::{poll_once, PollConfig};
+use msgx_core::settings::{redact_url, Settings};
+use msgx_core::store::Store;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
+use sqlx::postgres::{PgConnectOptions, PgPool};
+use sqlx::{ConnectOptions, Connection};
+
+/// Enqueue benchmark knobs.
+#[derive(Debug, Args)]
+pub struct EnqueueBenchArgs {
+    /// Backlog size: inbox rows loaded before the poller starts.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows: u64,
+    /// Rows per poll round and per bare-insert transaction (default: `pipeline.claim_batch`).
+    #[arg(long)]
+    pub claim_batch: Option<u32>,
+    /// Keep the bench databases afterwards (for inspection); they are dropped otherwise.
+    #[arg(long)]
+    pub keep: bool,
+    /// Size in bytes of the filler message text of each inbox row.
+    #[arg(long, default_value_t = 300)]
+    pub msg_bytes: usize,
+}
+
+/// Rows per inbox load statement (fewer when the messages are large, see `load_inbox`).
+const LOAD_ROWS_PER_STATEMENT: u64 = 2_000;
+/// Load statements per inbox transaction.
+const LOAD_STATEMENTS_PER_TX: u64 = 10;
+/// Concurrent inbox load connections.
+const LOAD_CONNECTIONS: usize = 4;
+/// Bytes of bound data per load statement, well under the default 16 MiB `max_allowed_packet`.
+const LOAD_BYTES_PER_STATEMENT: u64 = 4 * 1024 * 1024;
+/// Rows per plain `VALUES` statement (2 parameters a row; PostgreSQL allows 65 535).
+const VALUES_ROWS_PER_STATEMENT: u32 = 16_000;
+
+/// Runs the enqueue benchmark.
+pub async fn enqueue(settings: &Settings, args: &EnqueueBenchArgs) -> anyhow::Result<()> {
+    let claim_batch = args.claim_batch.unwrap_or(settings.pipeline.claim_batch);
+    anyhow::ensure!(
+        (1..=50_000).contains(&claim_batch),
+        "--claim-batch {claim_batch} is outside 1..=50000"
+    );
+    anyhow::ensure!(args.rows > 0, "--rows must be at least 1");
+    anyhow::ensure!(
+        i64::try_from(args.rows).is_ok(),
+        "--rows {} is too large",
+        args.rows
+    );
+
+    let dbs = BenchDbs::new(settings, &format!("msgx_bench_{}", std::process::id()))?;
+    // Refuse leftovers (an earlier `--keep` run with the same pid): "fresh" means fresh, and
+    // the clean-up below must only ever drop what this run created.
+    dbs.ensure_absent().await?;
+
+    let result = run(settings, args, claim_batch, &dbs).await;
+    if args.keep {
+        println!(
+            "  kept                  : {} and {}",
+            redact_url(&dbs.inbox_url),
+            redact_url(&dbs.store_url)
+        );
+        return result;
+    }
+    let dropped = dbs.drop_all().await;
+    match (result, dropped) {
+        (Err(e), Err(d)) => {
+            eprintln!(
+                "msgexchange: also failed to drop the bench databases `{}`: {d:#}",
+                dbs.name
+            );
+            Err(e)
+        }
+        (Err(e), Ok(())) => Err(e),
+        (Ok(()), dropped) => dropped,
+    }
+}
+
+/// The bench's own databases, on the configured servers.
+#[derive(Debug)]
+struct BenchDbs {
+    /// `msgx_bench_<pid>`, in both servers.
+    name: String,
+    /// The configured inbox URL with the database replaced.
+    inbox_url: String,
+    /// The configured store URL with the database replaced.
+    store_url: String,
+}
+
+impl BenchDbs {
+    fn new(settings: &Settings, name: &str) -> anyhow::Result<Self> {
+        let inbox_url = with_database(&settings.inbox.url, name).with_context(|| {
+            format!(
+                "deriving the bench inbox URL from inbox.url `{}`",
+                redact_url(&settings.inbox.url)
+            )
+        })?;
+        let store_url = with_database(&settings.store.url, name).with_context(|| {
+            format!(
+                "deriving the bench store URL from store.url `{}`",
+                redact_url(&settings.store.url)
+            )
+        })?;
+        // The drivers must read the name back exactly as written.
+        let inbox_db = MySqlConnectOptions::from_str(&inbox_url)
+            .with_context(|| format!("parsing {}", redact_url(&inbox_url)))?
+            .get_database()
+            .map(str::to_string);
+        let store_db = PgConnectOptions::from_str(&store_url)
+            .with_context(|| format!("parsing {}", redact_url(&store_url)))?
+            .get_database()
+            .map(str::to_string);
+        anyhow::ensure!(
+            inbox_db.as_deref() == Some(name) && store_db.as_deref() == Some(name),
+            "derived bench URLs do not name `{name}`: {} / {}",
+            redact_url(&inbox_url),
+            redact_url(&store_url)
+        );
+        Ok(Self {
+            name: name.to_string(),
+            inbox_url,
+            store_url,
+        })
+    }
+
+    /// A server-level MySQL connection (no database selected).
+    async fn mysql_admin(&self) -> anyhow::Result<MySqlConnection> {
+        MySqlConnectOptions::from_str(&self.inbox_url)
+            .context("parsing the bench inbox URL")?
+            .database("")
+            .disable_statement_logging()
+            .connect()
+            .await
+            .with_context(|| {
+                format!(
+                    "connecting to the inbox server {}",
+                    redact_url(&self.inbox_url)
+                )
+            })
+    }
+
+    /// A connection to the PostgreSQL maintenance database `postgres`.
+    async fn pg_admin(&self) -> anyhow::Result<sqlx::PgConnection> {
+        PgConnectOptions::from_str(&self.store_url)
+            .context("parsing the bench store URL")?
+            .database("postgres")
+            .disable_statement_logging()
+            .connect()
+            .await
+            .with_context(|| {
+                format!(
+                    "connecting to the maintenance database `postgres` on {}",
+                    redact_url(&self.store_url)
+                )
+            })
+    }
+
+    /// Fails when either database already exists.
+    async fn ensure_absent(&self) -> anyhow::Result<()> {
+        let mut my = self.mysql_admin().await?;
+        let in_mysql: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+        )
+        .bind(&self.name)
+        .fetch_one(&mut my)
+        .await
+        .context("looking for a leftover bench inbox database")?;
+        my.close()
+            .await
+            .context("closing the inbox admin connection")?;
+        let mut pg = self.pg_admin().await?;
+        let in_pg: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+                .bind(&self.name)
+                .fetch_one(&mut pg)
+                .await
+                .context("looking for a leftover bench store database")?;
+        pg.close()
+            .await
+            .context("closing the store admin connection")?;
+        anyhow::ensure!(
+            in_mysql == 0 && !in_pg,
+            "database `{}` already exists (a `--keep` leftover?); drop it first",
+            self.name
+        );
+        Ok(())
+    }
+
+    /// Drops both databases (if they exist); tries both even when the first fails.
+    async fn drop_all(&self) -> anyhow::Result<()> {
+        let pg = async {
+            let mut pg = self.pg_admin().await?;
+            let quoted = format!("\"{}\"", self.name.replace('"', "\"\""));
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {quoted} WITH (FORCE)"))
+                .execute(&mut pg)
+                .await
+                .with_context(|| format!("dropping the store database `{}`", self.name))?;
+            pg.close()
+                .await
+                .context("closing the store admin connection")
+        }
+        .await;
+        let my = async {
+            let mut my = self.mysql_admin().await?;
+            let quoted = format!("`{}`", self.name.replace('`', "``"));
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {quoted}"))
+                .execute(&mut my)
+                .await
+                .with_context(|| format!("dropping the inbox database `{}`", self.name))?;
+            my.close()
+                .await
+                .context("closing the inbox admin connection")
+        }
+        .await;
+        pg.and(my)
+    }
+}
+
+/// Everything between creating and dropping the databases.
+async fn run(
+    settings: &Settings,
+    args: &EnqueueBenchArgs,
+    claim_batch: u32,
+    dbs: &BenchDbs,
+) -> anyhow::Result<()> {
+    let async_commit = settings.pipeline.async_enqueue_commit;
+    let names = settings.inbox_names()?;
+    let tz = settings.inbox_timezone()?;
+    println!(
+        "bench enqueue: {} rows, claim_batch {claim_batch}, async_enqueue_commit={async_commit}, msg_bytes {}",
+        args.rows, args.msg_bytes
+    );
+    println!(
+        "  databases             : {} and {}",
+        redact_url(&dbs.inbox_url),
+        redact_url(&dbs.store_url)
+    );
+
+    // 1. The inbox, as the DB owner and upstream would have it.
+    fixture::create_inbox_fixture(&dbs.inbox_url, &names, &settings.outbox_names()?)
+        .await
+        .with_context(|| {
+            format!(
+                "creating the inbox fixture at {}",
+                redact_url(&dbs.inbox_url)
+            )
+        })?;
+    let load = load_inbox(&dbs.inbox_url, &names, tz, args.rows, args.msg_bytes).await?;
+    println!(
+        "  inbox load            : {} rows in {:.1}s ({:.0} rows/s, ids {}..={})",
+        args.rows,
+        load.elapsed.as_secs_f64(),
+        rate(args.rows, load.elapsed),
+        load.min_id,
+        load.max_id
+    );
+
+    // 2. The store and the inbox adapter, exactly as the service builds them.
+    let mut store_settings = settings.store.clone();
+    store_settings.url = dbs.store_url.clone();
+    store_settings.create_database = true;
+    let store = Store::connect(&store_settings)
+        .await
+        .with_context(|| format!("opening the bench store at {}", redact_url(&dbs.store_url)))?;
+    let mut inbox_settings = settings.inbox.clone();
+    inbox_settings.url = dbs.inbox_url.clone();
+    let inbox =
+        Inbox::new(&inbox_settings, &names, tz).context("building the bench inbox adapter")?;
+
+    let outcome = measure(&inbox, &store, settings, args, claim_batch, &load).await;
+    // Close the pools before the databases are dropped.
+    store.pool().close().await;
+    inbox.pool().close().await;
+    let m = outcome?;
+
+    let sync_note = if async_commit {
+        "SET LOCAL synchronous_commit = off"
+    } else {
+        "synchronous_commit as configured on the server"
+    };
+    println!(
+        "  bare PG UNNEST insert : {:.0} rows/s  ({} rows in {:.1}s, {} per tx, {sync_note})",
+        rate(args.rows, m.bare_unnest),
+        args.rows,
+        m.bare_unnest.as_secs_f64(),
+        claim_batch
+    );
+    println!(
+        "  bare PG VALUES insert : {:.0} rows/s  ({} rows in {:.1}s, same transactions)",
+        rate(args.rows, m.bare_values),
+        args.rows,
+        m.bare_values.as_secs_f64()
+    );
+    let poll_rate = rate(args.rows, m.poll.elapsed);
+    let mut sorted = m.poll.latencies.clone();
+    sorted.sort_unstable();
+    println!(
+        "  poller enqueue        : {:.0} rows/s  ({:.1}% of bare UNNEST, {:.1}% of bare VALUES)   \
+         rounds {}, round p50 {} p99 {} max {}",
+        poll_rate,
+        100.0 * poll_rate / rate(args.rows, m.bare_unnest),
+        100.0 * poll_rate / rate(args.rows, m.bare_values),
+        sorted.len(),
+        ms(percentile(&sorted, 0.50)),
+        ms(percentile(&sorted, 0.99)),
+        ms(sorted.last().copied().unwrap_or_default()),
+    );
+    println!(
+        "  poller detail         : {} rows in {:.1}s, {} newly enqueued, proc_state holds {}",
+        args.rows,
+        m.poll.elapsed.as_secs_f64(),
+        m.poll.enqueued_new,
+        m.poll.proc_state_rows
+    );
+    println!(
+        "  inbox reads alone     : {:.0} rows/s  (rows_after + max_id per round, {:.1}s; the MySQL share of a round)",
+        rate(args.rows, m.inbox_reads),
+        m.inbox_reads.as_secs_f64()
+    );
+    let rss: Vec<String> = m
+        .poll
+        .rss
+        .iter()
+        .map(|(label, mib)| match mib {
+            Some(v) => format!("{label} {v:.1}"),
+            None => format!("{label} n/a"),
+        })
+        .collect();
+    println!("  RSS MiB               : {}", rss.join(", "));
+    Ok(())
+}
+
+/// What the measured phases found.
+#[derive(Debug)]
+struct Measured {
+    /// Time of the bare UNNEST inserts.
+    bare_unnest: Duration,
+    /// Time of the bare VALUES inserts.
+    bare_values: Duration,
+    /// The poller phase.
+    poll: PollPhase,
+    /// Time of the inbox reads alone.
+    inbox_reads: Duration,
+}
+
+async fn measure(
+    inbox: &Inbox,
+    store: &Store,
+    settings: &Settings,
+    args: &EnqueueBenchArgs,
+    claim_batch: u32,
+    load: &Loaded,
+) -> anyhow::Result<Measured> {
+    let async_commit = settings.pipeline.async_enqueue_commit;
+    let pool = store.pool();
+    for table in ["bench_bare", "bench_bare_values"] {
+        sqlx::query(&format!(
+            "CREATE TABLE {table} (LIKE proc_state INCLUDING ALL)"
+        ))
+        .execute(pool)
+        .await
+        .with_context(|| format!("creating the scratch table {table}"))?;
+    }
+
+    checkpoint(pool).await;
+    let bare_unnest = bare_insert(
+        pool,
+        BareShape::Unnest,
+        args.rows,
+        claim_batch,
+        async_commit,
+    )
+    .await
+    .context("bare UNNEST insert")?;
+    checkpoint(pool).await;
+    let bare_values = bare_insert(
+        pool,
+        BareShape::Values,
+        args.rows,
+        claim_batch,
+        async_commit,
+    )
+    .await
+    .context("bare VALUES insert")?;
+    checkpoint(pool).await;
+
+    let cfg = PollConfig {
+        claim_batch,
+        ..crate::app::poll_config(&settings.pipeline)
+    };
+    let poll = poll_phase(inbox, store, cfg, load).await?;
+    let inbox_reads = inbox_reads(inbox, claim_batch, load).await?;
+    Ok(Measured {
+        bare_unnest,
+        bare_values,
+        poll,
+        inbox_reads,
+    })
+}
+
+/// The loaded backlog.
+#[derive(Debug)]
+struct Loaded {
+    /// Load wall time.
+    elapsed: Duration,
+    /// Lowest inbox id.
+    min_id: i64,
+    /// Highest inbox id (the poller is done when W reaches it).
+    max_id: i64,
+}
+
+/// Bulk-loads `rows` inbox rows on a few connections and checks the ids are contiguous.
+async fn load_inbox(
+    url: &str,
+    names: &InboxNames,
+    tz: Tz,
+    rows: u64,
+    msg_bytes: usize,
+) -> anyhow::Result<Loaded> {
+    let options = MySqlConnectOptions::from_str(url)
+        .context("parsing the bench inbox URL")?
+        .disable_statement_logging();
+    let per_statement =
+        (LOAD_BYTES_PER_STATEMENT / (msg_bytes as u64 + 64)).clamp(1, LOAD_ROWS_PER_STATEMENT);
+    let filler = filler_message(msg_bytes);
+    let next = AtomicU64::new(0);
+    let job = LoadJob {
+        options: &options,
+        names,
+        tz,
+        total: rows,
+        per_statement,
+        per_tx: per_statement * LOAD_STATEMENTS_PER_TX,
+        filler: &filler,
+        next: &next,
+    };
+    let started = Instant::now();
+    futures::future::try_join_all((0..LOAD_CONNECTIONS).map(|_| job.worker()))
+        .await
+        .context("loading the inbox backlog")?;
+    let elapsed = started.elapsed();
+
+    let mut conn = options
+        .connect()
+        .await
+        .context("connecting to the bench inbox")?;
+    let (count, min_id, max_id): (i64, Option<i64>, Option<i64>) = sqlx::query_as(&format!(
+        "SELECT COUNT(*), MIN({id}), MAX({id}) FROM {t}",
+        id = names.id,
+        t = names.table
+    ))
+    .fetch_one(&mut conn)
+    .await
+    .context("counting the loaded inbox rows")?;
+    conn.close().await.context("closing the inbox connection")?;
+    let (Some(min_id), Some(max_id)) = (min_id, max_id) else {
+        anyhow::bail!("the inbox is empty after loading {rows} rows");
+    };
+    // A gap would be a hole to the poller, held for max_commit_delay: say so instead.
+    anyhow::ensure!(
+        u64::try_from(count).ok() == Some(rows) && max_id - min_id + 1 == count,
+        "loaded ids are not contiguous: {count} rows, ids {min_id}..={max_id} (expected {rows}; \
+         check auto_increment_increment / innodb_autoinc_lock_mode)"
+    );
+    Ok(Loaded {
+        elapsed,
+        min_id,
+        max_id,
+    })
+}
+
+/// What every load worker shares.
+struct LoadJob<'a> {
+    /// The bench inbox connection options.
+    options: &'a MySqlConnectOptions,
+    /// Table and columns.
+    names: &'a InboxNames,
+    /// Zone of the DATETIME column.
+    tz: Tz,
+    /// Rows to load in all.
+    total: u64,
+    /// Rows per statement.
+    per_statement: u64,
+    /// Rows per transaction.
+    per_tx: u64,
+    /// The message text of every row.
+    filler: &'a str,
+    /// Next row number to hand out (a transaction's worth at a time).
+    next: &'a AtomicU64,
+}
+
+impl LoadJob<'_> {
+    fn insert_sql(&self, rows: u64) -> String {
+        let mut sql = format!(
+            "INSERT INTO {} ({}, {}) VALUES ",
+            self.names.table, self.names.received, self.names.message
+        );
+        for i in 0..rows {
+            sql.push_str(if i == 0 { "(?,?)" } else { ",(?,?)" });
+        }
+        sql
+    }
+
+    /// One connection: takes a transaction's worth of rows at a time until none are left.
+    async fn worker(&self) -> anyhow::Result<()> {
+        let mut conn = self
+            .options
+            .connect()
+            .await
+            .context("connecting a load connection")?;
+        let full_sql = self.insert_sql(self.per_statement);
+        loop {
+            let start = self.next.fetch_add(self.per_tx, Ordering::Relaxed);
+            if start >= self.total {
+                break;
+            }
+            let end = (start + self.per_tx).min(self.total);
+            let mut tx = conn.begin().await.context("BEGIN")?;
+            let mut at = start;
+            while at < end {
+                let n = (end - at).min(self.per_statement);
+                let partial_sql;
+                let sql = if n == self.per_statement {
+                    full_sql.as_str()
+                } else {
+                    partial_sql = self.insert_sql(n);
+                    partial_sql.as_str()
+                };
+                let received = utc_to_local(Utc::now(), self.tz);
+                let mut query = sqlx::query(sql);
+                for _ in 0..n {
+                    query = query.bind(received).bind(self.filler);
+                }
+                query
+                    .execute(&mut *tx)
+                    .await
+                    .with_context(|| format!("inserting inbox rows {}..{}", at + 1, at + n))?;
+                at += n;
+            }
+            tx.commit().await.context("COMMIT")?;
+        }
+        conn.close().await.context("closing a load connection")
+    }
+}
+
+/// A message-like filler of exactly `bytes` ASCII bytes (the poller never reads it; it only
+/// makes the inbox rows as wide as real ones).
+fn filler_message(bytes: usize) -> String {
+    const HEAD: &str = "ZCZC BENCH MSGX ";
+    let mut s: String = HEAD.chars().take(bytes).collect();
+    let body = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ";
+    while s.len() < bytes {
+        let take = (bytes - s.len()).min(body.len());
+        s.push_str(&body[..take]);
+    }
+    s
+}
+
+/// The two bare statement shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BareShape {
+    /// The poller's statement: `INSERT … SELECT … FROM UNNEST($1, $2)`.
+    Unnest,
+    /// A plain multi-row `INSERT … VALUES (…),(…)`.
+    Values,
+}
+
+/// `rows` rows in transactions of `batch` rows, like the poller's rounds (without the cursor
+/// update and the inbox reads); returns the wall time.
+async fn bare_insert(
+    pool: &PgPool,
+    shape: BareShape,
+    rows: u64,
+    batch: u32,
+    async_commit: bool,
+) -> anyhow::Result<Duration> {
+    let unnest_sql = "INSERT INTO bench_bare (msg_id, received_at, enqueued_at, source, state) \
+                      SELECT id, recv, $3, 'POLL', 'PENDING' \
+                      FROM UNNEST($1::bigint[], $2::timestamptz[]) AS r(id, recv) \
+                      ON CONFLICT (msg_id) DO NOTHING";
+    let per_statement = batch.min(VALUES_ROWS_PER_STATEMENT);
+    let full_values_sql = values_sql(per_statement as usize);
+    let started = Instant::now();
+    let mut next: u64 = 1;
+    while next <= rows {
+        let n = (rows - next + 1).min(u64::from(batch));
+        let now = Utc::now();
+        let first = i64::try_from(next).context("row number overflow")?;
+        let last = i64::try_from(next + n).context("row number overflow")?;
+        let ids: Vec<i64> = (first..last).collect();
+        // Spread the receive times a little, as real ones are.
+        let received: Vec<Option<DateTime<Utc>>> = ids
+            .iter()
+            .map(|id| Some(now - chrono::Duration::milliseconds(id % 1000)))
+            .collect();
+        let mut tx = pool.begin().await.context("BEGIN")?;
+        if async_commit {
+            sqlx::query("SET LOCAL synchronous_commit = off")
+                .execute(&mut *tx)
+                .await
+                .context("SET LOCAL synchronous_commit")?;
+        }
+        let mut inserted = 0;
+        match shape {
+            BareShape::Unnest => {
+                inserted += sqlx::query(unnest_sql)
+                    .bind(&ids)
+                    .bind(&received)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .context("INSERT … UNNEST")?
+                    .rows_affected();
+            }
+            BareShape::Values => {
+                for (chunk_ids, chunk_recv) in ids
+                    .chunks(per_statement as usize)
+                    .zip(received.chunks(per_statement as usize))
+                {
+                    let partial_sql;
+                    let sql = if chunk_ids.len() == per_statement as usize {
+                        full_values_sql.as_str()
+                    } else {
+                        partial_sql = values_sql(chunk_ids.len());
+                        partial_sql.as_str()
+                    };
+                    let mut query = sqlx::query(sql).bind(now);
+                    for (id, recv) in chunk_ids.iter().zip(chunk_recv) {
+                        query = query.bind(*id).bind(*recv);
+                    }
+                    inserted += query
+                        .execute(&mut *tx)
+                        .await
+                        .context("INSERT … VALUES")?
+                        .rows_affected();
+                }
+            }
+        }
+        tx.commit().await.context("COMMIT")?;
+        anyhow::ensure!(
+            inserted == n,
+            "bare insert wrote {inserted} of {n} rows at row {next}"
+        );
+        next += n;
+    }
+    Ok(started.elapsed())
+}
+
+/// `INSERT … VALUES` for `rows` rows: `$1` is the enqueue time, then `(id, received)` pairs.
+fn values_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO bench_bare_values (msg_id, received_at, enqueued_at, source, state) VALUES ",
+    );
+    for i in 0..rows {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push_str(&format!(
+            "(${}, ${}, $1, 'POLL', 'PENDING')",
+            2 * i + 2,
+            2 * i + 3
+        ));
+    }
+    sql.push_str(" ON CONFLICT (msg_id) DO NOTHING");
+    sql
+}
+
+/// Flushes dirty buffers between phases so one phase's writes are not paid by the next.
+/// Best effort: needs superuser or `pg_checkpoint`; the bench stays valid without it.
+async fn checkpoint(pool: &PgPool) {
+    if let Err(e) = sqlx::query("CHECKPOINT").execute(pool).await {
+        tracing::debug!(error = %e, "CHECKPOINT between bench phases refused; continuing");
+    }
+}
+
+/// The poller phase.
+#[derive(Debug)]
+struct PollPhase {
+    /// Wall time from the first round to W at the inbox head.
+    elapsed: Duration,
+    /// Wall time of every round.
+    latencies: Vec<Duration>,
+    /// Sum of the rounds' newly enqueued rows.
+    enqueued_new: u64,
+    /// `count(*)` of proc_state afterwards.
+    proc_state_rows: i64,
+    /// RSS samples: start, every 10 % of progress, end.
+    rss: Vec<(String, Option<f64>)>,
+}
+
+/// `poll_once` until W reaches the inbox head.
+async fn poll_phase(
+    inbox: &Inbox,
+    store: &Store,
+    cfg: PollConfig,
+    load: &Loaded,
+) -> anyhow::Result<PollPhase> {
+    let clock = SystemClock;
+    let total = u64::try_from(load.max_id - load.min_id + 1).context("id range")?;
+    let expected_rounds = total.div_ceil(u64::from(cfg.claim_batch)) as usize + 8;
+    // Allocated up front so the samples themselves do not grow the RSS.
+    let mut latencies: Vec<Duration> = Vec::with_capacity(expected_rounds);
+    let mut rss: Vec<(String, Option<f64>)> = Vec::with_capacity(12);
+    rss.push(("start".to_string(), rss_mib()));
+    let mut enqueued_new: u64 = 0;
+    let mut next_tenth: u64 = 1;
+    let mut w = store
+        .read_cursor()
+        .await
+        .context("reading the fresh cursor")?
+        .cursor
+        .w;
+    let started = Instant::now();
+    while w < load.max_id {
+        let round_started = Instant::now();
+        let report = poll_once(inbox, store, &clock, cfg)
+            .await
+            .with_context(|| format!("poll round {} at W={w}", latencies.len() + 1))?;
+        latencies.push(round_started.elapsed());
+        enqueued_new += report.enqueued_new;
+        anyhow::ensure!(
+            report.moved(),
+            "W did not move from {w} in round {} (read {} rows, inbox head {}); the bench loads \
+             contiguous ids, so this should not happen",
+            latencies.len(),
+            report.read,
+            load.max_id
+        );
+        w = report.advance.w;
+        let done = u64::try_from(w - load.min_id + 1).unwrap_or(0);
+        while next_tenth <= 9 && done * 10 >= next_tenth * total {
+            let sample = rss_mib();
+            eprintln!(
+                "bench enqueue: {:>3}% W={w} after {:.1}s, {} rounds, RSS {}",
+                next_tenth * 10,
+                started.elapsed().as_secs_f64(),
+                latencies.len(),
+                sample.map_or_else(|| "n/a".to_string(), |v| format!("{v:.1} MiB"))
+            );
+            rss.push((format!("{}%", next_tenth * 10), sample));
+            next_tenth += 1;
+        }
+    }
+    let elapsed = started.elapsed();
+    rss.push(("end".to_string(), rss_mib()));
+    let proc_state_rows = store
+        .proc_state_count()
+        .await
+        .context("counting proc_state")?;
+    anyhow::ensure!(
+        u64::try_from(proc_state_rows).ok() == Some(total),
+        "proc_state holds {proc_state_rows} rows after the run, expected {total}"
+    );
+    Ok(PollPhase {
+        elapsed,
+        latencies,
+        enqueued_new,
+        proc_state_rows,
+        rss,
+    })
+}
+
+/// The inbox side of the rounds alone: `rows_after` over the whole backlog plus `max_id` after
+/// every full batch, as `poll_once` does.
+async fn inbox_reads(inbox: &Inbox, claim_batch: u32, load: &Loaded) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let mut w = load.min_id - 1;
+    while w < load.max_id {
+        let rows = inbox
+            .rows_after(w, claim_batch)
+            .await
+            .with_context(|| format!("reading the inbox after {w}"))?;
+        let Some(last) = rows.last() else {
+            anyhow::bail!(
+                "the inbox returned no rows after {w} below its head {}",
+                load.max_id
+            );
+        };
+        w = last.id;
+        if rows.len() >= claim_batch as usize {
+            inbox.max_id().await.context("reading the inbox head")?;
+        }
+    }
+    Ok(started.elapsed())
+}
+
+/// `url` with its database (the path) replaced by `database`; scheme, credentials, host and
+/// query parameters are kept as written.
+pub fn with_database(url: &str, database: &str) -> anyhow::Result<String> {
+    let scheme_end = url
+        .find("://")
+        .map(|i| i + 3)
+        .context("the URL has no scheme (`scheme://…`)")?;
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    anyhow::ensure!(!authority.is_empty(), "the URL has no host");
+    let after_path = rest[authority_end..]
+        .find(['?', '#'])
+        .map_or("", |i| &rest[authority_end + i..]);
+    Ok(format!(
+        "{}{authority}/{database}{after_path}",
+        &url[..scheme_end]
+    ))
+}
+
+/// Resident set size of this process in MiB (Linux `/proc/self/status`), None elsewhere.
+pub fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Nearest-rank percentile of an ascending slice (`p` in 0..=1); zero when empty.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn rate(rows: u64, took: Duration) -> f64 {
+    rows as f64 / took.as_secs_f64().max(1e-9)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}ms", d.as_secs_f64() * 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_is_replaced_and_the_rest_kept() {
+        assert_eq!(
+            with_database("mysql://root@127.0.0.1:3306/msgx_inbox", "b").expect("url"),
+            "mysql://root@127.0.0.1:3306/b"
+        );
+        assert_eq!(
+            with_database("postgres://u:p@h:5432/msgx?sslmode=disable", "b").expect("url"),
+            "postgres://u:p@h:5432/b?sslmode=disable"
+        );
+        assert_eq!(
+            with_database("postgres://h", "b").expect("url"),
+            "postgres://h/b"
+        );
+        assert_eq!(
+            with_database("postgresql://h/?application_name=x", "b").expect("url"),
+            "postgresql://h/b?application_name=x"
+        );
+        assert!(with_database("no-scheme", "b").is_err());
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&v, 0.50), Duration::from_millis(50));
+        assert_eq!(percentile(&v, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&v, 1.0), Duration::from_millis(100));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn filler_has_the_asked_size() {
+        for n in [0, 5, 16, 300, 1000] {
+            assert_eq!(filler_message(n).len(), n);
+        }
+    }
+
+    #[test]
+    fn values_statement_numbers_its_parameters() {
+        assert_eq!(
+            values_sql(2),
+            "INSERT INTO bench_bare_values (msg_id, received_at, enqueued_at, source, state) \
+             VALUES ($2, $3, $1, 'POLL', 'PENDING'),($4, $5, $1, 'POLL', 'PENDING') \
+             ON CONFLICT (msg_id) DO NOTHING"
+        );
+    }
+}

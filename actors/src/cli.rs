@@ -1,0 +1,165 @@
+//! The `msgexchange` command line: run the service (default), check the configuration, and
+//! the dev/bench tools that act as the DB owner or as upstream.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use msgx_core::devtools::{fixture, simulator};
+use msgx_core::inbox::Inbox;
+use msgx_core::settings::{redact_url, Settings};
+
+/// msgexchange: shared MySQL inbox → own PostgreSQL → flight state → Kafka.
+#[derive(Debug, Parser)]
+#[command(name = "msgexchange", version, about)]
+pub struct Cli {
+    /// Base configuration file (then `--config-extra`, then MSGX_SECTION__KEY variables).
+    #[arg(long, env = "MSGEXCHANGE_CONFIG", default_value = "config/default.toml", global = true)]
+    pub config: PathBuf,
+    /// Optional file layered over the base (site settings).
+    #[arg(long, global = true)]
+    pub config_extra: Option<PathBuf>,
+    /// What to do; `run` when omitted.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service (the default).
+    Run,
+    /// Validate the configuration and print it (passwords redacted).
+    CheckConfig,
+    /// Tools acting as the DB owner or as upstream (dev, tests, demo). Never for production.
+    #[command(subcommand)]
+    Dev(DevCommand),
+    /// Benchmarks printing throughput next to the bare limits measured in the same run.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// Dev tools.
+#[derive(Debug, Subcommand)]
+pub enum DevCommand {
+    /// Create CMINMSGS and COUTMSGS (configured names) in the inbox database, as the DB owner.
+    InboxFixture,
+    /// Write realistic upstream messages into the inbox (holds, rollbacks, malformed rows).
+    SimulateUpstream(SimArgs),
+}
+
+/// Benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Enqueue throughput over a backlog vs the bare multi-row INSERT rate into PostgreSQL.
+    Enqueue(crate::bench::EnqueueBenchArgs),
+}
+
+/// Simulator knobs.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Messages per second over all connections (0 = as fast as possible).
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// Concurrent MySQL connections writing.
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
+    /// Stop after this many messages.
+    #[arg(long)]
+    pub total: Option<u64>,
+    /// Stop after this long (e.g. "10m"); runs until Ctrl-C when neither limit is given.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Share of transactions held open for a random delay (late commits).
+    #[arg(long, default_value_t = 0.05)]
+    pub hold_fraction: f64,
+    /// Longest hold.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
+    pub hold_max: Duration,
+    /// Share of inserts rolled back (permanent holes).
+    #[arg(long, default_value_t = 0.01)]
+    pub rollback_fraction: f64,
+    /// Share of rows with a NULL receive time.
+    #[arg(long, default_value_t = 0.005)]
+    pub null_received_fraction: f64,
+    /// Share of malformed messages.
+    #[arg(long, default_value_t = 0.02)]
+    pub malformed_fraction: f64,
+    /// Random seed (repeatable runs).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Loads and validates the settings.
+pub fn load_settings(cli: &Cli) -> anyhow::Result<Settings> {
+    Settings::load(&cli.config, cli.config_extra.as_deref()).with_context(|| {
+        format!("loading {} (and MSGX_* environment)", cli.config.display())
+    })
+}
+
+/// `dev inbox-fixture`.
+pub async fn inbox_fixture(settings: &Settings) -> anyhow::Result<()> {
+    fixture::create_inbox_fixture(
+        &settings.inbox.url,
+        &settings.inbox_names()?,
+        &settings.outbox_names()?,
+    )
+    .await
+    .with_context(|| format!("creating the inbox fixture at {}", redact_url(&settings.inbox.url)))?;
+    println!(
+        "inbox fixture ready: {} and {} in {}",
+        settings.inbox.table,
+        settings.inbox.out_table,
+        redact_url(&settings.inbox.url)
+    );
+    Ok(())
+}
+
+/// `dev simulate-upstream`.
+pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::Result<()> {
+    let inbox = Inbox::new(
+        &settings.inbox,
+        &settings.inbox_names()?,
+        settings.inbox_timezone()?,
+    )?;
+    let mix = msgx_core::devtools::messages::Mix {
+        malformed: args.malformed_fraction,
+        ..msgx_core::devtools::messages::Mix::default()
+    };
+    let cfg = simulator::SimConfig {
+        rate_per_sec: args.rate,
+        connections: args.connections.max(1),
+        total: args.total,
+        duration: args.duration,
+        hold_fraction: args.hold_fraction,
+        hold_max: args.hold_max,
+        rollback_fraction: args.rollback_fraction,
+        null_received_fraction: args.null_received_fraction,
+        mix,
+        seed: args.seed,
+        ..simulator::SimConfig::default()
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = stop_tx.send(true);
+        }
+    });
+    let report = simulator::simulate(
+        inbox.pool(),
+        &settings.inbox_names()?,
+        settings.inbox_timezone()?,
+        &cfg,
+        stop_rx,
+    )
+    .await?;
+    println!(
+        "simulated upstream: {} committed, {} rolled back, {} held open, in {:.1}s",
+        report.committed_ids.len(),
+        report.rolled_back_ids.len(),
+        report.held,
+        report.elapsed.as_secs_f64()
+    );
+    Ok(())
+}

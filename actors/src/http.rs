@@ -1,0 +1,53 @@
+//! The HTTP surface: `/metrics` (Prometheus), `/healthz` (process alive), `/readyz` (the last
+//! poll round succeeded). Unknown paths get 404, wrong methods 405: nothing else is served.
+
+use std::net::SocketAddr;
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::health::Health;
+
+async fn metrics(handle: web::Data<PrometheusHandle>) -> HttpResponse {
+    handle.run_upkeep();
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(handle.render())
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().body("ok\n")
+}
+
+async fn readyz(health: web::Data<Health>) -> HttpResponse {
+    let (ready, last_ok, error) = health.snapshot();
+    let body = serde_json::json!({ "ready": ready, "last_poll_ok_unix": last_ok, "error": error });
+    if ready {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}
+
+/// Binds and starts the server; the returned handle stops it.
+pub fn serve(
+    listen: SocketAddr,
+    handle: PrometheusHandle,
+    health: Health,
+) -> std::io::Result<actix_web::dev::Server> {
+    let handle = web::Data::new(handle);
+    let health = web::Data::new(health);
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(handle.clone())
+            .app_data(health.clone())
+            .route("/metrics", web::get().to(metrics))
+            .route("/healthz", web::get().to(healthz))
+            .route("/readyz", web::get().to(readyz))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(listen)?
+    .run();
+    Ok(server)
+}

@@ -1,0 +1,135 @@
+//! InboxPoller: runs one discovery round ([`msgx_core::poller::poll_once`]) at a time and
+//! decides only when to run the next: at once while batches come back full or a hole was
+//! released, else after `poll_interval`. Rounds never overlap (the mailbox waits on each).
+
+use std::time::Duration;
+
+use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, SpawnHandle, WrapFuture};
+use msgx_core::clock::SharedClock;
+use msgx_core::inbox::Inbox;
+use msgx_core::poller::{poll_once, PollConfig, PollError, PollReport};
+use msgx_core::store::Store;
+use msgx_core::telemetry;
+
+use crate::health::Health;
+use crate::messages::{HolesReleased, PollNow, RoundSummary, WatermarkMoved};
+use crate::wiring::Wiring;
+
+/// The discovery actor.
+pub struct InboxPoller {
+    /// Shared inbox (read only here).
+    inbox: Inbox,
+    /// Own PostgreSQL: cursor and queue.
+    store: Store,
+    /// Hole aging reads time here.
+    clock: SharedClock,
+    /// Batch size, hole delay, commit mode.
+    cfg: PollConfig,
+    /// Pause after a round that was not full.
+    poll_interval: Duration,
+    /// Where to report moves and releases.
+    wiring: Wiring,
+    /// Readiness for `/readyz`.
+    health: Health,
+    /// The pending timer, cancelled when a round is asked for early.
+    next: Option<SpawnHandle>,
+}
+
+impl InboxPoller {
+    /// A poller; it starts polling as soon as it is started.
+    pub fn new(
+        inbox: Inbox,
+        store: Store,
+        clock: SharedClock,
+        cfg: PollConfig,
+        poll_interval: Duration,
+        wiring: Wiring,
+        health: Health,
+    ) -> Self {
+        Self {
+            inbox,
+            store,
+            clock,
+            cfg,
+            poll_interval,
+            wiring,
+            health,
+            next: None,
+        }
+    }
+
+    fn after_round(&mut self, result: &Result<PollReport, PollError>, ctx: &mut Context<Self>) {
+        let again_now = match result {
+            Ok(report) => {
+                telemetry::poll_round(report);
+                self.health.poll_ok();
+                if report.moved() {
+                    self.wiring.watermark_moved(WatermarkMoved {
+                        w: report.advance.w,
+                    });
+                }
+                if let Some(r) = report.advance.released {
+                    self.wiring.holes_released(HolesReleased {
+                        first: r.first,
+                        last: r.last,
+                        at: self.clock.now(),
+                    });
+                }
+                report.poll_again_now()
+            }
+            Err(e) => {
+                telemetry::poll_failed(e.stage(), e, None);
+                self.health.poll_failed(e.to_string());
+                false
+            }
+        };
+        let delay = if again_now {
+            Duration::ZERO
+        } else {
+            self.poll_interval
+        };
+        self.next = Some(ctx.notify_later(PollNow, delay));
+    }
+}
+
+impl Actor for InboxPoller {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::info!(
+            claim_batch = self.cfg.claim_batch,
+            max_commit_delay = ?self.cfg.max_commit_delay,
+            poll_interval = ?self.poll_interval,
+            "inbox poller started"
+        );
+        ctx.notify(PollNow);
+    }
+}
+
+impl Handler<PollNow> for InboxPoller {
+    type Result = AtomicResponse<Self, Result<RoundSummary, String>>;
+
+    fn handle(&mut self, _: PollNow, ctx: &mut Self::Context) -> Self::Result {
+        if let Some(timer) = self.next.take() {
+            ctx.cancel_future(timer);
+        }
+        let (inbox, store, clock, cfg) = (
+            self.inbox.clone(),
+            self.store.clone(),
+            self.clock.clone(),
+            self.cfg,
+        );
+        let round = async move { poll_once(&inbox, &store, clock.as_ref(), cfg).await };
+        AtomicResponse::new(Box::pin(round.into_actor(self).map(|result, act, ctx| {
+            act.after_round(&result, ctx);
+            result
+                .map(|r| RoundSummary {
+                    w: r.advance.w,
+                    enqueued: r.enqueued_new,
+                    released: r.advance.released.map(|h| (h.first, h.last)),
+                    hole_open: r.advance.open_hole.is_some(),
+                })
+                .map_err(|e| e.to_string())
+        })))
+    }
+}

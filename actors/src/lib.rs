@@ -1,0 +1,14 @@
+//! msgexchange actix layer: *when* things happen. One actor per file, the supervisor, the
+//! wiring between them, the HTTP surface and the binary's commands. The rules live in
+//! `msgx-core`.
+
+pub mod app;
+pub mod cli;
+pub mod health;
+pub mod http;
+pub mod inbox_poller;
+pub mod late_detector;
+pub mod messages;
+pub mod supervisor;
+pub mod wiring;
+pub mod bench;

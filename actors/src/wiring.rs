@@ -1,0 +1,57 @@
+//! Who currently receives what. The supervisor rebuilds a crashed child with a new address;
+//! senders look their receivers up here at send time instead of keeping stale addresses.
+
+use std::sync::{Arc, RwLock};
+
+use actix::Recipient;
+
+use actix::Addr;
+
+use crate::inbox_poller::InboxPoller;
+use crate::messages::{HolesReleased, WatermarkMoved};
+
+/// The current receivers.
+#[derive(Default)]
+pub struct Receivers {
+    /// Told when W moves (the pump, once it exists; tests).
+    pub watermark: Vec<Recipient<WatermarkMoved>>,
+    /// Told which hole ids were released.
+    pub holes: Vec<Recipient<HolesReleased>>,
+    /// The current poller (to ask for a round now).
+    pub poller: Option<Addr<InboxPoller>>,
+}
+
+/// Shared, swappable wiring.
+#[derive(Clone, Default)]
+pub struct Wiring(Arc<RwLock<Receivers>>);
+
+impl Wiring {
+    /// Tells every watermark receiver.
+    pub fn watermark_moved(&self, msg: WatermarkMoved) {
+        for r in &self.read().watermark {
+            r.do_send(msg);
+        }
+    }
+
+    /// Tells every hole receiver.
+    pub fn holes_released(&self, msg: HolesReleased) {
+        for r in &self.read().holes {
+            r.do_send(msg);
+        }
+    }
+
+    /// Replaces the receivers (the supervisor after a (re)start).
+    pub fn update(&self, f: impl FnOnce(&mut Receivers)) {
+        let mut guard = self.0.write().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard);
+    }
+
+    /// The current poller address, if one runs.
+    pub fn poller(&self) -> Option<Addr<InboxPoller>> {
+        self.read().poller.clone()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Receivers> {
+        self.0.read().unwrap_or_else(|p| p.into_inner())
+    }
+}

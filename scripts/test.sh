@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite: starts the local databases if needed, sweeps test databases left by
+# an interrupted run, then runs every unit, property and integration test of the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/services.sh
+
+# Leftovers of killed runs (each test creates its own msgxt_* databases and drops them).
+for db in $(psql -h 127.0.0.1 -U postgres -Atc "SELECT datname FROM pg_database WHERE datname LIKE 'msgxt\_%'"); do
+  psql -h 127.0.0.1 -U postgres -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null
+done
+for db in $(mariadb -h 127.0.0.1 -uroot -N -e "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'msgxt\_%'"); do
+  mariadb -h 127.0.0.1 -uroot -e "DROP DATABASE IF EXISTS \`$db\`"
+done
+
+cargo test --workspace --all-targets "$@"

@@ -1,0 +1,156 @@
+//! The shared MySQL inbox adapter. It reads rows and, in later stages, writes only the
+//! processed-mark columns: no DDL, no DELETE, ever (the DB owner's tables, SPEC §0).
+
+pub mod names;
+pub mod time;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::Row;
+
+use crate::settings::{redact_url, InboxSettings};
+use names::InboxNames;
+
+/// Why an inbox call failed. All of these are infrastructure failures: never "no rows".
+#[derive(Debug, thiserror::Error)]
+pub enum InboxError {
+    /// The URL could not be parsed.
+    #[error("inbox url `{url}` is invalid: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The statement did not finish within `inbox.query_timeout`.
+    #[error("inbox statement timed out after {0:?}")]
+    Timeout(Duration),
+    /// Connection, permission, missing table, …
+    #[error("inbox statement failed: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// One inbox row as discovery sees it: never the message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboxRow {
+    /// `CMINMSGS_ID`.
+    pub id: i64,
+    /// `CMINMSGS_DATE_RECEIVED` read as airport local time; None when NULL or unreadable.
+    pub received_at: Option<DateTime<Utc>>,
+}
+
+/// The inbox adapter.
+#[derive(Debug, Clone)]
+pub struct Inbox {
+    /// Lazily connected: an unreachable inbox must not stop the service from starting.
+    pool: MySqlPool,
+    /// Zone the DATETIME columns are written in.
+    tz: Tz,
+    /// Per-statement limit.
+    query_timeout: Duration,
+    /// Prebuilt statements (names are config).
+    sql: InboxSql,
+}
+
+#[derive(Debug, Clone)]
+struct InboxSql {
+    rows_after: String,
+    id_range: String,
+    max_id: String,
+}
+
+impl InboxSql {
+    fn new(n: &InboxNames) -> Self {
+        Self {
+            // CAST AS CHAR: a zero or odd date must not fail decoding the whole batch.
+            rows_after: format!(
+                "SELECT {id}, CAST({recv} AS CHAR) FROM {t} WHERE {id} > ? ORDER BY {id} LIMIT ?",
+                id = n.id,
+                recv = n.received,
+                t = n.table
+            ),
+            id_range: format!("SELECT MIN({id}), MAX({id}) FROM {t}", id = n.id, t = n.table),
+            max_id: format!("SELECT MAX({id}) FROM {t}", id = n.id, t = n.table),
+        }
+    }
+}
+
+impl Inbox {
+    /// Builds the adapter; connections open on first use.
+    pub fn new(settings: &InboxSettings, names: &InboxNames, tz: Tz) -> Result<Self, InboxError> {
+        let options: MySqlConnectOptions =
+            settings.url.parse().map_err(|source| InboxError::Url {
+                url: redact_url(&settings.url),
+                source,
+            })?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.connect_timeout)
+            .connect_lazy_with(options);
+        Ok(Self {
+            pool,
+            tz,
+            query_timeout: settings.query_timeout,
+            sql: InboxSql::new(names),
+        })
+    }
+
+    /// The pool, for the dev tools acting as the DB owner.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    /// `id > after`, ascending, at most `limit` rows; ids and receive times only.
+    pub async fn rows_after(&self, after: i64, limit: u32) -> Result<Vec<InboxRow>, InboxError> {
+        let rows = self
+            .timed(
+                sqlx::query(&self.sql.rows_after)
+                    .bind(after)
+                    .bind(limit)
+                    .fetch_all(&self.pool),
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let id: i64 = row.try_get(0)?;
+                let raw: Option<String> = row.try_get(1)?;
+                let received_at = raw.as_deref().and_then(|s| time::local_to_utc(s, self.tz));
+                if raw.is_some() && received_at.is_none() {
+                    tracing::warn!(msg_id = id, raw = raw.as_deref(), "inbox receive time unreadable; stored as NULL");
+                }
+                Ok(InboxRow { id, received_at })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(InboxError::from)
+    }
+
+    /// `(MIN(id), MAX(id))`, None for an empty inbox.
+    pub async fn id_range(&self) -> Result<Option<(i64, i64)>, InboxError> {
+        let row = self
+            .timed(sqlx::query(&self.sql.id_range).fetch_one(&self.pool))
+            .await?;
+        let min: Option<i64> = row.try_get(0)?;
+        let max: Option<i64> = row.try_get(1)?;
+        Ok(min.zip(max))
+    }
+
+    /// `MAX(id)`: the inbox head, for lag.
+    pub async fn max_id(&self) -> Result<Option<i64>, InboxError> {
+        let row = self
+            .timed(sqlx::query(&self.sql.max_id).fetch_one(&self.pool))
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    async fn timed<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, InboxError> {
+        match tokio::time::timeout(self.query_timeout, fut).await {
+            Ok(r) => r.map_err(InboxError::from),
+            Err(_) => Err(InboxError::Timeout(self.query_timeout)),
+        }
+    }
+}

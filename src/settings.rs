@@ -1,0 +1,447 @@
+//! Service configuration: `config/default.toml`, then an optional extra file, then `MSGX_*`
+//! environment variables (`MSGX_SECTION__KEY`, e.g. `MSGX_PIPELINE__MAX_COMMIT_DELAY=5m`).
+//!
+//! Every key is validated at start-up; a bad value fails with one line naming the key, so an
+//! operator never starts a service that would misbehave later.
+
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::cutover::CutoverMode;
+use crate::inbox::names::{InboxNames, OutboxNames};
+
+/// Why the configuration could not be loaded. The message always names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    /// The sources could not be read or a value has the wrong type.
+    #[error("configuration error: {0}")]
+    Load(String),
+    /// A value parsed but is not acceptable.
+    #[error("configuration error: `{key}`: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> SettingsError {
+    SettingsError::Invalid {
+        key,
+        reason: reason.into(),
+    }
+}
+
+/// Everything the service reads at start-up.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// The shared MySQL inbox we read from and mark (owned by the DB owner).
+    pub inbox: InboxSettings,
+    /// Our own PostgreSQL: queue, cursor, flight state.
+    pub store: StoreSettings,
+    /// Event delivery target (used by the dispatcher).
+    pub kafka: KafkaSettings,
+    /// Discovery and processing rules.
+    pub pipeline: PipelineSettings,
+    /// The HTTP surface (`/metrics`, health).
+    pub http: HttpSettings,
+    /// Logging.
+    pub log: LogSettings,
+}
+
+/// Connection and naming of the shared inbox.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InboxSettings {
+    /// `mysql://user:password@host:port/database`; the password is never logged.
+    pub url: String,
+    /// Zone the inbox DATETIME columns are written in (they carry none).
+    pub timezone: String,
+    /// Opening a connection may take this long before the round counts as failed.
+    #[serde(with = "humantime_serde_compat")]
+    pub connect_timeout: Duration,
+    /// One inbox statement may take this long; a slow inbox is an infrastructure failure.
+    #[serde(with = "humantime_serde_compat")]
+    pub query_timeout: Duration,
+    /// Pool size; the poller needs one, the pump and sweeper one each later.
+    pub max_connections: u32,
+    /// Inbound table name (DB owner's contract).
+    pub table: String,
+    /// Auto-increment id column.
+    pub id_column: String,
+    /// Receive time column (DATETIME, nullable).
+    pub received_column: String,
+    /// Raw message column (LONGTEXT).
+    pub message_column: String,
+    /// Processed-time mark column.
+    pub processed_column: String,
+    /// Processed-status mark column.
+    pub status_column: String,
+    /// Outbound table name (written by the outbound path, created only by the dev fixture).
+    pub out_table: String,
+}
+
+/// Own PostgreSQL.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreSettings {
+    /// `postgres://user:password@host:port/database`; the password is never logged.
+    pub url: String,
+    /// Pool size.
+    pub max_connections: u32,
+    /// Opening a connection may take this long.
+    #[serde(with = "humantime_serde_compat")]
+    pub connect_timeout: Duration,
+    /// Create the database named in `url` when it does not exist (dev and demo convenience).
+    pub create_database: bool,
+    /// How long start-up waits for the single-instance lock (a killed predecessor's session
+    /// may take a moment to end) before refusing to start.
+    #[serde(with = "humantime_serde_compat")]
+    pub instance_lock_wait: Duration,
+}
+
+/// Kafka (delivery comes in a later issue; the address is config from the start).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSettings {
+    /// Bootstrap list, or `embedded` for librdkafka's in-process mock cluster.
+    pub brokers: String,
+}
+
+/// Pipeline rules.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineSettings {
+    /// Pause between poll rounds when the last batch was not full.
+    #[serde(with = "humantime_serde_compat")]
+    pub poll_interval: Duration,
+    /// Rows read per poll round (`LIMIT`).
+    pub claim_batch: u32,
+    /// How long a hole may stay open before it is released as permanent (G7: a placeholder
+    /// until the DB owner states the id-allocation → visibility bound).
+    #[serde(with = "humantime_serde_compat")]
+    pub max_commit_delay: Duration,
+    /// Explicit one-time cutover seeding: `min`, `zero`, `max` or an id; empty = none.
+    pub cutover_watermark: String,
+    /// Let the enqueue transaction commit without waiting for the WAL flush: a lost enqueue
+    /// (and its W) is simply re-read, so it is safe; processing never does this.
+    pub async_enqueue_commit: bool,
+}
+
+/// HTTP surface.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSettings {
+    /// Listen address of `/metrics`, `/healthz`, `/readyz`.
+    pub listen: String,
+}
+
+/// Logging.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    /// `tracing` filter, e.g. `info,msgx_core=debug`; `RUST_LOG` overrides it.
+    pub level: String,
+    /// `text` for people, `json` for log shippers.
+    pub format: String,
+}
+
+impl Settings {
+    /// Loads `config/default.toml` (or `base`), an optional extra file, then `MSGX_*` env.
+    pub fn load(base: &Path, extra: Option<&Path>) -> Result<Self, SettingsError> {
+        let mut builder =
+            config::Config::builder().add_source(config::File::from(base).required(true));
+        if let Some(extra) = extra {
+            builder = builder.add_source(config::File::from(extra).required(true));
+        }
+        Self::from_builder(builder.add_source(env_source(None)))
+    }
+
+    /// Same as [`Settings::load`] with explicit environment pairs (tests).
+    pub fn load_with_env(
+        base: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<Self, SettingsError> {
+        let map = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let builder = config::Config::builder()
+            .add_source(config::File::from(base).required(true))
+            .add_source(env_source(Some(map)));
+        Self::from_builder(builder)
+    }
+
+    fn from_builder(
+        builder: config::ConfigBuilder<config::builder::DefaultState>,
+    ) -> Result<Self, SettingsError> {
+        let cfg = builder
+            .build()
+            .map_err(|e| SettingsError::Load(e.to_string()))?;
+        let settings: Settings = cfg
+            .try_deserialize()
+            .map_err(|e| SettingsError::Load(e.to_string()))?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks what serde cannot: ranges, names, zones, URLs.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        let i = &self.inbox;
+        check_url(&i.url, "inbox.url", &["mysql://", "mariadb://"])?;
+        self.inbox_timezone()?;
+        self.inbox_names()?;
+        self.outbox_names()?;
+        check_positive(i.max_connections, "inbox.max_connections")?;
+        check_nonzero(i.connect_timeout, "inbox.connect_timeout")?;
+        check_nonzero(i.query_timeout, "inbox.query_timeout")?;
+        check_url(
+            &self.store.url,
+            "store.url",
+            &["postgres://", "postgresql://"],
+        )?;
+        check_positive(self.store.max_connections, "store.max_connections")?;
+        check_nonzero(self.store.connect_timeout, "store.connect_timeout")?;
+        if self.kafka.brokers.trim().is_empty() {
+            return Err(invalid(
+                "kafka.brokers",
+                "empty; give host:port[,host:port] or `embedded`",
+            ));
+        }
+        let p = &self.pipeline;
+        check_nonzero(p.poll_interval, "pipeline.poll_interval")?;
+        check_nonzero(p.max_commit_delay, "pipeline.max_commit_delay")?;
+        if p.claim_batch == 0 || p.claim_batch > 50_000 {
+            return Err(invalid(
+                "pipeline.claim_batch",
+                format!("{} is outside 1..=50000", p.claim_batch),
+            ));
+        }
+        self.cutover()?;
+        self.http
+            .listen
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| invalid("http.listen", format!("`{}`: {e}", self.http.listen)))?;
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return Err(invalid(
+                "log.format",
+                format!("`{}` is not `text` or `json`", self.log.format),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The inbox zone as a parsed tz.
+    pub fn inbox_timezone(&self) -> Result<chrono_tz::Tz, SettingsError> {
+        self.inbox
+            .timezone
+            .parse::<chrono_tz::Tz>()
+            .map_err(|_| {
+                invalid(
+                    "inbox.timezone",
+                    format!("`{}` is not an IANA zone", self.inbox.timezone),
+                )
+            })
+    }
+
+    /// Validated inbox identifiers.
+    pub fn inbox_names(&self) -> Result<InboxNames, SettingsError> {
+        let i = &self.inbox;
+        InboxNames::new(
+            &i.table,
+            &i.id_column,
+            &i.received_column,
+            &i.message_column,
+            &i.processed_column,
+            &i.status_column,
+        )
+        .map_err(|(key, reason)| invalid(key, reason))
+    }
+
+    /// Validated outbound table name.
+    pub fn outbox_names(&self) -> Result<OutboxNames, SettingsError> {
+        OutboxNames::new(&self.inbox.out_table).map_err(|(key, reason)| invalid(key, reason))
+    }
+
+    /// The parsed cutover mode, `None` when not configured.
+    pub fn cutover(&self) -> Result<Option<CutoverMode>, SettingsError> {
+        CutoverMode::parse(&self.pipeline.cutover_watermark)
+            .map_err(|reason| invalid("pipeline.cutover_watermark", reason))
+    }
+}
+
+fn env_source(map: Option<config::Map<String, String>>) -> config::Environment {
+    config::Environment::with_prefix("MSGX")
+        .prefix_separator("_")
+        .separator("__")
+        .try_parsing(true)
+        .source(map)
+}
+
+fn check_url(url: &str, key: &'static str, schemes: &[&str]) -> Result<(), SettingsError> {
+    if schemes.iter().any(|s| url.starts_with(s)) && url.len() > 12 {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            format!(
+                "`{}` must start with {}",
+                redact_url(url),
+                schemes.join(" or ")
+            ),
+        ))
+    }
+}
+
+fn check_positive(v: u32, key: &'static str) -> Result<(), SettingsError> {
+    if v == 0 {
+        return Err(invalid(key, "must be at least 1"));
+    }
+    Ok(())
+}
+
+fn check_nonzero(d: Duration, key: &'static str) -> Result<(), SettingsError> {
+    if d.is_zero() {
+        return Err(invalid(key, "must be longer than 0s"));
+    }
+    Ok(())
+}
+
+/// A URL with its password replaced by `***`, safe for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let Some(at) = rest.find('@') else {
+        return url.to_string();
+    };
+    let creds = &rest[..at];
+    match creds.find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &creds[..colon],
+            &rest[at..]
+        ),
+        None => url.to_string(),
+    }
+}
+
+impl fmt::Debug for InboxSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InboxSettings")
+            .field("url", &redact_url(&self.url))
+            .field("timezone", &self.timezone)
+            .field("table", &self.table)
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for StoreSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreSettings")
+            .field("url", &redact_url(&self.url))
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+/// humantime durations (`"5m"`, `"30s"`, `"1h 30m"`) for serde, with the value in the error.
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let raw = String::deserialize(d)?;
+        humantime::parse_duration(raw.trim()).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "`{raw}` is not a duration like \"5m\" or \"30s\" ({e})"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn default_toml() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("config/default.toml")
+    }
+
+    #[test]
+    fn default_file_is_valid() {
+        let s = Settings::load_with_env(&default_toml(), &[]).expect("defaults load");
+        assert_eq!(s.pipeline.max_commit_delay, Duration::from_secs(300));
+        assert_eq!(s.inbox.table, "CMINMSGS");
+        assert!(s.cutover().expect("cutover").is_none());
+    }
+
+    #[test]
+    fn env_overrides_with_double_underscore() {
+        let s = Settings::load_with_env(
+            &default_toml(),
+            &[
+                ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "7m"),
+                ("MSGX_PIPELINE__CLAIM_BATCH", "17"),
+                ("MSGX_INBOX__TABLE", "INBOX2"),
+                ("MSGX_KAFKA__BROKERS", "k1:9092,k2:9092"),
+            ],
+        )
+        .expect("load");
+        assert_eq!(s.pipeline.max_commit_delay, Duration::from_secs(420));
+        assert_eq!(s.pipeline.claim_batch, 17);
+        assert_eq!(s.inbox.table, "INBOX2");
+        assert_eq!(s.kafka.brokers, "k1:9092,k2:9092");
+    }
+
+    fn err_of(env: &[(&str, &str)]) -> String {
+        Settings::load_with_env(&default_toml(), env)
+            .expect_err("must fail")
+            .to_string()
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let e = err_of(&[("MSGX_PIPELINE__MAX_COMMIT_DELAY", "five minutes")]);
+        assert!(e.contains("max_commit_delay"), "{e}");
+        let e = err_of(&[("MSGX_PIPELINE__CLAIM_BATCH", "0")]);
+        assert!(e.contains("pipeline.claim_batch"), "{e}");
+        let e = err_of(&[("MSGX_INBOX__TABLE", "CMINMSGS; DROP TABLE x")]);
+        assert!(e.contains("inbox.table"), "{e}");
+        let e = err_of(&[("MSGX_INBOX__TIMEZONE", "Mars/Olympus")]);
+        assert!(e.contains("inbox.timezone"), "{e}");
+        let e = err_of(&[("MSGX_PIPELINE__CUTOVER_WATERMARK", "latest")]);
+        assert!(e.contains("pipeline.cutover_watermark"), "{e}");
+        let e = err_of(&[("MSGX_STORE__URL", "mysql://x@y/z")]);
+        assert!(e.contains("store.url"), "{e}");
+        let e = err_of(&[("MSGX_HTTP__LISTEN", "nowhere")]);
+        assert!(e.contains("http.listen"), "{e}");
+        let e = err_of(&[("MSGX_PIPELINE__POLL_INTERVAL", "0s")]);
+        assert!(e.contains("pipeline.poll_interval"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let e = err_of(&[("MSGX_PIPELINE__MAX_COMIT_DELAY", "5m")]);
+        assert!(e.contains("max_comit_delay"), "{e}");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/msgx"),
+            "postgres://app:***@db:5432/msgx"
+        );
+        assert_eq!(redact_url("mysql://root@h/db"), "mysql://root@h/db");
+        let s = Settings::load_with_env(
+            &default_toml(),
+            &[("MSGX_STORE__URL", "postgres://u:topsecret@h/db")],
+        )
+        .expect("load");
+        assert!(!format!("{s:?}").contains("topsecret"));
+    }
+}

@@ -1,0 +1,80 @@
+//! One poll round's write: enqueue the rows up to the new W and write `(W, HOLE_SINCE)` back,
+//! in ONE transaction (W never moves without its rows).
+
+use chrono::{DateTime, Utc};
+
+use super::{Store, StoreError};
+use crate::watermark::Cursor;
+
+/// A row to enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnqueueRow {
+    /// Inbox id.
+    pub msg_id: i64,
+    /// Converted receive time.
+    pub received_at: Option<DateTime<Utc>>,
+}
+
+/// The round to commit.
+#[derive(Debug, Clone)]
+pub struct RoundWrite<'a> {
+    /// W as read at the start of the round; the write fails if it changed meanwhile.
+    pub expected_w: i64,
+    /// The decided cursor.
+    pub cursor: Cursor,
+    /// Rows ≤ the new W, ascending.
+    pub rows: &'a [EnqueueRow],
+    /// Enqueue time (the injected clock).
+    pub now: DateTime<Utc>,
+    /// Commit without waiting for the WAL flush (safe: a lost round is re-read).
+    pub async_commit: bool,
+}
+
+impl Store {
+    /// Commits a round; returns how many rows were new (conflicts mean already enqueued).
+    pub async fn commit_round(&self, round: RoundWrite<'_>) -> Result<u64, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        if round.async_commit {
+            sqlx::query("SET LOCAL synchronous_commit = off")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let inserted = if round.rows.is_empty() {
+            0
+        } else {
+            let ids: Vec<i64> = round.rows.iter().map(|r| r.msg_id).collect();
+            let received: Vec<Option<DateTime<Utc>>> =
+                round.rows.iter().map(|r| r.received_at).collect();
+            sqlx::query(
+                "INSERT INTO proc_state (msg_id, received_at, enqueued_at, source, state) \
+                 SELECT id, recv, $3, 'POLL', 'PENDING' \
+                 FROM UNNEST($1::bigint[], $2::timestamptz[]) AS r(id, recv) \
+                 ON CONFLICT (msg_id) DO NOTHING",
+            )
+            .bind(&ids)
+            .bind(&received)
+            .bind(round.now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+        };
+        let moved = sqlx::query(
+            "UPDATE inbox_cursor SET w = $1, hole_since = $2, updated_at = $3 \
+             WHERE id = 1 AND w = $4",
+        )
+        .bind(round.cursor.w)
+        .bind(round.cursor.hole_since)
+        .bind(round.now)
+        .bind(round.expected_w)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Err(StoreError::CursorMoved {
+                expected: round.expected_w,
+            });
+        }
+        tx.commit().await?;
+        Ok(inserted)
+    }
+}

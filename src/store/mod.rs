@@ -1,0 +1,163 @@
+//! Our own PostgreSQL: schema by migrations at start-up, the discovery cursor and the queue.
+
+mod cursor;
+mod enqueue;
+
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection};
+
+use crate::settings::{redact_url, StoreSettings};
+
+pub use cursor::{SeedOutcome, StoredCursor};
+pub use enqueue::{EnqueueRow, RoundWrite};
+
+/// Why a store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The URL could not be parsed.
+    #[error("store url `{url}` is invalid: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// Connection, statement, constraint…
+    #[error("store statement failed: {0}")]
+    Db(#[from] sqlx::Error),
+    /// Migrations failed at start-up.
+    #[error("store migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The cursor changed under us: another writer (a second instance?) moved W.
+    #[error("inbox cursor moved concurrently (expected W={expected}); is a second instance running?")]
+    CursorMoved { expected: i64 },
+    /// Another instance holds the single-instance lock (or ours was lost).
+    #[error("another msgexchange instance holds the instance lock on this store (or ours was lost)")]
+    InstanceLocked,
+    /// Cutover seeding refused.
+    #[error("cutover seeding refused: {0}")]
+    SeedRefused(String),
+}
+
+/// The embedded migrations (run at start-up; the build needs no database).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// The PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    /// Shared pool.
+    pool: PgPool,
+}
+
+impl Store {
+    /// Connects (creating the database first when configured) and runs migrations.
+    pub async fn connect(settings: &StoreSettings) -> Result<Self, StoreError> {
+        let options = PgConnectOptions::from_str(&settings.url).map_err(|source| {
+            StoreError::Url {
+                url: redact_url(&settings.url),
+                source,
+            }
+        })?;
+        if settings.create_database {
+            create_database_if_missing(&options).await?;
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.connect_timeout)
+            .connect_with(options)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// Wraps an existing pool (tests, tools); runs migrations.
+    pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
+        MIGRATOR.run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Number of PROC_STATE rows (tests, tools, cutover checks).
+    pub async fn proc_state_count(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM proc_state")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+}
+
+/// `CREATE DATABASE` through the maintenance database when the target does not exist.
+async fn create_database_if_missing(target: &PgConnectOptions) -> Result<(), StoreError> {
+    let Some(name) = target.get_database().map(str::to_string) else {
+        return Ok(());
+    };
+    let mut admin = target.clone().database("postgres").connect().await?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut admin)
+            .await?;
+    if !exists {
+        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+        match sqlx::query(&format!("CREATE DATABASE {quoted}"))
+            .execute(&mut admin)
+            .await
+        {
+            Ok(_) => tracing::info!(database = %name, "created store database"),
+            // Raced with another creator: fine.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    admin.close().await?;
+    Ok(())
+}
+
+/// The single-instance lock: a PostgreSQL advisory lock held on a dedicated connection for
+/// the life of the process (two pollers would overwrite W, seed §5.1).
+#[derive(Debug, Clone)]
+pub struct InstanceLock {
+    /// The connection that holds the lock; the lock dies with it.
+    conn: std::sync::Arc<tokio::sync::Mutex<sqlx::PgConnection>>,
+}
+
+/// Advisory lock key: "msgx" in ASCII.
+const INSTANCE_LOCK_KEY: i64 = 0x6d73_6778;
+
+impl InstanceLock {
+    /// Takes the lock or fails with a clear message when another instance holds it.
+    pub async fn acquire(store: &Store) -> Result<Self, StoreError> {
+        let mut conn = store.pool().acquire().await?.detach();
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(INSTANCE_LOCK_KEY)
+            .fetch_one(&mut conn)
+            .await?;
+        if !got {
+            return Err(StoreError::InstanceLocked);
+        }
+        Ok(Self {
+            conn: std::sync::Arc::new(tokio::sync::Mutex::new(conn)),
+        })
+    }
+
+    /// Confirms the lock is still held (its connection is alive and owns it).
+    pub async fn check(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.lock().await;
+        let held: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+             AND pid = pg_backend_pid() AND objid = $1::bigint::oid AND granted)",
+        )
+        .bind(INSTANCE_LOCK_KEY)
+        .fetch_one(&mut *conn)
+        .await?;
+        if held {
+            Ok(())
+        } else {
+            Err(StoreError::InstanceLocked)
+        }
+    }
+}

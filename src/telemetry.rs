@@ -1,0 +1,130 @@
+//! Every metric name of the service, each next to the log line that goes with it
+//! (Vector's `internal_events` style): one place to read what the service reports.
+
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+
+/// W, the contiguous upper bound of discovered inbox ids.
+pub const INBOX_WATERMARK: &str = "msgx_inbox_watermark";
+/// Highest id seen in the inbox.
+pub const INBOX_HEAD_ID: &str = "msgx_inbox_head_id";
+/// Inbox head − W.
+pub const INBOX_LAG_IDS: &str = "msgx_inbox_lag_ids";
+/// Age of the oldest inbox row not yet enqueued.
+pub const INBOX_LAG_SECONDS: &str = "msgx_inbox_lag_seconds";
+/// 1 while W waits at a hole.
+pub const INBOX_HOLE_OPEN: &str = "msgx_inbox_hole_open";
+/// How long the current hole has been open.
+pub const INBOX_HOLE_AGE_SECONDS: &str = "msgx_inbox_hole_age_seconds";
+/// Holes released as permanent.
+pub const INBOX_HOLES_RELEASED_TOTAL: &str = "msgx_inbox_permanent_holes_released_total";
+/// Ids skipped by those releases.
+pub const INBOX_HOLE_IDS_RELEASED_TOTAL: &str = "msgx_inbox_hole_ids_released_total";
+/// G7: hole first seen → row visible.
+pub const INBOX_HOLE_FILL_SECONDS: &str = "msgx_inbox_hole_fill_seconds";
+/// Rows newly enqueued.
+pub const INBOX_ENQUEUED_TOTAL: &str = "msgx_inbox_enqueued_total";
+/// Failed poll rounds by stage (`cursor`, `inbox`, `enqueue`).
+pub const INBOX_POLL_ERRORS_TOTAL: &str = "msgx_inbox_poll_errors_total";
+/// Duration of one poll round.
+pub const INBOX_POLL_DURATION_SECONDS: &str = "msgx_inbox_poll_duration_seconds";
+/// Ids reported to the late detector (stage-0 receiver counts them).
+pub const LATE_WATCH_RECEIVED_TOTAL: &str = "msgx_late_watch_ids_received_total";
+/// Restarts of a child actor by the supervisor.
+pub const ACTOR_RESTARTS_TOTAL: &str = "msgx_actor_restarts_total";
+
+/// Histogram buckets (seconds) per histogram, for the Prometheus exporter.
+pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
+    vec![
+        (
+            INBOX_HOLE_FILL_SECONDS,
+            vec![
+                0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+                1800.0,
+            ],
+        ),
+        (
+            INBOX_POLL_DURATION_SECONDS,
+            vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0],
+        ),
+    ]
+}
+
+/// Registers descriptions (HELP lines) once at start-up.
+pub fn describe() {
+    describe_gauge!(INBOX_WATERMARK, "Contiguous watermark W of discovered inbox ids");
+    describe_gauge!(INBOX_HEAD_ID, "Highest inbox id seen");
+    describe_gauge!(INBOX_LAG_IDS, "Inbox head id minus W");
+    describe_gauge!(INBOX_LAG_SECONDS, Unit::Seconds, "Age of the oldest inbox row not yet enqueued");
+    describe_gauge!(INBOX_HOLE_OPEN, "1 while W waits at a hole");
+    describe_gauge!(INBOX_HOLE_AGE_SECONDS, Unit::Seconds, "Age of the hole W waits at");
+    describe_counter!(INBOX_HOLES_RELEASED_TOTAL, "Holes released as permanent after max-commit-delay");
+    describe_counter!(INBOX_HOLE_IDS_RELEASED_TOTAL, "Inbox ids skipped by permanent-hole releases");
+    describe_histogram!(INBOX_HOLE_FILL_SECONDS, Unit::Seconds, "Hole first seen to row visible (G7: choose max-commit-delay from it)");
+    describe_counter!(INBOX_ENQUEUED_TOTAL, "Inbox rows newly enqueued into PROC_STATE");
+    describe_counter!(INBOX_POLL_ERRORS_TOTAL, "Failed poll rounds by stage; W kept");
+    describe_histogram!(INBOX_POLL_DURATION_SECONDS, Unit::Seconds, "Duration of one poll round");
+    describe_counter!(LATE_WATCH_RECEIVED_TOTAL, "Released hole ids handed to the late detector");
+    describe_counter!(ACTOR_RESTARTS_TOTAL, "Child actors restarted by the supervisor");
+}
+
+/// A round committed: W, hole, lag, releases, fills.
+pub fn poll_round(report: &crate::poller::PollReport) {
+    let a = &report.advance;
+    gauge!(INBOX_WATERMARK).set(a.w as f64);
+    if let Some(head) = report.inbox_head {
+        gauge!(INBOX_HEAD_ID).set(head as f64);
+        gauge!(INBOX_LAG_IDS).set((head - a.w).max(0) as f64);
+    }
+    if let Some(lag) = report.lag {
+        gauge!(INBOX_LAG_SECONDS).set(lag.as_secs_f64());
+    }
+    counter!(INBOX_ENQUEUED_TOTAL).increment(report.enqueued_new);
+    histogram!(INBOX_POLL_DURATION_SECONDS).record(report.duration.as_secs_f64());
+    match a.open_hole {
+        Some(h) => {
+            gauge!(INBOX_HOLE_OPEN).set(1.0);
+            gauge!(INBOX_HOLE_AGE_SECONDS).set(h.age.as_secs_f64());
+            if h.age.is_zero() {
+                tracing::info!(watermark = a.w, first_missing = h.first_missing, next_present = h.next_present, "hole opened; waiting for a late commit");
+            } else {
+                tracing::debug!(watermark = a.w, first_missing = h.first_missing, age_s = h.age.as_secs(), "hole still open");
+            }
+        }
+        None => {
+            gauge!(INBOX_HOLE_OPEN).set(0.0);
+            gauge!(INBOX_HOLE_AGE_SECONDS).set(0.0);
+        }
+    }
+    if let Some(filled) = a.filled_after {
+        histogram!(INBOX_HOLE_FILL_SECONDS).record(filled.as_secs_f64());
+        tracing::info!(watermark = a.w, fill_s = filled.as_secs_f64(), "hole filled");
+    }
+    if let Some(r) = a.released {
+        counter!(INBOX_HOLES_RELEASED_TOTAL).increment(1);
+        counter!(INBOX_HOLE_IDS_RELEASED_TOTAL).increment(r.len() as u64);
+        tracing::warn!(watermark = a.w, first = r.first, last = r.last, "permanent hole released after max-commit-delay; ids handed to the late detector");
+    }
+    if report.enqueued_new > 0 {
+        tracing::debug!(watermark = a.w, enqueued = report.enqueued_new, "enqueued");
+    }
+}
+
+/// A round failed; W is unchanged.
+pub fn poll_failed(stage: &'static str, error: &dyn std::error::Error, watermark: Option<i64>) {
+    counter!(INBOX_POLL_ERRORS_TOTAL, "stage" => stage).increment(1);
+    tracing::error!(stage, watermark, error = %error, "poll round failed; watermark kept");
+}
+
+/// Released ids reached the late detector.
+pub fn late_watch_received(first: i64, last: i64) {
+    counter!(LATE_WATCH_RECEIVED_TOTAL).increment((last - first + 1).max(0) as u64);
+    tracing::warn!(first, last, "late detector: watching released hole ids");
+}
+
+/// A child actor was rebuilt.
+pub fn actor_restarted(child: &'static str, after: Duration) {
+    counter!(ACTOR_RESTARTS_TOTAL, "child" => child).increment(1);
+    tracing::error!(child, backoff_ms = after.as_millis() as u64, "child actor stopped unexpectedly; restarting");
+}

@@ -1,0 +1,234 @@
+//! Test harness: every test gets its own PostgreSQL database and its own MariaDB database
+//! (real servers, no fakes), so tests run in parallel. Databases are named `msgxt_*`;
+//! `scripts/test.sh` drops leftovers before a run.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use msgx_core::clock::ManualClock;
+use msgx_core::devtools::fixture;
+use msgx_core::inbox::names::{InboxNames, OutboxNames};
+use msgx_core::inbox::Inbox;
+use msgx_core::poller::{poll_once, PollConfig, PollReport};
+use msgx_core::settings::Settings;
+use msgx_core::store::Store;
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Executor, MySql, Transaction};
+
+/// Admin URL of the test PostgreSQL (no database).
+pub fn pg_base() -> String {
+    std::env::var("MSGX_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+/// Admin URL of the test MariaDB/MySQL (no database).
+pub fn mysql_base() -> String {
+    std::env::var("MSGX_TEST_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+/// The repo's default config file.
+pub fn default_toml() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/default.toml")
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// One test's private world.
+pub struct TestEnv {
+    /// `msgxt_<tag>_<pid>_<n>`: the PG and MariaDB database name.
+    pub db: String,
+    /// Store URL (with database).
+    pub pg_url: String,
+    /// Inbox URL (with database).
+    pub my_url: String,
+    /// Our store (migrated).
+    pub store: Store,
+    /// The inbox adapter under test.
+    pub inbox: Inbox,
+    /// A pool acting as upstream and as the DB owner.
+    pub owner: MySqlPool,
+    /// Inbox names (defaults).
+    pub names: InboxNames,
+    /// Airport zone.
+    pub tz: Tz,
+    /// Injected clock.
+    pub clock: ManualClock,
+}
+
+impl TestEnv {
+    /// Creates both databases, the inbox fixture, and the migrated store.
+    pub async fn new(tag: &str) -> Self {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let db = format!("msgxt_{tag}_{}_{n}", std::process::id());
+        let pg_url = format!("{}/{db}", pg_base());
+        let my_url = format!("{}/{db}", mysql_base());
+
+        let admin = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&format!("{}/postgres", pg_base()))
+            .await
+            .expect("postgres reachable");
+        admin
+            .execute(format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)").as_str())
+            .await
+            .expect("drop pg db");
+        admin
+            .execute(format!("CREATE DATABASE \"{db}\"").as_str())
+            .await
+            .expect("create pg db");
+        admin.close().await;
+
+        let names = InboxNames::defaults();
+        let outbox = OutboxNames::new("COUTMSGS").expect("name");
+        let my_admin = MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&mysql_base())
+            .await
+            .expect("mariadb reachable");
+        my_admin
+            .execute(format!("DROP DATABASE IF EXISTS `{db}`").as_str())
+            .await
+            .expect("drop mysql db");
+        my_admin.close().await;
+        fixture::create_inbox_fixture(&my_url, &names, &outbox)
+            .await
+            .expect("inbox fixture");
+
+        let settings = Self::settings_for(&pg_url, &my_url, &[]);
+        let store = Store::connect(&settings.store).await.expect("store");
+        let tz: Tz = "Asia/Shanghai".parse().expect("tz");
+        let inbox = Inbox::new(&settings.inbox, &names, tz).expect("inbox");
+        let owner = MySqlPoolOptions::new()
+            .max_connections(8)
+            .connect(&my_url)
+            .await
+            .expect("owner pool");
+        let clock = ManualClock::new(
+            DateTime::parse_from_rfc3339("2026-11-30T01:00:00Z")
+                .expect("time")
+                .with_timezone(&Utc),
+        );
+        Self {
+            db,
+            pg_url,
+            my_url,
+            store,
+            inbox,
+            owner,
+            names,
+            tz,
+            clock,
+        }
+    }
+
+    /// Settings pointing at this env's databases, with extra `MSGX_*` overrides.
+    pub fn settings(&self, extra: &[(&str, &str)]) -> Settings {
+        Self::settings_for(&self.pg_url, &self.my_url, extra)
+    }
+
+    fn settings_for(pg_url: &str, my_url: &str, extra: &[(&str, &str)]) -> Settings {
+        let mut env = vec![
+            ("MSGX_STORE__URL", pg_url),
+            ("MSGX_INBOX__URL", my_url),
+            ("MSGX_STORE__MAX_CONNECTIONS", "4"),
+        ];
+        env.extend_from_slice(extra);
+        Settings::load_with_env(&default_toml(), &env).expect("test settings")
+    }
+
+    /// Environment variables for running the binary against this env.
+    pub fn binary_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("MSGX_STORE__URL".into(), self.pg_url.clone()),
+            ("MSGX_INBOX__URL".into(), self.my_url.clone()),
+            ("MSGEXCHANGE_CONFIG".into(), default_toml().display().to_string()),
+        ]
+    }
+
+    /// Default poll knobs with this claim batch.
+    pub fn poll_cfg(&self, claim_batch: u32) -> PollConfig {
+        PollConfig {
+            claim_batch,
+            max_commit_delay: std::time::Duration::from_secs(300),
+            async_commit: false,
+        }
+    }
+
+    /// One round with the manual clock.
+    pub async fn poll(&self, cfg: PollConfig) -> PollReport {
+        poll_once(&self.inbox, &self.store, &self.clock, cfg)
+            .await
+            .expect("poll round")
+    }
+
+    /// Inserts and commits `n` ordinary rows as upstream; returns their ids.
+    pub async fn insert_rows(&self, n: usize) -> Vec<i64> {
+        let mut ids = Vec::with_capacity(n);
+        for _ in 0..n {
+            let r = sqlx::query(
+                "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (NOW(), '<MSG/>')",
+            )
+            .execute(&self.owner)
+            .await
+            .expect("insert");
+            ids.push(r.last_insert_id() as i64);
+        }
+        ids
+    }
+
+    /// Opens a transaction and inserts one row in it (not committed): a late commit or a
+    /// rollback in the making. Returns the transaction and the allocated id.
+    pub async fn open_insert(&self) -> (Transaction<'static, MySql>, i64) {
+        let mut tx = self.owner.begin().await.expect("begin");
+        let r = sqlx::query(
+            "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (NOW(), '<MSG/>')",
+        )
+        .execute(&mut *tx)
+        .await
+        .expect("insert");
+        (tx, r.last_insert_id() as i64)
+    }
+
+    /// PROC_STATE ids in ascending order.
+    pub async fn enqueued_ids(&self) -> Vec<i64> {
+        sqlx::query_scalar("SELECT msg_id FROM proc_state ORDER BY msg_id")
+            .fetch_all(self.store.pool())
+            .await
+            .expect("proc_state")
+    }
+
+    /// `(W, HOLE_SINCE)`.
+    pub async fn cursor(&self) -> (i64, Option<DateTime<Utc>>) {
+        let c = self.store.read_cursor().await.expect("cursor").cursor;
+        (c.w, c.hole_since)
+    }
+
+    /// Drops both databases (best effort; `scripts/test.sh` also sweeps leftovers).
+    pub async fn cleanup(self) {
+        self.owner.close().await;
+        self.store.pool().close().await;
+        if let Ok(admin) = PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&format!("{}/postgres", pg_base()))
+            .await
+        {
+            let _ = admin
+                .execute(format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.db).as_str())
+                .await;
+        }
+        if let Ok(admin) = MySqlPoolOptions::new().max_connections(1).connect(&mysql_base()).await {
+            let _ = admin
+                .execute(format!("DROP DATABASE IF EXISTS `{}`", self.db).as_str())
+                .await;
+        }
+    }
+}
+
+/// Shared ManualClock as the trait object the actors take.
+pub fn shared(clock: &ManualClock) -> Arc<dyn msgx_core::clock::Clock> {
+    Arc::new(clock.clone())
+}
