@@ -9,12 +9,13 @@ cargo build --workspace
 bin=target/debug/msgexchange
 export MSGX_INBOX__URL=${MSGX_INBOX__URL:-mysql://root@127.0.0.1:3306/msgx_inbox}
 export MSGX_STORE__URL=${MSGX_STORE__URL:-postgres://postgres@127.0.0.1:5432/msgx}
-# Short enough that a newcomer sees a permanent hole released within the demo.
-export MSGX_PIPELINE__MAX_COMMIT_DELAY=${MSGX_PIPELINE__MAX_COMMIT_DELAY:-30s}
+# Short enough that a newcomer sees permanent holes released within the demo. Every rolled-back
+# id stalls discovery for this long (seed §5.1), so the demo rolls back rarely.
+export MSGX_PIPELINE__MAX_COMMIT_DELAY=${MSGX_PIPELINE__MAX_COMMIT_DELAY:-10s}
 
 "$bin" dev inbox-fixture
-"$bin" dev simulate-upstream --rate "${DEMO_RATE:-50}" --connections 4 --hold-max 5s \
-  --rollback-fraction 0.02 &
+"$bin" dev simulate-upstream --rate "${DEMO_RATE:-20}" --connections 8 --hold-max 3s \
+  --rollback-fraction 0.003 &
 sim=$!
 trap 'kill $sim 2>/dev/null || true' EXIT
 echo "simulator running (pid $sim); starting msgexchange — metrics at http://127.0.0.1:9464/metrics"

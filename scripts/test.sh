@@ -13,4 +13,10 @@ for db in $(mariadb -h 127.0.0.1 -uroot -N -e "SELECT schema_name FROM informati
   mariadb -h 127.0.0.1 -uroot -e "DROP DATABASE IF EXISTS \`$db\`"
 done
 
+# Alert rules: promtool comes with Debian's prometheus package.
+if ! command -v promtool >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null
+fi
+(cd prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
+
 cargo test --workspace --all-targets "$@"

@@ -158,10 +158,7 @@ impl Settings {
     }
 
     /// Same as [`Settings::load`] with explicit environment pairs (tests).
-    pub fn load_with_env(
-        base: &Path,
-        env: &[(&str, &str)],
-    ) -> Result<Self, SettingsError> {
+    pub fn load_with_env(base: &Path, env: &[(&str, &str)]) -> Result<Self, SettingsError> {
         let map = env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -233,15 +230,12 @@ impl Settings {
 
     /// The inbox zone as a parsed tz.
     pub fn inbox_timezone(&self) -> Result<chrono_tz::Tz, SettingsError> {
-        self.inbox
-            .timezone
-            .parse::<chrono_tz::Tz>()
-            .map_err(|_| {
-                invalid(
-                    "inbox.timezone",
-                    format!("`{}` is not an IANA zone", self.inbox.timezone),
-                )
-            })
+        self.inbox.timezone.parse::<chrono_tz::Tz>().map_err(|_| {
+            invalid(
+                "inbox.timezone",
+                format!("`{}` is not an IANA zone", self.inbox.timezone),
+            )
+        })
     }
 
     /// Validated inbox identifiers.

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
 
 /// W, the contiguous upper bound of discovered inbox ids.
 pub const INBOX_WATERMARK: &str = "msgx_inbox_watermark";
@@ -34,6 +36,24 @@ pub const LATE_WATCH_RECEIVED_TOTAL: &str = "msgx_late_watch_ids_received_total"
 /// Restarts of a child actor by the supervisor.
 pub const ACTOR_RESTARTS_TOTAL: &str = "msgx_actor_restarts_total";
 
+/// Every metric name above (dashboards and alert rules are checked against it).
+pub const ALL: &[&str] = &[
+    INBOX_WATERMARK,
+    INBOX_HEAD_ID,
+    INBOX_LAG_IDS,
+    INBOX_LAG_SECONDS,
+    INBOX_HOLE_OPEN,
+    INBOX_HOLE_AGE_SECONDS,
+    INBOX_HOLES_RELEASED_TOTAL,
+    INBOX_HOLE_IDS_RELEASED_TOTAL,
+    INBOX_HOLE_FILL_SECONDS,
+    INBOX_ENQUEUED_TOTAL,
+    INBOX_POLL_ERRORS_TOTAL,
+    INBOX_POLL_DURATION_SECONDS,
+    LATE_WATCH_RECEIVED_TOTAL,
+    ACTOR_RESTARTS_TOTAL,
+];
+
 /// Histogram buckets (seconds) per histogram, for the Prometheus exporter.
 pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
     vec![
@@ -46,27 +66,66 @@ pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
         ),
         (
             INBOX_POLL_DURATION_SECONDS,
-            vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0],
+            vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+            ],
         ),
     ]
 }
 
 /// Registers descriptions (HELP lines) once at start-up.
 pub fn describe() {
-    describe_gauge!(INBOX_WATERMARK, "Contiguous watermark W of discovered inbox ids");
+    describe_gauge!(
+        INBOX_WATERMARK,
+        "Contiguous watermark W of discovered inbox ids"
+    );
     describe_gauge!(INBOX_HEAD_ID, "Highest inbox id seen");
     describe_gauge!(INBOX_LAG_IDS, "Inbox head id minus W");
-    describe_gauge!(INBOX_LAG_SECONDS, Unit::Seconds, "Age of the oldest inbox row not yet enqueued");
+    describe_gauge!(
+        INBOX_LAG_SECONDS,
+        Unit::Seconds,
+        "Age of the oldest inbox row not yet enqueued"
+    );
     describe_gauge!(INBOX_HOLE_OPEN, "1 while W waits at a hole");
-    describe_gauge!(INBOX_HOLE_AGE_SECONDS, Unit::Seconds, "Age of the hole W waits at");
-    describe_counter!(INBOX_HOLES_RELEASED_TOTAL, "Holes released as permanent after max-commit-delay");
-    describe_counter!(INBOX_HOLE_IDS_RELEASED_TOTAL, "Inbox ids skipped by permanent-hole releases");
-    describe_histogram!(INBOX_HOLE_FILL_SECONDS, Unit::Seconds, "Hole first seen to row visible (G7: choose max-commit-delay from it)");
-    describe_counter!(INBOX_ENQUEUED_TOTAL, "Inbox rows newly enqueued into PROC_STATE");
-    describe_counter!(INBOX_POLL_ERRORS_TOTAL, "Failed poll rounds by stage; W kept");
-    describe_histogram!(INBOX_POLL_DURATION_SECONDS, Unit::Seconds, "Duration of one poll round");
-    describe_counter!(LATE_WATCH_RECEIVED_TOTAL, "Released hole ids handed to the late detector");
-    describe_counter!(ACTOR_RESTARTS_TOTAL, "Child actors restarted by the supervisor");
+    describe_gauge!(
+        INBOX_HOLE_AGE_SECONDS,
+        Unit::Seconds,
+        "Age of the hole W waits at"
+    );
+    describe_counter!(
+        INBOX_HOLES_RELEASED_TOTAL,
+        "Holes released as permanent after max-commit-delay"
+    );
+    describe_counter!(
+        INBOX_HOLE_IDS_RELEASED_TOTAL,
+        "Inbox ids skipped by permanent-hole releases"
+    );
+    describe_histogram!(
+        INBOX_HOLE_FILL_SECONDS,
+        Unit::Seconds,
+        "Hole first seen to row visible (G7: choose max-commit-delay from it)"
+    );
+    describe_counter!(
+        INBOX_ENQUEUED_TOTAL,
+        "Inbox rows newly enqueued into PROC_STATE"
+    );
+    describe_counter!(
+        INBOX_POLL_ERRORS_TOTAL,
+        "Failed poll rounds by stage; W kept"
+    );
+    describe_histogram!(
+        INBOX_POLL_DURATION_SECONDS,
+        Unit::Seconds,
+        "Duration of one poll round"
+    );
+    describe_counter!(
+        LATE_WATCH_RECEIVED_TOTAL,
+        "Released hole ids handed to the late detector"
+    );
+    describe_counter!(
+        ACTOR_RESTARTS_TOTAL,
+        "Child actors restarted by the supervisor"
+    );
 }
 
 /// A round committed: W, hole, lag, releases, fills.
@@ -87,9 +146,19 @@ pub fn poll_round(report: &crate::poller::PollReport) {
             gauge!(INBOX_HOLE_OPEN).set(1.0);
             gauge!(INBOX_HOLE_AGE_SECONDS).set(h.age.as_secs_f64());
             if h.age.is_zero() {
-                tracing::info!(watermark = a.w, first_missing = h.first_missing, next_present = h.next_present, "hole opened; waiting for a late commit");
+                tracing::info!(
+                    watermark = a.w,
+                    first_missing = h.first_missing,
+                    next_present = h.next_present,
+                    "hole opened; waiting for a late commit"
+                );
             } else {
-                tracing::debug!(watermark = a.w, first_missing = h.first_missing, age_s = h.age.as_secs(), "hole still open");
+                tracing::debug!(
+                    watermark = a.w,
+                    first_missing = h.first_missing,
+                    age_s = h.age.as_secs(),
+                    "hole still open"
+                );
             }
         }
         None => {
@@ -99,12 +168,21 @@ pub fn poll_round(report: &crate::poller::PollReport) {
     }
     if let Some(filled) = a.filled_after {
         histogram!(INBOX_HOLE_FILL_SECONDS).record(filled.as_secs_f64());
-        tracing::info!(watermark = a.w, fill_s = filled.as_secs_f64(), "hole filled");
+        tracing::info!(
+            watermark = a.w,
+            fill_s = filled.as_secs_f64(),
+            "hole filled"
+        );
     }
     if let Some(r) = a.released {
         counter!(INBOX_HOLES_RELEASED_TOTAL).increment(1);
         counter!(INBOX_HOLE_IDS_RELEASED_TOTAL).increment(r.len() as u64);
-        tracing::warn!(watermark = a.w, first = r.first, last = r.last, "permanent hole released after max-commit-delay; ids handed to the late detector");
+        tracing::warn!(
+            watermark = a.w,
+            first = r.first,
+            last = r.last,
+            "permanent hole released after max-commit-delay; ids handed to the late detector"
+        );
     }
     if report.enqueued_new > 0 {
         tracing::debug!(watermark = a.w, enqueued = report.enqueued_new, "enqueued");
@@ -126,5 +204,70 @@ pub fn late_watch_received(first: i64, last: i64) {
 /// A child actor was rebuilt.
 pub fn actor_restarted(child: &'static str, after: Duration) {
     counter!(ACTOR_RESTARTS_TOTAL, "child" => child).increment(1);
-    tracing::error!(child, backoff_ms = after.as_millis() as u64, "child actor stopped unexpectedly; restarting");
+    tracing::error!(
+        child,
+        backoff_ms = after.as_millis() as u64,
+        "child actor stopped unexpectedly; restarting"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// Names a dashboard or alert rule uses, without the histogram suffixes.
+    fn referenced(text: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while let Some(pos) = text[i..].find("msgx_") {
+            let start = i + pos;
+            let mut end = start;
+            while end < bytes.len() && (bytes[end].is_ascii_alphanumeric() || bytes[end] == b'_') {
+                end += 1;
+            }
+            let name = &text[start..end];
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            // `msgx_bench_*` and the like are database names, not metrics.
+            if !base.ends_with('_') {
+                names.push(base.to_string());
+            }
+            i = end;
+        }
+        names
+    }
+
+    #[test]
+    fn dashboards_and_alerts_use_only_known_metrics() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut checked = 0;
+        for file in [
+            "prometheus/alerts.yml",
+            "grafana/dashboards/discovery.json",
+            "docs/operations.md",
+        ] {
+            let text = std::fs::read_to_string(root.join(file)).expect("readable");
+            for name in referenced(&text) {
+                assert!(
+                    ALL.contains(&name.as_str()),
+                    "{file} uses unknown metric {name}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 10, "the files reference our metrics");
+    }
+
+    #[test]
+    fn every_histogram_has_buckets() {
+        let with_buckets: Vec<&str> = histogram_buckets().iter().map(|(n, _)| *n).collect();
+        for name in [INBOX_HOLE_FILL_SECONDS, INBOX_POLL_DURATION_SECONDS] {
+            assert!(with_buckets.contains(&name));
+        }
+    }
 }

@@ -23,10 +23,18 @@ fn msgx(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
 #[test]
 fn bad_config_fails_at_start_naming_the_key() {
     for (key, value, expect) in [
-        ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "soon", "max_commit_delay"),
+        (
+            "MSGX_PIPELINE__MAX_COMMIT_DELAY",
+            "soon",
+            "max_commit_delay",
+        ),
         ("MSGX_PIPELINE__CLAIM_BATCH", "0", "pipeline.claim_batch"),
         ("MSGX_INBOX__ID_COLUMN", "ID`; DROP", "inbox.id_column"),
-        ("MSGX_PIPELINE__CUTOVER_WATERMARK", "latest", "pipeline.cutover_watermark"),
+        (
+            "MSGX_PIPELINE__CUTOVER_WATERMARK",
+            "latest",
+            "pipeline.cutover_watermark",
+        ),
         ("MSGX_PIPELINE__NO_SUCH_KEY", "1", "no_such_key"),
     ] {
         let out = msgx(&["run"], &[(key, value)]);
@@ -49,7 +57,11 @@ fn check_config_redacts_passwords() {
             ("MSGX_INBOX__URL", "mysql://reader:s3cr3t@inbox:3306/aodb"),
         ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let all = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -70,7 +82,11 @@ async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
     vars.push(("MSGX_LOG__LEVEL".into(), "warn".into()));
     let vars_ref: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let out = msgx(&["dev", "inbox-fixture"], &vars_ref);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let ids = env.insert_rows(3).await;
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -103,10 +119,41 @@ async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
     let missing = http_get(port, "/no/such/path").await.expect("404");
     assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
-    let garbage = http_raw(port, b"NOT HTTP AT ALL\r\n\r\n").await.expect("400");
+    let garbage = http_raw(port, b"NOT HTTP AT ALL\r\n\r\n")
+        .await
+        .expect("400");
     assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
     // Still alive after the bad requests.
-    assert!(http_get(port, "/healthz").await.expect("alive").starts_with("HTTP/1.1 200"));
+    assert!(http_get(port, "/healthz")
+        .await
+        .expect("alive")
+        .starts_with("HTTP/1.1 200"));
+
+    // The DB owner makes the inbox unreadable: rounds fail and are counted, W stays, not ready.
+    sqlx::query("RENAME TABLE CMINMSGS TO CMINMSGS_AWAY")
+        .execute(&env.owner)
+        .await
+        .expect("rename");
+    let mut failing = String::new();
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let body = http_get(port, "/metrics").await.unwrap_or_default();
+        if body.contains("msgx_inbox_poll_errors_total{stage=\"inbox\"}") {
+            failing = body;
+            break;
+        }
+    }
+    assert!(
+        failing.contains(&format!("msgx_inbox_watermark {}", ids[2])),
+        "{failing}"
+    );
+    let ready = http_get(port, "/readyz").await.expect("readyz");
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    assert!(ready.contains("inbox"), "{ready}");
+    sqlx::query("RENAME TABLE CMINMSGS_AWAY TO CMINMSGS")
+        .execute(&env.owner)
+        .await
+        .expect("rename back");
 
     // A second instance on the same store is refused (single active instance).
     let second = Command::new(env!("CARGO_BIN_EXE_msgexchange"))

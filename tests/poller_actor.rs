@@ -39,7 +39,11 @@ impl Handler<WatermarkMoved> for Probe {
 impl Handler<HolesReleased> for Probe {
     type Result = ();
     fn handle(&mut self, m: HolesReleased, _: &mut Context<Self>) {
-        self.0.released.lock().expect("lock").push((m.first, m.last));
+        self.0
+            .released
+            .lock()
+            .expect("lock")
+            .push((m.first, m.last));
     }
 }
 
@@ -85,7 +89,10 @@ async fn simulator_and_poller_concurrently_lose_nothing() {
     let report = simulate(&env.owner, &env.names, env.tz, &cfg, stop_rx)
         .await
         .expect("simulation");
-    assert!(!report.rolled_back_ids.is_empty(), "the simulator made holes");
+    assert!(
+        !report.rolled_back_ids.is_empty(),
+        "the simulator made holes"
+    );
     let last_committed = *report.committed_ids.last().expect("committed rows");
 
     // Let rounds see the holes, then age them past max-commit-delay (injected clock).
@@ -99,11 +106,19 @@ async fn simulator_and_poller_concurrently_lose_nothing() {
         if env.cursor().await.0 >= last_committed {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "W stuck at {:?}", env.cursor().await);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "W stuck at {:?}",
+            env.cursor().await
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    assert_eq!(env.enqueued_ids().await, report.committed_ids, "every committed row, once");
+    assert_eq!(
+        env.enqueued_ids().await,
+        report.committed_ids,
+        "every committed row, once"
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut released: Vec<i64> = seen
         .released
@@ -119,9 +134,15 @@ async fn simulator_and_poller_concurrently_lose_nothing() {
         .copied()
         .filter(|id| *id < last_committed)
         .collect();
-    assert_eq!(released, expected, "exactly the rolled-back ids were released");
+    assert_eq!(
+        released, expected,
+        "exactly the rolled-back ids were released"
+    );
     let marks = seen.watermarks.lock().expect("lock").clone();
-    assert!(marks.windows(2).all(|p| p[0] < p[1]), "W only grows: {marks:?}");
+    assert!(
+        marks.windows(2).all(|p| p[0] < p[1]),
+        "W only grows: {marks:?}"
+    );
     assert_eq!(marks.last(), Some(&last_committed));
     env.cleanup().await;
 }
@@ -163,8 +184,9 @@ async fn supervisor_rebuilds_a_child_whose_mailbox_closed() {
         }
     };
     let (fatal, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let _sup = msgx_actors::supervisor::Supervisor::new(Wiring::default(), vec![factory], None, fatal)
-        .start();
+    let _sup =
+        msgx_actors::supervisor::Supervisor::new(Wiring::default(), vec![factory], None, fatal)
+            .start();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(*starts.lock().expect("lock"), 1);
     let first = current.lock().expect("lock").clone().expect("started");

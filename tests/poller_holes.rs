@@ -19,7 +19,11 @@ async fn open_transaction_gap_waits_then_enqueues_both_in_order() {
 
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, late_id - 1, "W waits before the gap");
-    assert_eq!(env.enqueued_ids().await, Vec::<i64>::new(), "nothing after a young hole");
+    assert_eq!(
+        env.enqueued_ids().await,
+        Vec::<i64>::new(),
+        "nothing after a young hole"
+    );
     let (_, since) = env.cursor().await;
     assert_eq!(since, Some(env.clock.now()));
 
@@ -59,7 +63,11 @@ async fn rolled_back_insert_is_released_only_after_max_commit_delay_and_only_the
     env.clock.advance(Duration::from_secs(1));
     let r = env.poll(cfg).await;
     let released = r.advance.released.expect("released at 5m");
-    assert_eq!((released.first, released.last), (hole, hole), "only the hole");
+    assert_eq!(
+        (released.first, released.last),
+        (hole, hole),
+        "only the hole"
+    );
     assert_eq!(r.advance.w, hole);
     assert!(r.poll_again_now(), "a release re-polls at once");
 
@@ -67,7 +75,11 @@ async fn rolled_back_insert_is_released_only_after_max_commit_delay_and_only_the
     assert_eq!(r.advance.w, *rest.last().expect("rows"));
     let mut expected = first.clone();
     expected.extend(&rest);
-    assert_eq!(env.enqueued_ids().await, expected, "every existing row enqueued");
+    assert_eq!(
+        env.enqueued_ids().await,
+        expected,
+        "every existing row enqueued"
+    );
     env.cleanup().await;
 }
 
@@ -92,11 +104,18 @@ async fn one_hole_per_round_and_each_new_hole_gets_its_own_timer() {
     assert_eq!(r.advance.w, b, "b enqueued, W waits at h2");
     assert!(r.advance.open_hole.is_some());
     let (_, since) = env.cursor().await;
-    assert_eq!(since, Some(env.clock.now()), "h2's timer starts when first seen");
+    assert_eq!(
+        since,
+        Some(env.clock.now()),
+        "h2's timer starts when first seen"
+    );
     env.clock.advance(Duration::from_secs(299));
     assert!(env.poll(cfg).await.advance.released.is_none());
     env.clock.advance(Duration::from_secs(1));
-    assert_eq!(env.poll(cfg).await.advance.released.map(|h| h.first), Some(h2));
+    assert_eq!(
+        env.poll(cfg).await.advance.released.map(|h| h.first),
+        Some(h2)
+    );
     env.poll(cfg).await;
     assert_eq!(env.enqueued_ids().await, vec![a, b, c]);
     env.cleanup().await;
@@ -145,7 +164,11 @@ async fn full_batches_repoll_and_w_follows_batch_by_batch() {
     let r = env.poll(cfg).await;
     assert!(r.batch_full && r.poll_again_now());
     assert_eq!(r.advance.w, ids[2]);
-    assert_eq!(r.inbox_head, Some(ids[6]), "a full batch asks the inbox head for lag");
+    assert_eq!(
+        r.inbox_head,
+        Some(ids[6]),
+        "a full batch asks the inbox head for lag"
+    );
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, ids[5]);
     let r = env.poll(cfg).await;
@@ -160,21 +183,29 @@ async fn row_content_never_stops_discovery() {
     let env = TestEnv::new("content").await;
     let cfg = env.poll_cfg(100);
     let huge = "X".repeat(5 * 1024 * 1024);
-    sqlx::query("SET SESSION sql_mode = ''").execute(&env.owner).await.ok();
+    sqlx::query("SET SESSION sql_mode = ''")
+        .execute(&env.owner)
+        .await
+        .ok();
     let mut conn = env.owner.acquire().await.expect("conn");
-    sqlx::query("SET SESSION sql_mode = ''").execute(&mut *conn).await.expect("mode");
+    sqlx::query("SET SESSION sql_mode = ''")
+        .execute(&mut *conn)
+        .await
+        .expect("mode");
     for (recv, msg) in [
         (None, Some("<MSG/>")),                                // NULL receive time
         (Some("2026-11-30 09:30:00"), None),                   // NULL message
         (Some("0000-00-00 00:00:00"), Some("not xml at all")), // zero date
         (Some("2026-11-30 09:30:01"), Some(huge.as_str())),    // 5 MiB message
     ] {
-        sqlx::query("INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (?, ?)")
-            .bind(recv)
-            .bind(msg)
-            .execute(&mut *conn)
-            .await
-            .expect("insert odd row");
+        sqlx::query(
+            "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (?, ?)",
+        )
+        .bind(recv)
+        .bind(msg)
+        .execute(&mut *conn)
+        .await
+        .expect("insert odd row");
     }
     drop(conn);
     let r = env.poll(cfg).await;
@@ -190,7 +221,10 @@ async fn row_content_never_stops_discovery() {
         Some("2026-11-30T01:30:00+00:00".to_string()),
         "DATETIME read as Asia/Shanghai local time"
     );
-    assert_eq!(rows[2].1, None, "a zero date is stored as NULL, not an error");
+    assert_eq!(
+        rows[2].1, None,
+        "a zero date is stored as NULL, not an error"
+    );
     assert!(rows[3].1.is_some());
     env.cleanup().await;
 }

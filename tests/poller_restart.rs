@@ -26,14 +26,24 @@ async fn restart_in_the_middle_of_a_hole_keeps_hole_since() {
 
     // "Restart": a brand-new adapter and store handle, nothing kept in memory.
     let settings = env.settings(&[]);
-    let store2 = msgx_core::store::Store::connect(&settings.store).await.expect("store");
+    let store2 = msgx_core::store::Store::connect(&settings.store)
+        .await
+        .expect("store");
     let inbox2 = Inbox::new(&settings.inbox, &env.names, env.tz).expect("inbox");
     env.clock.advance(Duration::from_secs(200));
-    let r = poll_once(&inbox2, &store2, &env.clock, cfg).await.expect("round");
+    let r = poll_once(&inbox2, &store2, &env.clock, cfg)
+        .await
+        .expect("round");
     assert!(r.advance.released.is_none());
-    assert_eq!(env.cursor().await.1, Some(since), "HOLE_SINCE kept across the restart");
+    assert_eq!(
+        env.cursor().await.1,
+        Some(since),
+        "HOLE_SINCE kept across the restart"
+    );
     env.clock.advance(Duration::from_secs(100));
-    let r = poll_once(&inbox2, &store2, &env.clock, cfg).await.expect("round");
+    let r = poll_once(&inbox2, &store2, &env.clock, cfg)
+        .await
+        .expect("round");
     assert_eq!(
         r.advance.released.map(|h| h.first),
         Some(hole),
@@ -102,7 +112,10 @@ async fn a_second_writer_moving_w_is_refused() {
         .store
         .commit_round(msgx_core::store::RoundWrite {
             expected_w: stale.w,
-            cursor: msgx_core::watermark::Cursor { w: stale.w + 2, hole_since: None },
+            cursor: msgx_core::watermark::Cursor {
+                w: stale.w + 2,
+                hole_since: None,
+            },
             rows: &[],
             now: env.clock.now(),
             async_commit: false,
@@ -161,7 +174,11 @@ async fn kill_9_mid_hole_keeps_the_timer_and_the_watermark() {
     let (tx, _hole) = env.open_insert().await;
     env.insert_rows(2).await;
 
-    let mut svc = spawn_service(&env, &[("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1h")], free_port());
+    let mut svc = spawn_service(
+        &env,
+        &[("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1h")],
+        free_port(),
+    );
     wait_for("hole observed", Duration::from_secs(30), || async {
         env.cursor().await.1.is_some()
     })
@@ -170,9 +187,17 @@ async fn kill_9_mid_hole_keeps_the_timer_and_the_watermark() {
     assert_eq!(w, ids[2]);
     kill9(&mut svc);
 
-    let mut svc = spawn_service(&env, &[("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1h")], free_port());
+    let mut svc = spawn_service(
+        &env,
+        &[("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1h")],
+        free_port(),
+    );
     tokio::time::sleep(Duration::from_millis(800)).await; // many 50 ms rounds
-    assert_eq!(env.cursor().await, (w, since), "same W, same HOLE_SINCE after kill -9");
+    assert_eq!(
+        env.cursor().await,
+        (w, since),
+        "same W, same HOLE_SINCE after kill -9"
+    );
     tx.commit().await.expect("late commit");
     wait_for("hole filled", Duration::from_secs(30), || async {
         env.cursor().await == (ids[2] + 3, None)
@@ -204,18 +229,30 @@ async fn kill_9_at_random_points_never_lets_w_pass_an_unenqueued_row() {
         })
     };
     let mut rng_state = 0x9e37_79b9u64;
+    let mut watermarks = Vec::new();
     for round in 0..6 {
         let mut svc = spawn_service(
             &env,
-            &[("MSGX_PIPELINE__CLAIM_BATCH", "50"), ("MSGX_PIPELINE__ASYNC_ENQUEUE_COMMIT", "true")],
+            &[
+                ("MSGX_PIPELINE__CLAIM_BATCH", "50"),
+                ("MSGX_PIPELINE__ASYNC_ENQUEUE_COMMIT", "true"),
+            ],
             free_port(),
         );
-        rng_state = rng_state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        rng_state = rng_state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let run_ms = 300 + (rng_state >> 33) % 700;
         tokio::time::sleep(Duration::from_millis(run_ms)).await;
         kill9(&mut svc);
         check_no_row_passed(&env, round).await;
+        watermarks.push(env.cursor().await.0);
     }
+    // The kills really landed while discovery was moving.
+    assert!(
+        watermarks.windows(2).filter(|p| p[1] > p[0]).count() >= 3,
+        "{watermarks:?}"
+    );
     writer.await.expect("writer");
     // A final run drains everything.
     let mut svc = spawn_service(&env, &[], free_port());
@@ -234,14 +271,18 @@ async fn kill_9_at_random_points_never_lets_w_pass_an_unenqueued_row() {
 
 async fn check_no_row_passed(env: &TestEnv, round: u32) {
     let (w, _) = env.cursor().await;
-    let inbox_ids: Vec<i64> =
-        sqlx::query_scalar("SELECT CMINMSGS_ID FROM CMINMSGS WHERE CMINMSGS_ID <= ? ORDER BY CMINMSGS_ID")
-            .bind(w)
-            .fetch_all(&env.owner)
-            .await
-            .expect("inbox ids");
+    let inbox_ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT CMINMSGS_ID FROM CMINMSGS WHERE CMINMSGS_ID <= ? ORDER BY CMINMSGS_ID",
+    )
+    .bind(w)
+    .fetch_all(&env.owner)
+    .await
+    .expect("inbox ids");
     let enqueued: std::collections::BTreeSet<i64> = env.enqueued_ids().await.into_iter().collect();
     for id in inbox_ids {
-        assert!(enqueued.contains(&id), "round {round}: W={w} passed row {id} that is not enqueued");
+        assert!(
+            enqueued.contains(&id),
+            "round {round}: W={w} passed row {id} that is not enqueued"
+        );
     }
 }

@@ -12,10 +12,12 @@
 //! 2. store: `Store::connect` (creates the database, runs the migrations);
 //! 3. bare limits: `rows` rows into scratch copies of `proc_state`, one transaction per
 //!    `claim_batch` rows, with the poller's exact `UNNEST` statement and with a plain multi-row
-//!    `VALUES` statement, both under the poller's `synchronous_commit` setting;
+//!    `VALUES` statement, both under the poller's `synchronous_commit` setting (UNNEST is
+//!    measured again after step 4, so the two bracket the poller);
 //! 4. the real thing: `poll_once` in a loop until W reaches the inbox head, with per-round
 //!    latency and RSS samples every 10 % of progress;
-//! 5. for the breakdown: the inbox reads of a round alone (`rows_after` + `max_id`).
+//! 5. where the time goes: the queue is emptied, W rewound, and the rounds replayed with the
+//!    same calls `poll_once` makes, each step timed apart.
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,14 +27,15 @@ use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use clap::Args;
-use msgx_core::clock::SystemClock;
+use msgx_core::clock::{Clock, SystemClock};
 use msgx_core::devtools::fixture;
 use msgx_core::inbox::names::InboxNames;
 use msgx_core::inbox::time::utc_to_local;
 use msgx_core::inbox::Inbox;
 use msgx_core::poller::{poll_once, PollConfig};
 use msgx_core::settings::{redact_url, Settings};
-use msgx_core::store::Store;
+use msgx_core::store::{EnqueueRow, RoundWrite, Store};
+use msgx_core::watermark::Cursor;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{ConnectOptions, Connection};
@@ -309,18 +312,16 @@ async fn run(
     } else {
         "synchronous_commit as configured on the server"
     };
+    let unnest_rate = rate(2 * args.rows, m.bare_unnest_before + m.bare_unnest_after);
     println!(
-        "  bare PG UNNEST insert : {:.0} rows/s  ({} rows in {:.1}s, {} per tx, {sync_note})",
-        rate(args.rows, m.bare_unnest),
-        args.rows,
-        m.bare_unnest.as_secs_f64(),
-        claim_batch
+        "  bare PG UNNEST insert : {unnest_rate:.0} rows/s  (before the poller {:.0}, after {:.0}; \
+         {claim_batch} rows per tx, {sync_note})",
+        rate(args.rows, m.bare_unnest_before),
+        rate(args.rows, m.bare_unnest_after),
     );
+    let values_rate = rate(args.rows, m.bare_values);
     println!(
-        "  bare PG VALUES insert : {:.0} rows/s  ({} rows in {:.1}s, same transactions)",
-        rate(args.rows, m.bare_values),
-        args.rows,
-        m.bare_values.as_secs_f64()
+        "  bare PG VALUES insert : {values_rate:.0} rows/s  (same transactions, before the poller)"
     );
     let poll_rate = rate(args.rows, m.poll.elapsed);
     let mut sorted = m.poll.latencies.clone();
@@ -329,8 +330,8 @@ async fn run(
         "  poller enqueue        : {:.0} rows/s  ({:.1}% of bare UNNEST, {:.1}% of bare VALUES)   \
          rounds {}, round p50 {} p99 {} max {}",
         poll_rate,
-        100.0 * poll_rate / rate(args.rows, m.bare_unnest),
-        100.0 * poll_rate / rate(args.rows, m.bare_values),
+        100.0 * poll_rate / unnest_rate,
+        100.0 * poll_rate / values_rate,
         sorted.len(),
         ms(percentile(&sorted, 0.50)),
         ms(percentile(&sorted, 0.99)),
@@ -343,10 +344,19 @@ async fn run(
         m.poll.enqueued_new,
         m.poll.proc_state_rows
     );
+    let b = &m.breakdown;
+    let per_round = |d: Duration| ms(d / b.rounds.max(1));
+    let bare_txs = u32::try_from(args.rows.div_ceil(u64::from(claim_batch))).unwrap_or(u32::MAX);
     println!(
-        "  inbox reads alone     : {:.0} rows/s  (rows_after + max_id per round, {:.1}s; the MySQL share of a round)",
-        rate(args.rows, m.inbox_reads),
-        m.inbox_reads.as_secs_f64()
+        "  round breakdown       : replay {:.0} rows/s; mean per round: read_cursor {} + rows_after {} \
+         + commit_round {} + max_id {} = {} (bare UNNEST tx {})",
+        rate(args.rows, b.elapsed),
+        per_round(b.read_cursor),
+        per_round(b.rows_after),
+        per_round(b.commit_round),
+        per_round(b.max_id),
+        per_round(b.read_cursor + b.rows_after + b.commit_round + b.max_id),
+        ms((m.bare_unnest_before + m.bare_unnest_after) / bare_txs.max(1).saturating_mul(2)),
     );
     let rss: Vec<String> = m
         .poll
@@ -364,14 +374,16 @@ async fn run(
 /// What the measured phases found.
 #[derive(Debug)]
 struct Measured {
-    /// Time of the bare UNNEST inserts.
-    bare_unnest: Duration,
+    /// Time of the bare UNNEST inserts before the poller phase.
+    bare_unnest_before: Duration,
+    /// Time of the bare UNNEST inserts after the poller phase.
+    bare_unnest_after: Duration,
     /// Time of the bare VALUES inserts.
     bare_values: Duration,
     /// The poller phase.
     poll: PollPhase,
-    /// Time of the inbox reads alone.
-    inbox_reads: Duration,
+    /// The timed replay of the rounds.
+    breakdown: Breakdown,
 }
 
 async fn measure(
@@ -384,48 +396,24 @@ async fn measure(
 ) -> anyhow::Result<Measured> {
     let async_commit = settings.pipeline.async_enqueue_commit;
     let pool = store.pool();
-    for table in ["bench_bare", "bench_bare_values"] {
-        sqlx::query(&format!(
-            "CREATE TABLE {table} (LIKE proc_state INCLUDING ALL)"
-        ))
-        .execute(pool)
-        .await
-        .with_context(|| format!("creating the scratch table {table}"))?;
-    }
-
+    let bare = |shape| bare_phase(pool, shape, args.rows, claim_batch, async_commit);
+    let bare_unnest_before = bare(BareShape::Unnest).await?;
+    let bare_values = bare(BareShape::Values).await?;
     checkpoint(pool).await;
-    let bare_unnest = bare_insert(
-        pool,
-        BareShape::Unnest,
-        args.rows,
-        claim_batch,
-        async_commit,
-    )
-    .await
-    .context("bare UNNEST insert")?;
-    checkpoint(pool).await;
-    let bare_values = bare_insert(
-        pool,
-        BareShape::Values,
-        args.rows,
-        claim_batch,
-        async_commit,
-    )
-    .await
-    .context("bare VALUES insert")?;
-    checkpoint(pool).await;
-
     let cfg = PollConfig {
         claim_batch,
         ..crate::app::poll_config(&settings.pipeline)
     };
     let poll = poll_phase(inbox, store, cfg, load).await?;
-    let inbox_reads = inbox_reads(inbox, claim_batch, load).await?;
+    // Measured again after the poller: the two bracket it, so drift during the run shows.
+    let bare_unnest_after = bare(BareShape::Unnest).await?;
+    let breakdown = round_breakdown(inbox, store, cfg, load).await?;
     Ok(Measured {
-        bare_unnest,
+        bare_unnest_before,
+        bare_unnest_after,
         bare_values,
         poll,
-        inbox_reads,
+        breakdown,
     })
 }
 
@@ -680,7 +668,7 @@ async fn bare_insert(
 /// `INSERT … VALUES` for `rows` rows: `$1` is the enqueue time, then `(id, received)` pairs.
 fn values_sql(rows: usize) -> String {
     let mut sql = String::from(
-        "INSERT INTO bench_bare_values (msg_id, received_at, enqueued_at, source, state) VALUES ",
+        "INSERT INTO bench_bare (msg_id, received_at, enqueued_at, source, state) VALUES ",
     );
     for i in 0..rows {
         if i > 0 {
@@ -694,6 +682,31 @@ fn values_sql(rows: usize) -> String {
     }
     sql.push_str(" ON CONFLICT (msg_id) DO NOTHING");
     sql
+}
+
+/// One bare measurement in a fresh scratch copy of `proc_state` (same columns, defaults,
+/// constraints and indexes), dropped afterwards so autovacuum of its rows cannot run during (and
+/// slow down) a later phase.
+async fn bare_phase(
+    pool: &PgPool,
+    shape: BareShape,
+    rows: u64,
+    batch: u32,
+    async_commit: bool,
+) -> anyhow::Result<Duration> {
+    sqlx::query("CREATE TABLE bench_bare (LIKE proc_state INCLUDING ALL)")
+        .execute(pool)
+        .await
+        .context("creating the scratch table bench_bare")?;
+    checkpoint(pool).await;
+    let took = bare_insert(pool, shape, rows, batch, async_commit)
+        .await
+        .with_context(|| format!("bare {shape:?} insert"))?;
+    sqlx::query("DROP TABLE bench_bare")
+        .execute(pool)
+        .await
+        .context("dropping the scratch table bench_bare")?;
+    Ok(took)
 }
 
 /// Flushes dirty buffers between phases so one phase's writes are not paid by the next.
@@ -791,28 +804,102 @@ async fn poll_phase(
     })
 }
 
-/// The inbox side of the rounds alone: `rows_after` over the whole backlog plus `max_id` after
-/// every full batch, as `poll_once` does.
-async fn inbox_reads(inbox: &Inbox, claim_batch: u32, load: &Loaded) -> anyhow::Result<Duration> {
+/// Per-step wall time of the replayed rounds.
+#[derive(Debug, Default)]
+struct Breakdown {
+    /// Replayed rounds.
+    rounds: u32,
+    /// Wall time of the whole replay.
+    elapsed: Duration,
+    /// `Store::read_cursor`.
+    read_cursor: Duration,
+    /// `Inbox::rows_after`.
+    rows_after: Duration,
+    /// `Store::commit_round` (BEGIN, SET LOCAL, INSERT … UNNEST, cursor UPDATE, COMMIT).
+    commit_round: Duration,
+    /// `Inbox::max_id` after a full batch.
+    max_id: Duration,
+}
+
+/// Where a round's time goes: after the real run, empties the queue, rewinds W and replays the
+/// rounds with the same public calls `poll_once` makes, in the same order, timing each apart
+/// (the ids are contiguous, so the watermark rule reduces to "W = last id read").
+async fn round_breakdown(
+    inbox: &Inbox,
+    store: &Store,
+    cfg: PollConfig,
+    load: &Loaded,
+) -> anyhow::Result<Breakdown> {
+    let pool = store.pool();
+    sqlx::query("TRUNCATE proc_state")
+        .execute(pool)
+        .await
+        .context("emptying proc_state for the replay")?;
+    sqlx::query("UPDATE inbox_cursor SET w = $1, hole_since = NULL WHERE id = 1")
+        .bind(load.min_id - 1)
+        .execute(pool)
+        .await
+        .context("rewinding W for the replay")?;
+    checkpoint(pool).await;
+
+    let clock = SystemClock;
+    let mut b = Breakdown::default();
     let started = Instant::now();
     let mut w = load.min_id - 1;
     while w < load.max_id {
-        let rows = inbox
-            .rows_after(w, claim_batch)
+        let t0 = Instant::now();
+        let before = store
+            .read_cursor()
             .await
-            .with_context(|| format!("reading the inbox after {w}"))?;
+            .context("replay: read_cursor")?
+            .cursor;
+        let t1 = Instant::now();
+        let rows = inbox
+            .rows_after(before.w, cfg.claim_batch)
+            .await
+            .with_context(|| format!("replay: rows_after {}", before.w))?;
+        let t2 = Instant::now();
         let Some(last) = rows.last() else {
             anyhow::bail!(
-                "the inbox returned no rows after {w} below its head {}",
+                "replay: no inbox rows after {} below the head {}",
+                before.w,
                 load.max_id
             );
         };
-        w = last.id;
-        if rows.len() >= claim_batch as usize {
-            inbox.max_id().await.context("reading the inbox head")?;
+        let enqueue: Vec<EnqueueRow> = rows
+            .iter()
+            .map(|r| EnqueueRow {
+                msg_id: r.id,
+                received_at: r.received_at,
+            })
+            .collect();
+        store
+            .commit_round(RoundWrite {
+                expected_w: before.w,
+                cursor: Cursor {
+                    w: last.id,
+                    hole_since: None,
+                },
+                rows: &enqueue,
+                now: clock.now(),
+                async_commit: cfg.async_commit,
+            })
+            .await
+            .context("replay: commit_round")?;
+        let t3 = Instant::now();
+        if rows.len() >= cfg.claim_batch as usize {
+            inbox.max_id().await.context("replay: max_id")?;
         }
+        let t4 = Instant::now();
+        b.read_cursor += t1 - t0;
+        b.rows_after += t2 - t1;
+        b.commit_round += t3 - t2;
+        b.max_id += t4 - t3;
+        b.rounds += 1;
+        w = last.id;
     }
-    Ok(started.elapsed())
+    b.elapsed = started.elapsed();
+    Ok(b)
 }
 
 /// `url` with its database (the path) replaced by `database`; scheme, credentials, host and
@@ -905,7 +992,7 @@ mod tests {
     fn values_statement_numbers_its_parameters() {
         assert_eq!(
             values_sql(2),
-            "INSERT INTO bench_bare_values (msg_id, received_at, enqueued_at, source, state) \
+            "INSERT INTO bench_bare (msg_id, received_at, enqueued_at, source, state) \
              VALUES ($2, $3, $1, 'POLL', 'PENDING'),($4, $5, $1, 'POLL', 'PENDING') \
              ON CONFLICT (msg_id) DO NOTHING"
         );

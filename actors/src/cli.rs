@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use msgx_core::devtools::{fixture, simulator};
-use msgx_core::inbox::Inbox;
 use msgx_core::settings::{redact_url, Settings};
 
 /// msgexchange: shared MySQL inbox → own PostgreSQL → flight state → Kafka.
@@ -15,7 +14,12 @@ use msgx_core::settings::{redact_url, Settings};
 #[command(name = "msgexchange", version, about)]
 pub struct Cli {
     /// Base configuration file (then `--config-extra`, then MSGX_SECTION__KEY variables).
-    #[arg(long, env = "MSGEXCHANGE_CONFIG", default_value = "config/default.toml", global = true)]
+    #[arg(
+        long,
+        env = "MSGEXCHANGE_CONFIG",
+        default_value = "config/default.toml",
+        global = true
+    )]
     pub config: PathBuf,
     /// Optional file layered over the base (site settings).
     #[arg(long, global = true)]
@@ -62,8 +66,8 @@ pub struct SimArgs {
     /// Messages per second over all connections (0 = as fast as possible).
     #[arg(long, default_value_t = 100.0)]
     pub rate: f64,
-    /// Concurrent MySQL connections writing.
-    #[arg(long, default_value_t = 4)]
+    /// Concurrent MySQL connections writing (a held transaction blocks its connection).
+    #[arg(long, default_value_t = 8)]
     pub connections: usize,
     /// Stop after this many messages.
     #[arg(long)]
@@ -86,16 +90,16 @@ pub struct SimArgs {
     /// Share of malformed messages.
     #[arg(long, default_value_t = 0.02)]
     pub malformed_fraction: f64,
-    /// Random seed (repeatable runs).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    /// Random seed for repeatable runs; by default from the clock, so a second run against the
+    /// same inbox does not repeat message identities (SEQN).
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 /// Loads and validates the settings.
 pub fn load_settings(cli: &Cli) -> anyhow::Result<Settings> {
-    Settings::load(&cli.config, cli.config_extra.as_deref()).with_context(|| {
-        format!("loading {} (and MSGX_* environment)", cli.config.display())
-    })
+    Settings::load(&cli.config, cli.config_extra.as_deref())
+        .with_context(|| format!("loading {} (and MSGX_* environment)", cli.config.display()))
 }
 
 /// `dev inbox-fixture`.
@@ -106,7 +110,12 @@ pub async fn inbox_fixture(settings: &Settings) -> anyhow::Result<()> {
         &settings.outbox_names()?,
     )
     .await
-    .with_context(|| format!("creating the inbox fixture at {}", redact_url(&settings.inbox.url)))?;
+    .with_context(|| {
+        format!(
+            "creating the inbox fixture at {}",
+            redact_url(&settings.inbox.url)
+        )
+    })?;
     println!(
         "inbox fixture ready: {} and {} in {}",
         settings.inbox.table,
@@ -118,15 +127,23 @@ pub async fn inbox_fixture(settings: &Settings) -> anyhow::Result<()> {
 
 /// `dev simulate-upstream`.
 pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::Result<()> {
-    let inbox = Inbox::new(
-        &settings.inbox,
-        &settings.inbox_names()?,
-        settings.inbox_timezone()?,
-    )?;
+    // Its own pool, one connection per writer: a held transaction keeps its connection.
+    let options: sqlx::mysql::MySqlConnectOptions = settings
+        .inbox
+        .url
+        .parse()
+        .with_context(|| format!("inbox.url {}", redact_url(&settings.inbox.url)))?;
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(args.connections.max(1) as u32)
+        .acquire_timeout(settings.inbox.connect_timeout)
+        .connect_with(options)
+        .await
+        .with_context(|| format!("connecting to {}", redact_url(&settings.inbox.url)))?;
     let mix = msgx_core::devtools::messages::Mix {
         malformed: args.malformed_fraction,
         ..msgx_core::devtools::messages::Mix::default()
     };
+    let defaults = simulator::SimConfig::default();
     let cfg = simulator::SimConfig {
         rate_per_sec: args.rate,
         connections: args.connections.max(1),
@@ -137,8 +154,8 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
         rollback_fraction: args.rollback_fraction,
         null_received_fraction: args.null_received_fraction,
         mix,
-        seed: args.seed,
-        ..simulator::SimConfig::default()
+        seed: args.seed.unwrap_or(defaults.seed),
+        ..defaults
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -147,7 +164,7 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
         }
     });
     let report = simulator::simulate(
-        inbox.pool(),
+        &pool,
         &settings.inbox_names()?,
         settings.inbox_timezone()?,
         &cfg,
@@ -156,8 +173,8 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
     .await?;
     println!(
         "simulated upstream: {} committed, {} rolled back, {} held open, in {:.1}s",
-        report.committed_ids.len(),
-        report.rolled_back_ids.len(),
+        report.committed(),
+        report.rolled_back(),
         report.held,
         report.elapsed.as_secs_f64()
     );

@@ -26,13 +26,21 @@ impl Health {
         self.inner
             .last_ok_unix
             .store(chrono::Utc::now().timestamp(), Ordering::Relaxed);
-        *self.inner.last_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self
+            .inner
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// A round failed.
     pub fn poll_failed(&self, why: String) {
         self.inner.poll_ok.store(false, Ordering::Relaxed);
-        *self.inner.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+        *self
+            .inner
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 
     /// `(ready, last success unix seconds, last error)`.

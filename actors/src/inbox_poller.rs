@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, SpawnHandle, WrapFuture};
+use actix::{
+    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, SpawnHandle, WrapFuture,
+};
 use msgx_core::clock::SharedClock;
 use msgx_core::inbox::Inbox;
 use msgx_core::poller::{poll_once, PollConfig, PollError, PollReport};

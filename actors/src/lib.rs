@@ -3,6 +3,7 @@
 //! `msgx-core`.
 
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod health;
 pub mod http;
@@ -11,4 +12,3 @@ pub mod late_detector;
 pub mod messages;
 pub mod supervisor;
 pub mod wiring;
-pub mod bench;

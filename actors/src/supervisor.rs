@@ -12,17 +12,23 @@ use tokio::sync::mpsc;
 
 use crate::wiring::Wiring;
 
+/// Says whether a started child's mailbox is still open.
+pub type Liveness = Box<dyn Fn() -> bool>;
+
+/// Starts a fresh child instance and rewires it.
+pub type StartChild = Box<dyn Fn(&Wiring) -> Liveness>;
+
 /// How a child is (re)built: starts the actor, rewires it, returns a liveness probe.
 pub struct ChildFactory {
     /// Name for logs and metrics.
     pub name: &'static str,
     /// Starts a fresh instance; the returned probe says whether its mailbox is still open.
-    pub start: Box<dyn Fn(&Wiring) -> Box<dyn Fn() -> bool>>,
+    pub start: StartChild,
 }
 
 struct Child {
     factory: ChildFactory,
-    alive: Box<dyn Fn() -> bool>,
+    alive: Liveness,
     started_at: Instant,
     /// Consecutive quick failures, for the restart backoff.
     failures: u32,

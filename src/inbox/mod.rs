@@ -71,7 +71,11 @@ impl InboxSql {
                 recv = n.received,
                 t = n.table
             ),
-            id_range: format!("SELECT MIN({id}), MAX({id}) FROM {t}", id = n.id, t = n.table),
+            id_range: format!(
+                "SELECT MIN({id}), MAX({id}) FROM {t}",
+                id = n.id,
+                t = n.table
+            ),
             max_id: format!("SELECT MAX({id}) FROM {t}", id = n.id, t = n.table),
         }
     }
@@ -118,7 +122,11 @@ impl Inbox {
                 let raw: Option<String> = row.try_get(1)?;
                 let received_at = raw.as_deref().and_then(|s| time::local_to_utc(s, self.tz));
                 if raw.is_some() && received_at.is_none() {
-                    tracing::warn!(msg_id = id, raw = raw.as_deref(), "inbox receive time unreadable; stored as NULL");
+                    tracing::warn!(
+                        msg_id = id,
+                        raw = raw.as_deref(),
+                        "inbox receive time unreadable; stored as NULL"
+                    );
                 }
                 Ok(InboxRow { id, received_at })
             })

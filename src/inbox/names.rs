@@ -110,7 +110,10 @@ mod tests {
 
     #[test]
     fn identifiers_are_plain_and_quoted() {
-        assert_eq!(Ident::new("CMINMSGS", "k").expect("ok").to_string(), "`CMINMSGS`");
+        assert_eq!(
+            Ident::new("CMINMSGS", "k").expect("ok").to_string(),
+            "`CMINMSGS`"
+        );
         assert!(Ident::new("a`b", "k").is_err());
         assert!(Ident::new("x; DROP TABLE y", "k").is_err());
         assert!(Ident::new("", "k").is_err());

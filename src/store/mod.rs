@@ -30,10 +30,14 @@ pub enum StoreError {
     #[error("store migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// The cursor changed under us: another writer (a second instance?) moved W.
-    #[error("inbox cursor moved concurrently (expected W={expected}); is a second instance running?")]
+    #[error(
+        "inbox cursor moved concurrently (expected W={expected}); is a second instance running?"
+    )]
     CursorMoved { expected: i64 },
     /// Another instance holds the single-instance lock (or ours was lost).
-    #[error("another msgexchange instance holds the instance lock on this store (or ours was lost)")]
+    #[error(
+        "another msgexchange instance holds the instance lock on this store (or ours was lost)"
+    )]
     InstanceLocked,
     /// Cutover seeding refused.
     #[error("cutover seeding refused: {0}")]
@@ -53,12 +57,11 @@ pub struct Store {
 impl Store {
     /// Connects (creating the database first when configured) and runs migrations.
     pub async fn connect(settings: &StoreSettings) -> Result<Self, StoreError> {
-        let options = PgConnectOptions::from_str(&settings.url).map_err(|source| {
-            StoreError::Url {
+        let options =
+            PgConnectOptions::from_str(&settings.url).map_err(|source| StoreError::Url {
                 url: redact_url(&settings.url),
                 source,
-            }
-        })?;
+            })?;
         if settings.create_database {
             create_database_if_missing(&options).await?;
         }

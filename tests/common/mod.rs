@@ -145,7 +145,10 @@ impl TestEnv {
         vec![
             ("MSGX_STORE__URL".into(), self.pg_url.clone()),
             ("MSGX_INBOX__URL".into(), self.my_url.clone()),
-            ("MSGEXCHANGE_CONFIG".into(), default_toml().display().to_string()),
+            (
+                "MSGEXCHANGE_CONFIG".into(),
+                default_toml().display().to_string(),
+            ),
         ]
     }
 
@@ -220,7 +223,11 @@ impl TestEnv {
                 .execute(format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.db).as_str())
                 .await;
         }
-        if let Ok(admin) = MySqlPoolOptions::new().max_connections(1).connect(&mysql_base()).await {
+        if let Ok(admin) = MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&mysql_base())
+            .await
+        {
             let _ = admin
                 .execute(format!("DROP DATABASE IF EXISTS `{}`", self.db).as_str())
                 .await;
