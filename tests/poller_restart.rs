@@ -286,3 +286,46 @@ async fn check_no_row_passed(env: &TestEnv, round: u32) {
         );
     }
 }
+
+#[tokio::test]
+async fn losing_the_instance_lock_stops_the_service() {
+    let env = TestEnv::new("lock_lost").await;
+    env.insert_rows(2).await;
+    let mut svc = spawn_service(&env, &[], free_port());
+    let lock_holder = || async {
+        sqlx::query_scalar::<_, i32>(
+            "SELECT l.pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+             WHERE l.locktype = 'advisory' AND l.granted AND d.datname = $1",
+        )
+        .bind(&env.db)
+        .fetch_optional(env.store.pool())
+        .await
+        .expect("pg_locks")
+    };
+    wait_for("lock taken", Duration::from_secs(30), || async {
+        lock_holder().await.is_some()
+    })
+    .await;
+    let pid = lock_holder().await.expect("holder");
+    sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .execute(env.store.pool())
+        .await
+        .expect("terminate");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = svc.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "service kept running without its lock"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        !status.success(),
+        "exits non-zero so the process manager restarts it"
+    );
+    env.cleanup().await;
+}

@@ -17,7 +17,8 @@
 //! 4. the real thing: `poll_once` in a loop until W reaches the inbox head, with per-round
 //!    latency and RSS samples every 10 % of progress;
 //! 5. where the time goes: the queue is emptied, W rewound, and the rounds replayed with the
-//!    same calls `poll_once` makes, each step timed apart.
+//!    same calls `poll_once` makes, each step timed apart; then once more with the rows made in
+//!    memory, which leaves the store side of a round alone.
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +32,7 @@ use msgx_core::clock::{Clock, SystemClock};
 use msgx_core::devtools::fixture;
 use msgx_core::inbox::names::InboxNames;
 use msgx_core::inbox::time::utc_to_local;
-use msgx_core::inbox::Inbox;
+use msgx_core::inbox::{Inbox, InboxRow};
 use msgx_core::poller::{poll_once, PollConfig};
 use msgx_core::settings::{redact_url, Settings};
 use msgx_core::store::{EnqueueRow, RoundWrite, Store};
@@ -345,17 +346,29 @@ async fn run(
         m.poll.proc_state_rows
     );
     let b = &m.breakdown;
-    let per_round = |d: Duration| ms(d / b.rounds.max(1));
+    let per_round = |d: Duration, rounds: u32| ms(d / rounds.max(1));
+    println!(
+        "  round breakdown       : replay {:.0} rows/s; per round read_cursor {} + rows_after {} \
+         + commit_round {} + max_id {} = {}",
+        rate(args.rows, b.elapsed),
+        per_round(b.read_cursor, b.rounds),
+        per_round(b.rows_after, b.rounds),
+        per_round(b.commit_round, b.rounds),
+        per_round(b.max_id, b.rounds),
+        per_round(
+            b.read_cursor + b.rows_after + b.commit_round + b.max_id,
+            b.rounds
+        ),
+    );
+    let st = &m.store_side;
     let bare_txs = u32::try_from(args.rows.div_ceil(u64::from(claim_batch))).unwrap_or(u32::MAX);
     println!(
-        "  round breakdown       : replay {:.0} rows/s; mean per round: read_cursor {} + rows_after {} \
-         + commit_round {} + max_id {} = {} (bare UNNEST tx {})",
-        rate(args.rows, b.elapsed),
-        per_round(b.read_cursor),
-        per_round(b.rows_after),
-        per_round(b.commit_round),
-        per_round(b.max_id),
-        per_round(b.read_cursor + b.rows_after + b.commit_round + b.max_id),
+        "  store side alone      : replay {:.0} rows/s; per round read_cursor {} + commit_round {} = {} \
+         (bare UNNEST tx {}; rows made in memory, no inbox reads)",
+        rate(args.rows, st.elapsed),
+        per_round(st.read_cursor, st.rounds),
+        per_round(st.commit_round, st.rounds),
+        per_round(st.read_cursor + st.commit_round, st.rounds),
         ms((m.bare_unnest_before + m.bare_unnest_after) / bare_txs.max(1).saturating_mul(2)),
     );
     let rss: Vec<String> = m
@@ -384,6 +397,8 @@ struct Measured {
     poll: PollPhase,
     /// The timed replay of the rounds.
     breakdown: Breakdown,
+    /// The timed replay of the rounds' store side alone (rows made in memory).
+    store_side: Breakdown,
 }
 
 async fn measure(
@@ -407,13 +422,15 @@ async fn measure(
     let poll = poll_phase(inbox, store, cfg, load).await?;
     // Measured again after the poller: the two bracket it, so drift during the run shows.
     let bare_unnest_after = bare(BareShape::Unnest).await?;
-    let breakdown = round_breakdown(inbox, store, cfg, load).await?;
+    let breakdown = round_breakdown(inbox, store, cfg, load, true).await?;
+    let store_side = round_breakdown(inbox, store, cfg, load, false).await?;
     Ok(Measured {
         bare_unnest_before,
         bare_unnest_after,
         bare_values,
         poll,
         breakdown,
+        store_side,
     })
 }
 
@@ -823,12 +840,14 @@ struct Breakdown {
 
 /// Where a round's time goes: after the real run, empties the queue, rewinds W and replays the
 /// rounds with the same public calls `poll_once` makes, in the same order, timing each apart
-/// (the ids are contiguous, so the watermark rule reduces to "W = last id read").
+/// (the ids are contiguous, so the watermark rule reduces to "W = last id read"). Without
+/// `read_inbox` the rows are made in memory instead: the store side of the rounds alone.
 async fn round_breakdown(
     inbox: &Inbox,
     store: &Store,
     cfg: PollConfig,
     load: &Loaded,
+    read_inbox: bool,
 ) -> anyhow::Result<Breakdown> {
     let pool = store.pool();
     sqlx::query("TRUNCATE proc_state")
@@ -854,10 +873,17 @@ async fn round_breakdown(
             .context("replay: read_cursor")?
             .cursor;
         let t1 = Instant::now();
-        let rows = inbox
-            .rows_after(before.w, cfg.claim_batch)
-            .await
-            .with_context(|| format!("replay: rows_after {}", before.w))?;
+        let rows = if read_inbox {
+            inbox
+                .rows_after(before.w, cfg.claim_batch)
+                .await
+                .with_context(|| format!("replay: rows_after {}", before.w))?
+        } else {
+            synthetic_rows(
+                before.w,
+                i64::from(cfg.claim_batch).min(load.max_id - before.w),
+            )
+        };
         let t2 = Instant::now();
         let Some(last) = rows.last() else {
             anyhow::bail!(
@@ -887,7 +913,7 @@ async fn round_breakdown(
             .await
             .context("replay: commit_round")?;
         let t3 = Instant::now();
-        if rows.len() >= cfg.claim_batch as usize {
+        if read_inbox && rows.len() >= cfg.claim_batch as usize {
             inbox.max_id().await.context("replay: max_id")?;
         }
         let t4 = Instant::now();
@@ -900,6 +926,17 @@ async fn round_breakdown(
     }
     b.elapsed = started.elapsed();
     Ok(b)
+}
+
+/// The inbox rows `after+1 ..= after+n` as `rows_after` would return them, made in memory.
+fn synthetic_rows(after: i64, n: i64) -> Vec<InboxRow> {
+    let now = Utc::now();
+    (after + 1..=after + n)
+        .map(|id| InboxRow {
+            id,
+            received_at: Some(now - chrono::Duration::milliseconds(id % 1000)),
+        })
+        .collect()
 }
 
 /// `url` with its database (the path) replaced by `database`; scheme, credentials, host and

@@ -35,6 +35,8 @@ pub struct InboxPoller {
     health: Health,
     /// The pending timer, cancelled when a round is asked for early.
     next: Option<SpawnHandle>,
+    /// W after the last good round, only for logs (PostgreSQL holds the truth).
+    last_w: Option<i64>,
 }
 
 impl InboxPoller {
@@ -57,6 +59,7 @@ impl InboxPoller {
             wiring,
             health,
             next: None,
+            last_w: None,
         }
     }
 
@@ -65,6 +68,7 @@ impl InboxPoller {
             Ok(report) => {
                 telemetry::poll_round(report);
                 self.health.poll_ok();
+                self.last_w = Some(report.advance.w);
                 if report.moved() {
                     self.wiring.watermark_moved(WatermarkMoved {
                         w: report.advance.w,
@@ -80,7 +84,7 @@ impl InboxPoller {
                 report.poll_again_now()
             }
             Err(e) => {
-                telemetry::poll_failed(e.stage(), e, None);
+                telemetry::poll_failed(e.stage(), e, self.last_w);
                 self.health.poll_failed(e.to_string());
                 false
             }
