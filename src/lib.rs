@@ -3,7 +3,10 @@
 //!
 //! - [`watermark`]: the contiguous-watermark and hole-aging rule (pure).
 //! - [`cutover`]: one-time cutover seeding modes (pure).
+//! - [`codec`]: raw inbox text → decoded message (behind a trait).
+//! - [`flight`]: flight state and the pure merge rules (state, message) → changes + events.
 //! - [`poller`]: one discovery round over the adapters.
+//! - [`pump`]: head rules (pure) and one pump step (raw read, decode, identity, business tx).
 //! - [`inbox`]: the shared MySQL inbox adapter (read + mark columns only).
 //! - [`store`]: our PostgreSQL (migrations, cursor, queue).
 //! - [`settings`]: configuration, validated at start.
@@ -12,10 +15,13 @@
 //! - [`devtools`]: acting as the DB owner and as upstream, for dev, tests and benchmarks.
 
 pub mod clock;
+pub mod codec;
 pub mod cutover;
 pub mod devtools;
+pub mod flight;
 pub mod inbox;
 pub mod poller;
+pub mod pump;
 pub mod settings;
 pub mod store;
 pub mod telemetry;

@@ -41,8 +41,10 @@ pub struct Settings {
     pub store: StoreSettings,
     /// Event delivery target (used by the dispatcher).
     pub kafka: KafkaSettings,
-    /// Discovery and processing rules.
+    /// Discovery rules.
     pub pipeline: PipelineSettings,
+    /// Processing rules (the pump).
+    pub processing: ProcessingSettings,
     /// The HTTP surface (`/metrics`, health).
     pub http: HttpSettings,
     /// Logging.
@@ -126,6 +128,46 @@ pub struct PipelineSettings {
     /// Let the enqueue transaction commit without waiting for the WAL flush: a lost enqueue
     /// (and its W) is simply re-read, so it is safe; processing never does this.
     pub async_enqueue_commit: bool,
+}
+
+/// Processing rules (SPEC §4).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessingSettings {
+    /// A FAILED head older than this (from its first attempt) is poison → DEAD(EXHAUSTED).
+    #[serde(with = "humantime_serde_compat")]
+    pub head_deadline: Duration,
+    /// A head with this many attempts is poison.
+    pub max_attempts: i32,
+    /// First retry delay after a failure (doubles per attempt).
+    #[serde(with = "humantime_serde_compat")]
+    pub retry_initial: Duration,
+    /// Longest retry delay.
+    #[serde(with = "humantime_serde_compat")]
+    pub retry_max: Duration,
+    /// A message larger than this is MALFORMED (and never transferred).
+    pub max_message_bytes: u64,
+    /// Add the send date to the business identity (Q11: SEQN may reset).
+    pub identity_with_date: bool,
+    /// FLOP subtypes the codec knows, comma-separated; others are UNSUPPORTED.
+    pub flop_subtypes: String,
+    /// Raw messages read from the inbox per round trip, ahead of the head (reads have no
+    /// side effects).
+    pub read_ahead: u32,
+    /// How often the pump looks for work when nobody woke it (a safety net).
+    #[serde(with = "humantime_serde_compat")]
+    pub idle_poll: Duration,
+}
+
+impl ProcessingSettings {
+    /// The FLOP subtypes as a list.
+    pub fn flop_subtype_list(&self) -> Vec<String> {
+        self.flop_subtypes
+            .split(',')
+            .map(|s| s.trim().to_ascii_uppercase())
+            .filter(|s| !s.is_empty())
+            .collect()
+    }
 }
 
 /// HTTP surface.
@@ -215,6 +257,28 @@ impl Settings {
             ));
         }
         self.cutover()?;
+        let q = &self.processing;
+        check_nonzero(q.head_deadline, "processing.head_deadline")?;
+        check_nonzero(q.retry_initial, "processing.retry_initial")?;
+        check_nonzero(q.idle_poll, "processing.idle_poll")?;
+        if q.retry_max < q.retry_initial {
+            return Err(invalid(
+                "processing.retry_max",
+                "shorter than processing.retry_initial",
+            ));
+        }
+        if q.max_attempts < 1 {
+            return Err(invalid("processing.max_attempts", "must be at least 1"));
+        }
+        if q.max_message_bytes < 1024 {
+            return Err(invalid("processing.max_message_bytes", "below 1024 bytes"));
+        }
+        if q.read_ahead == 0 || q.read_ahead > 1000 {
+            return Err(invalid("processing.read_ahead", "outside 1..=1000"));
+        }
+        if q.flop_subtype_list().is_empty() {
+            return Err(invalid("processing.flop_subtypes", "lists no subtype"));
+        }
         self.http
             .listen
             .parse::<std::net::SocketAddr>()

@@ -33,6 +33,20 @@ pub const INBOX_POLL_ERRORS_TOTAL: &str = "msgx_inbox_poll_errors_total";
 pub const INBOX_POLL_DURATION_SECONDS: &str = "msgx_inbox_poll_duration_seconds";
 /// Ids reported to the late detector (stage-0 receiver counts them).
 pub const LATE_WATCH_RECEIVED_TOTAL: &str = "msgx_late_watch_ids_received_total";
+/// Processing attempts by outcome (`succeeded`, `skipped`, `dead`, `failed`) and class.
+pub const PIPELINE_PROCESSED_TOTAL: &str = "msgx_pipeline_processed_total";
+/// Duration of one processing attempt.
+pub const PIPELINE_PROCESSING_SECONDS: &str = "msgx_pipeline_processing_seconds";
+/// The current head's MSG_ID (0 when idle).
+pub const PIPELINE_HEAD_ID: &str = "msgx_pipeline_head_id";
+/// Age of the head (receive, else enqueue time → now) when last taken.
+pub const PIPELINE_HEAD_AGE_SECONDS: &str = "msgx_pipeline_head_age_seconds";
+/// PENDING + FAILED rows.
+pub const PIPELINE_UNFINISHED: &str = "msgx_pipeline_unfinished";
+/// Age of the oldest unfinished row.
+pub const PIPELINE_OLDEST_UNPROCESSED_SECONDS: &str = "msgx_pipeline_oldest_unprocessed_seconds";
+/// Pump steps that failed on the store (nothing recorded; retried).
+pub const PIPELINE_STEP_ERRORS_TOTAL: &str = "msgx_pipeline_step_errors_total";
 /// Restarts of a child actor by the supervisor.
 pub const ACTOR_RESTARTS_TOTAL: &str = "msgx_actor_restarts_total";
 
@@ -51,6 +65,13 @@ pub const ALL: &[&str] = &[
     INBOX_POLL_ERRORS_TOTAL,
     INBOX_POLL_DURATION_SECONDS,
     LATE_WATCH_RECEIVED_TOTAL,
+    PIPELINE_PROCESSED_TOTAL,
+    PIPELINE_PROCESSING_SECONDS,
+    PIPELINE_HEAD_ID,
+    PIPELINE_HEAD_AGE_SECONDS,
+    PIPELINE_UNFINISHED,
+    PIPELINE_OLDEST_UNPROCESSED_SECONDS,
+    PIPELINE_STEP_ERRORS_TOTAL,
     ACTOR_RESTARTS_TOTAL,
 ];
 
@@ -62,6 +83,12 @@ pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
             vec![
                 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
                 1800.0,
+            ],
+        ),
+        (
+            PIPELINE_PROCESSING_SECONDS,
+            vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
             ],
         ),
         (
@@ -195,6 +222,66 @@ pub fn poll_failed(stage: &'static str, error: &dyn std::error::Error, watermark
     tracing::error!(stage, watermark, error = %error, "poll round failed; watermark kept");
 }
 
+/// A pump step ended.
+pub fn pump_step(step: &crate::pump::StepOutcome) {
+    use crate::pump::{Outcome, StepOutcome};
+    match step {
+        StepOutcome::Idle => gauge!(PIPELINE_HEAD_ID).set(0.0),
+        StepOutcome::Waiting { msg_id, until } => {
+            gauge!(PIPELINE_HEAD_ID).set(*msg_id as f64);
+            tracing::debug!(msg_id, due = %until, "head FAILED and not due; the queue waits");
+        }
+        StepOutcome::Poisoned { msg_id, reason } => {
+            gauge!(PIPELINE_HEAD_ID).set(*msg_id as f64);
+            counter!(PIPELINE_PROCESSED_TOTAL, "outcome" => "dead", "class" => "EXHAUSTED")
+                .increment(1);
+            tracing::error!(msg_id, reason = %reason, alert = true, "poison head escalated to DEAD(EXHAUSTED)");
+        }
+        StepOutcome::Processed {
+            msg_id,
+            outcome,
+            took,
+            head_age,
+        } => {
+            gauge!(PIPELINE_HEAD_ID).set(*msg_id as f64);
+            gauge!(PIPELINE_HEAD_AGE_SECONDS).set(head_age.as_secs_f64());
+            histogram!(PIPELINE_PROCESSING_SECONDS).record(took.as_secs_f64());
+            counter!(PIPELINE_PROCESSED_TOTAL, "outcome" => outcome.label(), "class" => outcome.class()).increment(1);
+            match outcome {
+                Outcome::Succeeded { changes, events } => {
+                    tracing::debug!(msg_id, changes, events, "processed")
+                }
+                Outcome::Skipped { reason, detail } => {
+                    tracing::info!(msg_id, reason = reason.as_str(), detail = %detail, "skipped")
+                }
+                Outcome::Dead { class, detail } => {
+                    tracing::warn!(msg_id, class = class.as_str(), detail = %detail, "dead on arrival")
+                }
+                Outcome::Failed {
+                    class,
+                    detail,
+                    next_attempt_at,
+                } => tracing::warn!(
+                    msg_id, class = class.as_str(), detail = %detail, retry_at = %next_attempt_at,
+                    "processing failed; the head waits for its retry"
+                ),
+            }
+        }
+    }
+}
+
+/// A pump step failed on the store; nothing was recorded.
+pub fn pump_step_failed(error: &dyn std::error::Error) {
+    counter!(PIPELINE_STEP_ERRORS_TOTAL).increment(1);
+    tracing::error!(error = %error, "pump step failed on the store; retrying");
+}
+
+/// Backlog facts refreshed.
+pub fn backlog(unfinished: i64, oldest_age: Option<Duration>) {
+    gauge!(PIPELINE_UNFINISHED).set(unfinished as f64);
+    gauge!(PIPELINE_OLDEST_UNPROCESSED_SECONDS).set(oldest_age.map_or(0.0, |a| a.as_secs_f64()));
+}
+
 /// Released ids reached the late detector.
 pub fn late_watch_received(first: i64, last: i64) {
     counter!(LATE_WATCH_RECEIVED_TOTAL).increment((last - first + 1).max(0) as u64);
@@ -266,7 +353,11 @@ mod tests {
     #[test]
     fn every_histogram_has_buckets() {
         let with_buckets: Vec<&str> = histogram_buckets().iter().map(|(n, _)| *n).collect();
-        for name in [INBOX_HOLE_FILL_SECONDS, INBOX_POLL_DURATION_SECONDS] {
+        for name in [
+            INBOX_HOLE_FILL_SECONDS,
+            INBOX_POLL_DURATION_SECONDS,
+            PIPELINE_PROCESSING_SECONDS,
+        ] {
             assert!(with_buckets.contains(&name));
         }
     }

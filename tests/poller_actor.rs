@@ -63,6 +63,8 @@ async fn simulator_and_poller_concurrently_lose_nothing() {
         store: env.store.clone(),
         clock: common::shared(&env.clock),
         pipeline: settings.pipeline.clone(),
+        processing: settings.processing.clone(),
+        tz: env.tz,
         health: Health::default(),
         wiring: wiring.clone(),
         lock: None,

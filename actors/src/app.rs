@@ -7,10 +7,13 @@ use actix::{Actor, Addr};
 use anyhow::Context as _;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use msgx_core::clock::{Clock, SharedClock, SystemClock};
+use msgx_core::codec::xml::XmlCodec;
+use msgx_core::codec::Codec;
 use msgx_core::cutover::CutoverMode;
 use msgx_core::inbox::Inbox;
 use msgx_core::poller::PollConfig;
-use msgx_core::settings::{redact_url, PipelineSettings, Settings};
+use msgx_core::pump::{HeadRules, PumpConfig, PumpCore};
+use msgx_core::settings::{redact_url, PipelineSettings, ProcessingSettings, Settings};
 use msgx_core::store::{InstanceLock, SeedOutcome, Store};
 use msgx_core::telemetry;
 use tokio::sync::mpsc;
@@ -29,8 +32,12 @@ pub struct PipelineDeps {
     pub store: Store,
     /// Time source for every deadline.
     pub clock: SharedClock,
-    /// Pipeline knobs.
+    /// Discovery knobs.
     pub pipeline: PipelineSettings,
+    /// Processing knobs.
+    pub processing: ProcessingSettings,
+    /// Airport zone.
+    pub tz: chrono_tz::Tz,
     /// Readiness facts.
     pub health: Health,
     /// Receivers (tests add their own).
@@ -50,6 +57,28 @@ pub fn poll_config(p: &PipelineSettings) -> PollConfig {
     }
 }
 
+/// The pump knobs from the settings.
+pub fn pump_config(p: &ProcessingSettings, tz: chrono_tz::Tz) -> PumpConfig {
+    PumpConfig {
+        rules: HeadRules {
+            head_deadline: p.head_deadline,
+            max_attempts: p.max_attempts,
+            retry_initial: p.retry_initial,
+            retry_max: p.retry_max,
+        },
+        max_message_bytes: p.max_message_bytes,
+        identity_with_date: p.identity_with_date,
+        tz,
+        read_ahead: p.read_ahead,
+    }
+}
+
+/// The codec from the settings.
+pub fn codec(p: &ProcessingSettings, tz: chrono_tz::Tz) -> Arc<dyn Codec> {
+    let max = usize::try_from(p.max_message_bytes).unwrap_or(usize::MAX);
+    Arc::new(XmlCodec::new(tz, max, p.flop_subtype_list()))
+}
+
 /// Starts the supervisor and its children (inside an actix system).
 pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let PipelineDeps {
@@ -57,11 +86,39 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         store,
         clock,
         pipeline,
+        processing,
+        tz,
         health,
         wiring,
         lock,
         fatal,
     } = deps;
+    let pump = {
+        let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
+        let codec = codec(&processing, tz);
+        let cfg = pump_config(&processing, tz);
+        let idle = processing.idle_poll;
+        ChildFactory {
+            name: "pump",
+            start: Box::new(move |wiring: &Wiring| {
+                let core = PumpCore::new(
+                    inbox.clone(),
+                    store.clone(),
+                    codec.clone(),
+                    clock.clone(),
+                    cfg,
+                );
+                let addr = crate::pump::Pump::new(core, clock.clone(), idle).start();
+                let recipient = addr.clone().recipient();
+                wiring.update(|r| {
+                    r.pump = Some(addr.clone());
+                    r.watermark.retain(|w| w.connected());
+                    r.watermark.push(recipient);
+                });
+                Box::new(move || addr.connected())
+            }),
+        }
+    };
     let late_detector = ChildFactory {
         name: "late_detector",
         start: Box::new(|wiring: &Wiring| {
@@ -91,7 +148,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         }),
     };
     // Receivers first, so the poller's first round can report to them.
-    Supervisor::new(wiring, vec![late_detector, inbox_poller], lock, fatal).start()
+    Supervisor::new(wiring, vec![late_detector, pump, inbox_poller], lock, fatal).start()
 }
 
 /// Connects the stores (migrating PostgreSQL) and builds the inbox adapter.
@@ -173,6 +230,8 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         store,
         clock,
         pipeline: settings.pipeline.clone(),
+        processing: settings.processing.clone(),
+        tz: settings.inbox_timezone()?,
         health: health.clone(),
         wiring: Wiring::default(),
         lock: Some(lock),

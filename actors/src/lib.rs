@@ -10,5 +10,6 @@ pub mod http;
 pub mod inbox_poller;
 pub mod late_detector;
 pub mod messages;
+pub mod pump;
 pub mod supervisor;
 pub mod wiring;

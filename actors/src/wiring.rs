@@ -9,6 +9,7 @@ use actix::Addr;
 
 use crate::inbox_poller::InboxPoller;
 use crate::messages::{HolesReleased, WatermarkMoved};
+use crate::pump::Pump;
 
 /// The current receivers.
 #[derive(Default)]
@@ -19,6 +20,8 @@ pub struct Receivers {
     pub holes: Vec<Recipient<HolesReleased>>,
     /// The current poller (to ask for a round now).
     pub poller: Option<Addr<InboxPoller>>,
+    /// The current pump (tests and the admin surface ask it for a step).
+    pub pump: Option<Addr<Pump>>,
 }
 
 /// Shared, swappable wiring.
@@ -49,6 +52,11 @@ impl Wiring {
     /// The current poller address, if one runs.
     pub fn poller(&self) -> Option<Addr<InboxPoller>> {
         self.read().poller.clone()
+    }
+
+    /// The current pump address, if one runs.
+    pub fn pump(&self) -> Option<Addr<Pump>> {
+        self.read().pump.clone()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Receivers> {

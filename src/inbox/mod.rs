@@ -54,11 +54,26 @@ pub struct Inbox {
     sql: InboxSql,
 }
 
+/// The raw text of one inbox row, as the processor reads it (outside any PG transaction).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawMessage {
+    /// No such row: it was purged (or never existed). DEAD MALFORMED, never "retry".
+    Missing,
+    /// The row holds no text.
+    Empty,
+    /// Larger than the limit: not transferred at all.
+    TooLarge(u64),
+    /// The text.
+    Text(String),
+}
+
 #[derive(Debug, Clone)]
 struct InboxSql {
     rows_after: String,
     id_range: String,
     max_id: String,
+    /// Prefix of the raw read; the `IN (…)` list is appended per call.
+    raw_prefix: String,
 }
 
 impl InboxSql {
@@ -77,6 +92,13 @@ impl InboxSql {
                 t = n.table
             ),
             max_id: format!("SELECT MAX({id}) FROM {t}", id = n.id, t = n.table),
+            // LENGTH first: a huge message is refused without moving it over the wire.
+            raw_prefix: format!(
+                "SELECT {id}, LENGTH({m}), CASE WHEN LENGTH({m}) <= ? THEN {m} END FROM {t} WHERE {id} IN ",
+                id = n.id,
+                m = n.message,
+                t = n.table
+            ),
         }
     }
 }
@@ -150,6 +172,41 @@ impl Inbox {
             .timed(sqlx::query(&self.sql.max_id).fetch_one(&self.pool))
             .await?;
         Ok(row.try_get(0)?)
+    }
+
+    /// Raw texts of these rows (one statement); ids without a row come back `Missing`.
+    pub async fn raw_messages(
+        &self,
+        ids: &[i64],
+        max_bytes: u64,
+    ) -> Result<Vec<(i64, RawMessage)>, InboxError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let placeholders = vec!["?"; ids.len()].join(",");
+        let sql = format!("{}({placeholders})", self.sql.raw_prefix);
+        let mut query = sqlx::query(&sql).bind(max_bytes);
+        for id in ids {
+            query = query.bind(id);
+        }
+        let rows = self.timed(query.fetch_all(&self.pool)).await?;
+        let mut found = std::collections::HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let id: i64 = row.try_get(0)?;
+            let len: Option<i64> = row.try_get(1)?;
+            let text: Option<String> = row.try_get(2)?;
+            let raw = match (len, text) {
+                (None, _) | (Some(0), _) => RawMessage::Empty,
+                (Some(_), Some(text)) if text.trim().is_empty() => RawMessage::Empty,
+                (Some(_), Some(text)) => RawMessage::Text(text),
+                (Some(len), None) => RawMessage::TooLarge(len.max(0) as u64),
+            };
+            found.insert(id, raw);
+        }
+        Ok(ids
+            .iter()
+            .map(|id| (*id, found.remove(id).unwrap_or(RawMessage::Missing)))
+            .collect())
     }
 
     async fn timed<T>(

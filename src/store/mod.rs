@@ -1,7 +1,9 @@
 //! Our own PostgreSQL: schema by migrations at start-up, the discovery cursor and the queue.
 
+mod business;
 mod cursor;
 mod enqueue;
+mod queue;
 
 use std::str::FromStr;
 
@@ -10,8 +12,10 @@ use sqlx::{ConnectOptions, Connection};
 
 use crate::settings::{redact_url, StoreSettings};
 
+pub use business::{BusinessResult, PIPELINE_LOCK_KEY};
 pub use cursor::{SeedOutcome, StoredCursor};
 pub use enqueue::{EnqueueRow, RoundWrite};
+pub use queue::{Backlog, Binding, HeadRow};
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +43,9 @@ pub enum StoreError {
         "another msgexchange instance holds the instance lock on this store (or ours was lost)"
     )]
     InstanceLocked,
+    /// A stored row does not decode (a bug or a manual edit).
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
     /// Cutover seeding refused.
     #[error("cutover seeding refused: {0}")]
     SeedRefused(String),

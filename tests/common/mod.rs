@@ -3,6 +3,9 @@
 //! `scripts/test.sh` drops leftovers before a run.
 #![allow(dead_code)]
 
+pub mod msgs;
+pub mod proxy;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -181,6 +184,60 @@ impl TestEnv {
             ids.push(r.last_insert_id() as i64);
         }
         ids
+    }
+
+    /// Inserts and commits one message with this text (receive time in airport local time).
+    pub async fn insert_message(&self, text: &str) -> i64 {
+        let r = sqlx::query(
+            "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (?, ?)",
+        )
+        .bind(msgx_core::inbox::time::utc_to_local(Utc::now(), self.tz))
+        .bind(text)
+        .execute(&self.owner)
+        .await
+        .expect("insert message");
+        r.last_insert_id() as i64
+    }
+
+    /// A pump core over this env (manual clock) with the default processing settings and
+    /// these overrides.
+    pub fn pump(&self, extra: &[(&str, &str)]) -> msgx_core::pump::PumpCore {
+        self.pump_with_inbox(self.inbox.clone(), extra)
+    }
+
+    /// Same, reading raw messages through another inbox adapter (e.g. via a proxy).
+    pub fn pump_with_inbox(
+        &self,
+        inbox: Inbox,
+        extra: &[(&str, &str)],
+    ) -> msgx_core::pump::PumpCore {
+        let settings = self.settings(extra);
+        msgx_core::pump::PumpCore::new(
+            inbox,
+            self.store.clone(),
+            msgx_actors::app::codec(&settings.processing, self.tz),
+            shared(&self.clock),
+            msgx_actors::app::pump_config(&settings.processing, self.tz),
+        )
+    }
+
+    /// `(state, error_class)` of a message.
+    pub async fn state_of(&self, msg_id: i64) -> (String, Option<String>) {
+        sqlx::query_as("SELECT state, error_class FROM proc_state WHERE msg_id = $1")
+            .bind(msg_id)
+            .fetch_one(self.store.pool())
+            .await
+            .expect("proc_state row")
+    }
+
+    /// MSG_IDs in the order they reached a terminal state.
+    pub async fn processing_order(&self) -> Vec<i64> {
+        sqlx::query_scalar(
+            "SELECT msg_id FROM proc_state WHERE processed_seq IS NOT NULL ORDER BY processed_seq",
+        )
+        .fetch_all(self.store.pool())
+        .await
+        .expect("order")
     }
 
     /// Opens a transaction and inserts one row in it (not committed): a late commit or a

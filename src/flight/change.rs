@@ -1,0 +1,110 @@
+//! What the rules decide: flight row changes, the events they raise and the schedule snapshot,
+//! for the processor to write in its one business transaction.
+
+use std::collections::BTreeMap;
+
+use chrono::NaiveDate;
+use serde::{Deserialize, Serialize};
+
+use super::event::EventDraft;
+use super::model::Flight;
+use crate::codec::model::Field;
+
+/// One flight row to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlightChange {
+    /// A new flight: insert `after`.
+    Created {
+        /// The new row.
+        after: Flight,
+    },
+    /// An existing flight with at least one field actually changed: replace `before` by `after`.
+    Updated {
+        /// The row as loaded.
+        before: Flight,
+        /// The row to write (changed fields carry the message's version).
+        after: Flight,
+        /// The fields whose value changed (set, overwritten or cleared), in [`Field`] order.
+        changed: Vec<Field>,
+    },
+    /// A deleted flight: delete the row.
+    Deleted {
+        /// The row as loaded.
+        before: Flight,
+        /// The master's `FLID` when this row is deleted as a code-share of that master;
+        /// `None` for the flight the message names.
+        cascade_of: Option<String>,
+    },
+}
+
+impl FlightChange {
+    /// The `FLID` of the flight this change writes.
+    pub fn flid(&self) -> &str {
+        match self {
+            FlightChange::Created { after } | FlightChange::Updated { after, .. } => &after.flid,
+            FlightChange::Deleted { before, .. } => &before.flid,
+        }
+    }
+
+    /// The row after the change (`None` for a delete).
+    pub fn after(&self) -> Option<&Flight> {
+        match self {
+            FlightChange::Created { after } | FlightChange::Updated { after, .. } => Some(after),
+            FlightChange::Deleted { .. } => None,
+        }
+    }
+}
+
+/// One applied schedule (`SCHD/DNLD` or `SCHD/RESP`): a row for `SCHD_SNAP_LOG`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleSnapshot {
+    /// The schedule day (`<DATE>`).
+    pub date: NaiveDate,
+    /// `DNLD` or `RESP`.
+    pub kind: String,
+    /// The `FLID`s the message carried, in message order, each once.
+    pub flights: Vec<String>,
+    /// Flights created.
+    pub created: usize,
+    /// Known flights with at least one field changed.
+    pub updated: usize,
+    /// Known flights left as they were. `created + updated + unchanged == flights.len()`.
+    pub unchanged: usize,
+    /// The request id (`<RQID>`) a response answers.
+    pub request_id: Option<String>,
+}
+
+/// Everything one message does to the flight state.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Row changes, in the order to write them; at most one per flight.
+    pub changes: Vec<FlightChange>,
+    /// Events to queue in `MSG_EVENT`, in order: per flight in message order, cascaded deletes
+    /// right after their master's delete, `SCHEDULE_APPLIED` last.
+    pub events: Vec<EventDraft>,
+    /// The snapshot row for an applied schedule.
+    pub snapshot: Option<ScheduleSnapshot>,
+}
+
+impl Plan {
+    /// True when the message changes nothing and raises nothing (the transaction then only
+    /// records the terminal state).
+    pub fn is_noop(&self) -> bool {
+        self.changes.is_empty() && self.events.is_empty() && self.snapshot.is_none()
+    }
+
+    /// Applies the changes to an in-memory state keyed by `FLID` (what the processor's
+    /// transaction does to the table; used by tests and tools).
+    pub fn apply(&self, state: &mut BTreeMap<String, Flight>) {
+        for change in &self.changes {
+            match change {
+                FlightChange::Created { after } | FlightChange::Updated { after, .. } => {
+                    state.insert(after.flid.clone(), after.clone());
+                }
+                FlightChange::Deleted { before, .. } => {
+                    state.remove(&before.flid);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The pump (SPEC §4, seed §3 flow ②③): one head at a time, strictly by MSG_ID.
+//!
+//! - [`rules`]: what to do with the head and how long to back off (pure);
+//! - [`outcome`]: how an attempt ended;
+//! - [`step`]: one pump step over the adapters — the actor only decides when to call it.
+
+pub mod outcome;
+pub mod rules;
+pub mod step;
+
+pub use outcome::{ErrorClass, Outcome};
+pub use rules::{HeadDecision, HeadRules};
+pub use step::{PumpConfig, PumpCore, StepOutcome};

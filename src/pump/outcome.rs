@@ -1,0 +1,117 @@
+//! What processing one message ended in.
+
+use chrono::{DateTime, Utc};
+
+/// Error classes and skip reasons recorded on `PROC_STATE.ERROR_CLASS` (SPEC §2, §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// Not a valid message, or its inbox row/text is gone: DEAD, not replayable.
+    Malformed,
+    /// The message contradicts the protocol (reserved for the real SIS format).
+    Protocol,
+    /// A type/subtype the codec does not know yet: FAILED with backoff, replayable.
+    Unsupported,
+    /// The codec cannot handle something in a known message: FAILED, replayable.
+    CodecError,
+    /// A store timed out or dropped the connection: FAILED with backoff, replayable.
+    Infra,
+    /// Poison: attempts or head deadline exhausted: DEAD, replayable.
+    Exhausted,
+    /// A business duplicate (identity already bound): SKIPPED.
+    Duplicate,
+}
+
+impl ErrorClass {
+    /// The stored and exported name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Malformed => "MALFORMED",
+            Self::Protocol => "PROTOCOL",
+            Self::Unsupported => "UNSUPPORTED",
+            Self::CodecError => "CODEC_ERROR",
+            Self::Infra => "INFRA",
+            Self::Exhausted => "EXHAUSTED",
+            Self::Duplicate => "DUPLICATE",
+        }
+    }
+}
+
+/// Terminal states written by one statement (non-business).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SingleTerminal {
+    /// SKIPPED (business duplicate).
+    Skipped,
+    /// DEAD (malformed, missing row, exhausted).
+    Dead,
+}
+
+impl SingleTerminal {
+    /// The stored state.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Skipped => "SKIPPED",
+            Self::Dead => "DEAD",
+        }
+    }
+}
+
+/// How one processing attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// SUCCEEDED: flight changes and events committed.
+    Succeeded {
+        /// Flights created, updated or deleted.
+        changes: usize,
+        /// Events written.
+        events: usize,
+    },
+    /// SKIPPED with a reason.
+    Skipped {
+        /// Why.
+        reason: ErrorClass,
+        /// Detail for operators.
+        detail: String,
+    },
+    /// DEAD with a class.
+    Dead {
+        /// Why.
+        class: ErrorClass,
+        /// Detail.
+        detail: String,
+    },
+    /// FAILED: retried at `next_attempt_at`.
+    Failed {
+        /// Why.
+        class: ErrorClass,
+        /// Detail.
+        detail: String,
+        /// When it is due again.
+        next_attempt_at: DateTime<Utc>,
+    },
+}
+
+impl Outcome {
+    /// `succeeded` / `skipped` / `dead` / `failed`, for metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Succeeded { .. } => "succeeded",
+            Self::Skipped { .. } => "skipped",
+            Self::Dead { .. } => "dead",
+            Self::Failed { .. } => "failed",
+        }
+    }
+
+    /// The error class, `none` on success, for metrics.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Self::Succeeded { .. } => "none",
+            Self::Skipped { reason, .. } => reason.as_str(),
+            Self::Dead { class, .. } | Self::Failed { class, .. } => class.as_str(),
+        }
+    }
+
+    /// The head is released (terminal state).
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, Self::Failed { .. })
+    }
+}

@@ -1,0 +1,209 @@
+//! `PROC_STATE` as the pump's queue: the head, stamping an attempt, FAILED with backoff, and
+//! the one-statement terminal states (non-business, poison).
+
+use chrono::{DateTime, Utc};
+
+use super::{Store, StoreError};
+use crate::pump::outcome::{ErrorClass, SingleTerminal};
+use crate::pump::rules::Head;
+
+/// The head with what the metrics need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadRow {
+    /// Decision inputs.
+    pub head: Head,
+    /// Receive time, else enqueue time: the head's age.
+    pub since: DateTime<Utc>,
+}
+
+/// Backlog facts for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backlog {
+    /// PENDING + FAILED rows.
+    pub unfinished: i64,
+    /// Oldest receive (else enqueue) time among them.
+    pub oldest: Option<DateTime<Utc>>,
+}
+
+/// Result of binding a message's business identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Binding {
+    /// This message holds the identity (first binding, or bound on an earlier attempt).
+    Bound,
+    /// Another message holds it: a business duplicate.
+    Duplicate {
+        /// The message that holds it.
+        holder: Option<i64>,
+    },
+}
+
+const UNFINISHED: &str = "state IN ('PENDING', 'FAILED')";
+
+/// `msg_id, state, attempts, next_attempt_at, processing_started_at, since`.
+type HeadTuple = (
+    i64,
+    String,
+    i32,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    DateTime<Utc>,
+);
+
+impl Store {
+    /// The smallest unfinished MSG_ID ≤ W (partial index `proc_state_head_idx`).
+    pub async fn head(&self) -> Result<Option<HeadRow>, StoreError> {
+        let row: Option<HeadTuple> = sqlx::query_as(&format!(
+            "SELECT msg_id, state, attempts, next_attempt_at, processing_started_at, \
+                        COALESCE(received_at, enqueued_at) \
+                 FROM proc_state \
+                 WHERE {UNFINISHED} AND msg_id <= (SELECT w FROM inbox_cursor WHERE id = 1) \
+                 ORDER BY msg_id LIMIT 1"
+        ))
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(
+            row.map(|(msg_id, state, attempts, next, started, since)| HeadRow {
+                head: Head {
+                    msg_id,
+                    failed: state == "FAILED",
+                    attempts,
+                    next_attempt_at: next,
+                    processing_started_at: started,
+                },
+                since,
+            }),
+        )
+    }
+
+    /// Up to `limit` unfinished ids ≤ W from `from` on (the raw read-ahead window).
+    pub async fn next_unfinished(&self, from: i64, limit: i64) -> Result<Vec<i64>, StoreError> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT msg_id FROM proc_state \
+             WHERE {UNFINISHED} AND msg_id >= $1 \
+               AND msg_id <= (SELECT w FROM inbox_cursor WHERE id = 1) \
+             ORDER BY msg_id LIMIT $2"
+        ))
+        .bind(from)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// Starts an attempt: counts it, stamps PROCESSING_STARTED_AT once. Returns the attempt
+    /// number, or None when the row is no longer unfinished.
+    pub async fn stamp_attempt(
+        &self,
+        msg_id: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<i32>, StoreError> {
+        Ok(sqlx::query_scalar(&format!(
+            "UPDATE proc_state SET attempts = attempts + 1, \
+                    processing_started_at = COALESCE(processing_started_at, $2), updated_at = $2 \
+             WHERE msg_id = $1 AND {UNFINISHED} RETURNING attempts"
+        ))
+        .bind(msg_id)
+        .bind(now)
+        .fetch_optional(self.pool())
+        .await?)
+    }
+
+    /// FAILED with a class and the next attempt time.
+    pub async fn mark_failed(
+        &self,
+        msg_id: i64,
+        class: ErrorClass,
+        detail: &str,
+        next_attempt_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(&format!(
+            "UPDATE proc_state SET state = 'FAILED', error_class = $2, error_text = $3, \
+                    next_attempt_at = $4, updated_at = $5 \
+             WHERE msg_id = $1 AND {UNFINISHED}"
+        ))
+        .bind(msg_id)
+        .bind(class.as_str())
+        .bind(truncate(detail))
+        .bind(next_attempt_at)
+        .bind(now)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// A non-business terminal state (MALFORMED, SKIPPED, EXHAUSTED…) in ONE statement that
+    /// also sets the backfill intent and the processing order (seed §2 write boundaries).
+    pub async fn finish_single(
+        &self,
+        msg_id: i64,
+        state: SingleTerminal,
+        class: ErrorClass,
+        detail: &str,
+        msg_type: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(&format!(
+            "UPDATE proc_state SET state = $2, error_class = $3, error_text = $4, \
+                    terminal_reason = $3, terminal_at = $5, next_attempt_at = NULL, \
+                    processed_seq = nextval('proc_order_seq'), backfill_next_at = $5, \
+                    msg_type = COALESCE($6, msg_type), updated_at = $5 \
+             WHERE msg_id = $1 AND {UNFINISHED}"
+        ))
+        .bind(msg_id)
+        .bind(state.as_str())
+        .bind(class.as_str())
+        .bind(truncate(detail))
+        .bind(now)
+        .bind(msg_type)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Binds the identity in its own statement; first binding wins (unique index).
+    pub async fn bind_identity(&self, msg_id: i64, key: &str) -> Result<Binding, StoreError> {
+        let bound = sqlx::query(
+            "UPDATE proc_state SET identity_key = $2 WHERE msg_id = $1 \
+             AND identity_key IS DISTINCT FROM $2",
+        )
+        .bind(msg_id)
+        .bind(key)
+        .execute(self.pool())
+        .await;
+        match bound {
+            Ok(_) => Ok(Binding::Bound),
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
+                let holder: Option<i64> =
+                    sqlx::query_scalar("SELECT msg_id FROM proc_state WHERE identity_key = $1")
+                        .bind(key)
+                        .fetch_optional(self.pool())
+                        .await?;
+                Ok(Binding::Duplicate { holder })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Unfinished count and oldest age (metrics; scans the partial index).
+    pub async fn backlog(&self) -> Result<Backlog, StoreError> {
+        let (unfinished, oldest): (i64, Option<DateTime<Utc>>) = sqlx::query_as(&format!(
+            "SELECT count(*), min(COALESCE(received_at, enqueued_at)) FROM proc_state WHERE {UNFINISHED}"
+        ))
+        .fetch_one(self.pool())
+        .await?;
+        Ok(Backlog { unfinished, oldest })
+    }
+}
+
+/// Error texts are for people; keep rows small.
+fn truncate(s: &str) -> &str {
+    const MAX: usize = 2000;
+    if s.len() <= MAX {
+        return s;
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

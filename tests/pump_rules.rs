@@ -1,0 +1,410 @@
+//! The pump step against real MariaDB + PostgreSQL with the injected clock: FIFO blocking by a
+//! FAILED head, poison escalation, compat rows beyond W, outcome classes, INFRA on a cut
+//! inbox connection, and an injected half-way failure of the business transaction.
+
+mod common;
+
+use std::time::Duration;
+
+use common::msgs::{fdel, flop, unknown_type};
+use common::proxy::Proxy;
+use common::TestEnv;
+use msgx_core::inbox::Inbox;
+use msgx_core::pump::{ErrorClass, Outcome, StepOutcome};
+
+fn outcome(step: StepOutcome) -> (i64, Outcome) {
+    match step {
+        StepOutcome::Processed {
+            msg_id, outcome, ..
+        } => (msg_id, outcome),
+        other => panic!("expected a processed head, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn failed_head_blocks_everything_until_due_then_poison_by_deadline() {
+    let env = TestEnv::new("pump_block").await;
+    let bad = env.insert_message(&unknown_type(1)).await;
+    let good = env.insert_message(&flop(2, "F1", &[("GATE", "A1")])).await;
+    env.poll(env.poll_cfg(100)).await;
+    let mut pump = env.pump(&[]);
+
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!(id, bad);
+    assert!(
+        matches!(
+            o,
+            Outcome::Failed {
+                class: ErrorClass::Unsupported,
+                ..
+            }
+        ),
+        "{o:?}"
+    );
+    // Not due: the head waits and the good message behind it waits too.
+    for _ in 0..3 {
+        assert!(
+            matches!(pump.step().await.expect("step"), StepOutcome::Waiting { msg_id, .. } if msg_id == bad)
+        );
+    }
+    assert_eq!(env.state_of(good).await.0, "PENDING");
+
+    env.clock.advance(Duration::from_secs(5)); // retry_initial
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!(id, bad, "retried when due, still first");
+    assert!(matches!(o, Outcome::Failed { .. }));
+    assert_eq!(env.state_of(good).await.0, "PENDING");
+
+    // 10 minutes after the first attempt the FAILED head is poison.
+    env.clock.advance(Duration::from_secs(600));
+    assert!(
+        matches!(pump.step().await.expect("step"), StepOutcome::Poisoned { msg_id, .. } if msg_id == bad)
+    );
+    assert_eq!(
+        env.state_of(bad).await,
+        ("DEAD".into(), Some("EXHAUSTED".into()))
+    );
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!((id, o.label()), (good, "succeeded"));
+    assert_eq!(env.processing_order().await, vec![bad, good]);
+    // The poison statement wrote the backfill intent with the terminal state.
+    let intent: Option<chrono::DateTime<chrono::Utc>> =
+        sqlx::query_scalar("SELECT backfill_next_at FROM proc_state WHERE msg_id = $1")
+            .bind(bad)
+            .fetch_one(env.store.pool())
+            .await
+            .expect("row");
+    assert!(intent.is_some());
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn poison_by_attempts() {
+    let env = TestEnv::new("pump_attempts").await;
+    let bad = env.insert_message(&unknown_type(1)).await;
+    env.poll(env.poll_cfg(100)).await;
+    let mut pump = env.pump(&[("MSGX_PROCESSING__MAX_ATTEMPTS", "3")]);
+    for _ in 0..3 {
+        let (_, o) = outcome(pump.step().await.expect("step"));
+        assert!(matches!(o, Outcome::Failed { .. }));
+        env.clock.advance(Duration::from_secs(60));
+    }
+    assert!(matches!(
+        pump.step().await.expect("step"),
+        StepOutcome::Poisoned { .. }
+    ));
+    assert_eq!(
+        env.state_of(bad).await,
+        ("DEAD".into(), Some("EXHAUSTED".into()))
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn compat_row_beyond_w_waits_until_w_catches_up() {
+    let env = TestEnv::new("pump_compat").await;
+    let a = env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await;
+    let b = env.insert_message(&flop(2, "F1", &[("GATE", "A2")])).await;
+    let c = env.insert_message(&flop(3, "F1", &[("GATE", "A3")])).await;
+    // The compat entry registers c directly, before the poller has seen anything.
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, enqueued_at, source) VALUES ($1, now(), 'COMPAT')",
+    )
+    .bind(c)
+    .execute(env.store.pool())
+    .await
+    .expect("compat");
+    let mut pump = env.pump(&[]);
+    assert_eq!(
+        pump.step().await.expect("step"),
+        StepOutcome::Idle,
+        "c > W = 0 waits"
+    );
+    let r = env.poll(env.poll_cfg(100)).await;
+    assert_eq!(
+        (r.advance.w, r.enqueued_new),
+        (c, 2),
+        "c was already enqueued"
+    );
+    for _ in 0..3 {
+        outcome(pump.step().await.expect("step"));
+    }
+    assert_eq!(env.processing_order().await, vec![a, b, c]);
+    let gate: String =
+        sqlx::query_scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'F1'")
+            .fetch_one(env.store.pool())
+            .await
+            .expect("flight");
+    assert_eq!(gate, "A3", "applied in id order");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn duplicate_malformed_unsupported_and_missing_rows() {
+    let env = TestEnv::new("pump_classes").await;
+    let first = env.insert_message(&flop(7, "F1", &[("GATE", "A1")])).await;
+    let dup = env.insert_message(&flop(7, "F1", &[("GATE", "B9")])).await; // same SNDR|TYPE|STYP|SEQN
+    let malformed = env
+        .insert_message("<MSG><META><SNDR>AODB</SNDR></META>")
+        .await;
+    let empty = env.insert_message("   ").await;
+    let unsupported = env.insert_message(&unknown_type(8)).await;
+    env.poll(env.poll_cfg(100)).await;
+    // A row enqueued and then purged by the DB owner before processing.
+    let purged = env.insert_message(&flop(9, "F2", &[])).await;
+    env.poll(env.poll_cfg(100)).await;
+    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
+        .bind(purged)
+        .execute(&env.owner)
+        .await
+        .expect("purge as owner");
+
+    let mut pump = env.pump(&[]);
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        seen.push(outcome(pump.step().await.expect("step")));
+    }
+    assert_eq!(seen[0].1.label(), "succeeded");
+    assert!(matches!(
+        &seen[1].1,
+        Outcome::Skipped {
+            reason: ErrorClass::Duplicate,
+            ..
+        }
+    ));
+    assert!(matches!(
+        &seen[2].1,
+        Outcome::Dead {
+            class: ErrorClass::Malformed,
+            ..
+        }
+    ));
+    assert!(matches!(
+        &seen[3].1,
+        Outcome::Dead {
+            class: ErrorClass::Malformed,
+            ..
+        }
+    ));
+    assert!(matches!(
+        &seen[4].1,
+        Outcome::Failed {
+            class: ErrorClass::Unsupported,
+            ..
+        }
+    ));
+    assert_eq!(env.state_of(first).await.0, "SUCCEEDED");
+    assert_eq!(
+        env.state_of(dup).await,
+        ("SKIPPED".into(), Some("DUPLICATE".into()))
+    );
+    assert_eq!(
+        env.state_of(malformed).await,
+        ("DEAD".into(), Some("MALFORMED".into()))
+    );
+    assert_eq!(
+        env.state_of(empty).await,
+        ("DEAD".into(), Some("MALFORMED".into()))
+    );
+    assert_eq!(
+        env.state_of(unsupported).await,
+        ("FAILED".into(), Some("UNSUPPORTED".into()))
+    );
+    // The duplicate changed nothing.
+    let gate: String =
+        sqlx::query_scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'F1'")
+            .fetch_one(env.store.pool())
+            .await
+            .expect("flight");
+    assert_eq!(gate, "A1");
+
+    // Past the unsupported head (poison), the purged row is DEAD MALFORMED, not retried.
+    env.clock.advance(Duration::from_secs(3600));
+    assert!(matches!(
+        pump.step().await.expect("step"),
+        StepOutcome::Poisoned { .. }
+    ));
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!(id, purged);
+    assert!(
+        matches!(o, Outcome::Dead { class: ErrorClass::Malformed, ref detail } if detail.contains("missing")),
+        "{o:?}"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn inbox_cut_during_raw_read_is_infra_never_dead() {
+    let env = TestEnv::new("pump_infra").await;
+    let id = env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await;
+    env.poll(env.poll_cfg(100)).await;
+    let proxy = Proxy::start("127.0.0.1:3306").await;
+    let mut settings = env.settings(&[
+        ("MSGX_INBOX__CONNECT_TIMEOUT", "500ms"),
+        ("MSGX_INBOX__QUERY_TIMEOUT", "2s"),
+    ]);
+    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db);
+    let via_proxy = Inbox::new(&settings.inbox, &env.names, env.tz).expect("adapter");
+    let mut pump = env.pump_with_inbox(via_proxy, &[]);
+
+    proxy.cut();
+    let (_, o) = outcome(pump.step().await.expect("step"));
+    assert!(
+        matches!(
+            o,
+            Outcome::Failed {
+                class: ErrorClass::Infra,
+                ..
+            }
+        ),
+        "{o:?}"
+    );
+    assert_eq!(
+        env.state_of(id).await,
+        ("FAILED".into(), Some("INFRA".into()))
+    );
+
+    proxy.restore();
+    env.clock.advance(Duration::from_secs(5));
+    let (_, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!(o.label(), "succeeded", "{o:?}");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn business_transaction_failing_half_way_leaves_nothing_and_is_retried() {
+    let env = TestEnv::new("pump_rollback").await;
+    // Fault injection in the real database: the event insert fails for flight BOOM.
+    sqlx::raw_sql(
+        "CREATE FUNCTION boom() RETURNS trigger AS $$ BEGIN \
+           IF NEW.flight_key = 'BOOM' THEN RAISE EXCEPTION 'injected failure'; END IF; \
+           RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER boom BEFORE INSERT ON msg_event FOR EACH ROW EXECUTE FUNCTION boom();",
+    )
+    .execute(env.store.pool())
+    .await
+    .expect("trigger");
+    let id = env
+        .insert_message(&common::msgs::schedule(
+            1,
+            &[("OK1", &[("GATE", "A1")]), ("BOOM", &[("GATE", "B1")])],
+        ))
+        .await;
+    env.poll(env.poll_cfg(100)).await;
+    let mut pump = env.pump(&[]);
+    let (_, o) = outcome(pump.step().await.expect("step"));
+    assert!(
+        matches!(o, Outcome::Failed { class: ErrorClass::Infra, ref detail, .. } if detail.contains("injected")),
+        "{o:?}"
+    );
+    let flights: i64 = sqlx::query_scalar("SELECT count(*) FROM flight_state")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("count");
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("count");
+    let snaps: i64 = sqlx::query_scalar("SELECT count(*) FROM schd_snap_log")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("count");
+    assert_eq!(
+        (flights, events, snaps),
+        (0, 0, 0),
+        "no partial change survives"
+    );
+
+    sqlx::raw_sql("DROP TRIGGER boom ON msg_event")
+        .execute(env.store.pool())
+        .await
+        .expect("drop");
+    env.clock.advance(Duration::from_secs(5));
+    let (_, o) = outcome(pump.step().await.expect("step"));
+    assert!(matches!(o, Outcome::Succeeded { changes: 2, .. }), "{o:?}");
+    let events: Vec<String> =
+        sqlx::query_scalar("SELECT event_type FROM msg_event WHERE msg_id = $1 ORDER BY event_id")
+            .bind(id)
+            .fetch_all(env.store.pool())
+            .await
+            .expect("events");
+    assert_eq!(
+        events,
+        vec!["FLIGHT_CREATED", "FLIGHT_CREATED", "SCHEDULE_APPLIED"]
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn flight_rules_through_the_store_merge_cascade_and_redelete() {
+    let env = TestEnv::new("pump_flights").await;
+    use common::msgs::{adft, schedule};
+    let ids = [
+        env.insert_message(&schedule(
+            1,
+            &[
+                ("A", &[("GATE", "G1"), ("STAT", "SCH")]),
+                ("B", &[("GATE", "G2")]),
+            ],
+        ))
+        .await,
+        env.insert_message(&flop(2, "A", &[("GATE", "-"), ("ETOT", "20261130101500")]))
+            .await,
+        env.insert_message(&schedule(3, &[("A", &[("STND", "S7")])]))
+            .await,
+        env.insert_message(&adft(4, "M", &[("AWCD", "CA"), ("FLNO", "CA1234")]))
+            .await,
+        env.insert_message(&adft(5, "S1", &[("AWCD", "KE"), ("MFID", "M")]))
+            .await,
+        env.insert_message(&adft(6, "S2", &[("AWCD", "SQ"), ("MFID", "M")]))
+            .await,
+        env.insert_message(&fdel(7, "M")).await,
+        env.insert_message(&fdel(8, "M")).await,
+    ];
+    env.poll(env.poll_cfg(100)).await;
+    let mut pump = env.pump(&[]);
+    for _ in ids {
+        let (_, o) = outcome(pump.step().await.expect("step"));
+        assert_eq!(o.label(), "succeeded", "{o:?}");
+    }
+    let flights: Vec<(String, serde_json::Value)> =
+        sqlx::query_as("SELECT flid, fields FROM flight_state ORDER BY flid")
+            .fetch_all(env.store.pool())
+            .await
+            .expect("flights");
+    let by: std::collections::BTreeMap<_, _> = flights.into_iter().collect();
+    assert_eq!(
+        by.keys().cloned().collect::<Vec<_>>(),
+        vec!["A", "B"],
+        "M and its shares deleted; B kept"
+    );
+    let a = &by["A"];
+    assert_eq!(a.get("GATE"), None, "cleared by FLOP");
+    assert_eq!(a["STAT"], "SCH", "not carried by the 2nd schedule: kept");
+    assert_eq!(a["STND"], "S7");
+    assert_eq!(a["ETOT"], "20261130101500");
+    let deleted: Vec<String> = sqlx::query_scalar(
+        "SELECT flight_key FROM msg_event WHERE event_type = 'FLIGHT_DELETED' ORDER BY event_id",
+    )
+    .fetch_all(env.store.pool())
+    .await
+    .expect("events");
+    assert_eq!(
+        deleted,
+        vec!["M", "S1", "S2"],
+        "cascade after the master, once"
+    );
+    let redelete_events: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE msg_id = $1")
+            .bind(ids[7])
+            .fetch_one(env.store.pool())
+            .await
+            .expect("count");
+    assert_eq!(redelete_events, 0, "re-delete is a no-op");
+    let snaps: i64 = sqlx::query_scalar("SELECT count(*) FROM schd_snap_log")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("count");
+    assert_eq!(snaps, 2);
+    env.cleanup().await;
+}
