@@ -335,7 +335,7 @@ mod tests {
         let mut checked = 0;
         for file in [
             "prometheus/alerts.yml",
-            "grafana/dashboards/discovery.json",
+            "grafana/dashboards/msgexchange.json",
             "docs/operations.md",
         ] {
             let text = std::fs::read_to_string(root.join(file)).expect("readable");

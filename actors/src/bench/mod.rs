@@ -1,0 +1,255 @@
+//! `msgexchange bench enqueue`: poller enqueue throughput over a large backlog, printed next to
+//! the bare PostgreSQL insert rate measured in the same run, on the same servers (issue: aim
+//! for at least 50 % of the bare rate, with flat memory). Not a timed test: it prints numbers.
+//!
+//! Everything happens in FRESH databases `msgx_bench_<pid>`, derived from the configured inbox
+//! and store URLs (same servers, same credentials, only the database name replaced). They are
+//! dropped at the end, also after a failure, unless `--keep`.
+//!
+//! Phases:
+//! 1. inbox: the dev fixture (acting as the DB owner), then a bulk load of `--rows` rows with
+//!    multi-row `INSERT … VALUES` statements on a few connections;
+//! 2. store: `Store::connect` (creates the database, runs the migrations);
+//! 3. bare limits: `rows` rows into scratch copies of `proc_state`, one transaction per
+//!    `claim_batch` rows, with the poller's exact `UNNEST` statement and with a plain multi-row
+//!    `VALUES` statement, both under the poller's `synchronous_commit` setting (UNNEST is
+//!    measured again after step 4, so the two bracket the poller);
+//! 4. the real thing: `poll_once` in a loop until W reaches the inbox head, with per-round
+//!    latency and RSS samples every 10 % of progress;
+//! 5. where the time goes: the queue is emptied, W rewound, and the rounds replayed with the
+//!    same calls `poll_once` makes, each step timed apart; then once more with the rows made in
+//!    memory, which leaves the store side of a round alone.
+//!
+//! This file orchestrates the phases; the databases live in `databases`, phase 1 in
+//! `inbox_load`, 3 in `bare`, 4 in `poller_run`, 5 in `replay`, and the printed numbers in
+//! `report`.
+
+mod bare;
+mod databases;
+mod inbox_load;
+mod poller_run;
+mod replay;
+mod report;
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use clap::Args;
+use msgx_core::devtools::fixture;
+use msgx_core::inbox::Inbox;
+use msgx_core::poller::PollConfig;
+use msgx_core::settings::{redact_url, Settings};
+use msgx_core::store::Store;
+use sqlx::postgres::PgPool;
+
+use bare::{bare_phase, BareShape};
+use databases::BenchDbs;
+use inbox_load::{load_inbox, Loaded};
+use poller_run::{poll_phase, PollPhase};
+use replay::{round_breakdown, Breakdown};
+use report::{print_measured, rate};
+
+pub use databases::with_database;
+pub use poller_run::rss_mib;
+pub use report::percentile;
+
+/// Enqueue benchmark knobs.
+#[derive(Debug, Args)]
+pub struct EnqueueBenchArgs {
+    /// Backlog size: inbox rows loaded before the poller starts.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub rows: u64,
+    /// Rows per poll round and per bare-insert transaction (default: `pipeline.claim_batch`).
+    #[arg(long)]
+    pub claim_batch: Option<u32>,
+    /// Keep the bench databases afterwards (for inspection); they are dropped otherwise.
+    #[arg(long)]
+    pub keep: bool,
+    /// Size in bytes of the filler message text of each inbox row.
+    #[arg(long, default_value_t = 300)]
+    pub msg_bytes: usize,
+}
+
+/// Runs the enqueue benchmark.
+pub async fn enqueue(settings: &Settings, args: &EnqueueBenchArgs) -> anyhow::Result<()> {
+    let claim_batch = args.claim_batch.unwrap_or(settings.pipeline.claim_batch);
+    anyhow::ensure!(
+        (1..=50_000).contains(&claim_batch),
+        "--claim-batch {claim_batch} is outside 1..=50000"
+    );
+    anyhow::ensure!(args.rows > 0, "--rows must be at least 1");
+    anyhow::ensure!(
+        i64::try_from(args.rows).is_ok(),
+        "--rows {} is too large",
+        args.rows
+    );
+
+    let dbs = BenchDbs::new(settings, &format!("msgx_bench_{}", std::process::id()))?;
+    // Refuse leftovers (an earlier `--keep` run with the same pid): "fresh" means fresh, and
+    // the clean-up below must only ever drop what this run created.
+    dbs.ensure_absent().await?;
+
+    let result = run(settings, args, claim_batch, &dbs).await;
+    if args.keep {
+        println!(
+            "  kept                  : {} and {}",
+            redact_url(&dbs.inbox_url),
+            redact_url(&dbs.store_url)
+        );
+        return result;
+    }
+    let dropped = dbs.drop_all().await;
+    match (result, dropped) {
+        (Err(e), Err(d)) => {
+            eprintln!(
+                "msgexchange: also failed to drop the bench databases `{}`: {d:#}",
+                dbs.name
+            );
+            Err(e)
+        }
+        (Err(e), Ok(())) => Err(e),
+        (Ok(()), dropped) => dropped,
+    }
+}
+
+/// Everything between creating and dropping the databases.
+async fn run(
+    settings: &Settings,
+    args: &EnqueueBenchArgs,
+    claim_batch: u32,
+    dbs: &BenchDbs,
+) -> anyhow::Result<()> {
+    let async_commit = settings.pipeline.async_enqueue_commit;
+    let names = settings.inbox_names()?;
+    let tz = settings.inbox_timezone()?;
+    println!(
+        "bench enqueue: {} rows, claim_batch {claim_batch}, async_enqueue_commit={async_commit}, msg_bytes {}",
+        args.rows, args.msg_bytes
+    );
+    println!(
+        "  databases             : {} and {}",
+        redact_url(&dbs.inbox_url),
+        redact_url(&dbs.store_url)
+    );
+
+    // 1. The inbox, as the DB owner and upstream would have it.
+    fixture::create_inbox_fixture(&dbs.inbox_url, &names, &settings.outbox_names()?)
+        .await
+        .with_context(|| {
+            format!(
+                "creating the inbox fixture at {}",
+                redact_url(&dbs.inbox_url)
+            )
+        })?;
+    let load = load_inbox(&dbs.inbox_url, &names, tz, args.rows, args.msg_bytes).await?;
+    println!(
+        "  inbox load            : {} rows in {:.1}s ({:.0} rows/s, ids {}..={})",
+        args.rows,
+        load.elapsed.as_secs_f64(),
+        rate(args.rows, load.elapsed),
+        load.min_id,
+        load.max_id
+    );
+
+    // 2. The store and the inbox adapter, exactly as the service builds them.
+    let mut store_settings = settings.store.clone();
+    store_settings.url = dbs.store_url.clone();
+    store_settings.create_database = true;
+    let store = Store::connect(&store_settings)
+        .await
+        .with_context(|| format!("opening the bench store at {}", redact_url(&dbs.store_url)))?;
+    let mut inbox_settings = settings.inbox.clone();
+    inbox_settings.url = dbs.inbox_url.clone();
+    let inbox =
+        Inbox::new(&inbox_settings, &names, tz).context("building the bench inbox adapter")?;
+
+    let outcome = measure(&inbox, &store, settings, args, claim_batch, &load).await;
+    // Close the pools before the databases are dropped.
+    store.pool().close().await;
+    inbox.pool().close().await;
+    let m = outcome?;
+
+    print_measured(args, claim_batch, async_commit, &m);
+    Ok(())
+}
+
+/// What the measured phases found.
+#[derive(Debug)]
+struct Measured {
+    /// Time of the bare UNNEST inserts before the poller phase.
+    bare_unnest_before: Duration,
+    /// Time of the bare UNNEST inserts after the poller phase.
+    bare_unnest_after: Duration,
+    /// Time of the bare VALUES inserts.
+    bare_values: Duration,
+    /// The poller phase.
+    poll: PollPhase,
+    /// The timed replay of the rounds.
+    breakdown: Breakdown,
+    /// The timed replay of the rounds' store side alone (rows made in memory).
+    store_side: Breakdown,
+}
+
+/// Phases 3 to 5, on the loaded inbox and the fresh store.
+async fn measure(
+    inbox: &Inbox,
+    store: &Store,
+    settings: &Settings,
+    args: &EnqueueBenchArgs,
+    claim_batch: u32,
+    load: &Loaded,
+) -> anyhow::Result<Measured> {
+    let async_commit = settings.pipeline.async_enqueue_commit;
+    let pool = store.pool();
+    let bare = |shape| bare_phase(pool, shape, args.rows, claim_batch, async_commit);
+    let bare_unnest_before = bare(BareShape::Unnest).await?;
+    let bare_values = bare(BareShape::Values).await?;
+    checkpoint(pool).await;
+    let cfg = PollConfig {
+        claim_batch,
+        ..crate::app::poll_config(&settings.pipeline)
+    };
+    let poll = poll_phase(inbox, store, cfg, load).await?;
+    // Measured again after the poller: the two bracket it, so drift during the run shows.
+    let bare_unnest_after = bare(BareShape::Unnest).await?;
+    let breakdown = round_breakdown(inbox, store, cfg, load, true).await?;
+    let store_side = round_breakdown(inbox, store, cfg, load, false).await?;
+    Ok(Measured {
+        bare_unnest_before,
+        bare_unnest_after,
+        bare_values,
+        poll,
+        breakdown,
+        store_side,
+    })
+}
+
+/// Flushes dirty buffers between phases so one phase's writes are not paid by the next.
+/// Best effort: needs superuser or `pg_checkpoint`; the bench stays valid without it.
+async fn checkpoint(pool: &PgPool) {
+    if let Err(e) = sqlx::query("CHECKPOINT").execute(pool).await {
+        tracing::debug!(error = %e, "CHECKPOINT between bench phases refused; continuing");
+    }
+}
+
+/// The statement for `rows` rows: `full_sql` (built once, for `full_rows`) when the chunk is
+/// full, else one built by `build` for the shorter last chunk.
+fn statement_for<T: PartialEq>(
+    rows: T,
+    full_rows: T,
+    full_sql: &str,
+    build: impl FnOnce(T) -> String,
+) -> Cow<'_, str> {
+    if rows == full_rows {
+        Cow::Borrowed(full_sql)
+    } else {
+        Cow::Owned(build(rows))
+    }
+}
+
+/// A receive time for row `id` a little before `now`: spread over a second, as real ones are.
+fn spread_received_at(now: DateTime<Utc>, id: i64) -> DateTime<Utc> {
+    now - chrono::Duration::milliseconds(id % 1000)
+}

@@ -1,0 +1,120 @@
+//! The printed report: rates, per-round times and percentiles of what the phases measured.
+
+use std::time::Duration;
+
+use super::{EnqueueBenchArgs, Measured};
+
+/// Prints the bare limits, the poller run, the round breakdowns and the RSS samples.
+pub(super) fn print_measured(
+    args: &EnqueueBenchArgs,
+    claim_batch: u32,
+    async_commit: bool,
+    m: &Measured,
+) {
+    let sync_note = if async_commit {
+        "SET LOCAL synchronous_commit = off"
+    } else {
+        "synchronous_commit as configured on the server"
+    };
+    let unnest_rate = rate(2 * args.rows, m.bare_unnest_before + m.bare_unnest_after);
+    println!(
+        "  bare PG UNNEST insert : {unnest_rate:.0} rows/s  (before the poller {:.0}, after {:.0}; \
+         {claim_batch} rows per tx, {sync_note})",
+        rate(args.rows, m.bare_unnest_before),
+        rate(args.rows, m.bare_unnest_after),
+    );
+    let values_rate = rate(args.rows, m.bare_values);
+    println!(
+        "  bare PG VALUES insert : {values_rate:.0} rows/s  (same transactions, before the poller)"
+    );
+    let poll_rate = rate(args.rows, m.poll.elapsed);
+    let mut sorted = m.poll.latencies.clone();
+    sorted.sort_unstable();
+    println!(
+        "  poller enqueue        : {:.0} rows/s  ({:.1}% of bare UNNEST, {:.1}% of bare VALUES)   \
+         rounds {}, round p50 {} p99 {} max {}",
+        poll_rate,
+        100.0 * poll_rate / unnest_rate,
+        100.0 * poll_rate / values_rate,
+        sorted.len(),
+        ms(percentile(&sorted, 0.50)),
+        ms(percentile(&sorted, 0.99)),
+        ms(sorted.last().copied().unwrap_or_default()),
+    );
+    println!(
+        "  poller detail         : {} rows in {:.1}s, {} newly enqueued, proc_state holds {}",
+        args.rows,
+        m.poll.elapsed.as_secs_f64(),
+        m.poll.enqueued_new,
+        m.poll.proc_state_rows
+    );
+    let b = &m.breakdown;
+    let per_round = |d: Duration, rounds: u32| ms(d / rounds.max(1));
+    println!(
+        "  round breakdown       : replay {:.0} rows/s; per round read_cursor {} + rows_after {} \
+         + commit_round {} + max_id {} = {}",
+        rate(args.rows, b.elapsed),
+        per_round(b.read_cursor, b.rounds),
+        per_round(b.rows_after, b.rounds),
+        per_round(b.commit_round, b.rounds),
+        per_round(b.max_id, b.rounds),
+        per_round(
+            b.read_cursor + b.rows_after + b.commit_round + b.max_id,
+            b.rounds
+        ),
+    );
+    let st = &m.store_side;
+    let bare_txs = u32::try_from(args.rows.div_ceil(u64::from(claim_batch))).unwrap_or(u32::MAX);
+    println!(
+        "  store side alone      : replay {:.0} rows/s; per round read_cursor {} + commit_round {} = {} \
+         (bare UNNEST tx {}; rows made in memory, no inbox reads)",
+        rate(args.rows, st.elapsed),
+        per_round(st.read_cursor, st.rounds),
+        per_round(st.commit_round, st.rounds),
+        per_round(st.read_cursor + st.commit_round, st.rounds),
+        ms((m.bare_unnest_before + m.bare_unnest_after) / bare_txs.max(1).saturating_mul(2)),
+    );
+    let rss: Vec<String> = m
+        .poll
+        .rss
+        .iter()
+        .map(|(label, mib)| match mib {
+            Some(v) => format!("{label} {v:.1}"),
+            None => format!("{label} n/a"),
+        })
+        .collect();
+    println!("  RSS MiB               : {}", rss.join(", "));
+}
+
+/// Nearest-rank percentile of an ascending slice (`p` in 0..=1); zero when empty.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Rows per second.
+pub(super) fn rate(rows: u64, took: Duration) -> f64 {
+    rows as f64 / took.as_secs_f64().max(1e-9)
+}
+
+/// A duration as milliseconds with one decimal.
+fn ms(d: Duration) -> String {
+    format!("{:.1}ms", d.as_secs_f64() * 1e3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&v, 0.50), Duration::from_millis(50));
+        assert_eq!(percentile(&v, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&v, 1.0), Duration::from_millis(100));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+}
