@@ -12,10 +12,12 @@ export MSGX_STORE__URL=${MSGX_STORE__URL:-postgres://postgres@127.0.0.1:5432/msg
 # Short enough that a newcomer sees permanent holes released within the demo. Every rolled-back
 # id stalls discovery for this long (seed §5.1), so the demo rolls back rarely.
 export MSGX_PIPELINE__MAX_COMMIT_DELAY=${MSGX_PIPELINE__MAX_COMMIT_DELAY:-10s}
+# An unknown-type message holds the FIFO head until it is poison; keep that short in the demo.
+export MSGX_PROCESSING__HEAD_DEADLINE=${MSGX_PROCESSING__HEAD_DEADLINE:-30s}
 
 "$bin" dev inbox-fixture
 "$bin" dev simulate-upstream --rate "${DEMO_RATE:-20}" --connections 8 --hold-max 3s \
-  --rollback-fraction 0.003 &
+  --rollback-fraction 0.003 --unknown-type-fraction 0.002 &
 sim=$!
 trap 'kill $sim 2>/dev/null || true' EXIT
 echo "simulator running (pid $sim); starting msgexchange — metrics at http://127.0.0.1:9464/metrics"

@@ -251,6 +251,9 @@ pub fn pump_step(step: &crate::pump::StepOutcome) {
                 Outcome::Succeeded { changes, events } => {
                     tracing::debug!(msg_id, changes, events, "processed")
                 }
+                Outcome::FinishedElsewhere => {
+                    tracing::info!(msg_id, "finished elsewhere before the business transaction")
+                }
                 Outcome::Skipped { reason, detail } => {
                     tracing::info!(msg_id, reason = reason.as_str(), detail = %detail, "skipped")
                 }

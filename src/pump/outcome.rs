@@ -79,6 +79,9 @@ pub enum Outcome {
         /// Detail.
         detail: String,
     },
+    /// The row was no longer unfinished when the business transaction locked it (an operator
+    /// action finished it meanwhile): nothing written.
+    FinishedElsewhere,
     /// FAILED: retried at `next_attempt_at`.
     Failed {
         /// Why.
@@ -96,6 +99,7 @@ impl Outcome {
         match self {
             Self::Succeeded { .. } => "succeeded",
             Self::Skipped { .. } => "skipped",
+            Self::FinishedElsewhere => "finished_elsewhere",
             Self::Dead { .. } => "dead",
             Self::Failed { .. } => "failed",
         }
@@ -104,7 +108,7 @@ impl Outcome {
     /// The error class, `none` on success, for metrics.
     pub fn class(&self) -> &'static str {
         match self {
-            Self::Succeeded { .. } => "none",
+            Self::Succeeded { .. } | Self::FinishedElsewhere => "none",
             Self::Skipped { reason, .. } => reason.as_str(),
             Self::Dead { class, .. } | Self::Failed { class, .. } => class.as_str(),
         }

@@ -261,10 +261,7 @@ impl PumpCore {
             Ok(BusinessResult::Committed { changes, events }) => {
                 Ok(Outcome::Succeeded { changes, events })
             }
-            Ok(BusinessResult::NotUnfinished) => Ok(Outcome::Skipped {
-                reason: ErrorClass::Duplicate,
-                detail: "finished elsewhere".into(),
-            }),
+            Ok(BusinessResult::NotUnfinished) => Ok(Outcome::FinishedElsewhere),
             // The whole transaction rolled back: retry later, nothing partial remains.
             Err(e) => {
                 self.fail(msg_id, attempts, ErrorClass::Infra, e.to_string())
