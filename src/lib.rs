@@ -14,12 +14,14 @@
 //! - [`clock`]: the injectable clock.
 //! - [`devtools`]: acting as the DB owner and as upstream, for dev, tests and benchmarks.
 
+pub mod backfill;
 pub mod clock;
 pub mod codec;
 pub mod cutover;
 pub mod devtools;
 pub mod flight;
 pub mod inbox;
+pub mod late;
 pub mod poller;
 pub mod pump;
 pub mod settings;

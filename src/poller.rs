@@ -17,6 +17,8 @@ pub struct PollConfig {
     pub max_commit_delay: Duration,
     /// Enqueue commit without WAL flush wait.
     pub async_commit: bool,
+    /// How long released hole ids stay watched for a late commit.
+    pub watch_window: Duration,
 }
 
 /// What a successful round did.
@@ -122,6 +124,11 @@ pub async fn poll_once(
                 rows: &enqueue,
                 now,
                 async_commit: cfg.async_commit,
+                released: decision.released.map(|r| {
+                    let window = chrono::Duration::from_std(cfg.watch_window)
+                        .unwrap_or(chrono::Duration::MAX);
+                    (r.ids(), now + window)
+                }),
             })
             .await?
     };

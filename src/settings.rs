@@ -45,6 +45,10 @@ pub struct Settings {
     pub pipeline: PipelineSettings,
     /// Processing rules (the pump).
     pub processing: ProcessingSettings,
+    /// Marking processed rows in the inbox (the backfill sweeper).
+    pub backfill: BackfillSettings,
+    /// Watching released holes for late commits.
+    pub late: LateSettings,
     /// The HTTP surface (`/metrics`, health).
     pub http: HttpSettings,
     /// Logging.
@@ -170,6 +174,44 @@ impl ProcessingSettings {
     }
 }
 
+/// Backfill (SPEC §5, seed §5.2).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackfillSettings {
+    /// Sweep schedule (a period, not a completion deadline).
+    #[serde(with = "humantime_serde_compat")]
+    pub period: Duration,
+    /// Rows per sweep batch (one UPDATE + one existence check per batch).
+    pub batch: u32,
+    /// The DB owner's "processed" status value written into the status mark column.
+    pub mark_value: String,
+    /// First retry delay after a transient failure (doubles).
+    #[serde(with = "humantime_serde_compat")]
+    pub retry_initial: Duration,
+    /// Longest retry delay.
+    #[serde(with = "humantime_serde_compat")]
+    pub retry_max: Duration,
+    /// Transient failures before the row is abandoned (MAX_ATTEMPTS) with an alert.
+    pub max_attempts: i32,
+    /// R: rows received longer ago than this are retried every sweep (overrides backoff).
+    #[serde(with = "humantime_serde_compat")]
+    pub overdue_after: Duration,
+}
+
+/// Late detection (SPEC §6).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LateSettings {
+    /// How often watched ids are checked against the inbox.
+    #[serde(with = "humantime_serde_compat")]
+    pub detect_period: Duration,
+    /// How long a released id stays watched.
+    #[serde(with = "humantime_serde_compat")]
+    pub watch_window: Duration,
+    /// Ids checked per inbox round trip.
+    pub batch: u32,
+}
+
 /// HTTP surface.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -257,6 +299,35 @@ impl Settings {
             ));
         }
         self.cutover()?;
+        let b = &self.backfill;
+        check_nonzero(b.period, "backfill.period")?;
+        check_nonzero(b.retry_initial, "backfill.retry_initial")?;
+        check_nonzero(b.overdue_after, "backfill.overdue_after")?;
+        if b.retry_max < b.retry_initial {
+            return Err(invalid(
+                "backfill.retry_max",
+                "shorter than backfill.retry_initial",
+            ));
+        }
+        if b.batch == 0 || b.batch > 10_000 {
+            return Err(invalid("backfill.batch", "outside 1..=10000"));
+        }
+        if b.max_attempts < 1 {
+            return Err(invalid("backfill.max_attempts", "must be at least 1"));
+        }
+        let mark = b.mark_value.trim();
+        if mark.is_empty() || mark.len() > 32 {
+            return Err(invalid(
+                "backfill.mark_value",
+                "must be 1..=32 characters (the DB owner's value)",
+            ));
+        }
+        let l = &self.late;
+        check_nonzero(l.detect_period, "late.detect_period")?;
+        check_nonzero(l.watch_window, "late.watch_window")?;
+        if l.batch == 0 || l.batch > 10_000 {
+            return Err(invalid("late.batch", "outside 1..=10000"));
+        }
         let q = &self.processing;
         check_nonzero(q.head_deadline, "processing.head_deadline")?;
         check_nonzero(q.retry_initial, "processing.retry_initial")?;

@@ -47,6 +47,28 @@ pub const PIPELINE_UNFINISHED: &str = "msgx_pipeline_unfinished";
 pub const PIPELINE_OLDEST_UNPROCESSED_SECONDS: &str = "msgx_pipeline_oldest_unprocessed_seconds";
 /// Pump steps that failed on the store (nothing recorded; retried).
 pub const PIPELINE_STEP_ERRORS_TOTAL: &str = "msgx_pipeline_step_errors_total";
+/// Terminal rows not yet marked in the inbox (and not abandoned).
+pub const BACKFILL_PENDING: &str = "msgx_backfill_pending";
+/// Age of the oldest terminal row not yet marked.
+pub const BACKFILL_OLDEST_UNMARKED_SECONDS: &str = "msgx_backfill_oldest_unmarked_seconds";
+/// Rows confirmed marked, by result (`marked`, `already_marked`).
+pub const BACKFILL_MARKED_TOTAL: &str = "msgx_backfill_marked_total";
+/// Rows abandoned, by reason (`MISSING_ROW`, `MAX_ATTEMPTS`) and kind.
+pub const BACKFILL_ABANDONED_TOTAL: &str = "msgx_backfill_abandoned_total";
+/// Rows whose mark failed transiently (backed off).
+pub const BACKFILL_TRANSIENT_FAILURES_TOTAL: &str = "msgx_backfill_transient_failures_total";
+/// Duration of one sweep.
+pub const BACKFILL_SWEEP_SECONDS: &str = "msgx_backfill_sweep_duration_seconds";
+/// Released hole ids still watched.
+pub const LATE_WATCH_SIZE: &str = "msgx_late_watch_size";
+/// Released hole ids that later appeared in the inbox.
+pub const LATE_DETECTED_TOTAL: &str = "msgx_pipeline_late_arrival_detected_total";
+/// Fields a late message could not apply (a newer message had set them).
+pub const LATE_STALE_FIELDS_TOTAL: &str = "msgx_pipeline_late_arrival_stale_fields_total";
+/// Operator replays by result (`applied`, `refused`).
+pub const REPLAY_TOTAL: &str = "msgx_admin_replay_total";
+/// Hole decisions taken on transaction evidence (`released_early`, `held`, `cap_reached`).
+pub const HOLE_EVIDENCE_TOTAL: &str = "msgx_inbox_hole_evidence_total";
 /// Restarts of a child actor by the supervisor.
 pub const ACTOR_RESTARTS_TOTAL: &str = "msgx_actor_restarts_total";
 
@@ -72,6 +94,17 @@ pub const ALL: &[&str] = &[
     PIPELINE_UNFINISHED,
     PIPELINE_OLDEST_UNPROCESSED_SECONDS,
     PIPELINE_STEP_ERRORS_TOTAL,
+    BACKFILL_PENDING,
+    BACKFILL_OLDEST_UNMARKED_SECONDS,
+    BACKFILL_MARKED_TOTAL,
+    BACKFILL_ABANDONED_TOTAL,
+    BACKFILL_TRANSIENT_FAILURES_TOTAL,
+    BACKFILL_SWEEP_SECONDS,
+    LATE_WATCH_SIZE,
+    LATE_DETECTED_TOTAL,
+    LATE_STALE_FIELDS_TOTAL,
+    REPLAY_TOTAL,
+    HOLE_EVIDENCE_TOTAL,
     ACTOR_RESTARTS_TOTAL,
 ];
 
@@ -89,6 +122,12 @@ pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
             PIPELINE_PROCESSING_SECONDS,
             vec![
                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+            ],
+        ),
+        (
+            BACKFILL_SWEEP_SECONDS,
+            vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
             ],
         ),
         (
@@ -283,6 +322,90 @@ pub fn pump_step_failed(error: &dyn std::error::Error) {
 pub fn backlog(unfinished: i64, oldest_age: Option<Duration>) {
     gauge!(PIPELINE_UNFINISHED).set(unfinished as f64);
     gauge!(PIPELINE_OLDEST_UNPROCESSED_SECONDS).set(oldest_age.map_or(0.0, |a| a.as_secs_f64()));
+}
+
+/// One backfill sweep finished.
+pub fn backfill_swept(marked: u64, already_marked: u64, transient: u64, took: Duration) {
+    counter!(BACKFILL_MARKED_TOTAL, "result" => "marked").increment(marked);
+    counter!(BACKFILL_MARKED_TOTAL, "result" => "already_marked").increment(already_marked);
+    counter!(BACKFILL_TRANSIENT_FAILURES_TOTAL).increment(transient);
+    histogram!(BACKFILL_SWEEP_SECONDS).record(took.as_secs_f64());
+    if marked + already_marked + transient > 0 {
+        tracing::debug!(
+            marked,
+            already_marked,
+            transient,
+            took_ms = took.as_millis() as u64,
+            "backfill sweep"
+        );
+    }
+}
+
+/// A row was abandoned by the backfill: `reason` is `MISSING_ROW` or `MAX_ATTEMPTS`; `kind`
+/// tells a row never seen (a released hole, a compat id) from one purged after we read it.
+pub fn backfill_abandoned(msg_id: i64, reason: &'static str, kind: &'static str, detail: &str) {
+    counter!(BACKFILL_ABANDONED_TOTAL, "reason" => reason, "kind" => kind).increment(1);
+    tracing::error!(
+        msg_id,
+        reason,
+        kind,
+        detail,
+        alert = true,
+        "backfill abandoned; the inbox row is NOT marked (manual reconciliation)"
+    );
+}
+
+/// Backlog of the backfill.
+pub fn backfill_state(pending: i64, oldest_unmarked: Option<Duration>) {
+    gauge!(BACKFILL_PENDING).set(pending as f64);
+    gauge!(BACKFILL_OLDEST_UNMARKED_SECONDS).set(oldest_unmarked.map_or(0.0, |a| a.as_secs_f64()));
+}
+
+/// A released hole id appeared in the inbox after all.
+pub fn late_detected(msg_id: i64) {
+    counter!(LATE_DETECTED_TOTAL).increment(1);
+    tracing::error!(
+        msg_id,
+        alert = true,
+        "late arrival: a released hole id is in the inbox now; enqueued for compensation"
+    );
+}
+
+/// Size of the watch list.
+pub fn late_watch_size(open: i64) {
+    gauge!(LATE_WATCH_SIZE).set(open as f64);
+}
+
+/// A late message could not apply some fields.
+pub fn late_stale_fields(msg_id: i64, fields: &[&str]) {
+    counter!(LATE_STALE_FIELDS_TOTAL).increment(fields.len() as u64);
+    tracing::warn!(msg_id, fields = ?fields, "late message: fields set by newer messages were not overwritten");
+}
+
+/// An operator replay was applied or refused.
+pub fn replay(msg_id: i64, applied: bool, reason: &str) {
+    let result = if applied { "applied" } else { "refused" };
+    counter!(REPLAY_TOTAL, "result" => result).increment(1);
+    tracing::warn!(msg_id, result, reason, "operator replay");
+}
+
+/// A hole decision taken on transaction evidence.
+pub fn hole_evidence(decision: &'static str, first_missing: i64) {
+    counter!(HOLE_EVIDENCE_TOTAL, "decision" => decision).increment(1);
+    if decision == "cap_reached" {
+        tracing::error!(
+            first_missing,
+            decision,
+            alert = true,
+            "hole held past the evidence cap; released"
+        );
+    } else {
+        tracing::info!(
+            first_missing,
+            decision,
+            "hole decided on transaction evidence"
+        );
+    }
 }
 
 /// Released ids reached the late detector.

@@ -119,6 +119,7 @@ async fn a_second_writer_moving_w_is_refused() {
             rows: &[],
             now: env.clock.now(),
             async_commit: false,
+            released: None,
         })
         .await
         .expect_err("stale W refused");

@@ -6,18 +6,23 @@ use std::sync::Arc;
 use actix::{Actor, Addr};
 use anyhow::Context as _;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use msgx_core::backfill::SweepConfig;
 use msgx_core::clock::{Clock, SharedClock, SystemClock};
 use msgx_core::codec::xml::XmlCodec;
 use msgx_core::codec::Codec;
 use msgx_core::cutover::CutoverMode;
 use msgx_core::inbox::Inbox;
+use msgx_core::late::DetectConfig;
 use msgx_core::poller::PollConfig;
 use msgx_core::pump::{HeadRules, PumpConfig, PumpCore};
-use msgx_core::settings::{redact_url, PipelineSettings, ProcessingSettings, Settings};
+use msgx_core::settings::{
+    redact_url, LateSettings, PipelineSettings, ProcessingSettings, Settings,
+};
 use msgx_core::store::{InstanceLock, SeedOutcome, Store};
 use msgx_core::telemetry;
 use tokio::sync::mpsc;
 
+use crate::backfill_sweeper::BackfillSweeper;
 use crate::health::Health;
 use crate::inbox_poller::InboxPoller;
 use crate::late_detector::LateDetector;
@@ -38,6 +43,14 @@ pub struct PipelineDeps {
     pub processing: ProcessingSettings,
     /// Airport zone.
     pub tz: chrono_tz::Tz,
+    /// Late detection knobs.
+    pub late: LateSettings,
+    /// Backfill (marking) knobs and the inbox mark columns.
+    pub backfill: SweepConfig,
+    /// Sweep schedule.
+    pub backfill_period: std::time::Duration,
+    /// The detector's inbox check (names, batch, timeout).
+    pub late_check: DetectConfig,
     /// Readiness facts.
     pub health: Health,
     /// Receivers (tests add their own).
@@ -48,12 +61,14 @@ pub struct PipelineDeps {
     pub fatal: mpsc::UnboundedSender<Fatal>,
 }
 
-/// The poll knobs from the settings.
+/// The poll knobs from the settings (`watch_window` from `late.watch_window` where the late
+/// settings are at hand; 7 days otherwise).
 pub fn poll_config(p: &PipelineSettings) -> PollConfig {
     PollConfig {
         claim_batch: p.claim_batch,
         max_commit_delay: p.max_commit_delay,
         async_commit: p.async_enqueue_commit,
+        watch_window: std::time::Duration::from_secs(7 * 24 * 3600),
     }
 }
 
@@ -88,6 +103,10 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         pipeline,
         processing,
         tz,
+        late,
+        late_check,
+        backfill,
+        backfill_period,
         health,
         wiring,
         lock,
@@ -108,7 +127,8 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
                     clock.clone(),
                     cfg,
                 );
-                let addr = crate::pump::Pump::new(core, clock.clone(), idle).start();
+                let addr =
+                    crate::pump::Pump::new(core, clock.clone(), idle, wiring.clone()).start();
                 let recipient = addr.clone().recipient();
                 wiring.update(|r| {
                     r.pump = Some(addr.clone());
@@ -119,16 +139,49 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
             }),
         }
     };
-    let late_detector = ChildFactory {
-        name: "late_detector",
-        start: Box::new(|wiring: &Wiring| {
-            let addr = LateDetector.start();
-            let recipient = addr.clone().recipient();
-            wiring.update(|r| r.holes = vec![recipient]);
-            Box::new(move || addr.connected())
-        }),
+    let late_detector = {
+        let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
+        let period = late.detect_period;
+        ChildFactory {
+            name: "late_detector",
+            start: Box::new(move |wiring: &Wiring| {
+                let addr = LateDetector::new(
+                    inbox.clone(),
+                    store.clone(),
+                    clock.clone(),
+                    late_check.clone(),
+                    period,
+                )
+                .start();
+                let recipient = addr.clone().recipient();
+                wiring.update(|r| r.holes = vec![recipient]);
+                Box::new(move || addr.connected())
+            }),
+        }
     };
-    let cfg = poll_config(&pipeline);
+    let backfill_sweeper = {
+        let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
+        ChildFactory {
+            name: "backfill_sweeper",
+            start: Box::new(move |wiring: &Wiring| {
+                let addr = BackfillSweeper::new(
+                    inbox.clone(),
+                    store.clone(),
+                    clock.clone(),
+                    backfill.clone(),
+                    backfill_period,
+                )
+                .start();
+                let recipient = addr.clone().recipient();
+                wiring.update(|r| r.terminal = vec![recipient]);
+                Box::new(move || addr.connected())
+            }),
+        }
+    };
+    let cfg = PollConfig {
+        watch_window: late.watch_window,
+        ..poll_config(&pipeline)
+    };
     let interval = pipeline.poll_interval;
     let inbox_poller = ChildFactory {
         name: "inbox_poller",
@@ -148,7 +201,13 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         }),
     };
     // Receivers first, so the poller's first round can report to them.
-    Supervisor::new(wiring, vec![late_detector, pump, inbox_poller], lock, fatal).start()
+    Supervisor::new(
+        wiring,
+        vec![late_detector, backfill_sweeper, pump, inbox_poller],
+        lock,
+        fatal,
+    )
+    .start()
 }
 
 /// Connects the stores (migrating PostgreSQL) and builds the inbox adapter.
@@ -232,6 +291,10 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         pipeline: settings.pipeline.clone(),
         processing: settings.processing.clone(),
         tz: settings.inbox_timezone()?,
+        late: settings.late.clone(),
+        late_check: DetectConfig::from_settings(&settings)?,
+        backfill: SweepConfig::new(&settings.backfill, &settings.inbox_names()?),
+        backfill_period: settings.backfill.period,
         health: health.clone(),
         wiring: Wiring::default(),
         lock: Some(lock),

@@ -58,6 +58,11 @@ pub enum DevCommand {
 pub enum BenchCommand {
     /// Enqueue throughput over a backlog vs the bare multi-row INSERT rate into PostgreSQL.
     Enqueue(crate::bench::EnqueueBenchArgs),
+    /// Pump throughput over a backlog vs the bare single-connection PostgreSQL commit rate.
+    Pump(crate::bench::PumpBenchArgs),
+    /// Backfill marks per second vs the bare single-row UPDATE rate on the inbox; oldest
+    /// unmarked row under steady load.
+    Mark(crate::bench::MarkBenchArgs),
 }
 
 /// Simulator knobs.
@@ -87,9 +92,13 @@ pub struct SimArgs {
     /// Share of rows with a NULL receive time.
     #[arg(long, default_value_t = 0.005)]
     pub null_received_fraction: f64,
-    /// Share of malformed messages.
+    /// Share of malformed messages (DEAD on arrival).
     #[arg(long, default_value_t = 0.02)]
     pub malformed_fraction: f64,
+    /// Share of well-formed messages of an unknown type (FAILED UNSUPPORTED: they hold the
+    /// FIFO head until poison escalation).
+    #[arg(long, default_value_t = 0.01)]
+    pub unknown_type_fraction: f64,
     /// Random seed for repeatable runs; by default from the clock, so a second run against the
     /// same inbox does not repeat message identities (SEQN).
     #[arg(long)]
@@ -141,6 +150,7 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
         .with_context(|| format!("connecting to {}", redact_url(&settings.inbox.url)))?;
     let mix = msgx_core::devtools::messages::Mix {
         malformed: args.malformed_fraction,
+        unknown_type: args.unknown_type_fraction,
         ..msgx_core::devtools::messages::Mix::default()
     };
     let defaults = simulator::SimConfig::default();

@@ -1,22 +1,133 @@
-//! LateDetector, stage 0: receives the ids the poller released as permanent holes, logs and
-//! counts them. The durable watch list and the inbox re-check come with the late-arrival issue.
+//! LateDetector (SPEC §6, G1): runs one detection round ([`msgx_core::late::detect_once`]) at
+//! a time and decides only when to run the next: at start (a restarted detector resumes the
+//! durable watch list at once), every `late.detect_period`, and at once when the poller says
+//! it released a hole (`HolesReleased` is only a wake-up: the poller already wrote the ids to
+//! `late_watch` in the transaction that moved W). Rounds never overlap (`AtomicResponse`).
 
-use actix::{Actor, Context, Handler};
+use std::time::Duration;
+
+use actix::{
+    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, SpawnHandle,
+    WrapFuture,
+};
+use msgx_core::clock::SharedClock;
+use msgx_core::inbox::Inbox;
+use msgx_core::late::{detect_once, DetectConfig, DetectError, DetectReport};
+use msgx_core::store::Store;
+use msgx_core::telemetry;
 
 use crate::messages::HolesReleased;
 
-/// Watches released hole ids.
-#[derive(Debug, Default)]
-pub struct LateDetector;
+/// Run one detection round now (the detector's own timer sends it; tests and the admin
+/// surface may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<DetectReport, String>")]
+pub struct DetectNow;
+
+/// The late detector actor.
+pub struct LateDetector {
+    /// Shared inbox (one id check per batch).
+    inbox: Inbox,
+    /// Own PostgreSQL: the watch list and the queue.
+    store: Store,
+    /// Detection and expiry time.
+    clock: SharedClock,
+    /// Batch size, inbox names, statement timeout.
+    cfg: DetectConfig,
+    /// Pause between rounds (`late.detect_period`).
+    period: Duration,
+    /// The pending timer, cancelled when a round is asked for early.
+    next: Option<SpawnHandle>,
+}
+
+impl LateDetector {
+    /// A detector; it runs a first round as soon as it is started.
+    pub fn new(
+        inbox: Inbox,
+        store: Store,
+        clock: SharedClock,
+        cfg: DetectConfig,
+        period: Duration,
+    ) -> Self {
+        Self {
+            inbox,
+            store,
+            clock,
+            cfg,
+            period,
+            next: None,
+        }
+    }
+
+    fn after_round(&mut self, result: &Result<DetectReport, DetectError>, ctx: &mut Context<Self>) {
+        match result {
+            Ok(r) => {
+                if !r.detected.is_empty() || !r.closed.is_empty() {
+                    tracing::info!(
+                        checked = r.checked,
+                        detected = r.detected.len(),
+                        closed = r.closed.len(),
+                        open = r.open,
+                        took_ms = r.took.as_millis() as u64,
+                        "late detection round"
+                    );
+                } else {
+                    tracing::debug!(checked = r.checked, open = r.open, "late detection round");
+                }
+            }
+            // Nothing of the failed batch was written: the watch is intact, retried next period.
+            Err(e) => tracing::error!(
+                error = %e,
+                "late detection round failed; watched ids kept, retrying next period"
+            ),
+        }
+        self.next = Some(ctx.notify_later(DetectNow, self.period));
+    }
+}
 
 impl Actor for LateDetector {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::info!(
+            period = ?self.period,
+            batch = self.cfg.batch,
+            "late detector started"
+        );
+        ctx.notify(DetectNow);
+    }
+}
+
+impl Handler<DetectNow> for LateDetector {
+    type Result = AtomicResponse<Self, Result<DetectReport, String>>;
+
+    fn handle(&mut self, _: DetectNow, ctx: &mut Self::Context) -> Self::Result {
+        if let Some(timer) = self.next.take() {
+            ctx.cancel_future(timer);
+        }
+        let (inbox, store, clock, cfg) = (
+            self.inbox.clone(),
+            self.store.clone(),
+            self.clock.clone(),
+            self.cfg.clone(),
+        );
+        let round = async move { detect_once(&inbox, &store, clock.as_ref(), &cfg).await };
+        AtomicResponse::new(Box::pin(round.into_actor(self).map(|result, act, ctx| {
+            act.after_round(&result, ctx);
+            result.map_err(|e| e.to_string())
+        })))
+    }
 }
 
 impl Handler<HolesReleased> for LateDetector {
     type Result = ();
 
-    fn handle(&mut self, msg: HolesReleased, _: &mut Self::Context) {
-        msgx_core::telemetry::late_watch_received(msg.first, msg.last);
+    fn handle(&mut self, msg: HolesReleased, ctx: &mut Self::Context) {
+        telemetry::late_watch_received(msg.first, msg.last);
+        // A wake-up only: refresh the watch (and its size gauge) now instead of next period.
+        if let Some(timer) = self.next.take() {
+            ctx.cancel_future(timer);
+        }
+        ctx.notify(DetectNow);
     }
 }

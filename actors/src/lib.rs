@@ -3,6 +3,7 @@
 //! `msgx-core`.
 
 pub mod app;
+pub mod backfill_sweeper;
 pub mod bench;
 pub mod cli;
 pub mod health;

@@ -31,6 +31,12 @@ fn main() -> std::process::ExitCode {
             Command::Bench(BenchCommand::Enqueue(args)) => {
                 msgx_actors::bench::enqueue(&settings, &args).await
             }
+            Command::Bench(BenchCommand::Pump(args)) => {
+                msgx_actors::bench::pump(&settings, &args).await
+            }
+            Command::Bench(BenchCommand::Mark(args)) => {
+                msgx_actors::bench::mark(&settings, &args).await
+            }
         }
     });
     match result {

@@ -17,7 +17,9 @@ use msgx_core::store::StoreError;
 use msgx_core::telemetry;
 use tokio::sync::Mutex;
 
+use crate::backfill_sweeper::TerminalCommitted;
 use crate::messages::WatermarkMoved;
+use crate::wiring::Wiring;
 
 /// Run one pump step now (internal timer; tests may send it).
 #[derive(Debug, Clone, Copy, Default, Message)]
@@ -39,16 +41,19 @@ pub struct Pump {
     idle_poll: Duration,
     /// The pending wake-up.
     next: Option<SpawnHandle>,
+    /// Where terminal commits are announced (the backfill sweeper).
+    wiring: Wiring,
 }
 
 impl Pump {
     /// A pump; it starts stepping when started.
-    pub fn new(core: PumpCore, clock: SharedClock, idle_poll: Duration) -> Self {
+    pub fn new(core: PumpCore, clock: SharedClock, idle_poll: Duration, wiring: Wiring) -> Self {
         Self {
             core: Arc::new(Mutex::new(core)),
             clock,
             idle_poll,
             next: None,
+            wiring,
         }
     }
 
@@ -63,6 +68,19 @@ impl Pump {
         let delay = match result {
             Ok(step) => {
                 telemetry::pump_step(step);
+                match step {
+                    StepOutcome::Processed {
+                        msg_id, outcome, ..
+                    } if outcome.is_terminal() => {
+                        self.wiring
+                            .terminal_committed(TerminalCommitted { msg_id: *msg_id });
+                    }
+                    StepOutcome::Poisoned { msg_id, .. } => {
+                        self.wiring
+                            .terminal_committed(TerminalCommitted { msg_id: *msg_id });
+                    }
+                    _ => {}
+                }
                 match step {
                     StepOutcome::Processed { .. } | StepOutcome::Poisoned { .. } => Duration::ZERO,
                     StepOutcome::Waiting { until, .. } => (*until - self.clock.now())

@@ -7,6 +7,7 @@ use actix::Recipient;
 
 use actix::Addr;
 
+use crate::backfill_sweeper::TerminalCommitted;
 use crate::inbox_poller::InboxPoller;
 use crate::messages::{HolesReleased, WatermarkMoved};
 use crate::pump::Pump;
@@ -22,6 +23,8 @@ pub struct Receivers {
     pub poller: Option<Addr<InboxPoller>>,
     /// The current pump (tests and the admin surface ask it for a step).
     pub pump: Option<Addr<Pump>>,
+    /// Told when the pump commits a terminal row (the backfill sweeper wakes early).
+    pub terminal: Vec<Recipient<TerminalCommitted>>,
 }
 
 /// Shared, swappable wiring.
@@ -39,6 +42,13 @@ impl Wiring {
     /// Tells every hole receiver.
     pub fn holes_released(&self, msg: HolesReleased) {
         for r in &self.read().holes {
+            r.do_send(msg);
+        }
+    }
+
+    /// Tells every terminal-row receiver.
+    pub fn terminal_committed(&self, msg: TerminalCommitted) {
+        for r in &self.read().terminal {
             r.do_send(msg);
         }
     }

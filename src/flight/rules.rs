@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use super::change::{FlightChange, Plan, ScheduleSnapshot};
 use super::event::EventDraft;
+use super::guard::Guard;
 use super::model::{FieldVersion, Flight};
 use crate::codec::model::{Body, DecodedMessage, FieldValue, FlightRecord, ScheduleKind};
 
@@ -43,6 +44,16 @@ pub fn flights_to_load(msg: &DecodedMessage) -> Vec<String> {
 /// [`FieldVersion`]. A known flight with nothing changed yields no change and no event.
 /// Setting `MFID` makes the flight a code-share of that master; nothing else happens.
 pub fn plan(msg: &DecodedMessage, msg_id: i64, current: &BTreeMap<String, Flight>) -> Plan {
+    plan_with(msg, msg_id, current, &mut Guard::off())
+}
+
+/// [`plan`] with every write admitted (or refused) by `guard` (see `guard.rs`).
+pub(super) fn plan_with(
+    msg: &DecodedMessage,
+    msg_id: i64,
+    current: &BTreeMap<String, Flight>,
+    guard: &mut Guard<'_>,
+) -> Plan {
     let version = FieldVersion {
         at: msg.meta.sent_at,
         msg_id,
@@ -69,7 +80,7 @@ pub fn plan(msg: &DecodedMessage, msg_id: i64, current: &BTreeMap<String, Flight
                 request_id: request_id.clone(),
             };
             for record in coalesce(flights) {
-                match upsert(&record, version, current.get(&record.flid)) {
+                match upsert(&record, version, current.get(&record.flid), guard) {
                     Some(change) => {
                         match &change {
                             FlightChange::Created { .. } => snapshot.created += 1,
@@ -84,10 +95,10 @@ pub fn plan(msg: &DecodedMessage, msg_id: i64, current: &BTreeMap<String, Flight
         }
         Body::ScheduleAdd(record) | Body::FlightUpdate(record) | Body::AddFlight(record) => {
             out.changes
-                .extend(upsert(record, version, current.get(&record.flid)));
+                .extend(upsert(record, version, current.get(&record.flid), guard));
         }
         Body::FlightDelete { flid } => {
-            if let Some(master) = current.get(flid) {
+            if let Some(master) = current.get(flid).filter(|m| guard.delete(m)) {
                 out.changes.push(FlightChange::Deleted {
                     before: master.clone(),
                     cascade_of: None,
@@ -95,11 +106,12 @@ pub fn plan(msg: &DecodedMessage, msg_id: i64, current: &BTreeMap<String, Flight
                 let shares = current
                     .values()
                     .filter(|f| f.flid != *flid && f.master() == Some(flid.as_str()));
-                out.changes
-                    .extend(shares.map(|share| FlightChange::Deleted {
+                for share in shares.filter(|share| guard.delete(share)) {
+                    out.changes.push(FlightChange::Deleted {
                         before: share.clone(),
                         cascade_of: Some(flid.clone()),
-                    }));
+                    });
+                }
             }
         }
     }
@@ -137,8 +149,12 @@ fn upsert(
     record: &FlightRecord,
     version: FieldVersion,
     current: Option<&Flight>,
+    guard: &mut Guard<'_>,
 ) -> Option<FlightChange> {
     let Some(before) = current else {
+        if !guard.create(record) {
+            return None;
+        }
         let mut after = Flight::new(record.flid.clone());
         for (field, value) in &record.fields {
             if let FieldValue::Set(v) = value {
@@ -155,7 +171,9 @@ fn upsert(
             FieldValue::Set(v) => Some(v.as_str()),
             FieldValue::Clear => None,
         };
-        if before.get(*field) == new {
+        if before.get(*field) == new
+            || !guard.field(&before.flid, *field, before.versions.get(field))
+        {
             continue;
         }
         match new {

@@ -15,7 +15,9 @@ use crate::clock::SharedClock;
 use crate::codec::{Codec, CodecError, DecodedMessage};
 use crate::flight;
 use crate::inbox::{Inbox, RawMessage};
+use crate::late::Source;
 use crate::store::{Binding, BusinessResult, HeadRow, Store, StoreError};
+use crate::telemetry;
 
 /// Knobs of the pump.
 #[derive(Debug, Clone, Copy)]
@@ -104,7 +106,12 @@ impl PumpCore {
     /// One step. A store failure is returned (the actor retries later); everything else is
     /// recorded on the row.
     pub async fn step(&mut self) -> Result<StepOutcome, StoreError> {
-        let Some(HeadRow { head, since }) = self.store.head().await? else {
+        let Some(HeadRow {
+            head,
+            since,
+            source,
+        }) = self.store.head().await?
+        else {
             self.ahead.clear();
             return Ok(StepOutcome::Idle);
         };
@@ -115,7 +122,9 @@ impl PumpCore {
                 until,
             }),
             HeadDecision::Poison(reason) => {
-                self.poison(head.msg_id, reason, now).await?;
+                if !self.poison(head.msg_id, reason, now).await? {
+                    return Ok(StepOutcome::Idle); // the row changed meanwhile (a replay): look again
+                }
                 Ok(StepOutcome::Poisoned {
                     msg_id: head.msg_id,
                     reason: reason.to_string(),
@@ -127,7 +136,7 @@ impl PumpCore {
                 let Some(attempts) = self.store.stamp_attempt(head.msg_id, now).await? else {
                     return Ok(StepOutcome::Idle); // finished elsewhere meanwhile
                 };
-                let outcome = self.process(head.msg_id, attempts).await?;
+                let outcome = self.process(head.msg_id, attempts, source).await?;
                 Ok(StepOutcome::Processed {
                     msg_id: head.msg_id,
                     outcome,
@@ -143,22 +152,28 @@ impl PumpCore {
         msg_id: i64,
         reason: PoisonReason,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
+        let deadline = chrono::Duration::from_std(self.cfg.rules.head_deadline)
+            .unwrap_or(chrono::Duration::MAX);
         self.store
-            .finish_single(
+            .poison(
                 msg_id,
-                SingleTerminal::Dead,
-                ErrorClass::Exhausted,
+                self.cfg.rules.max_attempts,
+                now - deadline,
                 &reason.to_string(),
-                None,
                 now,
             )
-            .await?;
-        Ok(())
+            .await
     }
 
-    /// Processes the stamped head; returns how it ended (already written).
-    async fn process(&mut self, msg_id: i64, attempts: i32) -> Result<Outcome, StoreError> {
+    /// Processes the stamped head; returns how it ended (already written). A `LATE` row
+    /// (a released hole that committed after all) is applied with the ordering guard.
+    async fn process(
+        &mut self,
+        msg_id: i64,
+        attempts: i32,
+        source: Source,
+    ) -> Result<Outcome, StoreError> {
         let raw = match self.raw(msg_id).await {
             Ok(raw) => raw,
             Err(detail) => return self.fail(msg_id, attempts, ErrorClass::Infra, detail).await,
@@ -235,7 +250,8 @@ impl PumpCore {
                     .await
             }
         }
-        self.business(msg_id, attempts, &msg, &msg_type).await
+        self.business(msg_id, attempts, &msg, &msg_type, source)
+            .await
     }
 
     async fn business(
@@ -244,19 +260,41 @@ impl PumpCore {
         attempts: i32,
         msg: &DecodedMessage,
         msg_type: &str,
+        source: Source,
     ) -> Result<Outcome, StoreError> {
         let load = flight::flights_to_load(msg);
         let now = self.clock.now();
-        let result = self
-            .store
-            .commit_business(
-                msg_id,
-                msg_type,
-                &load,
-                |current| flight::plan(msg, msg_id, current),
-                now,
-            )
-            .await;
+        let result = if source.is_late() {
+            // Out of id order by design: newer messages were applied first; the guard keeps
+            // what they wrote and the refusals are recorded on the row.
+            self.store
+                .commit_business_late(
+                    msg_id,
+                    msg_type,
+                    &load,
+                    |current, tombstones| flight::plan_guarded(msg, msg_id, current, tombstones),
+                    now,
+                )
+                .await
+                .map(|(result, refused)| {
+                    if !refused.is_empty() {
+                        let labels = refused.labels();
+                        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+                        telemetry::late_stale_fields(msg_id, &labels);
+                    }
+                    result
+                })
+        } else {
+            self.store
+                .commit_business(
+                    msg_id,
+                    msg_type,
+                    &load,
+                    |current| flight::plan(msg, msg_id, current),
+                    now,
+                )
+                .await
+        };
         match result {
             Ok(BusinessResult::Committed { changes, events }) => {
                 Ok(Outcome::Succeeded { changes, events })

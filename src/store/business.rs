@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
 use super::{Store, StoreError};
-use crate::flight::{Flight, FlightChange, Plan};
+use crate::flight::{FieldVersion, Flight, FlightChange, GuardedPlan, Plan, Refused, Tombstones};
 
 /// Advisory lock key of the pipeline lock ("msgp"): business transactions, and later operator
 /// replay and backfill confirmation, serialise on it.
@@ -39,6 +39,52 @@ impl Store {
         plan: impl FnOnce(&BTreeMap<String, Flight>) -> Plan,
         now: DateTime<Utc>,
     ) -> Result<BusinessResult, StoreError> {
+        let (result, _) = self
+            .business_tx(
+                msg_id,
+                msg_type,
+                load,
+                false,
+                |current, _| GuardedPlan {
+                    plan: plan(current),
+                    refused: Refused::default(),
+                },
+                now,
+            )
+            .await?;
+        Ok(result)
+    }
+
+    /// The business transaction of a late message (`source = 'LATE'`, SPEC §6 G1): as
+    /// [`Store::commit_business`], and additionally
+    /// - loads the tombstones of the loaded and named flights (their newest `FLIGHT_DELETED`
+    ///   event: send time + message id) under the same lock, for the guarded `plan`;
+    /// - records what the guard refused on the row (`proc_state.stale_fields`,
+    ///   `{"FLID": ["GATE", …]}`; NULL when nothing was refused) in the same commit.
+    ///
+    /// Returns what was refused (empty unless committed).
+    pub async fn commit_business_late(
+        &self,
+        msg_id: i64,
+        msg_type: &str,
+        load: &[String],
+        plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
+        now: DateTime<Utc>,
+    ) -> Result<(BusinessResult, Refused), StoreError> {
+        self.business_tx(msg_id, msg_type, load, true, plan, now)
+            .await
+    }
+
+    /// The one transaction; `guarded` loads tombstones and writes `stale_fields`.
+    async fn business_tx(
+        &self,
+        msg_id: i64,
+        msg_type: &str,
+        load: &[String],
+        guarded: bool,
+        plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
+        now: DateTime<Utc>,
+    ) -> Result<(BusinessResult, Refused), StoreError> {
         let mut tx = self.pool().begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(PIPELINE_LOCK_KEY)
@@ -51,10 +97,17 @@ impl Store {
                 .await?;
         if !matches!(state.as_deref(), Some("PENDING" | "FAILED")) {
             tx.rollback().await?;
-            return Ok(BusinessResult::NotUnfinished);
+            return Ok((BusinessResult::NotUnfinished, Refused::default()));
         }
         let current = load_flights(&mut tx, load).await?;
-        let plan = plan(&current);
+        let tombstones = if guarded {
+            let mut keys: Vec<String> = load.to_vec();
+            keys.extend(current.keys().cloned());
+            load_tombstones(&mut tx, &keys).await?
+        } else {
+            Tombstones::new()
+        };
+        let GuardedPlan { plan, refused } = plan(&current, &tombstones);
         for change in &plan.changes {
             write_change(&mut tx, change, msg_id, now).await?;
         }
@@ -88,23 +141,28 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
+        let stale = (!refused.is_empty()).then(|| refused.to_json());
         sqlx::query(
             "UPDATE proc_state SET state = 'SUCCEEDED', error_class = NULL, error_text = NULL, \
                     terminal_reason = NULL, terminal_at = $2, next_attempt_at = NULL, \
                     processed_seq = nextval('proc_order_seq'), backfill_next_at = $2, \
-                    msg_type = $3, updated_at = $2 \
+                    msg_type = $3, stale_fields = $4, updated_at = $2 \
              WHERE msg_id = $1",
         )
         .bind(msg_id)
         .bind(now)
         .bind(msg_type)
+        .bind(stale)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(BusinessResult::Committed {
-            changes: plan.changes.len(),
-            events: plan.events.len(),
-        })
+        Ok((
+            BusinessResult::Committed {
+                changes: plan.changes.len(),
+                events: plan.events.len(),
+            },
+            refused,
+        ))
     }
 
     /// Loads flights by id (tests, tools).
@@ -140,6 +198,30 @@ async fn load_flights(
             Ok((flid, flight))
         })
         .collect()
+}
+
+/// The newest delete of each of `flids` (a flight deleted by name or as a code-share), from
+/// the `FLIGHT_DELETED` events: `payload.sent_at` (the deleting message's send time) and its
+/// `msg_id`. Only late messages need it (a rare path; no index on `flight_key`).
+async fn load_tombstones(
+    tx: &mut Transaction<'_, Postgres>,
+    flids: &[String],
+) -> Result<Tombstones, StoreError> {
+    if flids.is_empty() {
+        return Ok(Tombstones::new());
+    }
+    let rows: Vec<(String, DateTime<Utc>, i64)> = sqlx::query_as(
+        "SELECT DISTINCT ON (flight_key) flight_key, (payload->>'sent_at')::timestamptz, msg_id \
+         FROM msg_event WHERE event_type = 'FLIGHT_DELETED' AND flight_key = ANY($1) \
+         ORDER BY flight_key, (payload->>'sent_at')::timestamptz DESC, msg_id DESC",
+    )
+    .bind(flids)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(flid, at, msg_id)| (flid, FieldVersion { at, msg_id }))
+        .collect())
 }
 
 async fn write_change(

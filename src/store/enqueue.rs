@@ -28,6 +28,10 @@ pub struct RoundWrite<'a> {
     pub now: DateTime<Utc>,
     /// Commit without waiting for the WAL flush (safe: a lost round is re-read).
     pub async_commit: bool,
+    /// Ids released as a permanent hole this round, and until when to watch them for a late
+    /// commit: written to `late_watch` in the same transaction that moves W past them, so a
+    /// crash can never lose the watch.
+    pub released: Option<(std::ops::RangeInclusive<i64>, DateTime<Utc>)>,
 }
 
 impl Store {
@@ -58,6 +62,19 @@ impl Store {
             .await?
             .rows_affected()
         };
+        if let Some((ids, expires_at)) = &round.released {
+            sqlx::query(
+                "INSERT INTO late_watch (msg_id, released_at, expires_at) \
+                 SELECT g, $3, $4 FROM generate_series($1::bigint, $2::bigint) AS g \
+                 ON CONFLICT (msg_id) DO NOTHING",
+            )
+            .bind(ids.start())
+            .bind(ids.end())
+            .bind(round.now)
+            .bind(expires_at)
+            .execute(&mut *tx)
+            .await?;
+        }
         let moved = sqlx::query(
             "UPDATE inbox_cursor SET w = $1, hole_since = $2, updated_at = $3 \
              WHERE id = 1 AND w = $4",

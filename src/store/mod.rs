@@ -1,9 +1,12 @@
 //! Our own PostgreSQL: schema by migrations at start-up, the discovery cursor and the queue.
 
+pub mod backfill;
 mod business;
 mod cursor;
 mod enqueue;
+pub mod late_watch;
 mod queue;
+pub mod replay;
 
 use std::str::FromStr;
 
@@ -72,9 +75,12 @@ impl Store {
         if settings.create_database {
             create_database_if_missing(&options).await?;
         }
+        // No ping before every checkout: a dead connection fails its statement, which every
+        // caller already treats as a store failure; the ping cost a round trip per statement.
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.connect_timeout)
+            .test_before_acquire(false)
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{Store, StoreError};
+use crate::late::Source;
 use crate::pump::outcome::{ErrorClass, SingleTerminal};
 use crate::pump::rules::Head;
 
@@ -14,6 +15,8 @@ pub struct HeadRow {
     pub head: Head,
     /// Receive time, else enqueue time: the head's age.
     pub since: DateTime<Utc>,
+    /// Where the row came from: a `LATE` row is processed with the ordering guard.
+    pub source: Source,
 }
 
 /// Backlog facts for metrics.
@@ -39,7 +42,7 @@ pub enum Binding {
 
 const UNFINISHED: &str = "state IN ('PENDING', 'FAILED')";
 
-/// `msg_id, state, attempts, next_attempt_at, processing_started_at, since`.
+/// `msg_id, state, attempts, next_attempt_at, processing_started_at, since, source`.
 type HeadTuple = (
     i64,
     String,
@@ -47,6 +50,7 @@ type HeadTuple = (
     Option<DateTime<Utc>>,
     Option<DateTime<Utc>>,
     DateTime<Utc>,
+    String,
 );
 
 impl Store {
@@ -54,15 +58,18 @@ impl Store {
     pub async fn head(&self) -> Result<Option<HeadRow>, StoreError> {
         let row: Option<HeadTuple> = sqlx::query_as(&format!(
             "SELECT msg_id, state, attempts, next_attempt_at, processing_started_at, \
-                        COALESCE(received_at, enqueued_at) \
+                        COALESCE(received_at, enqueued_at), source \
                  FROM proc_state \
                  WHERE {UNFINISHED} AND msg_id <= (SELECT w FROM inbox_cursor WHERE id = 1) \
                  ORDER BY msg_id LIMIT 1"
         ))
         .fetch_optional(self.pool())
         .await?;
-        Ok(
-            row.map(|(msg_id, state, attempts, next, started, since)| HeadRow {
+        row.map(|(msg_id, state, attempts, next, started, since, source)| {
+            let source = Source::from_db(&source).ok_or_else(|| {
+                StoreError::Corrupt(format!("proc_state {msg_id}: source {source:?}"))
+            })?;
+            Ok(HeadRow {
                 head: Head {
                     msg_id,
                     failed: state == "FAILED",
@@ -71,8 +78,10 @@ impl Store {
                     processing_started_at: started,
                 },
                 since,
-            }),
-        )
+                source,
+            })
+        })
+        .transpose()
     }
 
     /// Up to `limit` unfinished ids ≤ W from `from` on (the raw read-ahead window).
@@ -96,15 +105,24 @@ impl Store {
         msg_id: i64,
         now: DateTime<Utc>,
     ) -> Result<Option<i32>, StoreError> {
-        Ok(sqlx::query_scalar(&format!(
+        // Relaxed commit: the business transaction's synchronous commit flushes the WAL up to
+        // and including this record, so the stamp is durable whenever its outcome is; a crash
+        // before that may lose it, and the attempt is simply stamped again.
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *tx)
+            .await?;
+        let attempts = sqlx::query_scalar(&format!(
             "UPDATE proc_state SET attempts = attempts + 1, \
                     processing_started_at = COALESCE(processing_started_at, $2), updated_at = $2 \
              WHERE msg_id = $1 AND {UNFINISHED} RETURNING attempts"
         ))
         .bind(msg_id)
         .bind(now)
-        .fetch_optional(self.pool())
-        .await?)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(attempts)
     }
 
     /// FAILED with a class and the next attempt time.
@@ -160,19 +178,57 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Poison escalation: DEAD(EXHAUSTED) with the backfill intent, in ONE statement that
+    /// re-checks the poison facts on the row itself — so an operator replay that reset the row
+    /// in between makes this a no-op instead of being overwritten (lifecycle gate, G5).
+    pub async fn poison(
+        &self,
+        msg_id: i64,
+        max_attempts: i32,
+        deadline_before: DateTime<Utc>,
+        detail: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(&format!(
+            "UPDATE proc_state SET state = 'DEAD', error_class = 'EXHAUSTED', error_text = $2, \
+                    terminal_reason = 'EXHAUSTED', terminal_at = $3, next_attempt_at = NULL, \
+                    processed_seq = nextval('proc_order_seq'), backfill_next_at = $3, updated_at = $3 \
+             WHERE msg_id = $1 AND {UNFINISHED} \
+               AND (attempts >= $4 OR (state = 'FAILED' AND processing_started_at <= $5))"
+        ))
+        .bind(msg_id)
+        .bind(truncate(detail))
+        .bind(now)
+        .bind(max_attempts)
+        .bind(deadline_before)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Binds the identity in its own statement; first binding wins (unique index).
     pub async fn bind_identity(&self, msg_id: i64, key: &str) -> Result<Binding, StoreError> {
+        // Relaxed commit, as for the stamp: the binding is durable no later than the business
+        // transaction that follows it; if a crash loses it, the next attempt binds again.
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("SET LOCAL synchronous_commit = off")
+            .execute(&mut *tx)
+            .await?;
         let bound = sqlx::query(
             "UPDATE proc_state SET identity_key = $2 WHERE msg_id = $1 \
              AND identity_key IS DISTINCT FROM $2",
         )
         .bind(msg_id)
         .bind(key)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await;
         match bound {
-            Ok(_) => Ok(Binding::Bound),
+            Ok(_) => {
+                tx.commit().await?;
+                Ok(Binding::Bound)
+            }
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
+                tx.rollback().await?;
                 let holder: Option<i64> =
                     sqlx::query_scalar("SELECT msg_id FROM proc_state WHERE identity_key = $1")
                         .bind(key)

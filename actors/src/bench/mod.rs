@@ -27,7 +27,9 @@
 mod bare;
 mod databases;
 mod inbox_load;
+mod mark;
 mod poller_run;
+mod pump;
 mod replay;
 mod report;
 
@@ -52,7 +54,9 @@ use replay::{round_breakdown, Breakdown};
 use report::{print_measured, rate};
 
 pub use databases::with_database;
+pub use mark::{mark, MarkBenchArgs};
 pub use poller_run::rss_mib;
+pub use pump::{pump, PumpBenchArgs};
 pub use report::percentile;
 
 /// Enqueue benchmark knobs.

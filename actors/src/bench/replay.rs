@@ -101,6 +101,7 @@ pub(super) async fn round_breakdown(
                 rows: &enqueue,
                 now: clock.now(),
                 async_commit: cfg.async_commit,
+                released: None,
             })
             .await
             .context("replay: commit_round")?;

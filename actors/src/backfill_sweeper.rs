@@ -1,0 +1,147 @@
+//! BackfillSweeper: runs one sweep ([`msgx_core::backfill::sweep_once`]) at a time and decides
+//! only when to run the next: every `backfill.period` (a schedule, not a deadline), at once
+//! while full batches drain a backlog, and early — at most once per `wake_gap` — when the pump
+//! says a row became terminal ([`TerminalCommitted`]). Sweeps never overlap (the mailbox waits
+//! on each). The sweep itself reports to telemetry.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::{
+    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, SpawnHandle,
+    WrapFuture,
+};
+use msgx_core::backfill::rules::sweep_again_now;
+use msgx_core::backfill::{sweep_once, SweepConfig, SweepReport};
+use msgx_core::clock::SharedClock;
+use msgx_core::inbox::Inbox;
+use msgx_core::store::{Store, StoreError};
+
+/// Default shortest gap between a sweep's start and a sweep woken by [`TerminalCommitted`]:
+/// at 500 terminal rows/s that is one batch of ~500 per sweep instead of one sweep per row.
+pub const DEFAULT_WAKE_GAP: Duration = Duration::from_secs(1);
+
+/// The pump committed a terminal state (with its backfill intent): a sweep may come early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct TerminalCommitted {
+    /// The row that became terminal.
+    pub msg_id: i64,
+}
+
+/// Run one sweep now (the actor's own timer sends it; tests and the admin surface may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<SweepReport, String>")]
+pub struct SweepNow;
+
+/// The backfill actor.
+pub struct BackfillSweeper {
+    inbox: Inbox,
+    store: Store,
+    clock: SharedClock,
+    cfg: Arc<SweepConfig>,
+    /// The schedule.
+    period: Duration,
+    /// Shortest gap from a sweep's start to a woken sweep.
+    wake_gap: Duration,
+    /// The pending timer and when it fires.
+    next: Option<(SpawnHandle, Instant)>,
+    /// Start of the last sweep.
+    last_start: Option<Instant>,
+}
+
+impl BackfillSweeper {
+    /// A sweeper; it sweeps once when started, then every `period`.
+    pub fn new(
+        inbox: Inbox,
+        store: Store,
+        clock: SharedClock,
+        cfg: SweepConfig,
+        period: Duration,
+    ) -> Self {
+        Self {
+            inbox,
+            store,
+            clock,
+            cfg: Arc::new(cfg),
+            period,
+            wake_gap: DEFAULT_WAKE_GAP.min(period),
+            next: None,
+            last_start: None,
+        }
+    }
+
+    /// Sets the shortest gap between a sweep and a sweep woken by [`TerminalCommitted`].
+    pub fn with_wake_gap(mut self, gap: Duration) -> Self {
+        self.wake_gap = gap;
+        self
+    }
+
+    /// (Re)arms the timer to fire after `after`, unless it already fires sooner.
+    fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration, only_if_sooner: bool) {
+        let at = Instant::now() + after;
+        if let Some((timer, when)) = self.next.take() {
+            if only_if_sooner && when <= at {
+                self.next = Some((timer, when));
+                return;
+            }
+            ctx.cancel_future(timer);
+        }
+        self.next = Some((ctx.notify_later(SweepNow, after), at));
+    }
+
+    fn after_sweep(&mut self, result: &Result<SweepReport, StoreError>, ctx: &mut Context<Self>) {
+        let delay = match result {
+            Ok(r) if sweep_again_now(r.selected, self.cfg.batch, r.transient()) => Duration::ZERO,
+            Ok(_) => self.period,
+            Err(e) => {
+                tracing::error!(error = %e, "backfill sweep failed on the store; retrying at the next period");
+                self.period
+            }
+        };
+        // Wakes that arrived during the sweep wait in the mailbox (AtomicResponse) and arm a
+        // sooner timer right after this one.
+        self.schedule(ctx, delay, false);
+    }
+}
+
+impl Actor for BackfillSweeper {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::info!(period = ?self.period, batch = self.cfg.batch, "backfill sweeper started");
+        self.schedule(ctx, Duration::ZERO, false);
+    }
+}
+
+impl Handler<SweepNow> for BackfillSweeper {
+    type Result = AtomicResponse<Self, Result<SweepReport, String>>;
+
+    fn handle(&mut self, _: SweepNow, ctx: &mut Self::Context) -> Self::Result {
+        if let Some((timer, _)) = self.next.take() {
+            ctx.cancel_future(timer);
+        }
+        self.last_start = Some(Instant::now());
+        let (inbox, store, clock, cfg) = (
+            self.inbox.clone(),
+            self.store.clone(),
+            self.clock.clone(),
+            self.cfg.clone(),
+        );
+        let sweep = async move { sweep_once(&inbox, &store, clock.as_ref(), &cfg).await };
+        AtomicResponse::new(Box::pin(sweep.into_actor(self).map(|result, act, ctx| {
+            act.after_sweep(&result, ctx);
+            result.map_err(|e| e.to_string())
+        })))
+    }
+}
+
+impl Handler<TerminalCommitted> for BackfillSweeper {
+    type Result = ();
+
+    fn handle(&mut self, _: TerminalCommitted, ctx: &mut Self::Context) {
+        let since_last = self.last_start.map_or(self.wake_gap, |t| t.elapsed());
+        let after = self.wake_gap.saturating_sub(since_last);
+        self.schedule(ctx, after, true);
+    }
+}

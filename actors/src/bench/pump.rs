@@ -1,0 +1,312 @@
+//! `msgexchange bench pump`: pump throughput (messages/s) over a backlog of realistic
+//! well-formed messages, printed next to the bare single-connection PostgreSQL commit rate
+//! measured in the same run, on the same database (issue: aim for at least 40 % of the bare
+//! `BEGIN; UPDATE; COMMIT` rate with `synchronous_commit` on). Not a timed test: it prints
+//! numbers. The server's `synchronous_commit` is never changed: the business transaction's
+//! commit waits for the disk flush, as it must; only the pump's stamp and identity binding (and
+//! the bare shapes that mirror them) relax it for their own transaction with `SET LOCAL
+//! synchronous_commit = off`, so a message waits for ONE WAL flush, and its stamp and binding
+//! are durable no later than its outcome.
+//!
+//! Everything happens in FRESH databases `msgx_bench_<pid>` (the [`BenchDbs`] of `bench
+//! enqueue`), dropped at the end, also after a failure, unless `--keep`.
+//!
+//! Phases:
+//! 1. inbox: the dev fixture, then `--messages` messages from the message [`Generator`]
+//!    (`Mix::well_formed()`: every one must succeed) bulk-loaded with multi-row `INSERT`s and
+//!    explicit contiguous ids, in generation order; then `poll_once` until W reaches the head
+//!    (not timed);
+//! 2. bare limits: scratch tables, one held connection, `synchronous_commit` as the server has
+//!    it: autocommit `UPDATE`, `BEGIN; UPDATE; COMMIT`, the relaxed transaction (`BEGIN; SET
+//!    LOCAL synchronous_commit = off; UPDATE; COMMIT`: the stamp's and the binding's shape),
+//!    the pump-shaped transaction (advisory lock, `SELECT … FOR UPDATE`, `INSERT`, `UPDATE`)
+//!    and the pump-shaped message (stamp and bind, each a relaxed transaction, then that
+//!    transaction: one synchronous commit, two relaxed ones), plus one round trip and one pool
+//!    acquire (the store pool's: no ping before checkout);
+//! 3. the real thing: `PumpCore::step()` (SystemClock) until Idle; every outcome must be
+//!    SUCCEEDED, in MSG_ID order. Short bare probes run before it and after every tenth (pump
+//!    paused), so the ratio is time-matched although the disk's flush time drifts on a shared
+//!    machine;
+//! 4. the bare transaction and the pump-shaped transaction again (the two runs bracket the
+//!    pump, so drift on a shared machine shows);
+//! 5. where the time goes: flight state emptied, the first `--sample` rows reset to PENDING,
+//!    and replayed with the same public store/inbox/codec/flight calls `PumpCore::step` makes,
+//!    in the same order, each stage timed apart, next to bare probes taken just before.
+//!
+//! This file orchestrates; phase 1 lives in `pump_load`, 2 and 4 in `pump_bare`, 3 in
+//! `pump_run`, 5 in `pump_stages`, the printed report in `pump_report`.
+
+#[path = "pump_bare.rs"]
+mod pump_bare;
+#[path = "pump_load.rs"]
+mod pump_load;
+#[path = "pump_report.rs"]
+mod pump_report;
+#[path = "pump_run.rs"]
+mod pump_run;
+#[path = "pump_stages.rs"]
+mod pump_stages;
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use msgx_core::devtools::fixture;
+use msgx_core::inbox::Inbox;
+use msgx_core::settings::{redact_url, Settings};
+use msgx_core::store::Store;
+
+use super::checkpoint;
+use super::databases::BenchDbs;
+use pump_bare::{bare_shape, round_trips, BareLimits, BareShape, BareTables};
+use pump_load::{enqueue_all, load_messages};
+use pump_report::print_report;
+use pump_run::{pump_phase, Probe};
+use pump_stages::stage_breakdown;
+
+/// Pump benchmark knobs.
+#[derive(Debug, Args)]
+pub struct PumpBenchArgs {
+    /// Backlog size: generated well-formed messages loaded and enqueued before the pump starts.
+    #[arg(long, default_value_t = 100_000)]
+    pub messages: u64,
+    /// Keep the bench databases afterwards (for inspection); they are dropped otherwise.
+    #[arg(long)]
+    pub keep: bool,
+    /// Message generator seed (the same seed gives the same messages byte for byte).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Longest run of each bare commit measurement.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub bare_time: Duration,
+    /// Most transactions (messages, for the pump-shaped message) per bare measurement.
+    #[arg(long, default_value_t = 5_000)]
+    pub bare_tx: u64,
+    /// Messages replayed stage by stage for "where the time goes" (the first ones).
+    #[arg(long, default_value_t = 2_000)]
+    pub sample: u64,
+}
+
+/// Runs the pump benchmark.
+pub async fn pump(settings: &Settings, args: &PumpBenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.messages > 0, "--messages must be at least 1");
+    anyhow::ensure!(
+        i64::try_from(args.messages).is_ok(),
+        "--messages {} is too large",
+        args.messages
+    );
+    anyhow::ensure!(args.bare_tx > 0, "--bare-tx must be at least 1");
+    anyhow::ensure!(!args.bare_time.is_zero(), "--bare-time must be positive");
+
+    let dbs = BenchDbs::new(settings, &format!("msgx_bench_{}", std::process::id()))?;
+    // "Fresh" means fresh, and the clean-up below must only drop what this run created.
+    dbs.ensure_absent().await?;
+
+    let result = run(settings, args, &dbs).await;
+    if args.keep {
+        println!(
+            "  kept                  : {} and {}",
+            redact_url(&dbs.inbox_url),
+            redact_url(&dbs.store_url)
+        );
+        return result;
+    }
+    let dropped = dbs.drop_all().await;
+    match (result, dropped) {
+        (Err(e), Err(d)) => {
+            eprintln!(
+                "msgexchange: also failed to drop the bench databases `{}`: {d:#}",
+                dbs.name
+            );
+            Err(e)
+        }
+        (Err(e), Ok(())) => Err(e),
+        (Ok(()), dropped) => dropped,
+    }
+}
+
+/// Everything between creating and dropping the databases.
+async fn run(settings: &Settings, args: &PumpBenchArgs, dbs: &BenchDbs) -> anyhow::Result<()> {
+    let names = settings.inbox_names()?;
+    let tz = settings.inbox_timezone()?;
+    eprintln!(
+        "bench pump: {} messages, seed {}, databases {} and {}",
+        args.messages,
+        args.seed,
+        redact_url(&dbs.inbox_url),
+        redact_url(&dbs.store_url)
+    );
+    fixture::create_inbox_fixture(&dbs.inbox_url, &names, &settings.outbox_names()?)
+        .await
+        .with_context(|| {
+            format!(
+                "creating the inbox fixture at {}",
+                redact_url(&dbs.inbox_url)
+            )
+        })?;
+    let loaded = load_messages(&dbs.inbox_url, &names, tz, args.messages, args.seed).await?;
+    eprintln!(
+        "bench pump: inbox loaded: {} messages, {:.1} MiB, in {:.1}s",
+        args.messages,
+        loaded.bytes as f64 / (1024.0 * 1024.0),
+        loaded.elapsed.as_secs_f64()
+    );
+
+    let mut store_settings = settings.store.clone();
+    store_settings.url = dbs.store_url.clone();
+    store_settings.create_database = true;
+    let store = Store::connect(&store_settings)
+        .await
+        .with_context(|| format!("opening the bench store at {}", redact_url(&dbs.store_url)))?;
+    let mut inbox_settings = settings.inbox.clone();
+    inbox_settings.url = dbs.inbox_url.clone();
+    let inbox =
+        Inbox::new(&inbox_settings, &names, tz).context("building the bench inbox adapter")?;
+
+    let outcome = measure(&inbox, &store, settings, args, &loaded).await;
+    // Close the pools before the databases are dropped.
+    store.pool().close().await;
+    inbox.pool().close().await;
+    let m = outcome?;
+    print_report(settings, args, dbs, &loaded, &m);
+    Ok(())
+}
+
+/// What the measured phases found.
+#[derive(Debug)]
+struct Measured {
+    /// `SHOW synchronous_commit` and the server version, as the bench saw them.
+    server: ServerFacts,
+    /// Whether the store pool pings a connection before every checkout (read from the pool).
+    test_before_acquire: bool,
+    /// The enqueue (not timed, printed for orientation).
+    enqueue: pump_load::Enqueued,
+    /// Bare limits before the pump.
+    before: BareLimits,
+    /// The bare transaction and the pump-shaped transaction after the pump.
+    after: BareLimits,
+    /// The pump run.
+    run: pump_run::PumpRun,
+    /// Where the time goes.
+    stages: pump_stages::Stages,
+}
+
+/// Facts about the PostgreSQL server the numbers come from.
+#[derive(Debug)]
+struct ServerFacts {
+    synchronous_commit: String,
+    fsync: String,
+    version: String,
+}
+
+/// Phases 1 (enqueue) to 5 on the loaded inbox and the fresh store.
+async fn measure(
+    inbox: &Inbox,
+    store: &Store,
+    settings: &Settings,
+    args: &PumpBenchArgs,
+    loaded: &pump_load::Loaded,
+) -> anyhow::Result<Measured> {
+    let pool = store.pool();
+    let server = server_facts(pool).await?;
+    anyhow::ensure!(
+        server.synchronous_commit != "off",
+        "the server runs with synchronous_commit = {}; this bench compares commits that wait \
+         for the disk flush, as the pump's must",
+        server.synchronous_commit
+    );
+    let enqueue = enqueue_all(
+        inbox,
+        store,
+        crate::app::poll_config(&settings.pipeline),
+        loaded,
+    )
+    .await
+    .context("enqueueing the backlog")?;
+    eprintln!(
+        "bench pump: enqueued {} rows in {} rounds, {:.1}s (not timed)",
+        enqueue.rows,
+        enqueue.rounds,
+        enqueue.elapsed.as_secs_f64()
+    );
+
+    let tables = BareTables::create(pool, args.messages).await?;
+    let result = measure_with_tables(inbox, store, settings, args, loaded, &tables).await;
+    tables.drop_all().await?;
+    let (before, after, run, stages) = result?;
+    Ok(Measured {
+        server,
+        test_before_acquire: pool.options().get_test_before_acquire(),
+        enqueue,
+        before,
+        after,
+        run,
+        stages,
+    })
+}
+
+/// Phases 2 to 5, with the bare scratch tables in place throughout (the probes between the
+/// pump's tenths and before the replay use them too).
+async fn measure_with_tables(
+    inbox: &Inbox,
+    store: &Store,
+    settings: &Settings,
+    args: &PumpBenchArgs,
+    loaded: &pump_load::Loaded,
+    tables: &BareTables,
+) -> anyhow::Result<(
+    BareLimits,
+    BareLimits,
+    pump_run::PumpRun,
+    pump_stages::Stages,
+)> {
+    let pool = store.pool();
+    let mut before = BareLimits::default();
+    for shape in BareShape::ALL {
+        checkpoint(pool).await;
+        let r = bare_shape(tables, shape, args.bare_tx, args.bare_time).await?;
+        eprintln!("bench pump: bare {}: {:.0}/s", shape.label(), r.rate());
+        before.shapes.push(r);
+    }
+    before.round_trips = Some(round_trips(tables, 2_000).await?);
+
+    // Probes: a fifth of a bare measurement each.
+    let probe = Probe {
+        tables,
+        time: args.bare_time / 5,
+        units: args.bare_tx,
+    };
+    checkpoint(pool).await;
+    let run = pump_phase(inbox, store, settings, loaded, probe).await?;
+
+    let mut after = BareLimits::default();
+    for shape in [BareShape::Tx, BareShape::PumpTx] {
+        checkpoint(pool).await;
+        let r = bare_shape(tables, shape, args.bare_tx, args.bare_time).await?;
+        eprintln!(
+            "bench pump: bare {} (after the pump): {:.0}/s",
+            shape.label(),
+            r.rate()
+        );
+        after.shapes.push(r);
+    }
+
+    let sample = args.sample.min(args.messages);
+    let stages = stage_breakdown(inbox, store, settings, loaded, sample, probe).await?;
+    Ok((before, after, run, stages))
+}
+
+/// `synchronous_commit`, `fsync` and the version of the server.
+async fn server_facts(pool: &sqlx::PgPool) -> anyhow::Result<ServerFacts> {
+    let show = |name: &'static str| async move {
+        sqlx::query_scalar::<_, String>(&format!("SHOW {name}"))
+            .fetch_one(pool)
+            .await
+            .with_context(|| format!("SHOW {name}"))
+    };
+    Ok(ServerFacts {
+        synchronous_commit: show("synchronous_commit").await?,
+        fsync: show("fsync").await?,
+        version: show("server_version").await?,
+    })
+}

@@ -1,0 +1,338 @@
+//! Phase 1 of `bench pump`: the backlog. Realistic well-formed messages from the message
+//! generator, bulk-loaded into the inbox with multi-row `INSERT`s on a few connections, then
+//! enqueued with `poll_once` (not timed).
+//!
+//! The ids are written explicitly (1..=n, in generation order): the pump processes by id, so
+//! the order the generator meant (a flight created before it is updated or deleted) holds
+//! although the load runs on several connections.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use chrono::{NaiveDateTime, Utc};
+use chrono_tz::Tz;
+use msgx_core::clock::SystemClock;
+use msgx_core::devtools::messages::{Generator, MessageKind, Mix};
+use msgx_core::inbox::names::InboxNames;
+use msgx_core::inbox::time::utc_to_local;
+use msgx_core::inbox::Inbox;
+use msgx_core::poller::{poll_once, PollConfig};
+use msgx_core::store::Store;
+use sqlx::mysql::MySqlConnectOptions;
+use sqlx::{ConnectOptions, Connection};
+
+use super::super::statement_for;
+
+/// Rows per load statement at most.
+const LOAD_ROWS_PER_STATEMENT: usize = 2_000;
+/// Bytes of message text per load statement at most (default `max_allowed_packet` is 16 MiB).
+const LOAD_BYTES_PER_STATEMENT: usize = 4 * 1024 * 1024;
+/// Concurrent load connections.
+const LOAD_CONNECTIONS: usize = 4;
+/// Send-time step between consecutive generated messages.
+const SEND_STEP_MS: i64 = 300;
+
+/// The loaded backlog.
+#[derive(Debug)]
+pub(super) struct Loaded {
+    /// Generating the messages.
+    pub(super) generated_in: Duration,
+    /// Loading them.
+    pub(super) elapsed: Duration,
+    /// Message text bytes in all.
+    pub(super) bytes: u64,
+    /// Largest message in bytes.
+    pub(super) largest: usize,
+    /// Messages per `TYPE` (`TYPE-STYP` for SCHD).
+    pub(super) kinds: BTreeMap<String, u64>,
+    /// Lowest inbox id (1).
+    pub(super) min_id: i64,
+    /// Highest inbox id (`messages`).
+    pub(super) max_id: i64,
+}
+
+/// One generated inbox row.
+struct Row {
+    received: NaiveDateTime,
+    text: String,
+}
+
+/// Generates `messages` well-formed messages (seeded) and bulk-loads them with ids 1..=n.
+/// The messages are generated a statement's worth at a time, under a lock that also hands out
+/// the ids, so memory stays small and the ids follow generation order.
+pub(super) async fn load_messages(
+    url: &str,
+    names: &InboxNames,
+    tz: Tz,
+    messages: u64,
+    seed: u64,
+) -> anyhow::Result<Loaded> {
+    // Send times spread backwards from now, SEND_STEP_MS apart, in generation order.
+    let end = utc_to_local(Utc::now(), tz);
+    let span = i64::try_from(messages)
+        .ok()
+        .and_then(|m| m.checked_mul(SEND_STEP_MS))
+        .context("--messages too large")?;
+    let source = Mutex::new(Source {
+        generator: Generator::new(seed),
+        mix: Mix::well_formed(),
+        start: end - chrono::Duration::milliseconds(span),
+        next: 0,
+        total: messages,
+        generated_in: Duration::ZERO,
+        bytes: 0,
+        largest: 0,
+        kinds: BTreeMap::new(),
+    });
+    let options = MySqlConnectOptions::from_str(url)
+        .context("parsing the bench inbox URL")?
+        .disable_statement_logging();
+    let job = LoadJob {
+        options: &options,
+        names,
+        source: &source,
+    };
+    let started = Instant::now();
+    futures::future::try_join_all((0..LOAD_CONNECTIONS).map(|_| job.worker()))
+        .await
+        .context("loading the inbox backlog")?;
+    let elapsed = started.elapsed();
+    let source = source
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+
+    let mut conn = options
+        .connect()
+        .await
+        .context("connecting to the bench inbox")?;
+    let (count, min_id, max_id): (i64, Option<i64>, Option<i64>) = sqlx::query_as(&format!(
+        "SELECT COUNT(*), MIN({id}), MAX({id}) FROM {t}",
+        id = names.id,
+        t = names.table
+    ))
+    .fetch_one(&mut conn)
+    .await
+    .context("counting the loaded inbox rows")?;
+    conn.close().await.context("closing the inbox connection")?;
+    let expected = i64::try_from(messages).context("--messages too large")?;
+    anyhow::ensure!(
+        count == expected && min_id == Some(1) && max_id == Some(expected),
+        "the inbox holds {count} rows, ids {min_id:?}..={max_id:?}; expected 1..={expected}"
+    );
+    Ok(Loaded {
+        generated_in: source.generated_in,
+        elapsed,
+        bytes: source.bytes,
+        largest: source.largest,
+        kinds: source.kinds,
+        min_id: 1,
+        max_id: expected,
+    })
+}
+
+/// `FLOP`, `FDEL`, `ADFT`, or `SCHD-<STYP>` (schedules differ a lot in size and work).
+fn kind_label(kind: MessageKind) -> String {
+    match (kind.type_code(), kind.subtype()) {
+        (Some("SCHD"), Some(styp)) => format!("SCHD-{styp}"),
+        (Some(t), _) => t.to_string(),
+        (None, _) => format!("{kind:?}"),
+    }
+}
+
+/// A statement holding `rows` rows and `bytes` bytes of text is full.
+fn chunk_full(rows: usize, bytes: usize) -> bool {
+    rows >= LOAD_ROWS_PER_STATEMENT || bytes >= LOAD_BYTES_PER_STATEMENT
+}
+
+/// The message source the load workers share (behind a lock).
+struct Source {
+    generator: Generator,
+    mix: Mix,
+    /// Send time of message 0.
+    start: NaiveDateTime,
+    /// Next message index (its id is index + 1).
+    next: u64,
+    total: u64,
+    generated_in: Duration,
+    bytes: u64,
+    largest: usize,
+    kinds: BTreeMap<String, u64>,
+}
+
+impl Source {
+    /// The next statement's worth of rows and the id of the first, or None when done. A
+    /// statement may pass LOAD_BYTES_PER_STATEMENT by its last message (tens of KiB at most,
+    /// well under `max_allowed_packet`).
+    fn next_chunk(&mut self) -> anyhow::Result<Option<(i64, Vec<Row>)>> {
+        if self.next >= self.total {
+            return Ok(None);
+        }
+        let t = Instant::now();
+        let first = i64::try_from(self.next + 1).context("inbox id overflow")?;
+        let mut rows = Vec::with_capacity(LOAD_ROWS_PER_STATEMENT);
+        let mut bytes = 0;
+        while self.next < self.total && !chunk_full(rows.len(), bytes) {
+            let i = i64::try_from(self.next).context("inbox id overflow")?;
+            let at = self.start + chrono::Duration::milliseconds(SEND_STEP_MS * (i + 1));
+            let (kind, text) = self.generator.next_message(&self.mix, at);
+            *self.kinds.entry(kind_label(kind)).or_default() += 1;
+            bytes += text.len() + 64;
+            self.bytes += text.len() as u64;
+            self.largest = self.largest.max(text.len());
+            rows.push(Row { received: at, text });
+            self.next += 1;
+        }
+        self.generated_in += t.elapsed();
+        Ok(Some((first, rows)))
+    }
+}
+
+/// What every load worker shares.
+struct LoadJob<'a> {
+    options: &'a MySqlConnectOptions,
+    names: &'a InboxNames,
+    source: &'a Mutex<Source>,
+}
+
+impl LoadJob<'_> {
+    /// `INSERT … VALUES` of `rows` `(id, received, message)` rows into the inbox table.
+    fn insert_sql(&self, rows: usize) -> String {
+        let mut sql = format!(
+            "INSERT INTO {} ({}, {}, {}) VALUES ",
+            self.names.table, self.names.id, self.names.received, self.names.message
+        );
+        for i in 0..rows {
+            sql.push_str(if i == 0 { "(?,?,?)" } else { ",(?,?,?)" });
+        }
+        sql
+    }
+
+    /// One connection: one chunk (one autocommit statement) at a time until none are left.
+    async fn worker(&self) -> anyhow::Result<()> {
+        let mut conn = self
+            .options
+            .connect()
+            .await
+            .context("connecting a load connection")?;
+        let full_sql = self.insert_sql(LOAD_ROWS_PER_STATEMENT);
+        loop {
+            let chunk = self
+                .source
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .next_chunk()?;
+            let Some((first, rows)) = chunk else {
+                break;
+            };
+            let sql = statement_for(rows.len(), LOAD_ROWS_PER_STATEMENT, &full_sql, |n| {
+                self.insert_sql(n)
+            });
+            let mut query = sqlx::query(&sql);
+            for (id, row) in (first..).zip(&rows) {
+                query = query.bind(id).bind(row.received).bind(row.text.as_str());
+            }
+            query.execute(&mut conn).await.with_context(|| {
+                format!(
+                    "inserting inbox rows {first}..{}",
+                    first + rows.len() as i64
+                )
+            })?;
+        }
+        conn.close().await.context("closing a load connection")
+    }
+}
+
+/// The enqueue before the pump (not timed).
+#[derive(Debug)]
+pub(super) struct Enqueued {
+    /// proc_state rows afterwards.
+    pub(super) rows: i64,
+    /// `poll_once` rounds.
+    pub(super) rounds: u32,
+    /// Wall time.
+    pub(super) elapsed: Duration,
+}
+
+/// `poll_once` until W reaches the inbox head; every row must be in proc_state.
+pub(super) async fn enqueue_all(
+    inbox: &Inbox,
+    store: &Store,
+    cfg: PollConfig,
+    loaded: &Loaded,
+) -> anyhow::Result<Enqueued> {
+    let clock = SystemClock;
+    let started = Instant::now();
+    let mut rounds = 0u32;
+    let mut w = store.read_cursor().await.context("read_cursor")?.cursor.w;
+    while w < loaded.max_id {
+        let report = poll_once(inbox, store, &clock, cfg)
+            .await
+            .with_context(|| format!("poll round {} at W={w}", rounds + 1))?;
+        rounds += 1;
+        anyhow::ensure!(
+            report.moved(),
+            "W did not move from {w} (read {} rows, inbox head {})",
+            report.read,
+            loaded.max_id
+        );
+        w = report.advance.w;
+    }
+    let rows = store
+        .proc_state_count()
+        .await
+        .context("counting proc_state")?;
+    anyhow::ensure!(
+        rows == loaded.max_id - loaded.min_id + 1,
+        "proc_state holds {rows} rows after the enqueue, expected {}",
+        loaded.max_id - loaded.min_id + 1
+    );
+    Ok(Enqueued {
+        rows,
+        rounds,
+        elapsed: started.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_close_on_rows_or_bytes() {
+        assert!(!chunk_full(0, 0));
+        assert!(!chunk_full(
+            LOAD_ROWS_PER_STATEMENT - 1,
+            LOAD_BYTES_PER_STATEMENT - 1
+        ));
+        assert!(chunk_full(LOAD_ROWS_PER_STATEMENT, 0));
+        assert!(chunk_full(1, LOAD_BYTES_PER_STATEMENT));
+    }
+
+    #[test]
+    fn source_hands_out_every_message_once_in_order() {
+        let mut source = Source {
+            generator: Generator::new(7),
+            mix: Mix::well_formed(),
+            start: NaiveDateTime::default(),
+            next: 0,
+            total: 4_100,
+            generated_in: Duration::ZERO,
+            bytes: 0,
+            largest: 0,
+            kinds: BTreeMap::new(),
+        };
+        let mut firsts = Vec::new();
+        let mut rows = 0;
+        while let Some((first, chunk)) = source.next_chunk().expect("chunk") {
+            assert_eq!(first, rows + 1);
+            rows += chunk.len() as i64;
+            firsts.push(first);
+        }
+        assert_eq!(rows, 4_100);
+        assert_eq!(firsts, vec![1, 2_001, 4_001]);
+        assert_eq!(source.kinds.values().sum::<u64>(), 4_100);
+    }
+}

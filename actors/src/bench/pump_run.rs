@@ -1,0 +1,281 @@
+//! Phase 3 of `bench pump`, the real thing: `PumpCore::step()` with the service's codec and
+//! knobs until Idle, every step timed, RSS sampled every 10 % of progress. Every outcome must
+//! be SUCCEEDED (the backlog is well-formed); anything else stops the bench loudly.
+//!
+//! The disk's flush time drifts on a shared machine (other builds and tests), so short bare
+//! probes (`BEGIN; UPDATE; COMMIT`, the pump-shaped tx, the pump-shaped message: two relaxed
+//! transactions and the pump-shaped tx, one synchronous commit) also run
+//! before the first step and after every tenth, with the pump paused: each tenth is compared
+//! with the bare rates measured right around it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use msgx_core::clock::{SharedClock, SystemClock};
+use msgx_core::inbox::Inbox;
+use msgx_core::pump::{Outcome, PumpCore, StepOutcome};
+use msgx_core::settings::Settings;
+use msgx_core::store::Store;
+
+use super::super::rss_mib;
+use super::pump_bare::{bare_shape, BareRun, BareShape, BareTables};
+use super::pump_load::Loaded;
+
+/// How the interleaved bare probes run.
+#[derive(Clone, Copy)]
+pub(super) struct Probe<'a> {
+    /// The scratch tables.
+    pub(super) tables: &'a BareTables,
+    /// Longest probe.
+    pub(super) time: Duration,
+    /// Most transactions per probe.
+    pub(super) units: u64,
+}
+
+/// The shapes every probe runs.
+pub(super) const PROBE_SHAPES: [BareShape; 3] =
+    [BareShape::Tx, BareShape::PumpTx, BareShape::PumpMessage];
+
+impl Probe<'_> {
+    /// One probe: each of `shapes` for `time` (or `units`).
+    pub(super) async fn run(&self, shapes: &[BareShape]) -> anyhow::Result<Vec<BareRun>> {
+        let mut out = Vec::with_capacity(shapes.len());
+        for &shape in shapes {
+            out.push(
+                bare_shape(self.tables, shape, self.units, self.time)
+                    .await
+                    .with_context(|| format!("bare probe {}", shape.label()))?,
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// One tenth of the run.
+#[derive(Debug)]
+pub(super) struct Tenth {
+    /// Messages in it.
+    pub(super) messages: u64,
+    /// Its wall time.
+    pub(super) elapsed: Duration,
+    /// Sum of `step()` wall time minus `took`: the head query (and the head decision).
+    pub(super) head: Duration,
+    /// Sum of `took` (stamp to terminal state).
+    pub(super) took: Duration,
+    /// RSS at its end.
+    pub(super) rss: Option<f64>,
+    /// The bare probe right after it.
+    pub(super) probe_after: Vec<BareRun>,
+}
+
+impl Tenth {
+    fn empty() -> Self {
+        Self {
+            messages: 0,
+            elapsed: Duration::ZERO,
+            head: Duration::ZERO,
+            took: Duration::ZERO,
+            rss: None,
+            probe_after: Vec::new(),
+        }
+    }
+}
+
+/// The pump run.
+#[derive(Debug)]
+pub(super) struct PumpRun {
+    /// `read_ahead` the pump ran with.
+    pub(super) read_ahead: u32,
+    /// From the first step to Idle.
+    pub(super) elapsed: Duration,
+    /// Messages processed (all SUCCEEDED).
+    pub(super) messages: u64,
+    /// `StepOutcome::Processed.took` of every message, ascending.
+    pub(super) took: Vec<Duration>,
+    /// Wall time of every processing `step()` call, in MSG_ID order.
+    pub(super) steps: Vec<Duration>,
+    /// Outcome labels and counts.
+    pub(super) outcomes: BTreeMap<&'static str, u64>,
+    /// Flight rows written and events queued in all.
+    pub(super) changes: u64,
+    /// Events queued in all.
+    pub(super) events: u64,
+    /// Progress by tenths.
+    pub(super) tenths: Vec<Tenth>,
+    /// RSS before the first step.
+    pub(super) rss_start: Option<f64>,
+    /// The bare probe before the first step.
+    pub(super) probe_start: Vec<BareRun>,
+}
+
+impl PumpRun {
+    /// The bare rate of `shape` around tenth `i` (the probes before and after it), or over
+    /// every probe when `i` is None.
+    pub(super) fn probe_rate(&self, shape: BareShape, i: Option<usize>) -> f64 {
+        let probes: Vec<&[BareRun]> = std::iter::once(self.probe_start.as_slice())
+            .chain(self.tenths.iter().map(|t| t.probe_after.as_slice()))
+            .collect();
+        let chosen: &[&[BareRun]] = match i {
+            Some(i) if i + 1 < probes.len() => &probes[i..=i + 1],
+            Some(_) => &probes[probes.len().saturating_sub(1)..],
+            None => &probes,
+        };
+        let runs = chosen
+            .iter()
+            .flat_map(|p| p.iter())
+            .filter(|r| r.shape == shape);
+        let (units, time) = runs.fold((0u64, Duration::ZERO), |(u, t), r| {
+            (u + r.units, t + r.elapsed)
+        });
+        units as f64 / time.as_secs_f64().max(1e-9)
+    }
+}
+
+/// `PumpCore::step()` until Idle.
+pub(super) async fn pump_phase(
+    inbox: &Inbox,
+    store: &Store,
+    settings: &Settings,
+    loaded: &Loaded,
+    probe: Probe<'_>,
+) -> anyhow::Result<PumpRun> {
+    let tz = settings.inbox_timezone()?;
+    let cfg = crate::app::pump_config(&settings.processing, tz);
+    let codec = crate::app::codec(&settings.processing, tz);
+    let clock: SharedClock = Arc::new(SystemClock);
+    let mut core = PumpCore::new(inbox.clone(), store.clone(), codec, clock, cfg);
+    let total = u64::try_from(loaded.max_id - loaded.min_id + 1).context("id range")?;
+    let capacity = usize::try_from(total).context("backlog size")?;
+    // Allocated up front so the samples themselves do not grow the RSS.
+    let mut took = Vec::with_capacity(capacity);
+    let mut steps = Vec::with_capacity(capacity);
+    let mut tenths: Vec<Tenth> = Vec::with_capacity(10);
+    let mut outcomes: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let (mut changes, mut events) = (0u64, 0u64);
+    let probe_start = probe.run(&PROBE_SHAPES).await?;
+    let rss_start = rss_mib();
+    let mut tenth = Tenth::empty();
+    let mut expected_id = loaded.min_id;
+    let mut paused = Duration::ZERO;
+    let started = Instant::now();
+    let mut tenth_started = started;
+    loop {
+        let step_started = Instant::now();
+        let step = core
+            .step()
+            .await
+            .with_context(|| format!("pump step at message {expected_id}"))?;
+        let wall = step_started.elapsed();
+        let (msg_id, outcome, took_one) = match step {
+            StepOutcome::Idle => break,
+            StepOutcome::Processed {
+                msg_id,
+                outcome,
+                took,
+                ..
+            } => (msg_id, outcome, took),
+            other => anyhow::bail!(
+                "pump step at message {expected_id} did not process a message: {other:?} \
+                 (every message of the well-formed backlog must succeed)"
+            ),
+        };
+        *outcomes.entry(outcome.label()).or_default() += 1;
+        let Outcome::Succeeded {
+            changes: c,
+            events: e,
+        } = outcome
+        else {
+            anyhow::bail!(
+                "message {msg_id} ended {} ({}): {outcome:?}; every message of the \
+                 well-formed backlog must succeed",
+                outcome.label(),
+                outcome.class()
+            );
+        };
+        anyhow::ensure!(
+            msg_id == expected_id,
+            "the pump processed message {msg_id} where {expected_id} was next (FIFO)"
+        );
+        expected_id += 1;
+        changes += c as u64;
+        events += e as u64;
+        took.push(took_one);
+        steps.push(wall);
+        tenth.messages += 1;
+        tenth.head += wall.saturating_sub(took_one);
+        tenth.took += took_one;
+        let done = steps.len() as u64;
+        if tenths.len() < 9 && done * 10 >= (tenths.len() as u64 + 1) * total {
+            tenth.elapsed = tenth_started.elapsed();
+            tenth.rss = rss_mib();
+            let pause = Instant::now();
+            let bare = probe.run(&PROBE_SHAPES).await?;
+            paused += pause.elapsed();
+            let rates: Vec<String> = bare
+                .iter()
+                .map(|r| format!("{} {:.0}/s", r.shape.label(), r.rate()))
+                .collect();
+            eprintln!(
+                "bench pump: {:>3}% message {msg_id} after {:.1}s, this tenth {:.0} msg/s; \
+                 bare probe {}; RSS {}",
+                (tenths.len() + 1) * 10,
+                (started.elapsed() - paused).as_secs_f64(),
+                tenth.messages as f64 / tenth.elapsed.as_secs_f64().max(1e-9),
+                rates.join(", "),
+                tenth
+                    .rss
+                    .map_or_else(|| "n/a".to_string(), |v| format!("{v:.1} MiB"))
+            );
+            tenth.probe_after = bare;
+            tenths.push(std::mem::replace(&mut tenth, Tenth::empty()));
+            tenth_started = Instant::now();
+        }
+    }
+    // The pump's own time: the probes between the tenths do not count.
+    let elapsed = started.elapsed() - paused;
+    tenth.elapsed = tenth_started.elapsed();
+    tenth.rss = rss_mib();
+    tenth.probe_after = probe.run(&PROBE_SHAPES).await?;
+    tenths.push(tenth);
+    let messages = steps.len() as u64;
+    anyhow::ensure!(
+        messages == total,
+        "the pump went Idle after {messages} of {total} messages"
+    );
+    check_store(store, total).await?;
+    took.sort_unstable();
+    Ok(PumpRun {
+        read_ahead: cfg.read_ahead,
+        elapsed,
+        messages,
+        took,
+        steps,
+        outcomes,
+        changes,
+        events,
+        tenths,
+        rss_start,
+        probe_start,
+    })
+}
+
+/// Every row SUCCEEDED, and `processed_seq` ascends with `msg_id` (FIFO, from the store).
+async fn check_store(store: &Store, total: u64) -> anyhow::Result<()> {
+    let (succeeded, out_of_order): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE state = 'SUCCEEDED'), \
+                count(*) FILTER (WHERE processed_seq <= prev) \
+         FROM (SELECT state, processed_seq, \
+                      lag(processed_seq) OVER (ORDER BY msg_id) AS prev FROM proc_state) s",
+    )
+    .fetch_one(store.pool())
+    .await
+    .context("checking the processed rows")?;
+    anyhow::ensure!(
+        u64::try_from(succeeded).ok() == Some(total) && out_of_order == 0,
+        "after the run {succeeded} of {total} rows are SUCCEEDED and {out_of_order} rows were \
+         processed out of MSG_ID order"
+    );
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! `PROC_STATE` as the backfill's work list (SPEC §5, seed §5.2): the sweep transaction that
+//! locks a batch, and the write-back of its outcomes.
+//!
+//! The sweep is ONE PostgreSQL transaction: it selects its batch `FOR UPDATE SKIP LOCKED`,
+//! keeps those row locks while the caller writes the inbox marks (MySQL), then writes every
+//! outcome (confirm / back off / abandon) and commits. An operator replay or a poison
+//! escalation on one of these rows waits for that commit, so the three are mutually exclusive
+//! per message (the lifecycle gate, G5): a mark is only ever written while its row is terminal
+//! and locked by the sweeper.
+
+use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
+
+use super::{Store, StoreError};
+
+/// Terminal states: the only rows ever marked.
+const TERMINAL: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD')";
+/// Terminal, unconfirmed, not abandoned: the partial index `proc_state_backfill_idx`.
+const UNMARKED: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
+                        AND backfill_at IS NULL AND backfill_abandon_reason IS NULL";
+
+/// Why a row's backfill was given up (`PROC_STATE.BACKFILL_ABANDON_REASON`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AbandonReason {
+    /// The inbox row does not exist: abandoned at once.
+    MissingRow,
+    /// Transient failures reached `backfill.max_attempts`.
+    MaxAttempts,
+}
+
+impl AbandonReason {
+    /// The stored and exported name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MissingRow => "MISSING_ROW",
+            Self::MaxAttempts => "MAX_ATTEMPTS",
+        }
+    }
+}
+
+/// One row of a sweep batch, locked by the sweep transaction.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct BackfillRow {
+    /// MSG_ID = inbox id.
+    pub msg_id: i64,
+    /// SUCCEEDED / SKIPPED / DEAD.
+    pub state: String,
+    /// POLL / COMPAT / LATE: how we learned of the row (tells "never seen" from "purged").
+    pub source: String,
+    /// Transient failures so far.
+    pub backfill_attempts: i32,
+}
+
+/// What a sweep writes back, all in its one transaction.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepWrite {
+    /// Marked now, or found marked already: `BACKFILL_AT` (confirmation).
+    pub confirmed: Vec<i64>,
+    /// Transient failure: `attempts + 1`, next try at, error text.
+    pub backed_off: Vec<(i64, DateTime<Utc>, String)>,
+    /// Given up: reason, error text. `MAX_ATTEMPTS` counts the final failure too.
+    pub abandoned: Vec<(i64, AbandonReason, String)>,
+}
+
+impl SweepWrite {
+    /// Rows this write touches.
+    pub fn len(&self) -> usize {
+        self.confirmed.len() + self.backed_off.len() + self.abandoned.len()
+    }
+
+    /// Nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The open sweep: its transaction (holding the batch's row locks) and the batch.
+#[derive(Debug)]
+pub struct SweepTx {
+    tx: Transaction<'static, Postgres>,
+    rows: Vec<BackfillRow>,
+}
+
+/// Backfill backlog facts for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackfillBacklog {
+    /// Terminal rows neither confirmed nor abandoned.
+    pub pending: i64,
+    /// The earliest terminal time among them (else last update).
+    pub oldest: Option<DateTime<Utc>>,
+}
+
+impl Store {
+    /// Opens the sweep transaction and locks up to `batch` rows due now (SPEC §5 predicate,
+    /// exactly): terminal ∧ unconfirmed ∧ not abandoned ∧ (no intent time ∨ intent due ∨
+    /// received — else enqueued (G4) — before `overdue_before` = now − R), in fair rotation
+    /// order `backfill_attempts, msg_id`. Rows locked by someone else (a replay, a poison
+    /// escalation, another sweep) are skipped, never waited for.
+    pub async fn begin_sweep(
+        &self,
+        now: DateTime<Utc>,
+        overdue_before: DateTime<Utc>,
+        batch: u32,
+    ) -> Result<SweepTx, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let rows: Vec<BackfillRow> = sqlx::query_as(&format!(
+            "SELECT msg_id, state, source, backfill_attempts FROM proc_state \
+             WHERE {UNMARKED} \
+               AND (backfill_next_at IS NULL OR backfill_next_at <= $1 \
+                    OR COALESCE(received_at, enqueued_at) < $2) \
+             ORDER BY backfill_attempts, msg_id LIMIT $3 \
+             FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(now)
+        .bind(overdue_before)
+        .bind(i64::from(batch))
+        .fetch_all(&mut *tx)
+        .await?;
+        Ok(SweepTx { tx, rows })
+    }
+
+    /// Pending count and oldest terminal time of the unmarked rows (one query on the partial
+    /// index `proc_state_backfill_idx`).
+    pub async fn backfill_backlog(&self) -> Result<BackfillBacklog, StoreError> {
+        let (pending, oldest): (i64, Option<DateTime<Utc>>) = sqlx::query_as(&format!(
+            "SELECT count(*), min(COALESCE(terminal_at, updated_at)) FROM proc_state WHERE {UNMARKED}"
+        ))
+        .fetch_one(self.pool())
+        .await?;
+        Ok(BackfillBacklog { pending, oldest })
+    }
+}
+
+impl SweepTx {
+    /// The locked batch.
+    pub fn rows(&self) -> &[BackfillRow] {
+        &self.rows
+    }
+
+    /// Writes every outcome (at most three statements) and commits, releasing the locks.
+    /// Each statement re-checks the row is still terminal, unconfirmed and not abandoned
+    /// (they are locked by us, so this only guards against a bug).
+    pub async fn finish(
+        mut self,
+        write: &SweepWrite,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if !write.confirmed.is_empty() {
+            sqlx::query(&format!(
+                "UPDATE proc_state SET backfill_at = $2, backfill_next_at = NULL, \
+                        backfill_error = NULL, updated_at = $2 \
+                 WHERE msg_id = ANY($1) AND {UNMARKED}"
+            ))
+            .bind(&write.confirmed)
+            .bind(now)
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        if !write.backed_off.is_empty() {
+            let ids: Vec<i64> = write.backed_off.iter().map(|r| r.0).collect();
+            let next: Vec<DateTime<Utc>> = write.backed_off.iter().map(|r| r.1).collect();
+            let errors: Vec<&str> = write.backed_off.iter().map(|r| truncate(&r.2)).collect();
+            sqlx::query(&format!(
+                "UPDATE proc_state p SET backfill_attempts = p.backfill_attempts + 1, \
+                        backfill_next_at = u.next_at, backfill_error = u.err, updated_at = $4 \
+                 FROM UNNEST($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, next_at, err) \
+                 WHERE p.msg_id = u.id AND p.{TERMINAL} \
+                   AND p.backfill_at IS NULL AND p.backfill_abandon_reason IS NULL"
+            ))
+            .bind(&ids)
+            .bind(&next)
+            .bind(&errors)
+            .bind(now)
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        if !write.abandoned.is_empty() {
+            let ids: Vec<i64> = write.abandoned.iter().map(|r| r.0).collect();
+            let reasons: Vec<&str> = write.abandoned.iter().map(|r| r.1.as_str()).collect();
+            let errors: Vec<&str> = write.abandoned.iter().map(|r| truncate(&r.2)).collect();
+            sqlx::query(&format!(
+                "UPDATE proc_state p SET backfill_abandon_reason = u.reason, \
+                        backfill_abandoned_at = $4, backfill_next_at = NULL, \
+                        backfill_error = u.err, \
+                        backfill_attempts = p.backfill_attempts \
+                            + CASE WHEN u.reason = 'MAX_ATTEMPTS' THEN 1 ELSE 0 END, \
+                        updated_at = $4 \
+                 FROM UNNEST($1::bigint[], $2::text[], $3::text[]) AS u(id, reason, err) \
+                 WHERE p.msg_id = u.id AND p.{TERMINAL} \
+                   AND p.backfill_at IS NULL AND p.backfill_abandon_reason IS NULL"
+            ))
+            .bind(&ids)
+            .bind(&reasons)
+            .bind(&errors)
+            .bind(now)
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// Error texts are for people; keep rows small.
+fn truncate(s: &str) -> &str {
+    const MAX: usize = 1000;
+    if s.len() <= MAX {
+        return s;
+    }
+    let mut end = MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

@@ -1,0 +1,372 @@
+//! Operator actions on `PROC_STATE`, each audited (SPEC §2, §5; seed §2, §5.2; G5):
+//!
+//! - [`replay`]: DEAD/FAILED rows of the replayable classes back to PENDING;
+//! - [`recover_abandoned`]: abandoned backfills rescheduled.
+//!
+//! Both run in ONE PostgreSQL transaction that takes the pipeline lock (so they never
+//! interleave with a business transaction), changes each row with ONE conditional statement
+//! that first locks the row (`FOR UPDATE`) — waiting for a backfill sweep that holds it while it
+//! writes the inbox mark — and records an `audit_log` row with the per-row results before it
+//! commits. The admin surface (HTTP, CLI) calls these later.
+//!
+//! Replay never touches the inbox: a mark that is already there stays (marks are never
+//! revoked). A replayed row that was marked before is confirmed as "already marked" by the
+//! sweeper once it is terminal again; the audit row says which rows were marked at replay time
+//! (`backfill_at`).
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+use super::{Store, StoreError, PIPELINE_LOCK_KEY};
+
+/// Error classes a replay accepts (SPEC §2).
+pub const REPLAYABLE_CLASSES: &[&str] = &["CODEC_ERROR", "UNSUPPORTED", "INFRA", "EXHAUSTED"];
+/// States a replay accepts.
+pub const REPLAYABLE_STATES: &[&str] = &["DEAD", "FAILED"];
+
+/// Why an operator action was not run at all (nothing changed, nothing audited).
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// The request is incomplete: no rows, or no actor / reason for the audit.
+    #[error("operator action refused: {0}")]
+    Invalid(String),
+    /// The store failed; the transaction rolled back (nothing changed, nothing audited).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for AdminError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Store(StoreError::Db(e))
+    }
+}
+
+/// What an action did to one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowOutcome {
+    /// Changed.
+    Applied {
+        /// State before.
+        previous_state: String,
+        /// Error class before.
+        previous_class: Option<String>,
+        /// Mark confirmation before (Some: the inbox row was marked and stays marked).
+        previous_backfill_at: Option<DateTime<Utc>>,
+        /// Abandon reason before.
+        previous_abandon: Option<String>,
+    },
+    /// Not changed, and why.
+    Refused {
+        /// For the operator and the audit.
+        reason: String,
+    },
+}
+
+impl RowOutcome {
+    /// Applied?
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Self::Applied { .. })
+    }
+}
+
+/// One row's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowResult {
+    /// The row.
+    pub msg_id: i64,
+    /// What happened.
+    pub outcome: RowOutcome,
+}
+
+/// The result of an operator action: per row, and the audit row that records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminReport {
+    /// `audit_log.id`.
+    pub audit_id: i64,
+    /// Per distinct requested id, ascending.
+    pub rows: Vec<RowResult>,
+}
+
+impl AdminReport {
+    /// Rows applied.
+    pub fn applied(&self) -> usize {
+        self.rows.iter().filter(|r| r.outcome.is_applied()).count()
+    }
+
+    /// Rows refused.
+    pub fn refused(&self) -> usize {
+        self.rows.len() - self.applied()
+    }
+}
+
+/// `audit_log.action` of a replay.
+pub const ACTION_REPLAY: &str = "REPLAY";
+/// `audit_log.action` of a backfill recovery.
+pub const ACTION_RECOVER_BACKFILL: &str = "RECOVER_BACKFILL";
+
+/// The row before the change, as locked; whether the change applied.
+type Locked = (
+    String,
+    Option<String>,
+    Option<DateTime<Utc>>,
+    Option<String>,
+    bool,
+);
+
+/// Replay: DEAD/FAILED rows of the classes CODEC_ERROR, UNSUPPORTED, INFRA, EXHAUSTED go back
+/// to PENDING (attempts 0, processing start, next attempt, error, processing order and
+/// terminal fields cleared) and lose their backfill intent, confirmation, attempts and abandon
+/// reason, in ONE conditional statement per row. Anything else is refused with a reason.
+/// The pump then processes them as the current head(s): replay does not restore historic
+/// order. Audited (who, why, when, which rows, per-row result).
+pub async fn replay(
+    store: &Store,
+    msg_ids: &[i64],
+    actor: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<AdminReport, AdminError> {
+    let classes = REPLAYABLE_CLASSES
+        .iter()
+        .map(|c| format!("'{c}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    // `cur` locks the row (waiting for a sweep that holds it) and sees its newest version;
+    // the UPDATE applies only if that version is replayable.
+    let sql = format!(
+        "WITH cur AS ( \
+             SELECT msg_id, state, error_class, backfill_at, backfill_abandon_reason \
+             FROM proc_state WHERE msg_id = $1 FOR UPDATE \
+         ), done AS ( \
+             UPDATE proc_state p SET state = 'PENDING', attempts = 0, \
+                    processing_started_at = NULL, next_attempt_at = NULL, \
+                    error_class = NULL, error_text = NULL, processed_seq = NULL, \
+                    terminal_reason = NULL, terminal_at = NULL, \
+                    backfill_next_at = NULL, backfill_at = NULL, backfill_attempts = 0, \
+                    backfill_abandon_reason = NULL, backfill_abandoned_at = NULL, \
+                    backfill_error = NULL, updated_at = $2 \
+             FROM cur \
+             WHERE p.msg_id = cur.msg_id \
+               AND cur.state IN ('DEAD', 'FAILED') AND cur.error_class IN ({classes}) \
+               AND p.state IN ('DEAD', 'FAILED') AND p.error_class IN ({classes}) \
+             RETURNING p.msg_id \
+         ) \
+         SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
+                EXISTS (SELECT 1 FROM done) FROM cur"
+    );
+    run_action(
+        store,
+        msg_ids,
+        actor,
+        reason,
+        now,
+        ACTION_REPLAY,
+        &sql,
+        |state, class| {
+            if !REPLAYABLE_STATES.contains(&state) {
+                format!("state {state} is not replayable (only DEAD or FAILED)")
+            } else {
+                format!(
+                    "error class {} is not replayable (only {})",
+                    class.unwrap_or("NULL"),
+                    REPLAYABLE_CLASSES.join(", ")
+                )
+            }
+        },
+    )
+    .await
+}
+
+/// Recovery of abandoned backfills: terminal rows abandoned (MISSING_ROW or MAX_ATTEMPTS) and
+/// not confirmed get their abandon reason, error and attempts cleared and are due at once
+/// (`backfill_next_at = now`). Anything else is refused with a reason. Audited.
+pub async fn recover_abandoned(
+    store: &Store,
+    msg_ids: &[i64],
+    actor: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<AdminReport, AdminError> {
+    let sql = "WITH cur AS ( \
+             SELECT msg_id, state, error_class, backfill_at, backfill_abandon_reason \
+             FROM proc_state WHERE msg_id = $1 FOR UPDATE \
+         ), done AS ( \
+             UPDATE proc_state p SET backfill_abandon_reason = NULL, \
+                    backfill_abandoned_at = NULL, backfill_attempts = 0, \
+                    backfill_error = NULL, backfill_next_at = $2, updated_at = $2 \
+             FROM cur \
+             WHERE p.msg_id = cur.msg_id \
+               AND cur.state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
+               AND cur.backfill_abandon_reason IS NOT NULL AND cur.backfill_at IS NULL \
+               AND p.state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
+               AND p.backfill_abandon_reason IS NOT NULL AND p.backfill_at IS NULL \
+             RETURNING p.msg_id \
+         ) \
+         SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
+                EXISTS (SELECT 1 FROM done) FROM cur";
+    run_action(
+        store,
+        msg_ids,
+        actor,
+        reason,
+        now,
+        ACTION_RECOVER_BACKFILL,
+        sql,
+        |state, _| {
+            if !matches!(state, "SUCCEEDED" | "SKIPPED" | "DEAD") {
+                format!("state {state} is not terminal; there is no backfill to recover")
+            } else {
+                "backfill is not abandoned".to_string()
+            }
+        },
+    )
+    .await
+}
+
+/// The shared frame: validate, one transaction under the pipeline lock, one statement per
+/// distinct id (ascending, so two actions lock in the same order), the audit row, commit.
+#[allow(clippy::too_many_arguments)]
+async fn run_action(
+    store: &Store,
+    msg_ids: &[i64],
+    actor: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+    action: &str,
+    sql: &str,
+    refusal: impl Fn(&str, Option<&str>) -> String,
+) -> Result<AdminReport, AdminError> {
+    let (actor, why) = (actor.trim(), reason.trim());
+    if actor.is_empty() || why.is_empty() {
+        return Err(AdminError::Invalid(
+            "an audited action needs who (actor) and why (reason)".into(),
+        ));
+    }
+    let mut ids = msg_ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
+        return Err(AdminError::Invalid("no message ids given".into()));
+    }
+    let mut tx = store.pool().begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(PIPELINE_LOCK_KEY)
+        .execute(&mut *tx)
+        .await?;
+    let mut rows = Vec::with_capacity(ids.len());
+    for &msg_id in &ids {
+        let locked: Option<Locked> = sqlx::query_as(sql)
+            .bind(msg_id)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let outcome = match locked {
+            None => RowOutcome::Refused {
+                reason: "no such message".into(),
+            },
+            Some((state, class, backfill_at, abandon, true)) => RowOutcome::Applied {
+                previous_state: state,
+                previous_class: class,
+                previous_backfill_at: backfill_at,
+                previous_abandon: abandon,
+            },
+            Some((state, class, _, _, false)) => RowOutcome::Refused {
+                reason: refusal(&state, class.as_deref()),
+            },
+        };
+        rows.push(RowResult { msg_id, outcome });
+    }
+    let result = audit_json(&rows);
+    let audit_id: i64 = sqlx::query_scalar(
+        "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+    )
+    .bind(now)
+    .bind(actor)
+    .bind(action)
+    .bind(why)
+    .bind(&ids)
+    .bind(result)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    if action == ACTION_REPLAY {
+        for r in &rows {
+            match &r.outcome {
+                RowOutcome::Applied { .. } => crate::telemetry::replay(r.msg_id, true, why),
+                RowOutcome::Refused { reason } => crate::telemetry::replay(r.msg_id, false, reason),
+            }
+        }
+    } else {
+        for r in &rows {
+            tracing::warn!(
+                msg_id = r.msg_id,
+                action,
+                actor,
+                reason = why,
+                applied = r.outcome.is_applied(),
+                "operator action"
+            );
+        }
+    }
+    Ok(AdminReport { audit_id, rows })
+}
+
+/// `{"applied": n, "refused": m, "rows": [{"msg_id", "result", …}]}`.
+fn audit_json(rows: &[RowResult]) -> serde_json::Value {
+    let per_row: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| match &r.outcome {
+            RowOutcome::Applied {
+                previous_state,
+                previous_class,
+                previous_backfill_at,
+                previous_abandon,
+            } => json!({
+                "msg_id": r.msg_id,
+                "result": "applied",
+                "previous_state": previous_state,
+                "previous_class": previous_class,
+                "previous_backfill_at": previous_backfill_at.map(|t| t.to_rfc3339()),
+                "previous_abandon_reason": previous_abandon,
+            }),
+            RowOutcome::Refused { reason } => json!({
+                "msg_id": r.msg_id,
+                "result": "refused",
+                "reason": reason,
+            }),
+        })
+        .collect();
+    let applied = rows.iter().filter(|r| r.outcome.is_applied()).count();
+    json!({ "applied": applied, "refused": rows.len() - applied, "rows": per_row })
+}
+
+/// One `audit_log` row.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct AuditEntry {
+    /// Row id.
+    pub id: i64,
+    /// When (the caller's clock).
+    pub at: DateTime<Utc>,
+    /// Who.
+    pub actor: String,
+    /// `REPLAY`, `RECOVER_BACKFILL`, …
+    pub action: String,
+    /// Why.
+    pub reason: String,
+    /// Which rows were asked for (distinct, ascending).
+    pub msg_ids: Vec<i64>,
+    /// `{"applied", "refused", "rows": [{"msg_id", "result", "reason" | "previous_…"}]}`.
+    pub result: serde_json::Value,
+}
+
+impl Store {
+    /// Audit rows, oldest first (tests, the admin surface).
+    pub async fn audit_entries(&self) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT id, at, actor, action, reason, msg_ids, result FROM audit_log ORDER BY id",
+        )
+        .fetch_all(self.pool())
+        .await?)
+    }
+}

@@ -1,0 +1,908 @@
+//! The BackfillSweeper against real MariaDB + PostgreSQL (SPEC §5, seed §5.2, G4, G5): the four
+//! outcomes (marked, already marked, missing row — both kinds —, transient failure with
+//! backoff and MAX_ATTEMPTS), fairness under permanently failing rows, R over backoff, the
+//! enqueue-time fallback, PENDING/FAILED never marked, marks never overwritten, replay and
+//! recovery with their audit, the row-lock gate, and the actor's schedule.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use common::msgs::{flop, unknown_type};
+use common::proxy::Proxy;
+use common::TestEnv;
+use msgx_core::backfill::{sweep_once, MissingKind, SweepConfig, SweepReport};
+use msgx_core::clock::Clock;
+use msgx_core::inbox::Inbox;
+use msgx_core::pump::StepOutcome;
+use msgx_core::store::replay::{recover_abandoned, replay, AdminError, RowOutcome};
+use sqlx::Executor;
+
+/// `state, attempts, processing_started_at, next_attempt_at, error_class, error_text,
+/// processed_seq, terminal_reason, terminal_at`: what a replay resets.
+type ResetRow = (
+    String,
+    i32,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+    Option<DateTime<Utc>>,
+);
+
+/// The backfill columns of one row.
+#[derive(Debug, Clone, sqlx::FromRow)]
+struct Bf {
+    state: String,
+    backfill_next_at: Option<DateTime<Utc>>,
+    backfill_at: Option<DateTime<Utc>>,
+    backfill_attempts: i32,
+    backfill_abandon_reason: Option<String>,
+    backfill_abandoned_at: Option<DateTime<Utc>>,
+    backfill_error: Option<String>,
+}
+
+async fn bf(env: &TestEnv, id: i64) -> Bf {
+    sqlx::query_as(
+        "SELECT state, backfill_next_at, backfill_at, backfill_attempts, backfill_abandon_reason, \
+                backfill_abandoned_at, backfill_error FROM proc_state WHERE msg_id = $1",
+    )
+    .bind(id)
+    .fetch_one(env.store.pool())
+    .await
+    .expect("proc_state row")
+}
+
+/// `(status, processed as text)` of an inbox row.
+async fn mark(env: &TestEnv, id: i64) -> (Option<String>, Option<String>) {
+    sqlx::query_as(
+        "SELECT CMINMSGS_STATUS, CAST(CMINMSGS_DATE_PROCESSED AS CHAR) FROM CMINMSGS \
+         WHERE CMINMSGS_ID = ?",
+    )
+    .bind(id)
+    .fetch_one(&env.owner)
+    .await
+    .expect("inbox row")
+}
+
+fn cfg(env: &TestEnv, extra: &[(&str, &str)]) -> SweepConfig {
+    SweepConfig::new(&env.settings(extra).backfill, &env.names)
+}
+
+async fn sweep(env: &TestEnv, cfg: &SweepConfig) -> SweepReport {
+    sweep_with(env, &env.inbox, cfg).await
+}
+
+async fn sweep_with(env: &TestEnv, inbox: &Inbox, cfg: &SweepConfig) -> SweepReport {
+    sweep_once(inbox, &env.store, &env.clock, cfg)
+        .await
+        .expect("sweep commits")
+}
+
+/// Inserts these messages, discovers them and runs the real pump until idle.
+async fn processed(env: &TestEnv, texts: &[String], pump_extra: &[(&str, &str)]) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for t in texts {
+        ids.push(env.insert_message(t).await);
+    }
+    env.poll(env.poll_cfg(1000)).await;
+    let mut pump = env.pump(pump_extra);
+    for _ in 0..10 * texts.len() + 10 {
+        if pump.step().await.expect("step") == StepOutcome::Idle {
+            break;
+        }
+    }
+    ids
+}
+
+fn flops(from: i64, n: i64) -> Vec<String> {
+    (from..from + n)
+        .map(|i| flop(i, &format!("F{i}"), &[("GATE", "A1")]))
+        .collect()
+}
+
+/// A terminal row written directly (state, class, source), due now.
+async fn terminal_row(env: &TestEnv, id: i64, state: &str, class: Option<&str>, source: &str) {
+    let now = env.clock.now();
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, state, source, received_at, enqueued_at, error_class, \
+                terminal_reason, terminal_at, backfill_next_at) \
+         VALUES ($1, $2, $3, $4, $4, $5, $5, $4, $4)",
+    )
+    .bind(id)
+    .bind(state)
+    .bind(source)
+    .bind(now)
+    .bind(class)
+    .execute(env.store.pool())
+    .await
+    .expect("terminal row");
+}
+
+/// As the DB owner: a trigger that refuses to update these inbox ids.
+async fn refuse_updates_of(env: &TestEnv, ids: &[i64]) {
+    let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    env.owner
+        .execute(
+            format!(
+                "CREATE TRIGGER refuse_marks BEFORE UPDATE ON CMINMSGS FOR EACH ROW \
+                 BEGIN IF OLD.CMINMSGS_ID IN ({list}) THEN \
+                 SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'owner refuses this row'; \
+                 END IF; END"
+            )
+            .as_str(),
+        )
+        .await
+        .expect("create trigger as the DB owner");
+}
+
+fn local(env: &TestEnv, t: DateTime<Utc>) -> String {
+    msgx_core::inbox::time::utc_to_local(t, env.tz)
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+#[tokio::test]
+async fn marks_empty_marks_with_owner_value_and_local_processed_time() {
+    let env = TestEnv::new("bf_marked").await;
+    let ids = processed(&env, &flops(1, 5), &[]).await;
+    for id in &ids {
+        assert_eq!(env.state_of(*id).await.0, "SUCCEEDED");
+        assert_eq!(mark(&env, *id).await, (None, None), "the pump never marks");
+    }
+    // One row carries a blank status: empty too.
+    sqlx::query("UPDATE CMINMSGS SET CMINMSGS_STATUS = '  ' WHERE CMINMSGS_ID = ?")
+        .bind(ids[4])
+        .execute(&env.owner)
+        .await
+        .expect("blank");
+    env.clock.advance(Duration::from_secs(7));
+    let now = env.clock.now();
+    let r = sweep(&env, &cfg(&env, &[])).await;
+    assert_eq!((r.selected, r.marked, r.already_marked), (5, 5, 0));
+    assert_eq!(r.transient(), 0);
+    assert!(r.missing.is_empty());
+    assert_eq!(r.backlog.expect("backlog").pending, 0);
+    for id in &ids {
+        let (status, processed) = mark(&env, *id).await;
+        assert_eq!(status.as_deref(), Some("PROCESSED"));
+        // Airport local time (Asia/Shanghai = UTC+8) of the sweep's clock.
+        assert_eq!(processed.as_deref(), Some(local(&env, now).as_str()));
+        let b = bf(&env, *id).await;
+        assert_eq!(b.backfill_at, Some(now));
+        assert_eq!(b.backfill_next_at, None, "intent replaced by confirmation");
+        assert_eq!(b.backfill_attempts, 0);
+    }
+    // Nothing left to do.
+    let again = sweep(&env, &cfg(&env, &[])).await;
+    assert_eq!(again.selected, 0);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_existing_mark_is_never_overwritten() {
+    let env = TestEnv::new("bf_already").await;
+    let ids = processed(&env, &flops(1, 3), &[]).await;
+    // Someone marked the first one (another value, an old time); the second has only a
+    // processed time (odd, but the time must survive); the third is empty.
+    sqlx::query(
+        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'LEGACY', \
+         CMINMSGS_DATE_PROCESSED = '2020-01-01 00:00:00' WHERE CMINMSGS_ID = ?",
+    )
+    .bind(ids[0])
+    .execute(&env.owner)
+    .await
+    .expect("owner mark");
+    sqlx::query(
+        "UPDATE CMINMSGS SET CMINMSGS_DATE_PROCESSED = '2021-02-02 02:02:02' WHERE CMINMSGS_ID = ?",
+    )
+    .bind(ids[1])
+    .execute(&env.owner)
+    .await
+    .expect("owner time");
+    let r = sweep(&env, &cfg(&env, &[])).await;
+    assert_eq!((r.marked, r.already_marked), (2, 1));
+    assert_eq!(r.already, vec![(ids[0], "LEGACY".to_string())]);
+    assert_eq!(
+        mark(&env, ids[0]).await,
+        (Some("LEGACY".into()), Some("2020-01-01 00:00:00".into())),
+        "never overwritten"
+    );
+    assert_eq!(
+        mark(&env, ids[1]).await,
+        (Some("PROCESSED".into()), Some("2021-02-02 02:02:02".into())),
+        "status written, existing time kept"
+    );
+    for id in &ids {
+        assert!(bf(&env, *id).await.backfill_at.is_some(), "all confirmed");
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn missing_rows_abandon_at_once_telling_purged_from_never_seen() {
+    let env = TestEnv::new("bf_missing").await;
+    let ids = processed(&env, &flops(1, 2), &[]).await;
+    // The DB owner purges a row we read and processed, before it was marked.
+    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
+        .bind(ids[0])
+        .execute(&env.owner)
+        .await
+        .expect("purge as owner");
+    // A compat registration for an id that never existed in the inbox, DEAD on processing.
+    let never = ids[1] + 1000;
+    terminal_row(&env, never, "DEAD", Some("MALFORMED"), "COMPAT").await;
+    let now = env.clock.now();
+    let r = sweep(&env, &cfg(&env, &[])).await;
+    assert_eq!(r.marked, 1);
+    let mut missing = r.missing.clone();
+    missing.sort_by_key(|m| m.0);
+    assert_eq!(
+        missing,
+        vec![
+            (ids[0], MissingKind::PurgedBeforeMark),
+            (never, MissingKind::NeverSeen)
+        ]
+    );
+    assert_eq!(r.transient(), 0, "missing is not transient");
+    for id in [ids[0], never] {
+        let b = bf(&env, id).await;
+        assert_eq!(b.backfill_abandon_reason.as_deref(), Some("MISSING_ROW"));
+        assert_eq!(b.backfill_abandoned_at, Some(now));
+        assert_eq!(b.backfill_at, None, "abandoned is not marked");
+        assert_eq!(b.backfill_next_at, None);
+        assert_eq!(b.backfill_attempts, 0, "abandoned at once");
+    }
+    assert!(bf(&env, ids[0])
+        .await
+        .backfill_error
+        .expect("detail")
+        .contains("purged"));
+    // Abandoned rows are not swept again.
+    env.clock.advance(Duration::from_secs(3600));
+    assert_eq!(sweep(&env, &cfg(&env, &[])).await.selected, 0);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn transient_failures_back_off_doubling_then_abandon_and_recover() {
+    let env = TestEnv::new("bf_transient").await;
+    let ids = processed(&env, &flops(1, 2), &[]).await;
+    let proxy = Proxy::start("127.0.0.1:3306").await;
+    let mut settings = env.settings(&[]);
+    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db);
+    let via_proxy = Inbox::new(&settings.inbox, &env.names, env.tz).expect("adapter");
+    let c = cfg(&env, &[("MSGX_BACKFILL__MAX_ATTEMPTS", "4")]);
+    proxy.cut();
+
+    let mut expected_delays = vec![30, 60, 120].into_iter();
+    let mut attempts = 0;
+    loop {
+        let now = env.clock.now();
+        let r = sweep_with(&env, &via_proxy, &c).await;
+        assert_eq!(r.selected, 2, "due rows are selected");
+        assert_eq!((r.marked, r.already_marked), (0, 0));
+        assert!(r.missing.is_empty(), "a cut connection is never 'missing'");
+        attempts += 1;
+        let b = bf(&env, ids[0]).await;
+        assert_eq!(b.backfill_attempts, attempts);
+        assert!(b.backfill_error.is_some());
+        let Some(delay) = expected_delays.next() else {
+            // The 4th failure reaches max_attempts.
+            assert_eq!(r.abandoned.len(), 2);
+            assert_eq!(b.backfill_abandon_reason.as_deref(), Some("MAX_ATTEMPTS"));
+            assert_eq!(b.backfill_next_at, None);
+            break;
+        };
+        let due = now + chrono::Duration::seconds(delay);
+        assert_eq!(r.backed_off.len(), 2);
+        assert_eq!(b.backfill_next_at, Some(due), "attempt {attempts}");
+        // Not due before its time...
+        env.clock.advance(Duration::from_secs(delay as u64 - 1));
+        assert_eq!(sweep_with(&env, &via_proxy, &c).await.selected, 0);
+        // ...due at it.
+        env.clock.advance(Duration::from_secs(1));
+    }
+    assert_eq!(attempts, 4);
+    env.clock.advance(Duration::from_secs(24 * 3600));
+    assert_eq!(
+        sweep_with(&env, &via_proxy, &c).await.selected,
+        0,
+        "abandoned"
+    );
+    for id in &ids {
+        assert_eq!(mark(&env, *id).await.0, None);
+    }
+
+    // The inbox is back; an operator recovers the abandoned rows.
+    proxy.restore();
+    let now = env.clock.now();
+    let rec = recover_abandoned(&env.store, &ids, "ops@airport", "inbox link repaired", now)
+        .await
+        .expect("recover");
+    assert_eq!(rec.applied(), 2);
+    let b = bf(&env, ids[1]).await;
+    assert_eq!(
+        (
+            b.backfill_attempts,
+            b.backfill_abandon_reason,
+            b.backfill_next_at
+        ),
+        (0, None, Some(now))
+    );
+    let r = sweep_with(&env, &via_proxy, &c).await;
+    assert_eq!(r.marked, 2);
+    for id in &ids {
+        assert_eq!(mark(&env, *id).await.0.as_deref(), Some("PROCESSED"));
+    }
+    // Recovering a confirmed row is refused, with a reason, and audited.
+    let again = recover_abandoned(&env.store, &ids[..1], "ops@airport", "again", now)
+        .await
+        .expect("recover");
+    assert!(
+        matches!(&again.rows[0].outcome, RowOutcome::Refused { reason } if reason.contains("not abandoned"))
+    );
+    let audit = env.store.audit_entries().await.expect("audit");
+    assert_eq!(audit.len(), 2);
+    assert_eq!(audit[0].action, "RECOVER_BACKFILL");
+    assert_eq!(audit[0].actor, "ops@airport");
+    assert_eq!(audit[0].msg_ids, ids);
+    assert_eq!(audit[1].result["rows"][0]["result"], "refused");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_row_refused_by_the_inbox_does_not_fail_its_batch() {
+    let env = TestEnv::new("bf_isolate").await;
+    let ids = processed(&env, &flops(1, 10), &[]).await;
+    let bad = vec![ids[2], ids[5], ids[9]];
+    refuse_updates_of(&env, &bad).await;
+    let r = sweep(&env, &cfg(&env, &[("MSGX_BACKFILL__BATCH", "10")])).await;
+    assert_eq!(r.selected, 10);
+    assert_eq!(
+        r.marked, 7,
+        "the other rows of the batch are marked in the same sweep"
+    );
+    let mut failed: Vec<i64> = r.backed_off.iter().map(|b| b.0).collect();
+    failed.sort();
+    assert_eq!(failed, bad);
+    assert!(r.isolation_statements > 0);
+    assert!(r
+        .transient_error
+        .as_deref()
+        .unwrap_or_default()
+        .contains("owner refuses"));
+    for id in &ids {
+        let marked = mark(&env, *id).await.0.is_some();
+        assert_eq!(marked, !bad.contains(id));
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn permanently_failing_rows_do_not_starve_newer_rows() {
+    let env = TestEnv::new("bf_fair").await;
+    let c = cfg(
+        &env,
+        &[
+            ("MSGX_BACKFILL__BATCH", "10"),
+            ("MSGX_BACKFILL__MAX_ATTEMPTS", "6"),
+            ("MSGX_BACKFILL__OVERDUE_AFTER", "1h"),
+        ],
+    );
+    // A batch-sized set of rows the inbox refuses forever — and old enough (received > R ago)
+    // to be due at EVERY sweep, whatever their backoff says: the worst case.
+    let failing = processed(&env, &flops(1, 10), &[]).await;
+    refuse_updates_of(&env, &failing).await;
+    sqlx::query("UPDATE proc_state SET received_at = $1 WHERE msg_id = ANY($2)")
+        .bind(env.clock.now() - chrono::Duration::hours(2))
+        .bind(&failing)
+        .execute(env.store.pool())
+        .await
+        .expect("old");
+    let first = sweep(&env, &c).await;
+    assert_eq!(
+        first.backed_off.len(),
+        10,
+        "the first sweep meets the bad rows"
+    );
+    // Newer rows arrive.
+    let newer = processed(&env, &flops(100, 25), &[]).await;
+    let mut sweeps = 0;
+    while newer_unmarked(&env, &newer).await > 0 {
+        let r = sweep(&env, &c).await;
+        sweeps += 1;
+        assert!(
+            r.confirmed.iter().all(|id| newer.contains(id)),
+            "only newer rows get marked"
+        );
+        assert!(sweeps <= 3, "25 newer rows, batch 10: three sweeps at most");
+    }
+    // The bad rows keep being tried (R) and are abandoned at max_attempts, one sweep each.
+    for _ in 0..10 {
+        sweep(&env, &c).await;
+    }
+    for id in &failing {
+        let b = bf(&env, *id).await;
+        assert_eq!(b.backfill_abandon_reason.as_deref(), Some("MAX_ATTEMPTS"));
+        assert_eq!(b.backfill_attempts, 6);
+        assert!(b.backfill_error.expect("error").contains("owner refuses"));
+    }
+    env.cleanup().await;
+}
+
+async fn newer_unmarked(env: &TestEnv, ids: &[i64]) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM proc_state WHERE msg_id = ANY($1) AND backfill_at IS NULL",
+    )
+    .bind(ids)
+    .fetch_one(env.store.pool())
+    .await
+    .expect("count")
+}
+
+#[tokio::test]
+async fn r_overrides_backoff_and_null_received_at_falls_back_to_enqueue_time() {
+    let env = TestEnv::new("bf_overdue").await;
+    // Four inbox rows, one with NULL DATE_RECEIVED, discovered by the poller.
+    let null_recv = {
+        let r = sqlx::query("INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (NULL, '<MSG/>')")
+            .execute(&env.owner)
+            .await
+            .expect("insert");
+        r.last_insert_id() as i64
+    };
+    let null_recv_recent = {
+        let r = sqlx::query("INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (NULL, '<MSG/>')")
+            .execute(&env.owner)
+            .await
+            .expect("insert");
+        r.last_insert_id() as i64
+    };
+    let old_recv = env.insert_rows(1).await[0];
+    let recent_recv = env.insert_rows(1).await[0];
+    env.poll(env.poll_cfg(100)).await;
+    let now = env.clock.now();
+    let hours = |h: i64| now - chrono::Duration::hours(h);
+    // All terminal and backed off for a day; R = 1 h.
+    sqlx::query(
+        "UPDATE proc_state SET state = 'DEAD', error_class = 'MALFORMED', terminal_at = $1, \
+                backfill_next_at = $1 + interval '1 day', backfill_attempts = 1",
+    )
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("terminal");
+    for (id, received, enqueued) in [
+        (null_recv, None, hours(2)), // G4: NULL → enqueue time, 2 h ago: overdue
+        (null_recv_recent, None, now), // NULL → enqueued now: not overdue
+        (old_recv, Some(hours(2)), now), // received 2 h ago: overdue
+        (recent_recv, Some(now), hours(2)), // received now (enqueue time not used): not overdue
+    ] {
+        sqlx::query("UPDATE proc_state SET received_at = $2, enqueued_at = $3 WHERE msg_id = $1")
+            .bind(id)
+            .bind(received)
+            .bind(enqueued)
+            .execute(env.store.pool())
+            .await
+            .expect("times");
+    }
+    assert_eq!(bf(&env, null_recv).await.state, "DEAD");
+    let c = cfg(&env, &[("MSGX_BACKFILL__OVERDUE_AFTER", "1h")]);
+    let r = sweep(&env, &c).await;
+    let mut confirmed = r.confirmed.clone();
+    confirmed.sort();
+    assert_eq!(
+        confirmed,
+        vec![null_recv, old_recv],
+        "R forces only the overdue rows"
+    );
+    // Without R (30 days) nothing would have been due.
+    let r = sweep(&env, &cfg(&env, &[])).await;
+    assert_eq!(r.selected, 0);
+    // R never delays: once the backoff is due, the recent rows go too.
+    env.clock.advance(Duration::from_secs(24 * 3600));
+    let r = sweep(&env, &cfg(&env, &[])).await;
+    assert_eq!(r.selected, 2);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn pending_and_failed_rows_are_never_marked() {
+    let env = TestEnv::new("bf_unfinished").await;
+    // FAILED (unsupported) head, and PENDING rows behind it.
+    let mut texts = vec![unknown_type(1)];
+    texts.extend(flops(2, 2));
+    let ids = processed(&env, &texts, &[]).await;
+    assert_eq!(env.state_of(ids[0]).await.0, "FAILED");
+    assert_eq!(env.state_of(ids[1]).await.0, "PENDING");
+    // Even a (buggy) intent on them does not make them due.
+    sqlx::query("UPDATE proc_state SET backfill_next_at = $1, received_at = $2")
+        .bind(env.clock.now())
+        .bind(env.clock.now() - chrono::Duration::days(365))
+        .execute(env.store.pool())
+        .await
+        .expect("intent");
+    let r = sweep(&env, &cfg(&env, &[])).await;
+    assert_eq!(r.selected, 0);
+    for id in &ids {
+        assert_eq!(mark(&env, *id).await, (None, None));
+        assert_eq!(bf(&env, *id).await.backfill_at, None);
+    }
+    env.cleanup().await;
+}
+
+/// Inbox rows + PROC_STATE rows in chosen states, by SQL (clearer than driving the pump).
+async fn rows_in_states(env: &TestEnv, states: &[(&str, Option<&str>)]) -> Vec<i64> {
+    let ids = env.insert_rows(states.len()).await;
+    for (id, (state, class)) in ids.iter().zip(states) {
+        terminal_row(env, *id, state, *class, "POLL").await;
+    }
+    ids
+}
+
+#[tokio::test]
+async fn replay_applies_to_replayable_rows_only_and_is_audited() {
+    let env = TestEnv::new("bf_replay").await;
+    let ids = rows_in_states(
+        &env,
+        &[
+            ("DEAD", Some("EXHAUSTED")),
+            ("FAILED", Some("UNSUPPORTED")),
+            ("DEAD", Some("MALFORMED")),
+            ("SUCCEEDED", None),
+            ("DEAD", Some("CODEC_ERROR")),
+            ("FAILED", Some("INFRA")),
+        ],
+    )
+    .await;
+    // The FAILED rows look like real failed heads; the first DEAD row is marked already.
+    sqlx::query(
+        "UPDATE proc_state SET attempts = 3, processing_started_at = $2, next_attempt_at = $2, \
+                error_text = 'boom', terminal_at = NULL, terminal_reason = NULL, \
+                backfill_next_at = NULL WHERE msg_id = ANY($1)",
+    )
+    .bind(vec![ids[1], ids[5]])
+    .bind(env.clock.now())
+    .execute(env.store.pool())
+    .await
+    .expect("failed rows");
+    sqlx::query("UPDATE proc_state SET processed_seq = nextval('proc_order_seq')")
+        .execute(env.store.pool())
+        .await
+        .expect("seq");
+    let r = sweep(&env, &cfg(&env, &[])).await;
+    assert_eq!(r.marked, 4, "the four terminal rows are marked");
+    // One DEAD row's backfill abandoned earlier (recovered by the replay).
+    sqlx::query(
+        "UPDATE proc_state SET backfill_at = NULL, backfill_abandon_reason = 'MAX_ATTEMPTS', \
+         backfill_abandoned_at = now(), backfill_attempts = 20 WHERE msg_id = $1",
+    )
+    .bind(ids[4])
+    .execute(env.store.pool())
+    .await
+    .expect("abandoned");
+
+    // Validation: who and why are mandatory, ids too.
+    let now = env.clock.now();
+    assert!(matches!(
+        replay(&env.store, &ids, " ", "why", now).await,
+        Err(AdminError::Invalid(_))
+    ));
+    assert!(matches!(
+        replay(&env.store, &[], "ops", "why", now).await,
+        Err(AdminError::Invalid(_))
+    ));
+
+    let unknown = ids[5] + 1000;
+    let mut asked = ids.clone();
+    asked.push(unknown);
+    asked.push(ids[0]); // twice
+    let rep = replay(
+        &env.store,
+        &asked,
+        "ops@airport",
+        "codec fixed (CR-42)",
+        now,
+    )
+    .await
+    .expect("replay");
+    let by_id = |id: i64| {
+        rep.rows
+            .iter()
+            .find(|r| r.msg_id == id)
+            .expect("row")
+            .outcome
+            .clone()
+    };
+    assert_eq!(rep.rows.len(), 7, "distinct ids");
+    assert_eq!(rep.applied(), 4);
+    assert!(matches!(
+        by_id(ids[0]),
+        RowOutcome::Applied {
+            previous_backfill_at: Some(_),
+            ..
+        }
+    ));
+    assert!(matches!(
+        by_id(ids[1]),
+        RowOutcome::Applied {
+            previous_backfill_at: None,
+            ..
+        }
+    ));
+    assert!(
+        matches!(by_id(ids[2]), RowOutcome::Refused { reason } if reason.contains("MALFORMED"))
+    );
+    assert!(
+        matches!(by_id(ids[3]), RowOutcome::Refused { reason } if reason.contains("SUCCEEDED"))
+    );
+    assert!(
+        matches!(by_id(ids[4]), RowOutcome::Applied { ref previous_abandon, .. } if previous_abandon.as_deref() == Some("MAX_ATTEMPTS"))
+    );
+    assert!(matches!(by_id(ids[5]), RowOutcome::Applied { .. }));
+    assert!(
+        matches!(by_id(unknown), RowOutcome::Refused { reason } if reason == "no such message")
+    );
+
+    for id in [ids[0], ids[1], ids[4], ids[5]] {
+        let row: ResetRow = sqlx::query_as(
+            "SELECT state, attempts, processing_started_at, next_attempt_at, error_class, \
+                        error_text, processed_seq, terminal_reason, terminal_at \
+                 FROM proc_state WHERE msg_id = $1",
+        )
+        .bind(id)
+        .fetch_one(env.store.pool())
+        .await
+        .expect("row");
+        assert_eq!(
+            row,
+            (
+                "PENDING".into(),
+                0,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None
+            )
+        );
+        let b = bf(&env, id).await;
+        assert_eq!(
+            (
+                b.backfill_next_at,
+                b.backfill_at,
+                b.backfill_attempts,
+                b.backfill_abandon_reason
+            ),
+            (None, None, 0, None),
+            "intent, confirmation, attempts and abandon cleared"
+        );
+    }
+    // The mark stays: never revoked.
+    assert_eq!(mark(&env, ids[0]).await.0.as_deref(), Some("PROCESSED"));
+    // Refused rows are untouched.
+    assert_eq!(bf(&env, ids[3]).await.state, "SUCCEEDED");
+    assert!(bf(&env, ids[3]).await.backfill_at.is_some());
+
+    // A poison escalation after the replay is a no-op (its facts were reset).
+    let poisoned = env
+        .store
+        .poison(ids[1], 1, now, "late poison", now)
+        .await
+        .expect("poison");
+    assert!(!poisoned, "a replayed row is not poison");
+
+    let audit = env.store.audit_entries().await.expect("audit");
+    assert_eq!(audit.len(), 1, "invalid requests are not audited");
+    let a = &audit[0];
+    assert_eq!(
+        (a.action.as_str(), a.actor.as_str()),
+        ("REPLAY", "ops@airport")
+    );
+    assert_eq!(a.reason, "codec fixed (CR-42)");
+    assert_eq!(a.at, now);
+    let mut distinct = asked.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(a.msg_ids, distinct);
+    assert_eq!(a.result["applied"], 4);
+    assert_eq!(a.result["refused"], 3);
+    for row in a.result["rows"].as_array().expect("rows") {
+        match row["result"].as_str() {
+            Some("applied") => assert!(row["previous_state"].is_string()),
+            Some("refused") => assert!(!row["reason"].as_str().unwrap_or_default().is_empty()),
+            other => panic!("unexpected result {other:?}"),
+        }
+    }
+    assert!(
+        a.result["rows"][0]["previous_backfill_at"].is_string(),
+        "marked before the replay"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn replay_waits_for_the_sweep_that_holds_the_row() {
+    let env = TestEnv::new("bf_gate").await;
+    let ids = rows_in_states(
+        &env,
+        &[("DEAD", Some("EXHAUSTED")), ("DEAD", Some("EXHAUSTED"))],
+    )
+    .await;
+    // The inbox is slow to take the mark: the sweep holds the row lock meanwhile.
+    env.owner
+        .execute(
+            "CREATE TRIGGER slow_marks BEFORE UPDATE ON CMINMSGS FOR EACH ROW BEGIN DO SLEEP(1); END",
+        )
+        .await
+        .expect("trigger");
+    // A second row is locked by somebody else (a replay or poison in flight): the sweep skips
+    // it rather than wait.
+    let mut holder = env.store.pool().begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM proc_state WHERE msg_id = $1 FOR UPDATE")
+        .bind(ids[1])
+        .execute(&mut *holder)
+        .await
+        .expect("lock");
+
+    let c = cfg(&env, &[]);
+    let sweep_task = {
+        let (inbox, store, clock, c) = (
+            env.inbox.clone(),
+            env.store.clone(),
+            env.clock.clone(),
+            c.clone(),
+        );
+        tokio::spawn(async move { sweep_once(&inbox, &store, &clock, &c).await })
+    };
+    // Wait until the sweep is inside the inbox UPDATE (holding its PostgreSQL row lock).
+    wait_until(|| async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+             WHERE DB = DATABASE() AND ID <> CONNECTION_ID() \
+               AND (INFO LIKE 'UPDATE `CMINMSGS`%' OR INFO LIKE 'DO SLEEP%')",
+        )
+        .fetch_one(&env.owner)
+        .await
+        .expect("processlist");
+        n > 0
+    })
+    .await;
+    let started = Instant::now();
+    let rep = replay(&env.store, &ids[..1], "ops", "race", env.clock.now())
+        .await
+        .expect("replay");
+    let waited = started.elapsed();
+    let swept = sweep_task.await.expect("join").expect("sweep");
+    assert_eq!(swept.selected, 1, "the locked row was skipped");
+    assert_eq!(swept.marked, 1);
+    assert!(
+        waited >= Duration::from_millis(300),
+        "the replay waited for the sweep ({waited:?})"
+    );
+    // The replay saw the sweep's result: it replays a row that is marked and says so.
+    assert!(matches!(
+        &rep.rows[0].outcome,
+        RowOutcome::Applied {
+            previous_backfill_at: Some(_),
+            ..
+        }
+    ));
+    let b = bf(&env, ids[0]).await;
+    assert_eq!((b.state.as_str(), b.backfill_at), ("PENDING", None));
+    assert_eq!(
+        mark(&env, ids[0]).await.0.as_deref(),
+        Some("PROCESSED"),
+        "never revoked"
+    );
+    holder.rollback().await.expect("rollback");
+    assert_eq!(mark(&env, ids[1]).await.0, None);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_replayed_marked_row_is_confirmed_as_already_marked_after_reprocessing() {
+    let env = TestEnv::new("bf_replay_marked").await;
+    // A FLOP subtype the codec does not know yet: FAILED UNSUPPORTED, then poison (1 attempt).
+    let text = flop(1, "F1", &[("GATE", "A1")]).replace("<STYP>UPDT</STYP>", "<STYP>ZZZZ</STYP>");
+    let ids = processed(&env, &[text], &[("MSGX_PROCESSING__MAX_ATTEMPTS", "1")]).await;
+    let id = ids[0];
+    assert_eq!(
+        env.state_of(id).await,
+        ("DEAD".into(), Some("EXHAUSTED".into()))
+    );
+    let first = sweep(&env, &cfg(&env, &[])).await;
+    assert_eq!(first.marked, 1);
+    let first_mark = mark(&env, id).await;
+
+    env.clock.advance(Duration::from_secs(600));
+    let rep = replay(
+        &env.store,
+        &[id],
+        "ops",
+        "codec learned ZZZZ",
+        env.clock.now(),
+    )
+    .await
+    .expect("replay");
+    assert_eq!(rep.applied(), 1);
+    // Reprocessed by a pump that knows the subtype now.
+    let mut pump = env.pump(&[(
+        "MSGX_PROCESSING__FLOP_SUBTYPES",
+        "UPDT,ARRE,DEPE,GATE,STND,CANC,DELY,ZZZZ",
+    )]);
+    assert!(matches!(
+        pump.step().await.expect("step"),
+        StepOutcome::Processed { .. }
+    ));
+    assert_eq!(env.state_of(id).await.0, "SUCCEEDED");
+    env.clock.advance(Duration::from_secs(600));
+    let second = sweep(&env, &cfg(&env, &[])).await;
+    assert_eq!((second.marked, second.already_marked), (0, 1));
+    assert_eq!(
+        mark(&env, id).await,
+        first_mark,
+        "the first mark stays as it was"
+    );
+    assert!(bf(&env, id).await.backfill_at.is_some());
+    env.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn the_actor_sweeps_on_start_and_early_when_woken() {
+    use actix::Actor;
+    use msgx_actors::backfill_sweeper::{BackfillSweeper, SweepNow, TerminalCommitted};
+
+    let env = TestEnv::new("bf_actor").await;
+    let settings = env.settings(&[("MSGX_BACKFILL__PERIOD", "1h")]);
+    let ids = processed(&env, &flops(1, 2), &[]).await;
+    let sweeper = BackfillSweeper::new(
+        env.inbox.clone(),
+        env.store.clone(),
+        common::shared(&env.clock),
+        SweepConfig::new(&settings.backfill, &env.names),
+        settings.backfill.period,
+    )
+    .with_wake_gap(Duration::from_millis(50))
+    .start();
+    // The first sweep runs at start.
+    wait_until(|| async { newer_unmarked(&env, &ids).await == 0 }).await;
+
+    // New terminal rows: without a wake they would wait an hour.
+    let more = processed(&env, &flops(10, 3), &[]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        newer_unmarked(&env, &more).await,
+        3,
+        "the period is an hour"
+    );
+    sweeper.do_send(TerminalCommitted { msg_id: more[2] });
+    wait_until(|| async { newer_unmarked(&env, &more).await == 0 }).await;
+
+    // Asked directly, it answers with the report.
+    let r = sweeper
+        .send(SweepNow)
+        .await
+        .expect("mailbox")
+        .expect("sweep");
+    assert_eq!(r.selected, 0);
+    env.cleanup().await;
+}
+
+async fn wait_until<F, Fut>(mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(Instant::now() < deadline, "condition not reached in 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
