@@ -22,6 +22,31 @@ pub(super) struct BenchDbs {
 }
 
 impl BenchDbs {
+    /// Ends a run: keeps the databases (and says where) when asked, else drops them; the run's
+    /// own error wins over a failed drop, which is still reported.
+    pub async fn finish(&self, result: anyhow::Result<()>, keep: bool) -> anyhow::Result<()> {
+        if keep {
+            println!(
+                "  kept                  : {} and {}",
+                msgx_core::settings::redact_url(&self.inbox_url),
+                msgx_core::settings::redact_url(&self.store_url)
+            );
+            return result;
+        }
+        let dropped = self.drop_all().await;
+        match (result, dropped) {
+            (Err(e), Err(d)) => {
+                eprintln!(
+                    "msgexchange: also failed to drop the bench databases `{}`: {d:#}",
+                    self.name
+                );
+                Err(e)
+            }
+            (Err(e), Ok(())) => Err(e),
+            (Ok(()), dropped) => dropped,
+        }
+    }
+
     /// Derives both URLs from the configured ones, checking the drivers read `name` back.
     pub(super) fn new(settings: &Settings, name: &str) -> anyhow::Result<Self> {
         let inbox_url = with_database(&settings.inbox.url, name).with_context(|| {

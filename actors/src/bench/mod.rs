@@ -96,26 +96,7 @@ pub async fn enqueue(settings: &Settings, args: &EnqueueBenchArgs) -> anyhow::Re
     dbs.ensure_absent().await?;
 
     let result = run(settings, args, claim_batch, &dbs).await;
-    if args.keep {
-        println!(
-            "  kept                  : {} and {}",
-            redact_url(&dbs.inbox_url),
-            redact_url(&dbs.store_url)
-        );
-        return result;
-    }
-    let dropped = dbs.drop_all().await;
-    match (result, dropped) {
-        (Err(e), Err(d)) => {
-            eprintln!(
-                "msgexchange: also failed to drop the bench databases `{}`: {d:#}",
-                dbs.name
-            );
-            Err(e)
-        }
-        (Err(e), Ok(())) => Err(e),
-        (Ok(()), dropped) => dropped,
-    }
+    dbs.finish(result, args.keep).await
 }
 
 /// Everything between creating and dropping the databases.
