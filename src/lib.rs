@@ -12,6 +12,7 @@
 //! - [`settings`]: configuration, validated at start.
 //! - [`telemetry`]: every metric name and its log line.
 //! - [`clock`]: the injectable clock.
+//! - [`failpoint`]: named crash points for kill-style crash tests (`MSGX_FAILPOINT`).
 //! - [`devtools`]: acting as the DB owner and as upstream, for dev, tests and benchmarks.
 
 pub mod backfill;
@@ -19,6 +20,7 @@ pub mod clock;
 pub mod codec;
 pub mod cutover;
 pub mod devtools;
+pub mod failpoint;
 pub mod flight;
 pub mod inbox;
 pub mod late;

@@ -210,6 +210,13 @@ pub struct LateSettings {
     pub watch_window: Duration,
     /// Ids checked per inbox round trip.
     pub batch: u32,
+    /// Release holes early / hold them on transaction evidence from
+    /// `information_schema.INNODB_TRX` (needs PROCESS; valid on the primary only;
+    /// docs/hole-evidence.md).
+    pub hole_evidence: bool,
+    /// With evidence: hard cap for holding a hole while an older transaction is still open.
+    #[serde(with = "humantime_serde_compat")]
+    pub hole_evidence_cap: Duration,
 }
 
 /// HTTP surface.
@@ -327,6 +334,12 @@ impl Settings {
         check_nonzero(l.watch_window, "late.watch_window")?;
         if l.batch == 0 || l.batch > 10_000 {
             return Err(invalid("late.batch", "outside 1..=10000"));
+        }
+        if l.hole_evidence && l.hole_evidence_cap < self.pipeline.max_commit_delay {
+            return Err(invalid(
+                "late.hole_evidence_cap",
+                "shorter than pipeline.max_commit_delay",
+            ));
         }
         let q = &self.processing;
         check_nonzero(q.head_deadline, "processing.head_deadline")?;

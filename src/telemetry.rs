@@ -160,7 +160,7 @@ pub fn describe() {
     );
     describe_counter!(
         INBOX_HOLES_RELEASED_TOTAL,
-        "Holes released as permanent after max-commit-delay"
+        "Holes released as permanent (max-commit-delay, or transaction evidence)"
     );
     describe_counter!(
         INBOX_HOLE_IDS_RELEASED_TOTAL,
@@ -243,11 +243,20 @@ pub fn poll_round(report: &crate::poller::PollReport) {
     if let Some(r) = a.released {
         counter!(INBOX_HOLES_RELEASED_TOTAL).increment(1);
         counter!(INBOX_HOLE_IDS_RELEASED_TOTAL).increment(r.len() as u64);
+        // Why it was released: the timer, or transaction evidence (early / at the cap).
+        let why = match a.evidence {
+            Some(crate::watermark::EvidenceDecision::ReleasedEarly) => {
+                "no older transaction open (rolled back)"
+            }
+            Some(crate::watermark::EvidenceDecision::CapReached) => "hole evidence cap reached",
+            _ => "max-commit-delay reached",
+        };
         tracing::warn!(
             watermark = a.w,
             first = r.first,
             last = r.last,
-            "permanent hole released after max-commit-delay; ids handed to the late detector"
+            why,
+            "permanent hole released; ids handed to the late detector"
         );
     }
     if report.enqueued_new > 0 {

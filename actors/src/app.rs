@@ -13,7 +13,7 @@ use msgx_core::codec::Codec;
 use msgx_core::cutover::CutoverMode;
 use msgx_core::inbox::Inbox;
 use msgx_core::late::DetectConfig;
-use msgx_core::poller::PollConfig;
+use msgx_core::poller::{HoleEvidenceConfig, PollConfig};
 use msgx_core::pump::{HeadRules, PumpConfig, PumpCore};
 use msgx_core::settings::{
     redact_url, LateSettings, PipelineSettings, ProcessingSettings, Settings,
@@ -69,6 +69,7 @@ pub fn poll_config(p: &PipelineSettings) -> PollConfig {
         max_commit_delay: p.max_commit_delay,
         async_commit: p.async_enqueue_commit,
         watch_window: std::time::Duration::from_secs(7 * 24 * 3600),
+        hole_evidence: None,
     }
 }
 
@@ -180,6 +181,9 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     };
     let cfg = PollConfig {
         watch_window: late.watch_window,
+        hole_evidence: late.hole_evidence.then_some(HoleEvidenceConfig {
+            cap: late.hole_evidence_cap,
+        }),
         ..poll_config(&pipeline)
     };
     let interval = pipeline.poll_interval;

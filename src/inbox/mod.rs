@@ -1,6 +1,7 @@
 //! The shared MySQL inbox adapter. It reads rows and, in later stages, writes only the
 //! processed-mark columns: no DDL, no DELETE, ever (the DB owner's tables, SPEC §0).
 
+pub mod evidence;
 pub mod mark;
 pub mod names;
 pub mod time;

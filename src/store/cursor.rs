@@ -1,6 +1,6 @@
 //! `INBOX_CURSOR`: read the cursor, seed it once at cutover.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 
 use super::{Store, StoreError};
 use crate::watermark::Cursor;
@@ -12,6 +12,9 @@ pub struct StoredCursor {
     pub cursor: Cursor,
     /// When a cutover seeding set W, if ever.
     pub seeded_at: Option<DateTime<Utc>>,
+    /// MySQL server time (its system zone) when the hole at W+1 was first seen with
+    /// `late.hole_evidence` on; None when no hole is open or it was not read.
+    pub hole_seen_db_at: Option<NaiveDateTime>,
 }
 
 /// What a cutover seeding did.
@@ -24,15 +27,23 @@ pub enum SeedOutcome {
 }
 
 impl Store {
-    /// Reads `(W, HOLE_SINCE, SEEDED_AT)`.
+    /// Reads `(W, HOLE_SINCE, SEEDED_AT, HOLE_SEEN_DB_AT)`.
     pub async fn read_cursor(&self) -> Result<StoredCursor, StoreError> {
-        let (w, hole_since, seeded_at): (i64, Option<DateTime<Utc>>, Option<DateTime<Utc>>) =
-            sqlx::query_as("SELECT w, hole_since, seeded_at FROM inbox_cursor WHERE id = 1")
-                .fetch_one(self.pool())
-                .await?;
+        type Row = (
+            i64,
+            Option<DateTime<Utc>>,
+            Option<DateTime<Utc>>,
+            Option<NaiveDateTime>,
+        );
+        let (w, hole_since, seeded_at, hole_seen_db_at): Row = sqlx::query_as(
+            "SELECT w, hole_since, seeded_at, hole_seen_db_at FROM inbox_cursor WHERE id = 1",
+        )
+        .fetch_one(self.pool())
+        .await?;
         Ok(StoredCursor {
             cursor: Cursor { w, hole_since },
             seeded_at,
+            hole_seen_db_at,
         })
     }
 
@@ -40,7 +51,8 @@ impl Store {
     /// The check and the write are one statement, and SEEDED_AT is written with W.
     pub async fn seed_cursor(&self, w: i64, now: DateTime<Utc>) -> Result<SeedOutcome, StoreError> {
         let done = sqlx::query(
-            "UPDATE inbox_cursor SET w = $1, hole_since = NULL, seeded_at = $2, updated_at = $2 \
+            "UPDATE inbox_cursor SET w = $1, hole_since = NULL, hole_seen_db_at = NULL, \
+             seeded_at = $2, updated_at = $2 \
              WHERE id = 1 AND w = 0 AND hole_since IS NULL AND seeded_at IS NULL \
                AND NOT EXISTS (SELECT 1 FROM proc_state)",
         )

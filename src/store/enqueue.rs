@@ -1,7 +1,7 @@
-//! One poll round's write: enqueue the rows up to the new W and write `(W, HOLE_SINCE)` back,
-//! in ONE transaction (W never moves without its rows).
+//! One poll round's write: enqueue the rows up to the new W and write `(W, HOLE_SINCE,
+//! HOLE_SEEN_DB_AT)` back, in ONE transaction (W never moves without its rows).
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 
 use super::{Store, StoreError};
 use crate::watermark::Cursor;
@@ -36,7 +36,22 @@ pub struct RoundWrite<'a> {
 
 impl Store {
     /// Commits a round; returns how many rows were new (conflicts mean already enqueued).
+    /// Clears `HOLE_SEEN_DB_AT` (no transaction evidence): see [`Store::commit_round_seen`].
     pub async fn commit_round(&self, round: RoundWrite<'_>) -> Result<u64, StoreError> {
+        self.commit_round_seen(round, None).await
+    }
+
+    /// [`Store::commit_round`] that also writes `HOLE_SEEN_DB_AT`, the MySQL server time the
+    /// hole in `round.cursor` was first seen (`late.hole_evidence`), in the same transaction as
+    /// `HOLE_SINCE`. A NULL makes the next round with evidence take a new sighting — later,
+    /// so it only ever counts more transactions as older (safe).
+    pub async fn commit_round_seen(
+        &self,
+        round: RoundWrite<'_>,
+        hole_seen_db_at: Option<NaiveDateTime>,
+    ) -> Result<u64, StoreError> {
+        // Never a sighting without a hole.
+        let hole_seen_db_at = hole_seen_db_at.filter(|_| round.cursor.hole_since.is_some());
         let mut tx = self.pool().begin().await?;
         if round.async_commit {
             sqlx::query("SET LOCAL synchronous_commit = off")
@@ -76,13 +91,14 @@ impl Store {
             .await?;
         }
         let moved = sqlx::query(
-            "UPDATE inbox_cursor SET w = $1, hole_since = $2, updated_at = $3 \
-             WHERE id = 1 AND w = $4",
+            "UPDATE inbox_cursor SET w = $1, hole_since = $2, hole_seen_db_at = $5, \
+             updated_at = $3 WHERE id = 1 AND w = $4",
         )
         .bind(round.cursor.w)
         .bind(round.cursor.hole_since)
         .bind(round.now)
         .bind(round.expected_w)
+        .bind(hole_seen_db_at)
         .execute(&mut *tx)
         .await?;
         if moved.rows_affected() != 1 {

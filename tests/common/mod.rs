@@ -162,6 +162,7 @@ impl TestEnv {
             max_commit_delay: std::time::Duration::from_secs(300),
             async_commit: false,
             watch_window: std::time::Duration::from_secs(7 * 24 * 3600),
+            hole_evidence: None,
         }
     }
 

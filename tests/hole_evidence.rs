@@ -1,0 +1,461 @@
+//! Evidence-based hole release (`late.hole_evidence`, docs/hole-evidence.md) against a real
+//! MariaDB: a really rolled-back insert is released early, a really open transaction holds its
+//! hole past `max_commit_delay` (until it commits, or until the cap), evidence off is the timer
+//! rule, an account without `PROCESS` falls back to the timer rule, a session time zone other
+//! than the server's does not fool the time comparison, and a frozen (stale) transaction list
+//! is never taken as evidence.
+//!
+//! The transaction list is server-wide, so these tests run one at a time (an open transaction
+//! of one test would hold another test's hole). Transactions of other processes on the same
+//! server can delay an early release by a round or two; the tests poll a few rounds (the
+//! manual clock never moves meanwhile, so a release can only come from the evidence).
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestEnv;
+use msgx_core::clock::Clock;
+use msgx_core::inbox::evidence::EvidenceError;
+use msgx_core::inbox::Inbox;
+use msgx_core::poller::{poll_once, HoleEvidenceConfig, PollConfig, PollReport};
+use msgx_core::watermark::{Evidence, EvidenceDecision, Released};
+use sqlx::mysql::MySqlPoolOptions;
+use sqlx::Executor;
+
+const DELAY: Duration = Duration::from_secs(300);
+const CAP: Duration = Duration::from_secs(1800);
+
+/// One test at a time: the transaction list is shared by every database on the server.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Rounds are this far apart in real time (the default poll interval is 1 s). More than the
+/// 100 ms `INNODB_TRX` stays cached after a read, so each round's list is fresh at once
+/// (a stale one is retried after 150 ms anyway).
+const ROUND_GAP: Duration = Duration::from_millis(300);
+
+fn evidence_cfg(env: &TestEnv) -> PollConfig {
+    PollConfig {
+        max_commit_delay: DELAY,
+        hole_evidence: Some(HoleEvidenceConfig { cap: CAP }),
+        ..env.poll_cfg(100)
+    }
+}
+
+async fn seen_db_at(env: &TestEnv) -> Option<chrono::NaiveDateTime> {
+    env.store
+        .read_cursor()
+        .await
+        .expect("cursor")
+        .hole_seen_db_at
+}
+
+async fn watched(env: &TestEnv, id: i64) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM late_watch WHERE msg_id = $1)")
+        .bind(id)
+        .fetch_one(env.store.pool())
+        .await
+        .expect("late_watch")
+}
+
+async fn round_with(env: &TestEnv, inbox: &Inbox, cfg: PollConfig) -> PollReport {
+    poll_once(inbox, &env.store, &env.clock, cfg)
+        .await
+        .expect("poll round")
+}
+
+/// Polls (real time between rounds, manual clock untouched) until a round releases, at most
+/// `max_rounds`; returns the releasing round and how many rounds it took.
+async fn poll_until_released(
+    env: &TestEnv,
+    inbox: &Inbox,
+    cfg: PollConfig,
+    max_rounds: usize,
+) -> (PollReport, usize) {
+    for round in 1..=max_rounds {
+        let r = round_with(env, inbox, cfg).await;
+        if r.advance.released.is_some() {
+            return (r, round);
+        }
+        // Anything but a release here must be an older transaction (of another process).
+        assert_eq!(
+            r.hole_evidence,
+            Some(Evidence::OlderTransactionOpen),
+            "round {round}: not released, so something older must be open"
+        );
+        tokio::time::sleep(ROUND_GAP).await;
+    }
+    panic!("not released within {max_rounds} rounds");
+}
+
+#[tokio::test]
+async fn rolled_back_insert_is_released_on_the_next_round_long_before_max_commit_delay() {
+    let _serial = SERIAL.lock().await;
+    let env = TestEnv::new("ev_rollback").await;
+    let cfg = evidence_cfg(&env);
+    let first = env.insert_rows(1).await[0];
+    let (tx, hole) = env.open_insert().await;
+    let after = env.insert_rows(2).await;
+    let t0 = env.clock.now();
+
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, first, "W waits before the hole");
+    assert_eq!(r.hole_evidence, None, "first sighting: no evidence yet");
+    assert!(
+        r.hole_sighted && r.poll_again_now(),
+        "a new sighting asks for the next round at once"
+    );
+    let seen = seen_db_at(&env)
+        .await
+        .expect("sighting stored with HOLE_SINCE");
+    assert_eq!(env.cursor().await, (first, Some(t0)));
+
+    // The inserting transaction is really open: it started before the sighting.
+    tokio::time::sleep(ROUND_GAP).await;
+    let oldest = env
+        .inbox
+        .oldest_open_trx_started()
+        .await
+        .expect("root may read INNODB_TRX")
+        .expect("our transaction is open");
+    assert!(oldest <= seen, "trx_started {oldest} after sighting {seen}");
+    let r = env.poll(cfg).await;
+    assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
+    assert_eq!((r.advance.w, r.advance.released), (first, None));
+    assert!(
+        !r.poll_again_now(),
+        "held: the next round waits a poll interval"
+    );
+    assert_eq!(
+        r.advance.evidence, None,
+        "young: the timer holds it as well"
+    );
+    assert_eq!(seen_db_at(&env).await, Some(seen), "the sighting is kept");
+
+    tx.rollback().await.expect("rollback");
+    tokio::time::sleep(ROUND_GAP).await;
+    let (r, rounds) = poll_until_released(&env, &env.inbox, cfg, 20).await;
+    eprintln!("released {rounds} round(s) after the rollback");
+    assert_eq!(env.clock.now(), t0, "the manual clock never moved");
+    assert_eq!(r.hole_evidence, Some(Evidence::NoOlderTransaction));
+    assert_eq!(
+        r.advance.released,
+        Some(Released {
+            first: hole,
+            last: hole
+        })
+    );
+    assert_eq!(r.advance.evidence, Some(EvidenceDecision::ReleasedEarly));
+    assert_eq!(env.cursor().await, (hole, None));
+    assert_eq!(seen_db_at(&env).await, None);
+    assert!(
+        watched(&env, hole).await,
+        "released ids are watched as usual"
+    );
+
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, after[1]);
+    let mut expected = vec![first];
+    expected.extend(&after);
+    assert_eq!(env.enqueued_ids().await, expected, "only the hole skipped");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn open_transaction_holds_its_hole_past_max_commit_delay_until_it_commits() {
+    let _serial = SERIAL.lock().await;
+    let env = TestEnv::new("ev_commit").await;
+    let cfg = evidence_cfg(&env);
+    let (tx, hole) = env.open_insert().await;
+    let after = env.insert_rows(1).await[0];
+
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, hole - 1);
+    assert!(seen_db_at(&env).await.is_some());
+    tokio::time::sleep(ROUND_GAP).await;
+
+    env.clock.advance(DELAY);
+    let r = env.poll(cfg).await;
+    assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
+    assert_eq!(r.advance.released, None, "NOT released at max_commit_delay");
+    assert_eq!(r.advance.evidence, Some(EvidenceDecision::Held));
+    assert_eq!(r.advance.open_hole.expect("hole").age, DELAY);
+
+    env.clock.advance(Duration::from_secs(600));
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.released, None, "held at 15 min");
+    assert_eq!(r.advance.evidence, Some(EvidenceDecision::Held));
+    assert!(
+        env.enqueued_ids().await.is_empty(),
+        "nothing after the hole"
+    );
+
+    tx.commit().await.expect("late commit");
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, after, "a normal fill");
+    assert_eq!(r.advance.released, None);
+    assert_eq!(r.advance.filled_after, Some(Duration::from_secs(900)));
+    assert_eq!(env.enqueued_ids().await, vec![hole, after]);
+    assert_eq!(env.cursor().await, (after, None));
+    assert_eq!(seen_db_at(&env).await, None);
+    assert!(!watched(&env, hole).await);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn open_transaction_that_never_ends_is_released_at_the_cap() {
+    let _serial = SERIAL.lock().await;
+    let env = TestEnv::new("ev_cap").await;
+    let cfg = evidence_cfg(&env);
+    let first = env.insert_rows(1).await[0];
+    let (tx, hole) = env.open_insert().await;
+    let after = env.insert_rows(1).await[0];
+
+    env.poll(cfg).await;
+    tokio::time::sleep(ROUND_GAP).await;
+    env.clock.advance(CAP - Duration::from_secs(1));
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.released, None, "held one second before the cap");
+    assert_eq!(r.advance.evidence, Some(EvidenceDecision::Held));
+
+    env.clock.advance(Duration::from_secs(1));
+    let r = env.poll(cfg).await;
+    assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
+    assert_eq!(
+        r.advance.released,
+        Some(Released {
+            first: hole,
+            last: hole
+        })
+    );
+    assert_eq!(r.advance.evidence, Some(EvidenceDecision::CapReached));
+    assert!(watched(&env, hole).await, "the late detector watches it");
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, after);
+    assert_eq!(env.enqueued_ids().await, vec![first, after]);
+    tx.rollback().await.expect("rollback");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn evidence_off_is_the_plain_timer_rule() {
+    let _serial = SERIAL.lock().await;
+    let env = TestEnv::new("ev_off").await;
+    let cfg = PollConfig {
+        max_commit_delay: DELAY,
+        ..env.poll_cfg(100)
+    };
+    assert_eq!(cfg.hole_evidence, None, "off by default");
+    let (rolled, rolled_id) = env.open_insert().await;
+    rolled.rollback().await.expect("rollback");
+    let mid = env.insert_rows(1).await[0];
+    let (open, open_id) = env.open_insert().await;
+    let last = env.insert_rows(1).await[0];
+
+    let r = env.poll(cfg).await;
+    assert!(!r.hole_sighted && !r.poll_again_now());
+    assert_eq!(seen_db_at(&env).await, None, "no sighting without evidence");
+    tokio::time::sleep(ROUND_GAP).await;
+    env.clock.advance(DELAY - Duration::from_secs(1));
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.released, None, "a rollback waits the full delay");
+    assert_eq!((r.hole_evidence, r.advance.evidence), (None, None));
+
+    env.clock.advance(Duration::from_secs(1));
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.released.map(|h| h.first), Some(rolled_id));
+    assert_eq!(r.advance.evidence, None);
+    // The next hole is a still-open transaction: released by the timer all the same.
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, mid);
+    env.clock.advance(DELAY);
+    let r = env.poll(cfg).await;
+    assert_eq!(
+        r.advance.released,
+        Some(Released {
+            first: open_id,
+            last: open_id
+        }),
+        "without evidence an open transaction's hole goes at max_commit_delay"
+    );
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, last);
+    assert_eq!(env.enqueued_ids().await, vec![mid, last]);
+    open.rollback().await.expect("rollback");
+    env.cleanup().await;
+}
+
+/// `mysql://root@host:port/db` → `mysql://user:password@host:port/db`.
+fn url_as(url: &str, user: &str, password: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("url scheme");
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    format!("{scheme}://{user}:{password}@{rest}")
+}
+
+#[tokio::test]
+async fn account_without_process_privilege_falls_back_to_the_timer_rule() {
+    let _serial = SERIAL.lock().await;
+    let env = TestEnv::new("ev_noproc").await;
+    let user = format!("{}_u", env.db);
+    let admin = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&common::mysql_base())
+        .await
+        .expect("mariadb admin");
+    admin
+        .execute(format!("DROP USER IF EXISTS '{user}'@'%'").as_str())
+        .await
+        .expect("drop user");
+    admin
+        .execute(format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'").as_str())
+        .await
+        .expect("create user");
+    admin
+        .execute(format!("GRANT SELECT, UPDATE ON `{}`.* TO '{user}'@'%'", env.db).as_str())
+        .await
+        .expect("grant");
+    let settings = env.settings(&[("MSGX_INBOX__URL", &url_as(&env.my_url, &user, "pw"))]);
+    let inbox = Inbox::new(&settings.inbox, &env.names, env.tz).expect("inbox");
+    assert!(
+        matches!(
+            inbox.oldest_open_trx_started().await,
+            Err(EvidenceError::Unavailable(_))
+        ),
+        "no PROCESS: no evidence"
+    );
+    let cfg = evidence_cfg(&env);
+    let first = env.insert_rows(1).await[0];
+    let (tx, hole) = env.open_insert().await;
+    tx.rollback().await.expect("rollback");
+    env.insert_rows(1).await;
+
+    let r = round_with(&env, &inbox, cfg).await;
+    assert_eq!(r.advance.w, first);
+    assert!(
+        seen_db_at(&env).await.is_some(),
+        "the server time needs no privilege"
+    );
+    for _ in 0..2 {
+        tokio::time::sleep(ROUND_GAP).await;
+        let r = round_with(&env, &inbox, cfg).await;
+        assert_eq!(r.hole_evidence, None, "unavailable: timer rule");
+        assert_eq!(r.advance.released, None, "a rollback is not released early");
+    }
+    env.clock.advance(DELAY - Duration::from_secs(1));
+    let r = round_with(&env, &inbox, cfg).await;
+    assert_eq!(r.advance.released, None);
+    env.clock.advance(Duration::from_secs(1));
+    let r = round_with(&env, &inbox, cfg).await;
+    assert_eq!(r.advance.released.map(|h| h.first), Some(hole));
+    assert_eq!(r.advance.evidence, None, "a plain timer release");
+
+    inbox.pool().close().await;
+    admin
+        .execute(format!("DROP USER IF EXISTS '{user}'@'%'").as_str())
+        .await
+        .expect("drop user");
+    admin.close().await;
+    env.cleanup().await;
+}
+
+/// sqlx sets the session zone to `+00:00`; a reader could run under any zone. `trx_started` is
+/// shown in the server's system zone whatever the session's, so "now" must be read in that
+/// zone too: at UTC−5 a naive `NOW()` would make every open transaction look five hours
+/// younger than the sighting and release its hole early.
+#[tokio::test]
+async fn a_session_time_zone_unlike_the_servers_does_not_release_an_open_transactions_hole() {
+    let _serial = SERIAL.lock().await;
+    let env = TestEnv::new("ev_tz").await;
+    let url = format!("{}?timezone=-05:00", env.my_url);
+    let settings = env.settings(&[("MSGX_INBOX__URL", &url)]);
+    let inbox = Inbox::new(&settings.inbox, &env.names, env.tz).expect("inbox");
+    let cfg = evidence_cfg(&env);
+    let (tx, hole) = env.open_insert().await;
+    let after = env.insert_rows(1).await[0];
+
+    round_with(&env, &inbox, cfg).await;
+    tokio::time::sleep(ROUND_GAP).await;
+    let r = round_with(&env, &inbox, cfg).await;
+    assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
+    assert_eq!(
+        r.advance.released, None,
+        "an open transaction is never released early"
+    );
+    env.clock.advance(DELAY);
+    let r = round_with(&env, &inbox, cfg).await;
+    assert_eq!(r.advance.evidence, Some(EvidenceDecision::Held));
+
+    tx.commit().await.expect("commit");
+    let r = round_with(&env, &inbox, cfg).await;
+    assert_eq!(r.advance.w, after);
+    assert_eq!(env.enqueued_ids().await, vec![hole, after]);
+    inbox.pool().close().await;
+    env.cleanup().await;
+}
+
+/// `INNODB_TRX` is a cache refreshed only after 100 ms without readers: a client reading it
+/// every 20 ms freezes it. Frozen before the inserting transaction began, it does not show
+/// that transaction — read naively, "no older transaction is open" and the hole would go
+/// although the transaction may still commit. The reading transaction must be in the list,
+/// else the list is stale and proves nothing.
+#[tokio::test]
+async fn a_frozen_transaction_list_is_never_taken_as_evidence() {
+    let _serial = SERIAL.lock().await;
+    let env = TestEnv::new("ev_frozen").await;
+    let cfg = evidence_cfg(&env);
+    let first = env.insert_rows(1).await[0];
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let freezer = {
+        let stop = stop.clone();
+        let pool = MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&common::mysql_base())
+            .await
+            .expect("freezer connection");
+        tokio::spawn(async move {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _: i64 =
+                    sqlx::query_scalar("SELECT COUNT(*) FROM information_schema.INNODB_TRX")
+                        .fetch_one(&pool)
+                        .await
+                        .expect("freezer read");
+                reads += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            pool.close().await;
+            reads
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await; // frozen without the transaction
+    let (tx, hole) = env.open_insert().await;
+    let after = env.insert_rows(1).await[0];
+
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, first);
+    for _ in 0..3 {
+        tokio::time::sleep(ROUND_GAP).await;
+        let r = env.poll(cfg).await;
+        eprintln!("frozen list: evidence {:?}", r.hole_evidence);
+        assert_ne!(
+            r.hole_evidence,
+            Some(Evidence::NoOlderTransaction),
+            "a stale list must not say the open transaction is gone"
+        );
+        assert_eq!(r.advance.released, None, "an open transaction's hole stays");
+    }
+    tx.rollback().await.expect("rollback");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = freezer.await.expect("freezer");
+    assert!(reads > 10, "the freezer kept reading ({reads} reads)");
+    tokio::time::sleep(ROUND_GAP).await;
+
+    // Thawed: the rollback is seen and the hole goes early, as usual.
+    let (r, _) = poll_until_released(&env, &env.inbox, cfg, 20).await;
+    assert_eq!(r.advance.released.map(|h| h.first), Some(hole));
+    assert_eq!(r.advance.evidence, Some(EvidenceDecision::ReleasedEarly));
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, after);
+    env.cleanup().await;
+}
