@@ -1,4 +1,4 @@
-//! Crash points for crash-safety tests: `MSGX_FAILPOINT=<name>` makes the process abort
+//! Crash points for crash-safety tests: `MSGEXCHANGE_FAILPOINT=<name>` makes the process abort
 //! (like `kill -9`: no destructors, no flush) the moment it reaches the named point.
 //!
 //! Only tests set the variable; unset, [`hit`] is one cached lookup and a compare. The names are
@@ -6,11 +6,15 @@
 
 use std::sync::OnceLock;
 
-/// The failpoint named in `MSGX_FAILPOINT`, read once.
+/// The failpoint named in `MSGEXCHANGE_FAILPOINT`, read once.
 fn armed() -> Option<&'static str> {
     static ARMED: OnceLock<Option<String>> = OnceLock::new();
     ARMED
-        .get_or_init(|| std::env::var("MSGX_FAILPOINT").ok().filter(|s| !s.is_empty()))
+        .get_or_init(|| {
+            std::env::var("MSGEXCHANGE_FAILPOINT")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
         .as_deref()
 }
 
@@ -18,7 +22,7 @@ fn armed() -> Option<&'static str> {
 pub fn hit(name: &str) {
     if armed() == Some(name) {
         // stderr is unbuffered: the test sees which point fired before the abort.
-        eprintln!("MSGX_FAILPOINT {name}: aborting");
+        eprintln!("MSGEXCHANGE_FAILPOINT {name}: aborting");
         std::process::abort();
     }
 }

@@ -7,23 +7,30 @@
 //! - [`flight`]: flight state and the pure merge rules (state, message) → changes + events.
 //! - [`poller`]: one discovery round over the adapters.
 //! - [`pump`]: head rules (pure) and one pump step (raw read, decode, identity, business tx).
+//! - [`dispatch`]: event delivery rules and one dispatch round (MSG_EVENT → Kafka).
+//! - [`kafka`]: the idempotent producer and the embedded mock cluster.
 //! - [`inbox`]: the shared MySQL inbox adapter (read + mark columns only).
 //! - [`store`]: our PostgreSQL (migrations, cursor, queue).
 //! - [`settings`]: configuration, validated at start.
 //! - [`telemetry`]: every metric name and its log line.
 //! - [`clock`]: the injectable clock.
-//! - [`failpoint`]: named crash points for kill-style crash tests (`MSGX_FAILPOINT`).
+//! - [`outbound`]: requests to upstream via COUTMSGS, tracked in REQ_TRACK (never twice).
+//! - [`failpoint`]: named crash points for kill-style crash tests (`MSGEXCHANGE_FAILPOINT`).
 //! - [`devtools`]: acting as the DB owner and as upstream, for dev, tests and benchmarks.
 
 pub mod backfill;
+pub mod backoff;
 pub mod clock;
 pub mod codec;
 pub mod cutover;
 pub mod devtools;
+pub mod dispatch;
 pub mod failpoint;
 pub mod flight;
 pub mod inbox;
+pub mod kafka;
 pub mod late;
+pub mod outbound;
 pub mod poller;
 pub mod pump;
 pub mod settings;

@@ -41,6 +41,8 @@ pub struct Settings {
     pub store: StoreSettings,
     /// Event delivery target (used by the dispatcher).
     pub kafka: KafkaSettings,
+    /// Draining `MSG_EVENT` into Kafka (the dispatcher).
+    pub dispatch: DispatchSettings,
     /// Discovery rules.
     pub pipeline: PipelineSettings,
     /// Processing rules (the pump).
@@ -49,6 +51,8 @@ pub struct Settings {
     pub backfill: BackfillSettings,
     /// Watching released holes for late commits.
     pub late: LateSettings,
+    /// Our requests to upstream through the outbound table (`COUTMSGS`).
+    pub outbound: OutboundSettings,
     /// The HTTP surface (`/metrics`, health).
     pub http: HttpSettings,
     /// Logging.
@@ -106,13 +110,10 @@ pub struct StoreSettings {
     pub instance_lock_wait: Duration,
 }
 
-/// Kafka (delivery comes in a later issue; the address is config from the start).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KafkaSettings {
-    /// Bootstrap list, or `embedded` for librdkafka's in-process mock cluster.
-    pub brokers: String,
-}
+mod kafka;
+pub use kafka::{redact_extra, DispatchSettings, KafkaSettings};
+mod outbound;
+pub use outbound::{parse_daily_time, OutboundSettings};
 
 /// Pipeline rules.
 #[derive(Debug, Clone, Deserialize)]
@@ -290,12 +291,9 @@ impl Settings {
         )?;
         check_positive(self.store.max_connections, "store.max_connections")?;
         check_nonzero(self.store.connect_timeout, "store.connect_timeout")?;
-        if self.kafka.brokers.trim().is_empty() {
-            return Err(invalid(
-                "kafka.brokers",
-                "empty; give host:port[,host:port] or `embedded`",
-            ));
-        }
+        self.kafka.validate()?;
+        self.dispatch.validate()?;
+        self.outbound.validate()?;
         let p = &self.pipeline;
         check_nonzero(p.poll_interval, "pipeline.poll_interval")?;
         check_nonzero(p.max_commit_delay, "pipeline.max_commit_delay")?;
@@ -402,7 +400,14 @@ impl Settings {
 
     /// Validated outbound table name.
     pub fn outbox_names(&self) -> Result<OutboxNames, SettingsError> {
-        OutboxNames::new(&self.inbox.out_table).map_err(|(key, reason)| invalid(key, reason))
+        let o = &self.outbound;
+        OutboxNames::with_columns(
+            &self.inbox.out_table,
+            &o.id_column,
+            &o.created_column,
+            &o.message_column,
+        )
+        .map_err(|(key, reason)| invalid(key, reason))
     }
 
     /// The parsed cutover mode, `None` when not configured.

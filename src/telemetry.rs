@@ -7,6 +7,20 @@ use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
 
+mod dispatch;
+pub use dispatch::{
+    dispatch_backlog, dispatch_failed, dispatch_round, DISPATCH_COMMIT_TO_ACK_SECONDS,
+    DISPATCH_DEAD_TOTAL, DISPATCH_OLDEST_PENDING_SECONDS, DISPATCH_PENDING,
+    DISPATCH_PRODUCER_RECREATED_TOTAL, DISPATCH_PRODUCE_SECONDS, DISPATCH_RETRIES_TOTAL,
+    DISPATCH_ROUND_ERRORS_TOTAL, DISPATCH_SENT_TOTAL,
+};
+mod outbound;
+pub use outbound::{
+    outbound_failed, outbound_reconciled, outbound_registered, outbound_sent, outbound_stale,
+    OUTBOUND_ERRORS_TOTAL, OUTBOUND_RECONCILED_TOTAL, OUTBOUND_REGISTERED_STALE,
+    OUTBOUND_REGISTERED_TOTAL, OUTBOUND_SENT_TOTAL,
+};
+
 /// W, the contiguous upper bound of discovered inbox ids.
 pub const INBOX_WATERMARK: &str = "msgx_inbox_watermark";
 /// Highest id seen in the inbox.
@@ -106,11 +120,26 @@ pub const ALL: &[&str] = &[
     REPLAY_TOTAL,
     HOLE_EVIDENCE_TOTAL,
     ACTOR_RESTARTS_TOTAL,
+    DISPATCH_PENDING,
+    DISPATCH_OLDEST_PENDING_SECONDS,
+    DISPATCH_SENT_TOTAL,
+    DISPATCH_RETRIES_TOTAL,
+    DISPATCH_DEAD_TOTAL,
+    DISPATCH_PRODUCE_SECONDS,
+    DISPATCH_COMMIT_TO_ACK_SECONDS,
+    DISPATCH_PRODUCER_RECREATED_TOTAL,
+    DISPATCH_ROUND_ERRORS_TOTAL,
+    OUTBOUND_REGISTERED_TOTAL,
+    OUTBOUND_SENT_TOTAL,
+    OUTBOUND_RECONCILED_TOTAL,
+    OUTBOUND_REGISTERED_STALE,
+    OUTBOUND_ERRORS_TOTAL,
 ];
 
 /// Histogram buckets (seconds) per histogram, for the Prometheus exporter.
 pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
-    vec![
+    let mut all = dispatch::histogram_buckets();
+    all.extend(vec![
         (
             INBOX_HOLE_FILL_SECONDS,
             vec![
@@ -136,11 +165,14 @@ pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
             ],
         ),
-    ]
+    ]);
+    all
 }
 
 /// Registers descriptions (HELP lines) once at start-up.
 pub fn describe() {
+    dispatch::describe();
+    outbound::describe();
     describe_gauge!(
         INBOX_WATERMARK,
         "Contiguous watermark W of discovered inbox ids"

@@ -73,6 +73,8 @@ async fn simulator_and_poller_concurrently_lose_nothing() {
         wiring: wiring.clone(),
         lock: None,
         fatal,
+        dispatch: None,
+        outbound: None,
     });
     // The probe listens next to the late detector.
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -4,9 +4,9 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::service::{free_port, kill9, spawn_service, wait_for};
 use common::TestEnv;
 use msgx_core::clock::Clock;
 use msgx_core::inbox::Inbox;
@@ -127,47 +127,6 @@ async fn a_second_writer_moving_w_is_refused() {
     env.cleanup().await;
 }
 
-fn spawn_service(env: &TestEnv, extra: &[(&str, &str)], port: u16) -> Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
-    cmd.arg("run")
-        .envs(env.binary_env())
-        .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
-        .env("MSGX_PIPELINE__POLL_INTERVAL", "50ms")
-        .env("MSGX_LOG__LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    for (k, v) in extra {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("spawn msgexchange")
-}
-
-fn kill9(child: &mut Child) {
-    // Child::kill sends SIGKILL on Unix: no shutdown path runs.
-    child.kill().expect("kill -9");
-    child.wait().expect("reap");
-}
-
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !f().await {
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 #[tokio::test]
 async fn kill_9_mid_hole_keeps_the_timer_and_the_watermark() {
     let env = TestEnv::new("kill_hole").await;
@@ -222,8 +181,10 @@ async fn kill_9_at_random_points_never_lets_w_pass_an_unenqueued_row() {
                     .execute(&mut *tx)
                     .await
                     .expect("insert");
+                // Paced so the writer outlasts the six kill windows (≈ 3 s of pauses plus the
+                // inserts): each kill lands while discovery still has rows to catch up on.
                 if i % 97 == 0 {
-                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 tx.commit().await.expect("commit");
             }

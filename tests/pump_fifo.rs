@@ -42,6 +42,8 @@ async fn processing_order_equals_msg_id_order_with_holes_and_late_commits() {
         wiring: wiring.clone(),
         lock: None,
         fatal,
+        dispatch: None,
+        outbound: None,
     });
     let cfg = SimConfig {
         rate_per_sec: 0.0, // as fast as the connections go

@@ -11,18 +11,21 @@ use msgx_core::clock::{Clock, SharedClock, SystemClock};
 use msgx_core::codec::xml::XmlCodec;
 use msgx_core::codec::Codec;
 use msgx_core::cutover::CutoverMode;
+use msgx_core::dispatch::{DispatchConfig, RetryRules};
 use msgx_core::inbox::Inbox;
+use msgx_core::kafka::{EmbeddedCluster, EventProducer};
 use msgx_core::late::DetectConfig;
 use msgx_core::poller::{HoleEvidenceConfig, PollConfig};
 use msgx_core::pump::{HeadRules, PumpConfig, PumpCore};
 use msgx_core::settings::{
-    redact_url, LateSettings, PipelineSettings, ProcessingSettings, Settings,
+    redact_url, KafkaSettings, LateSettings, PipelineSettings, ProcessingSettings, Settings,
 };
 use msgx_core::store::{InstanceLock, SeedOutcome, Store};
 use msgx_core::telemetry;
 use tokio::sync::mpsc;
 
 use crate::backfill_sweeper::BackfillSweeper;
+use crate::dispatcher::Dispatcher;
 use crate::health::Health;
 use crate::inbox_poller::InboxPoller;
 use crate::late_detector::LateDetector;
@@ -59,6 +62,46 @@ pub struct PipelineDeps {
     pub lock: Option<InstanceLock>,
     /// Fatal conditions go here.
     pub fatal: mpsc::UnboundedSender<Fatal>,
+    /// Event delivery; None runs the pipeline without a dispatcher (events stay PENDING).
+    pub dispatch: Option<DispatchDeps>,
+    /// The daily schedule request (schedule requester); None runs without it.
+    pub outbound: Option<msgx_core::outbound::Outbound>,
+}
+
+/// What the dispatcher needs.
+#[derive(Clone)]
+pub struct DispatchDeps {
+    /// Producer settings.
+    pub kafka: KafkaSettings,
+    /// Broker list (the embedded cluster's when `kafka.brokers = embedded`).
+    pub bootstrap: String,
+    /// Topics, batch, retry policy.
+    pub cfg: DispatchConfig,
+    /// Safety-net period.
+    pub idle_poll: std::time::Duration,
+}
+
+impl DispatchDeps {
+    /// From the settings, with `bootstrap` as the broker list.
+    pub fn new(settings: &Settings, bootstrap: &str) -> Self {
+        let (k, d) = (&settings.kafka, &settings.dispatch);
+        Self {
+            kafka: k.clone(),
+            bootstrap: bootstrap.to_string(),
+            cfg: DispatchConfig {
+                topic: k.topic.clone(),
+                dlq_topic: k.dlq_topic.clone(),
+                ce_source: k.ce_source.clone(),
+                batch: d.batch,
+                retry: RetryRules {
+                    retry_initial: d.retry_initial,
+                    retry_max: d.retry_max,
+                    max_attempts: d.max_attempts,
+                },
+            },
+            idle_poll: d.idle_poll,
+        }
+    }
 }
 
 /// The poll knobs from the settings (`watch_window` from `late.watch_window` where the late
@@ -112,7 +155,36 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         wiring,
         lock,
         fatal,
+        dispatch,
+        outbound,
     } = deps;
+    let requester = outbound.map(|ob| crate::schedule_requester::child(ob, clock.clone()));
+    let dispatcher = dispatch.map(|d| {
+        let (store, clock) = (store.clone(), clock.clone());
+        ChildFactory {
+            name: "dispatcher",
+            start: Box::new(move |wiring: &Wiring| {
+                let producer = match EventProducer::new(&d.kafka, &d.bootstrap) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot create the kafka producer");
+                        return Box::new(|| false);
+                    }
+                };
+                let addr = Dispatcher::new(
+                    store.clone(),
+                    clock.clone(),
+                    producer,
+                    d.cfg.clone(),
+                    d.idle_poll,
+                )
+                .start();
+                let recipient = addr.clone().recipient();
+                wiring.update(|r| r.events = vec![recipient]);
+                Box::new(move || addr.connected())
+            }),
+        }
+    });
     let pump = {
         let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
         let codec = codec(&processing, tz);
@@ -205,13 +277,11 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         }),
     };
     // Receivers first, so the poller's first round can report to them.
-    Supervisor::new(
-        wiring,
-        vec![late_detector, backfill_sweeper, pump, inbox_poller],
-        lock,
-        fatal,
-    )
-    .start()
+    let mut children = vec![late_detector, backfill_sweeper];
+    children.extend(dispatcher);
+    children.extend(requester);
+    children.extend([pump, inbox_poller]);
+    Supervisor::new(wiring, children, lock, fatal).start()
 }
 
 /// Connects the stores (migrating PostgreSQL) and builds the inbox adapter.
@@ -285,6 +355,14 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     let (inbox, store) = connect(&settings).await?;
     let lock = acquire_lock(&store, settings.store.instance_lock_wait).await?;
     apply_cutover(&store, &inbox, settings.cutover()?, clock.as_ref()).await?;
+    let outbound = msgx_core::outbound::Outbound::from_settings(&settings, &store, &inbox)?;
+
+    // Kept alive for the whole run: dropping it stops the embedded brokers.
+    let (_embedded, bootstrap) = kafka_bootstrap(&settings.kafka)?;
+    // Fail fast on a producer configuration librdkafka refuses (the supervisor would only
+    // retry it forever).
+    EventProducer::new(&settings.kafka, &bootstrap).context("kafka producer (section [kafka])")?;
+    tracing::info!(brokers = %bootstrap, topic = %settings.kafka.topic, "delivering events to kafka");
 
     let health = Health::default();
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
@@ -303,6 +381,8 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         wiring: Wiring::default(),
         lock: Some(lock),
         fatal: fatal_tx,
+        dispatch: Some(DispatchDeps::new(&settings, &bootstrap)),
+        outbound: Some(outbound),
     });
     let listen = settings.http.listen.parse()?;
     let server = crate::http::serve(listen, metrics, health)
@@ -322,6 +402,19 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     };
     server_handle.stop(true).await;
     result
+}
+
+/// The broker list: the configured one, or a freshly started embedded mock cluster (returned
+/// so the caller keeps it alive).
+pub fn kafka_bootstrap(k: &KafkaSettings) -> anyhow::Result<(Option<EmbeddedCluster>, String)> {
+    if k.is_embedded() {
+        let cluster = EmbeddedCluster::start(1, &[&k.topic, &k.dlq_topic])
+            .context("kafka.brokers = embedded")?;
+        let bootstrap = cluster.bootstrap().to_string();
+        Ok((Some(cluster), bootstrap))
+    } else {
+        Ok((None, k.brokers.trim().to_string()))
+    }
 }
 
 /// Waits up to `wait` for the single-instance lock.

@@ -7,10 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{
-    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, SpawnHandle,
-    WrapFuture,
-};
+use crate::next_run::NextRun;
+use actix::{Actor, ActorFutureExt, AtomicResponse, Context, Handler, Message, WrapFuture};
 use msgx_core::backfill::rules::sweep_again_now;
 use msgx_core::backfill::{sweep_once, SweepConfig, SweepReport};
 use msgx_core::clock::SharedClock;
@@ -45,7 +43,7 @@ pub struct BackfillSweeper {
     /// Shortest gap from a sweep's start to a woken sweep.
     wake_gap: Duration,
     /// The pending timer and when it fires.
-    next: Option<(SpawnHandle, Instant)>,
+    next: NextRun,
     /// Start of the last sweep.
     last_start: Option<Instant>,
 }
@@ -66,7 +64,7 @@ impl BackfillSweeper {
             cfg: Arc::new(cfg),
             period,
             wake_gap: DEFAULT_WAKE_GAP.min(period),
-            next: None,
+            next: NextRun::default(),
             last_start: None,
         }
     }
@@ -79,15 +77,7 @@ impl BackfillSweeper {
 
     /// (Re)arms the timer to fire after `after`, unless it already fires sooner.
     fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration, only_if_sooner: bool) {
-        let at = Instant::now() + after;
-        if let Some((timer, when)) = self.next.take() {
-            if only_if_sooner && when <= at {
-                self.next = Some((timer, when));
-                return;
-            }
-            ctx.cancel_future(timer);
-        }
-        self.next = Some((ctx.notify_later(SweepNow, after), at));
+        self.next.arm(ctx, SweepNow, after, only_if_sooner);
     }
 
     fn after_sweep(&mut self, result: &Result<SweepReport, StoreError>, ctx: &mut Context<Self>) {
@@ -118,9 +108,7 @@ impl Handler<SweepNow> for BackfillSweeper {
     type Result = AtomicResponse<Self, Result<SweepReport, String>>;
 
     fn handle(&mut self, _: SweepNow, ctx: &mut Self::Context) -> Self::Result {
-        if let Some((timer, _)) = self.next.take() {
-            ctx.cancel_future(timer);
-        }
+        self.next.cancel(ctx);
         self.last_start = Some(Instant::now());
         let (inbox, store, clock, cfg) = (
             self.inbox.clone(),

@@ -42,6 +42,9 @@ pub enum Command {
     /// Benchmarks printing throughput next to the bare limits measured in the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Requests to upstream through the outbound table (reconciles leftovers first).
+    #[command(subcommand)]
+    Request(crate::request::RequestCommand),
 }
 
 /// Dev tools.
@@ -63,6 +66,9 @@ pub enum BenchCommand {
     /// Backfill marks per second vs the bare single-row UPDATE rate on the inbox; oldest
     /// unmarked row under steady load.
     Mark(crate::bench::MarkBenchArgs),
+    /// Events per second to Kafka vs a bare produce loop and a bare batched UPDATE; commit →
+    /// ack latency under a steady rate.
+    Dispatch(crate::bench::DispatchBenchArgs),
 }
 
 /// Simulator knobs.

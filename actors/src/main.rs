@@ -37,6 +37,10 @@ fn main() -> std::process::ExitCode {
             Command::Bench(BenchCommand::Mark(args)) => {
                 msgx_actors::bench::mark(&settings, &args).await
             }
+            Command::Bench(BenchCommand::Dispatch(args)) => {
+                msgx_actors::bench::dispatch(&settings, &args).await
+            }
+            Command::Request(cmd) => msgx_actors::request::run(&settings, &cmd).await,
         }
     });
     match result {

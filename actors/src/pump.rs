@@ -12,12 +12,13 @@ use actix::{
     WrapFuture,
 };
 use msgx_core::clock::SharedClock;
-use msgx_core::pump::{PumpCore, StepOutcome};
+use msgx_core::pump::{Outcome, PumpCore, StepOutcome};
 use msgx_core::store::StoreError;
 use msgx_core::telemetry;
 use tokio::sync::Mutex;
 
 use crate::backfill_sweeper::TerminalCommitted;
+use crate::dispatcher::EventsQueued;
 use crate::messages::WatermarkMoved;
 use crate::wiring::Wiring;
 
@@ -72,6 +73,9 @@ impl Pump {
                     StepOutcome::Processed {
                         msg_id, outcome, ..
                     } if outcome.is_terminal() => {
+                        if matches!(outcome, Outcome::Succeeded { events, .. } if *events > 0) {
+                            self.wiring.events_queued(EventsQueued { msg_id: *msg_id });
+                        }
                         self.wiring
                             .terminal_committed(TerminalCommitted { msg_id: *msg_id });
                     }

@@ -8,6 +8,7 @@ use actix::Recipient;
 use actix::Addr;
 
 use crate::backfill_sweeper::TerminalCommitted;
+use crate::dispatcher::EventsQueued;
 use crate::inbox_poller::InboxPoller;
 use crate::messages::{HolesReleased, WatermarkMoved};
 use crate::pump::Pump;
@@ -25,6 +26,8 @@ pub struct Receivers {
     pub pump: Option<Addr<Pump>>,
     /// Told when the pump commits a terminal row (the backfill sweeper wakes early).
     pub terminal: Vec<Recipient<TerminalCommitted>>,
+    /// Told when the pump commits events (the dispatcher wakes at once).
+    pub events: Vec<Recipient<EventsQueued>>,
 }
 
 /// Shared, swappable wiring.
@@ -49,6 +52,13 @@ impl Wiring {
     /// Tells every terminal-row receiver.
     pub fn terminal_committed(&self, msg: TerminalCommitted) {
         for r in &self.read().terminal {
+            r.do_send(msg);
+        }
+    }
+
+    /// Tells every event receiver.
+    pub fn events_queued(&self, msg: EventsQueued) {
+        for r in &self.read().events {
             r.do_send(msg);
         }
     }

@@ -40,14 +40,7 @@ fn far_future() -> DateTime<Utc> {
 /// Delay after the `failures`-th transient failure (1-based): `retry_initial · 2^(failures−1)`,
 /// capped at `retry_max` (30 s, 60 s, 120 s, … 15 min with the defaults).
 pub fn backoff(failures: i32, rules: &BackfillRules) -> Duration {
-    let doublings = u32::try_from(failures.saturating_sub(1))
-        .unwrap_or(0)
-        .min(30);
-    rules
-        .retry_initial
-        .checked_mul(1u32 << doublings)
-        .unwrap_or(rules.retry_max)
-        .min(rules.retry_max)
+    crate::backoff::doubling(failures, rules.retry_initial, rules.retry_max)
 }
 
 /// What follows a transient failure.

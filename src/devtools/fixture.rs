@@ -27,19 +27,23 @@ pub fn inbox_ddl(n: &InboxNames) -> String {
     )
 }
 
-/// DDL of the outbound table (SPEC §12; the ACK columns belong to the downstream adapter).
+/// DDL of the outbound table (SPEC §12; the ACK columns belong to the downstream adapter;
+/// our three columns carry their configured names).
 pub fn outbox_ddl(n: &OutboxNames) -> String {
     let t = n.table.as_str();
     format!(
         "CREATE TABLE IF NOT EXISTS `{t}` (\n  \
-           `{t}_ID` BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,\n  \
-           `{t}_DATE_CREATED` DATETIME NULL,\n  \
-           `{t}_CLOB_MSG` LONGTEXT NULL,\n  \
+           {id} BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,\n  \
+           {created} DATETIME NULL,\n  \
+           {message} LONGTEXT NULL,\n  \
            `{t}_DATE_SENT` DATETIME NULL,\n  \
            `{t}_ACK_DATE_RECV` DATETIME NULL,\n  \
            `{t}_ACK_RESEND_TIMES` INT NULL,\n  \
            `{t}_ERROR` VARCHAR(512) NULL\n\
-         ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+         ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        id = n.id,
+        created = n.created,
+        message = n.message,
     )
 }
 

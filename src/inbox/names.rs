@@ -88,18 +88,46 @@ impl InboxNames {
     }
 }
 
-/// The outbound table (SPEC §12): we insert rows, never alter it.
+/// The outbound table (SPEC §12): we insert rows (writing only `created` and `message`; the
+/// id is auto-increment), never alter it. The downstream adapter's columns (`*_DATE_SENT`,
+/// `*_ACK_*`, `*_ERROR`) are not ours: never written.
 #[derive(Debug, Clone)]
 pub struct OutboxNames {
     /// Table, default `COUTMSGS`.
     pub table: Ident,
+    /// Auto-increment id, default `<table>_ID`.
+    pub id: Ident,
+    /// Creation time we write (DATETIME, airport local time), default `<table>_DATE_CREATED`.
+    pub created: Ident,
+    /// Message text we write, default `<table>_CLOB_MSG`.
+    pub message: Ident,
 }
 
 impl OutboxNames {
-    /// Validates the name.
+    /// Validates the table name; the columns are `<table>_ID`, `<table>_DATE_CREATED` and
+    /// `<table>_CLOB_MSG` (SPEC §12).
     pub fn new(table: &str) -> Result<Self, (&'static str, String)> {
+        Self::with_columns(
+            table,
+            &format!("{table}_ID"),
+            &format!("{table}_DATE_CREATED"),
+            &format!("{table}_CLOB_MSG"),
+        )
+        .map_err(|(_, reason)| ("inbox.out_table", reason))
+    }
+
+    /// Validates the table and our three column names (config `outbound.*_column`).
+    pub fn with_columns(
+        table: &str,
+        id: &str,
+        created: &str,
+        message: &str,
+    ) -> Result<Self, (&'static str, String)> {
         Ok(Self {
             table: Ident::new(table, "inbox.out_table")?,
+            id: Ident::new(id, "outbound.id_column")?,
+            created: Ident::new(created, "outbound.created_column")?,
+            message: Ident::new(message, "outbound.message_column")?,
         })
     }
 }
@@ -121,5 +149,17 @@ mod tests {
         assert!(Ident::new(&"a".repeat(65), "k").is_err());
         let (key, _) = Ident::new("bad name", "inbox.table").expect_err("bad");
         assert_eq!(key, "inbox.table");
+    }
+
+    #[test]
+    fn outbound_columns_default_from_the_table_or_are_named() {
+        let n = OutboxNames::new("COUTMSGS").expect("ok");
+        assert_eq!(n.id.as_str(), "COUTMSGS_ID");
+        assert_eq!(n.created.as_str(), "COUTMSGS_DATE_CREATED");
+        assert_eq!(n.message.as_str(), "COUTMSGS_CLOB_MSG");
+        let (key, _) = OutboxNames::new("C`x").expect_err("bad");
+        assert_eq!(key, "inbox.out_table");
+        let (key, _) = OutboxNames::with_columns("OUT", "ID", "CREATED", "MSG;").expect_err("bad");
+        assert_eq!(key, "outbound.message_column");
     }
 }

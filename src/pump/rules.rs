@@ -90,11 +90,7 @@ pub fn decide(head: &Head, now: DateTime<Utc>, rules: &HeadRules) -> HeadDecisio
 
 /// Delay before retry number `attempts + 1`: initial × 2^(attempts − 1), capped.
 pub fn backoff(attempts: i32, rules: &HeadRules) -> Duration {
-    let exp = attempts.saturating_sub(1).clamp(0, 30) as u32;
-    rules
-        .retry_initial
-        .saturating_mul(2u32.saturating_pow(exp))
-        .min(rules.retry_max)
+    crate::backoff::doubling(attempts, rules.retry_initial, rules.retry_max)
 }
 
 #[cfg(test)]

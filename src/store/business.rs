@@ -140,6 +140,19 @@ impl Store {
             .bind(now)
             .execute(&mut *tx)
             .await?;
+            // The answer to one of our outbound requests (SCHD/RESP carrying its RQID): record
+            // the first answering message on the request (REQ_TRACK, migration 0005).
+            if let (true, Some(rqid)) = (s.kind == "RESP", &s.request_id) {
+                sqlx::query(
+                    "UPDATE req_track SET answered_by_msg = $1, answered_at = $2 \
+                     WHERE rqid = $3 AND answered_by_msg IS NULL",
+                )
+                .bind(msg_id)
+                .bind(now)
+                .bind(rqid)
+                .execute(&mut *tx)
+                .await?;
+            }
         }
         let stale = (!refused.is_empty()).then(|| refused.to_json());
         sqlx::query(

@@ -4,6 +4,7 @@ pub mod backfill;
 mod business;
 mod cursor;
 mod enqueue;
+pub mod events;
 pub mod late_watch;
 mod queue;
 pub mod replay;

@@ -3,8 +3,10 @@
 //! `scripts/test.sh` drops leftovers before a run.
 #![allow(dead_code)]
 
+pub mod kafka;
 pub mod msgs;
 pub mod proxy;
+pub mod service;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};

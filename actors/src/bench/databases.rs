@@ -83,6 +83,19 @@ impl BenchDbs {
         })
     }
 
+    /// Opens the bench store (creating the database and running the migrations).
+    pub(super) async fn store(
+        &self,
+        settings: &Settings,
+    ) -> anyhow::Result<msgx_core::store::Store> {
+        let mut store_settings = settings.store.clone();
+        store_settings.url = self.store_url.clone();
+        store_settings.create_database = true;
+        msgx_core::store::Store::connect(&store_settings)
+            .await
+            .with_context(|| format!("opening the bench store at {}", redact_url(&self.store_url)))
+    }
+
     /// A server-level MySQL connection (no database selected).
     async fn mysql_admin(&self) -> anyhow::Result<MySqlConnection> {
         MySqlConnectOptions::from_str(&self.inbox_url)

@@ -26,6 +26,7 @@
 
 mod bare;
 mod databases;
+mod dispatch;
 mod inbox_load;
 mod mark;
 mod poller_run;
@@ -54,6 +55,7 @@ use replay::{round_breakdown, Breakdown};
 use report::{print_measured, rate};
 
 pub use databases::with_database;
+pub use dispatch::{dispatch, DispatchBenchArgs};
 pub use mark::{mark, MarkBenchArgs};
 pub use poller_run::rss_mib;
 pub use pump::{pump, PumpBenchArgs};
@@ -139,12 +141,7 @@ async fn run(
     );
 
     // 2. The store and the inbox adapter, exactly as the service builds them.
-    let mut store_settings = settings.store.clone();
-    store_settings.url = dbs.store_url.clone();
-    store_settings.create_database = true;
-    let store = Store::connect(&store_settings)
-        .await
-        .with_context(|| format!("opening the bench store at {}", redact_url(&dbs.store_url)))?;
+    let store = dbs.store(settings).await?;
     let mut inbox_settings = settings.inbox.clone();
     inbox_settings.url = dbs.inbox_url.clone();
     let inbox =

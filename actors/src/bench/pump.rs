@@ -133,12 +133,7 @@ async fn run(settings: &Settings, args: &PumpBenchArgs, dbs: &BenchDbs) -> anyho
         loaded.elapsed.as_secs_f64()
     );
 
-    let mut store_settings = settings.store.clone();
-    store_settings.url = dbs.store_url.clone();
-    store_settings.create_database = true;
-    let store = Store::connect(&store_settings)
-        .await
-        .with_context(|| format!("opening the bench store at {}", redact_url(&dbs.store_url)))?;
+    let store = dbs.store(settings).await?;
     let mut inbox_settings = settings.inbox.clone();
     inbox_settings.url = dbs.inbox_url.clone();
     let inbox =

@@ -1,0 +1,209 @@
+//! Dispatcher: runs one dispatch round ([`msgx_core::dispatch::dispatch_once`]) at a time and
+//! decides only when the next one runs: at once while rounds come back full, when the pump
+//! says it committed events ([`EventsQueued`]), at the next retry time of a backing-off event,
+//! and otherwise every `dispatch.idle_poll` (a safety net; no busy loop). Rounds never overlap
+//! (the mailbox waits on each), so one key's events are never in two rounds at once. A round
+//! writes the previous round's outcome while it sends, so after a round that sent something
+//! one more round follows at once to write it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::next_run::NextRun;
+use actix::{
+    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
+};
+use msgx_core::clock::SharedClock;
+use msgx_core::dispatch::{dispatch_once, DispatchConfig, DispatchState, RoundReport};
+use msgx_core::kafka::EventProducer;
+use msgx_core::store::Store;
+use msgx_core::telemetry;
+
+/// How often the backlog gauges are refreshed (the count scans the pending index).
+const BACKLOG_EVERY: Duration = Duration::from_secs(5);
+
+/// The pump committed a message that raised events: a round may come now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct EventsQueued {
+    /// The message whose events were committed.
+    pub msg_id: i64,
+}
+
+/// Run one round now (the actor's own timer sends it; tests may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<RoundSummary, String>")]
+pub struct DispatchNow;
+
+/// What a round did, for whoever asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RoundSummary {
+    /// Events read.
+    pub selected: usize,
+    /// Acknowledged by the broker.
+    pub acked: usize,
+    /// Marked SENT (the previous round's acks).
+    pub sent: u64,
+    /// Failed sends.
+    pub failed: usize,
+    /// Marked DEAD (after the DLQ copy).
+    pub dead: u64,
+}
+
+impl From<&RoundReport> for RoundSummary {
+    fn from(r: &RoundReport) -> Self {
+        Self {
+            selected: r.selected,
+            acked: r.acked,
+            sent: r.sent,
+            failed: r.failed + r.dlq_failed,
+            dead: r.dead,
+        }
+    }
+}
+
+/// The dispatcher actor.
+pub struct Dispatcher {
+    store: Store,
+    clock: SharedClock,
+    cfg: Arc<DispatchConfig>,
+    /// Out of the actor while a round runs (the round owns it, then hands it back), with the
+    /// outcome the last round has not written yet.
+    producer: Option<(EventProducer, DispatchState)>,
+    /// The safety-net period.
+    idle_poll: Duration,
+    /// The pending timer and when it fires.
+    next: NextRun,
+    /// Last backlog refresh.
+    backlog_at: Option<Instant>,
+}
+
+impl Dispatcher {
+    /// A dispatcher; it runs a round when started.
+    pub fn new(
+        store: Store,
+        clock: SharedClock,
+        producer: EventProducer,
+        cfg: DispatchConfig,
+        idle_poll: Duration,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            cfg: Arc::new(cfg),
+            producer: Some((producer, DispatchState::default())),
+            idle_poll,
+            next: NextRun::default(),
+            backlog_at: None,
+        }
+    }
+
+    /// (Re)arms the timer to fire after `after`, unless it already fires sooner.
+    fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration, only_if_sooner: bool) {
+        self.next.arm(ctx, DispatchNow, after, only_if_sooner);
+    }
+
+    /// Refreshes the backlog gauges at most every [`BACKLOG_EVERY`]; returns the next retry.
+    fn refresh_backlog(&mut self, ctx: &mut Context<Self>) {
+        if self.backlog_at.is_some_and(|t| t.elapsed() < BACKLOG_EVERY) {
+            return;
+        }
+        self.backlog_at = Some(Instant::now());
+        let (store, clock) = (self.store.clone(), self.clock.clone());
+        let idle = self.idle_poll;
+        let fut = async move {
+            let now = clock.now();
+            match store.event_backlog(now).await {
+                Ok(b) => {
+                    let age = b.oldest.and_then(|o| (now - o).to_std().ok());
+                    telemetry::dispatch_backlog(&b, age);
+                    b.next_retry.and_then(|t| (t - now).to_std().ok())
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "dispatch backlog query failed");
+                    None
+                }
+            }
+        };
+        ctx.spawn(fut.into_actor(self).map(move |next_retry, act, ctx| {
+            // A retry due before the safety net: wake for it.
+            if let Some(d) = next_retry.filter(|d| *d < idle) {
+                act.schedule(ctx, d, true);
+            }
+        }));
+    }
+}
+
+impl Actor for Dispatcher {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::info!(topic = %self.cfg.topic, batch = self.cfg.batch, "dispatcher started");
+        self.schedule(ctx, Duration::ZERO, false);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        if let Some((p, _)) = &self.producer {
+            // Acked-but-unmarked events are re-sent by the next instance; this only shortens
+            // the window.
+            let _ = p.flush(Duration::from_secs(2));
+        }
+    }
+}
+
+impl Handler<DispatchNow> for Dispatcher {
+    type Result = AtomicResponse<Self, Result<RoundSummary, String>>;
+
+    fn handle(&mut self, _: DispatchNow, ctx: &mut Self::Context) -> Self::Result {
+        self.next.cancel(ctx);
+        let Some((mut producer, mut state)) = self.producer.take() else {
+            // Only possible if a round panicked mid-way; the supervisor rebuilds us.
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(
+                "producer unavailable".to_string()
+            ))));
+        };
+        let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
+        let round = async move {
+            let result =
+                dispatch_once(&store, &mut producer, clock.as_ref(), &cfg, &mut state).await;
+            (result, producer, state)
+        };
+        AtomicResponse::new(Box::pin(round.into_actor(self).map(
+            |(result, producer, state), act, ctx| {
+                // An outcome not yet written is written by the next round: run it now.
+                let carried = state.has_unrecorded();
+                act.producer = Some((producer, state));
+                let delay = match &result {
+                    Ok(r) => {
+                        telemetry::dispatch_round(r);
+                        if r.full || carried || r.producer_recreated.is_some() {
+                            Duration::ZERO
+                        } else {
+                            act.idle_poll
+                        }
+                    }
+                    Err(e) => {
+                        telemetry::dispatch_failed(e);
+                        act.idle_poll
+                    }
+                };
+                act.schedule(ctx, delay, false);
+                act.refresh_backlog(ctx);
+                result
+                    .as_ref()
+                    .map(RoundSummary::from)
+                    .map_err(|e| e.to_string())
+            },
+        )))
+    }
+}
+
+impl Handler<EventsQueued> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, _: EventsQueued, ctx: &mut Self::Context) {
+        // Immediately: latency from commit to ack is what this wake-up is for. Wakes during a
+        // round wait in the mailbox and arm one round right after it.
+        self.schedule(ctx, Duration::ZERO, true);
+    }
+}

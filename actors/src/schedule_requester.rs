@@ -1,0 +1,131 @@
+//! ScheduleRequester (seed §7): asks upstream for the day's schedule once a day at
+//! `outbound.schedule_request_at` (airport local time). Each step is one
+//! [`msgx_core::outbound::daily_step`]: reconcile REGISTERED leftovers, then — if the local
+//! time has passed and today's daily request does not exist in `REQ_TRACK` — register, write
+//! and confirm it. "Is it time" reads the injected clock; "once a day" is the unique
+//! `(kind, date)` of the daily request in `REQ_TRACK`, so a restart the same day never asks
+//! twice. The actor only decides when to step: at start (which also reconciles leftovers), at
+//! the next daily time, and at least every `check_every` (leftovers of failed inserts, clock
+//! jumps). Steps never overlap (`AtomicResponse`).
+
+use std::time::Duration;
+
+use actix::{
+    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, SpawnHandle,
+    WrapFuture,
+};
+use msgx_core::clock::SharedClock;
+use msgx_core::outbound::{daily_step, DailyOutcome, DailyReport, Outbound, OutboundError};
+use msgx_core::telemetry;
+
+use crate::supervisor::ChildFactory;
+use crate::wiring::Wiring;
+
+/// Longest pause between two steps.
+pub const DEFAULT_CHECK_EVERY: Duration = Duration::from_secs(60);
+/// Shortest pause between two steps (the clock may stand still in tests).
+const MIN_PAUSE: Duration = Duration::from_secs(1);
+
+/// Take one step now (the actor's own timer sends it; tests may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<DailyReport, String>")]
+pub struct RequestTick;
+
+/// The schedule requester actor.
+pub struct ScheduleRequester {
+    /// REQ_TRACK, COUTMSGS, sender, zone, daily time.
+    outbound: Outbound,
+    /// "Is it time".
+    clock: SharedClock,
+    /// Longest pause between steps.
+    check_every: Duration,
+    /// The pending timer.
+    next: Option<SpawnHandle>,
+}
+
+impl ScheduleRequester {
+    /// A requester; it steps once as soon as it is started.
+    pub fn new(outbound: Outbound, clock: SharedClock) -> Self {
+        Self {
+            outbound,
+            clock,
+            check_every: DEFAULT_CHECK_EVERY,
+            next: None,
+        }
+    }
+
+    /// Sets the longest pause between steps.
+    pub fn with_check_every(mut self, every: Duration) -> Self {
+        self.check_every = every;
+        self
+    }
+
+    fn after_step(&mut self, result: &Result<DailyReport, OutboundError>, ctx: &mut Context<Self>) {
+        let mut pause = self.check_every;
+        match result {
+            Ok(report) => {
+                match &report.outcome {
+                    DailyOutcome::Requested(sent) => tracing::info!(
+                        rqid = %sent.rqid, out_id = sent.out_id, date = %sent.target_date,
+                        "daily schedule request sent"
+                    ),
+                    DailyOutcome::AlreadyRequested { date, rqid, state } => tracing::debug!(
+                        %date, rqid = %rqid, state = %state, "daily schedule request exists"
+                    ),
+                    DailyOutcome::NotYet | DailyOutcome::Off => {}
+                }
+                if let Some(next) = report.next_run {
+                    let until = (next - self.clock.now()).to_std().unwrap_or(Duration::ZERO);
+                    pause = pause.min(until);
+                }
+            }
+            // Already counted and logged with its request by the insert path.
+            Err(e @ OutboundError::NotDelivered { .. }) => {
+                tracing::warn!(error = %e, "schedule requester step: insert failed")
+            }
+            Err(e) => telemetry::outbound_failed("step", None, e),
+        }
+        self.next = Some(ctx.notify_later(RequestTick, pause.max(MIN_PAUSE)));
+    }
+}
+
+impl Actor for ScheduleRequester {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::info!(
+            at = ?self.outbound.cfg.daily_at.map(|t| t.format("%H:%M").to_string()),
+            zone = %self.outbound.cfg.tz,
+            "schedule requester started"
+        );
+        // The first step reconciles REGISTERED leftovers of a crash before anything else.
+        ctx.notify(RequestTick);
+    }
+}
+
+impl Handler<RequestTick> for ScheduleRequester {
+    type Result = AtomicResponse<Self, Result<DailyReport, String>>;
+
+    fn handle(&mut self, _: RequestTick, ctx: &mut Self::Context) -> Self::Result {
+        if let Some(timer) = self.next.take() {
+            ctx.cancel_future(timer);
+        }
+        let (outbound, clock) = (self.outbound.clone(), self.clock.clone());
+        let step = async move { daily_step(&outbound, clock.now()).await };
+        AtomicResponse::new(Box::pin(step.into_actor(self).map(|result, act, ctx| {
+            act.after_step(&result, ctx);
+            result.map_err(|e| e.to_string())
+        })))
+    }
+}
+
+/// The supervisor's factory for the requester.
+pub fn child(outbound: Outbound, clock: SharedClock) -> ChildFactory {
+    ChildFactory {
+        name: "schedule_requester",
+        start: Box::new(move |_: &Wiring| {
+            let addr = ScheduleRequester::new(outbound.clone(), clock.clone()).start();
+            Box::new(move || addr.connected())
+        }),
+    }
+}

@@ -1,0 +1,90 @@
+//! CloudEvents 1.0, Kafka protocol binding, binary content mode: the event's attributes travel
+//! as `ce_*` headers, the value is the JSON body (`content-type: application/json`). Any
+//! CloudEvents consumer can read them and de-duplicate on (`ce_source`, `ce_id`).
+
+use chrono::SecondsFormat;
+use rdkafka::message::{Header, OwnedHeaders};
+
+use crate::store::events::PendingEvent;
+
+/// `ce_type` of an event: `msgx.` + the lower-case event type, e.g. `msgx.flight_updated`.
+pub fn ce_type(event_type: &str) -> String {
+    format!("msgx.{}", event_type.to_ascii_lowercase())
+}
+
+/// The attribute headers as (name, value) pairs.
+pub fn attributes(ev: &PendingEvent, source: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("ce_specversion", "1.0".to_string()),
+        ("ce_id", ev.event_id.to_string()),
+        ("ce_source", source.to_string()),
+        ("ce_type", ce_type(&ev.event_type)),
+        (
+            "ce_time",
+            ev.created_at.to_rfc3339_opts(SecondsFormat::Millis, true),
+        ),
+        ("ce_subject", ev.flight_key.clone()),
+        ("content-type", "application/json".to_string()),
+        // Extension: the inbox message the event came from (operators trace it back).
+        ("ce_msgxmsgid", ev.msg_id.to_string()),
+    ]
+}
+
+/// Dead-letter extras: why and after how many attempts, and where it was meant to go.
+pub fn dead_letter_extras(ev: &PendingEvent, original_topic: &str) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "ce_msgxerror",
+            ev.last_error.clone().unwrap_or_else(|| "unknown".into()),
+        ),
+        ("ce_msgxattempts", ev.attempts.to_string()),
+        ("ce_msgxorigtopic", original_topic.to_string()),
+    ]
+}
+
+/// Pairs → Kafka headers.
+pub fn to_headers(pairs: &[(&'static str, String)]) -> OwnedHeaders {
+    pairs
+        .iter()
+        .fold(OwnedHeaders::new_with_capacity(pairs.len()), |h, (k, v)| {
+            h.insert(Header {
+                key: k,
+                value: Some(v.as_str()),
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    #[test]
+    fn attributes_follow_the_binary_binding() {
+        let ev = PendingEvent {
+            event_id: 42,
+            msg_id: 7,
+            flight_key: "CA1234-20261130-D".into(),
+            event_type: "FLIGHT_UPDATED".into(),
+            payload: "{}".into(),
+            attempts: 0,
+            created_at: Utc.with_ymd_and_hms(2026, 11, 30, 1, 2, 3).unwrap(),
+            last_error: None,
+        };
+        let a = attributes(&ev, "/msgexchange");
+        let get = |k: &str| a.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("ce_specversion"), Some("1.0"));
+        assert_eq!(get("ce_id"), Some("42"));
+        assert_eq!(get("ce_type"), Some("msgx.flight_updated"));
+        assert_eq!(get("ce_time"), Some("2026-11-30T01:02:03.000Z"));
+        assert_eq!(get("ce_msgxmsgid"), Some("7"));
+        // CloudEvents attribute names: lower-case a-z0-9 only after the `ce_` prefix.
+        for (k, _) in &a {
+            if let Some(attr) = k.strip_prefix("ce_") {
+                assert!(attr
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+            }
+        }
+    }
+}

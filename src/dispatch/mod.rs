@@ -1,0 +1,18 @@
+//! Delivery (SPEC §7, seed §2 MSG_EVENT): PENDING `MSG_EVENT` rows → Kafka → SENT after the
+//! broker's ack; failed sends back off; exhausted events go to the dead-letter topic → DEAD.
+//!
+//! - [`rules`]: pure: grouping a batch into per-key chains, what follows a failed send.
+//! - [`cloudevents`]: the CloudEvents Kafka binary-binding headers.
+//! - [`round`]: one dispatch round over the store and the producer.
+//!
+//! Guarantees: at least once (SENT only after the ack; a crash between ack and SENT re-sends,
+//! consumers de-duplicate on `ce_id`); one key's events reach the topic in event order (a key's
+//! events are sent one after another, and an event backing off holds back the later events of
+//! its key only).
+
+pub mod cloudevents;
+pub mod round;
+pub mod rules;
+
+pub use round::{dispatch_once, flush, DispatchConfig, DispatchError, DispatchState, RoundReport};
+pub use rules::RetryRules;

@@ -1,0 +1,178 @@
+//! The event producer: an idempotent (`enable.idempotence=true`, `acks=all`) rdkafka
+//! `FutureProducer` built from `[kafka]`, recreated when librdkafka reports a fatal error.
+
+use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+
+use super::context::TracingContext;
+use crate::settings::KafkaSettings;
+
+/// Why the producer could not be built or used.
+#[derive(Debug, thiserror::Error)]
+pub enum ProducerError {
+    /// A `[kafka]` value librdkafka refused.
+    #[error("kafka producer configuration: {0}")]
+    Config(String),
+    /// librdkafka could not create the client.
+    #[error("kafka producer could not be created: {0}")]
+    Create(#[source] KafkaError),
+    /// The in-process mock cluster could not start.
+    #[error("embedded kafka mock cluster: {0}")]
+    Embedded(String),
+}
+
+/// One record to produce.
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    /// Target topic.
+    pub topic: &'a str,
+    /// Partitioning key (the flight identity).
+    pub key: &'a str,
+    /// JSON body.
+    pub payload: &'a [u8],
+    /// Record timestamp, ms since the epoch (the event's creation).
+    pub timestamp_ms: i64,
+}
+
+/// The idempotent producer and what is needed to rebuild it.
+pub struct EventProducer {
+    inner: FutureProducer<TracingContext>,
+    config: ClientConfig,
+    /// How many times a fatal error made us rebuild it (for logs).
+    generation: u64,
+}
+
+/// The librdkafka properties for `[kafka]` with `bootstrap` as the broker list.
+pub fn client_config(k: &KafkaSettings, bootstrap: &str) -> Result<ClientConfig, ProducerError> {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("client.id", &k.client_id)
+        // At-least-once without broker-side duplicates from internal retries, and in order
+        // per partition even while retrying.
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", k.linger.as_millis().to_string())
+        .set("batch.size", k.batch_bytes.to_string())
+        .set("compression.type", &k.compression)
+        .set(
+            "message.timeout.ms",
+            k.delivery_timeout.as_millis().to_string(),
+        )
+        .set(
+            "request.timeout.ms",
+            k.request_timeout.as_millis().to_string(),
+        )
+        .set(
+            "security.protocol",
+            k.security_protocol.to_ascii_lowercase(),
+        );
+    if !k.sasl_mechanism.is_empty() {
+        c.set("sasl.mechanism", &k.sasl_mechanism)
+            .set("sasl.username", &k.sasl_username)
+            .set("sasl.password", &k.sasl_password);
+    }
+    if !k.ssl_ca_location.is_empty() {
+        c.set("ssl.ca.location", &k.ssl_ca_location);
+    }
+    for (key, value) in k
+        .extra_pairs()
+        .map_err(|e| ProducerError::Config(e.to_string()))?
+    {
+        c.set(key, value);
+    }
+    Ok(c)
+}
+
+impl EventProducer {
+    /// Builds the producer (no broker round trip: librdkafka connects in the background).
+    pub fn new(k: &KafkaSettings, bootstrap: &str) -> Result<Self, ProducerError> {
+        let config = client_config(k, bootstrap)?;
+        Self::from_config(config)
+    }
+
+    /// Builds the producer from explicit properties (benchmarks, tests).
+    pub fn from_config(config: ClientConfig) -> Result<Self, ProducerError> {
+        let inner = Self::create(&config)?;
+        Ok(Self {
+            inner,
+            config,
+            generation: 0,
+        })
+    }
+
+    fn create(config: &ClientConfig) -> Result<FutureProducer<TracingContext>, ProducerError> {
+        config
+            .create_with_context(TracingContext)
+            .map_err(|e| match e {
+                KafkaError::ClientConfig(..) => ProducerError::Config(e.to_string()),
+                other => ProducerError::Create(other),
+            })
+    }
+
+    /// Queues one record without waiting: the future resolves at the broker's ack (or the
+    /// delivery timeout). Records queued for one partition are delivered in queue order.
+    pub fn send(
+        &self,
+        rec: Outgoing<'_>,
+        headers: OwnedHeaders,
+    ) -> Result<DeliveryFuture, KafkaError> {
+        let record = FutureRecord::to(rec.topic)
+            .key(rec.key)
+            .payload(rec.payload)
+            .timestamp(rec.timestamp_ms)
+            .headers(headers);
+        self.inner.send_result(record).map_err(|(e, _)| e)
+    }
+
+    /// librdkafka's fatal error, if one was raised (idempotence sequence or epoch errors):
+    /// the producer can deliver nothing more and must be rebuilt.
+    pub fn fatal_error(&self) -> Option<String> {
+        self.inner
+            .client()
+            .fatal_error()
+            .map(|(code, reason)| format!("{code:?}: {reason}"))
+    }
+
+    /// Rebuilds the producer after a fatal error. Records the old one had not delivered fail
+    /// with it and are re-sent by the dispatcher: they may duplicate, never vanish.
+    pub fn recreate(&mut self) -> Result<(), ProducerError> {
+        self.inner = Self::create(&self.config)?;
+        self.generation += 1;
+        Ok(())
+    }
+
+    /// Raises a fatal error inside librdkafka exactly as a broker-caused one would be raised
+    /// (`rd_kafka_test_fatal_error`), to test the rebuild path. Never called by the service.
+    #[doc(hidden)]
+    pub fn inject_fatal_error(&self, reason: &str) {
+        let Ok(reason) = std::ffi::CString::new(reason) else {
+            return;
+        };
+        // SAFETY: the client pointer is valid while `self.inner` lives; librdkafka copies the
+        // reason string before returning.
+        unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                self.inner.client().native_ptr(),
+                rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                reason.as_ptr(),
+            );
+        }
+    }
+
+    /// How many times the producer was rebuilt.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Waits up to `timeout` for queued records (shutdown).
+    pub fn flush(&self, timeout: std::time::Duration) -> Result<(), KafkaError> {
+        self.inner.flush(timeout)
+    }
+
+    /// Records queued or in flight.
+    pub fn in_flight(&self) -> i32 {
+        self.inner.in_flight_count()
+    }
+}

@@ -1,0 +1,377 @@
+//! `[kafka]` (where events go) and `[dispatch]` (how the dispatcher drains `MSG_EVENT`).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{check_nonzero, humantime_serde_compat, invalid, SettingsError};
+
+/// Kafka: the broker, topics, producer tuning and security pass-through.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSettings {
+    /// Bootstrap list `host:port[,host:port]`, or `embedded` for librdkafka's in-process mock
+    /// cluster (demo and first runs only: nothing it holds survives the process).
+    pub brokers: String,
+    /// Topic the flight events go to.
+    pub topic: String,
+    /// Topic exhausted events are copied to, with the error (then `MSG_EVENT` is DEAD).
+    pub dlq_topic: String,
+    /// `client.id`, shown in broker logs and quotas.
+    pub client_id: String,
+    /// CloudEvents `ce_source` of every event (a URI reference naming this service instance).
+    pub ce_source: String,
+    /// `linger.ms`: how long the producer waits to fill a batch (latency vs throughput).
+    #[serde(with = "humantime_serde_compat")]
+    pub linger: Duration,
+    /// `batch.size` in bytes.
+    pub batch_bytes: u32,
+    /// `compression.type`: none | gzip | snappy | lz4.
+    pub compression: String,
+    /// `message.timeout.ms`: a send not acknowledged by then fails and the event backs off.
+    #[serde(with = "humantime_serde_compat")]
+    pub delivery_timeout: Duration,
+    /// `request.timeout.ms`: one produce request's ack timeout.
+    #[serde(with = "humantime_serde_compat")]
+    pub request_timeout: Duration,
+    /// `security.protocol`: plaintext | ssl | sasl_plaintext | sasl_ssl.
+    pub security_protocol: String,
+    /// `sasl.mechanism` ("" = none): PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512.
+    pub sasl_mechanism: String,
+    /// `sasl.username`.
+    pub sasl_username: String,
+    /// `sasl.password`; never logged.
+    pub sasl_password: String,
+    /// `ssl.ca.location` ("" = system default).
+    pub ssl_ca_location: String,
+    /// Any other librdkafka property, `key=value;key=value` (e.g. `ssl.certificate.location=…`).
+    /// Values of keys containing `password` or `secret` are never logged.
+    pub extra: String,
+}
+
+/// The dispatcher's draining rules.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DispatchSettings {
+    /// Events read per round (all produced concurrently across keys, in order within a key).
+    pub batch: u32,
+    /// How often the dispatcher looks for events when nobody woke it (a safety net).
+    #[serde(with = "humantime_serde_compat")]
+    pub idle_poll: Duration,
+    /// First retry delay after a failed send (doubles per attempt).
+    #[serde(with = "humantime_serde_compat")]
+    pub retry_initial: Duration,
+    /// Longest retry delay.
+    #[serde(with = "humantime_serde_compat")]
+    pub retry_max: Duration,
+    /// Failed sends after which the event is copied to the dead-letter topic and marked DEAD.
+    pub max_attempts: i32,
+}
+
+impl KafkaSettings {
+    /// True when the in-process mock cluster is asked for.
+    pub fn is_embedded(&self) -> bool {
+        self.brokers.trim() == "embedded"
+    }
+
+    /// `extra` as key/value pairs.
+    pub fn extra_pairs(&self) -> Result<Vec<(String, String)>, SettingsError> {
+        let mut out = Vec::new();
+        for part in self
+            .extra
+            .split(';')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            let Some((k, v)) = part.split_once('=') else {
+                return Err(invalid(
+                    "kafka.extra",
+                    format!("`{}` is not key=value", redact_pair(part)),
+                ));
+            };
+            let k = k.trim();
+            if k.is_empty()
+                || !k
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_')
+            {
+                return Err(invalid(
+                    "kafka.extra",
+                    format!("`{k}` is not a property name"),
+                ));
+            }
+            out.push((k.to_string(), v.trim().to_string()));
+        }
+        Ok(out)
+    }
+
+    pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        let brokers = self.brokers.trim();
+        if brokers.is_empty() {
+            return Err(invalid(
+                "kafka.brokers",
+                "empty; give host:port[,host:port] or `embedded`",
+            ));
+        }
+        if !self.is_embedded() {
+            for b in brokers.split(',') {
+                let b = b.trim();
+                let ok = b
+                    .rsplit_once(':')
+                    .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+                if !ok {
+                    return Err(invalid(
+                        "kafka.brokers",
+                        format!("`{b}` is not host:port (or use `embedded`)"),
+                    ));
+                }
+            }
+        }
+        check_topic(&self.topic, "kafka.topic")?;
+        check_topic(&self.dlq_topic, "kafka.dlq_topic")?;
+        if self.topic == self.dlq_topic {
+            return Err(invalid("kafka.dlq_topic", "must differ from kafka.topic"));
+        }
+        if self.client_id.trim().is_empty() {
+            return Err(invalid("kafka.client_id", "empty"));
+        }
+        if self.ce_source.trim().is_empty() {
+            return Err(invalid(
+                "kafka.ce_source",
+                "empty (CloudEvents requires a source)",
+            ));
+        }
+        if self.linger > Duration::from_secs(5) {
+            return Err(invalid("kafka.linger", "longer than 5s"));
+        }
+        if self.batch_bytes < 1024 {
+            return Err(invalid("kafka.batch_bytes", "below 1024 bytes"));
+        }
+        if !matches!(
+            self.compression.as_str(),
+            "none" | "gzip" | "snappy" | "lz4"
+        ) {
+            return Err(invalid(
+                "kafka.compression",
+                format!("`{}` is not none, gzip, snappy or lz4", self.compression),
+            ));
+        }
+        check_nonzero(self.delivery_timeout, "kafka.delivery_timeout")?;
+        check_nonzero(self.request_timeout, "kafka.request_timeout")?;
+        if self.request_timeout > self.delivery_timeout {
+            return Err(invalid(
+                "kafka.request_timeout",
+                "longer than kafka.delivery_timeout",
+            ));
+        }
+        let proto = self.security_protocol.to_ascii_lowercase();
+        if !matches!(
+            proto.as_str(),
+            "plaintext" | "ssl" | "sasl_plaintext" | "sasl_ssl"
+        ) {
+            return Err(invalid(
+                "kafka.security_protocol",
+                format!(
+                    "`{}` is not plaintext, ssl, sasl_plaintext or sasl_ssl",
+                    self.security_protocol
+                ),
+            ));
+        }
+        let sasl = proto.starts_with("sasl");
+        if sasl
+            && !matches!(
+                self.sasl_mechanism.as_str(),
+                "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512"
+            )
+        {
+            return Err(invalid(
+                "kafka.sasl_mechanism",
+                "a sasl_* protocol needs PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+            ));
+        }
+        if !sasl && !self.sasl_mechanism.is_empty() {
+            return Err(invalid(
+                "kafka.sasl_mechanism",
+                "set, but kafka.security_protocol is not sasl_*",
+            ));
+        }
+        self.extra_pairs()?;
+        Ok(())
+    }
+}
+
+impl DispatchSettings {
+    pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        if self.batch == 0 || self.batch > 10_000 {
+            return Err(invalid("dispatch.batch", "outside 1..=10000"));
+        }
+        check_nonzero(self.idle_poll, "dispatch.idle_poll")?;
+        check_nonzero(self.retry_initial, "dispatch.retry_initial")?;
+        if self.retry_max < self.retry_initial {
+            return Err(invalid(
+                "dispatch.retry_max",
+                "shorter than dispatch.retry_initial",
+            ));
+        }
+        if self.max_attempts < 1 {
+            return Err(invalid("dispatch.max_attempts", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+fn check_topic(t: &str, key: &'static str) -> Result<(), SettingsError> {
+    let ok = !t.is_empty()
+        && t.len() <= 249
+        && t != "."
+        && t != ".."
+        && t.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            format!("`{t}` is not a Kafka topic name ([a-zA-Z0-9._-], 1..=249)"),
+        ))
+    }
+}
+
+fn is_secret_key(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    k.contains("password") || k.contains("secret")
+}
+
+fn redact_pair(part: &str) -> String {
+    match part.split_once('=') {
+        Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
+        _ => part.to_string(),
+    }
+}
+
+/// `extra` with secret values replaced, safe for logs.
+pub fn redact_extra(extra: &str) -> String {
+    extra
+        .split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(redact_pair)
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+impl fmt::Debug for KafkaSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let password = if self.sasl_password.is_empty() {
+            ""
+        } else {
+            "***"
+        };
+        f.debug_struct("KafkaSettings")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .field("dlq_topic", &self.dlq_topic)
+            .field("client_id", &self.client_id)
+            .field("ce_source", &self.ce_source)
+            .field("linger", &self.linger)
+            .field("batch_bytes", &self.batch_bytes)
+            .field("compression", &self.compression)
+            .field("delivery_timeout", &self.delivery_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("security_protocol", &self.security_protocol)
+            .field("sasl_mechanism", &self.sasl_mechanism)
+            .field("sasl_username", &self.sasl_username)
+            .field("sasl_password", &password)
+            .field("ssl_ca_location", &self.ssl_ca_location)
+            .field("extra", &redact_extra(&self.extra))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> KafkaSettings {
+        KafkaSettings {
+            brokers: "k1:9092,k2:9092".into(),
+            topic: "flight-events".into(),
+            dlq_topic: "flight-events.dlq".into(),
+            client_id: "msgexchange".into(),
+            ce_source: "/msgexchange".into(),
+            linger: Duration::from_millis(5),
+            batch_bytes: 1_000_000,
+            compression: "lz4".into(),
+            delivery_timeout: Duration::from_secs(30),
+            request_timeout: Duration::from_secs(10),
+            security_protocol: "sasl_ssl".into(),
+            sasl_mechanism: "SCRAM-SHA-512".into(),
+            sasl_username: "msgx".into(),
+            sasl_password: "hunter2".into(),
+            ssl_ca_location: String::new(),
+            extra: "ssl.key.password=topsecret; socket.keepalive.enable=true".into(),
+        }
+    }
+
+    #[test]
+    fn valid_settings_pass_and_secrets_never_print() {
+        let k = base();
+        k.validate().expect("valid");
+        let shown = format!("{k:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(!shown.contains("topsecret"), "{shown}");
+        assert!(shown.contains("socket.keepalive.enable=true"), "{shown}");
+        assert_eq!(k.extra_pairs().expect("pairs").len(), 2);
+    }
+
+    type Mutation = Box<dyn Fn(&mut KafkaSettings)>;
+
+    #[test]
+    fn each_bad_value_names_its_key() {
+        let cases: Vec<(&str, Mutation)> = vec![
+            ("kafka.brokers", Box::new(|k| k.brokers = "k1".into())),
+            ("kafka.brokers", Box::new(|k| k.brokers = " ".into())),
+            ("kafka.topic", Box::new(|k| k.topic = "bad topic".into())),
+            (
+                "kafka.dlq_topic",
+                Box::new(|k| k.dlq_topic = k.topic.clone()),
+            ),
+            (
+                "kafka.compression",
+                Box::new(|k| k.compression = "brotli".into()),
+            ),
+            (
+                "kafka.security_protocol",
+                Box::new(|k| k.security_protocol = "tls".into()),
+            ),
+            (
+                "kafka.sasl_mechanism",
+                Box::new(|k| k.sasl_mechanism = "GSSAPI".into()),
+            ),
+            (
+                "kafka.extra",
+                Box::new(|k| k.extra = "ssl.key.password".into()),
+            ),
+            (
+                "kafka.request_timeout",
+                Box::new(|k| k.request_timeout = Duration::from_secs(60)),
+            ),
+        ];
+        for (key, mutate) in cases {
+            let mut k = base();
+            mutate(&mut k);
+            let err = k.validate().expect_err(key).to_string();
+            assert!(err.contains(key), "{key}: {err}");
+            assert!(!err.contains("topsecret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn embedded_needs_no_port() {
+        let mut k = base();
+        k.brokers = "embedded".into();
+        k.validate().expect("embedded is valid");
+        assert!(k.is_embedded());
+    }
+}

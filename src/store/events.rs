@@ -1,0 +1,192 @@
+//! `MSG_EVENT` for the dispatcher: the next deliverable events, and recording what Kafka said
+//! (SENT with partition/offset, a failed send with its backoff, DEAD after the DLQ copy).
+
+use chrono::{DateTime, Utc};
+
+use super::{Store, StoreError};
+
+/// A PENDING event the dispatcher may send now.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct PendingEvent {
+    /// Delivery order and the CloudEvents id.
+    pub event_id: i64,
+    /// The inbox message that raised it.
+    pub msg_id: i64,
+    /// Kafka key: the flight identity (or `SCHD:<date>`).
+    pub flight_key: String,
+    /// `FLIGHT_CREATED`, …
+    pub event_type: String,
+    /// The JSON body as stored.
+    pub payload: String,
+    /// Failed sends so far.
+    pub attempts: i32,
+    /// When the pump committed it.
+    pub created_at: DateTime<Utc>,
+    /// The last send error, if any (copied into the DLQ record).
+    pub last_error: Option<String>,
+}
+
+/// A broker ack for one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acked {
+    /// The event.
+    pub event_id: i64,
+    /// Where it landed.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+}
+
+/// A failed send to record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendFailure {
+    /// The event.
+    pub event_id: i64,
+    /// When it may be tried again (`now` once attempts are exhausted: the DLQ copy is next).
+    pub next_attempt_at: DateTime<Utc>,
+    /// What Kafka (or librdkafka) said.
+    pub error: String,
+}
+
+/// The dispatch backlog, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventBacklog {
+    /// PENDING events.
+    pub pending: i64,
+    /// Creation time of the oldest PENDING event.
+    pub oldest: Option<DateTime<Utc>>,
+    /// The earliest `next_attempt_at` still in the future (the next retry).
+    pub next_retry: Option<DateTime<Utc>>,
+}
+
+impl Store {
+    /// Up to `limit` PENDING events that are due at `now`, in event order, leaving out every
+    /// event that has an earlier PENDING event of the same key still backing off: one key's
+    /// events are never delivered out of order, other keys go on.
+    ///
+    /// `skip_ids` / `skip_keys`: events and keys whose last outcome is not written yet (the
+    /// dispatcher writes a round's outcome during the next round). `NOT EXISTS … UNNEST`, not
+    /// `<> ALL`: the planner hashes the list once instead of scanning it per row (28 ms → 2.6 ms
+    /// for 1,000 ids over 2,000 rows).
+    pub async fn deliverable_events(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+        skip_ids: &[i64],
+        skip_keys: &[String],
+    ) -> Result<Vec<PendingEvent>, StoreError> {
+        let rows = sqlx::query_as::<_, PendingEvent>(
+            "SELECT e.event_id, e.msg_id, e.flight_key, e.event_type, e.payload::text AS payload, \
+                    e.attempts, e.created_at, e.last_error \
+             FROM msg_event e \
+             WHERE e.state = 'PENDING' \
+               AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= $1) \
+               AND NOT EXISTS (SELECT 1 FROM msg_event b \
+                               WHERE b.state = 'PENDING' AND b.next_attempt_at IS NOT NULL \
+                                 AND b.next_attempt_at > $1 \
+                                 AND b.flight_key = e.flight_key AND b.event_id < e.event_id) \
+               AND NOT EXISTS (SELECT 1 FROM UNNEST($3::bigint[]) AS s(id) WHERE s.id = e.event_id) \
+               AND NOT EXISTS (SELECT 1 FROM UNNEST($4::text[]) AS k(key) WHERE k.key = e.flight_key) \
+             ORDER BY e.event_id \
+             LIMIT $2",
+        )
+        .bind(now)
+        .bind(i64::from(limit))
+        .bind(skip_ids)
+        .bind(skip_keys)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows)
+    }
+
+    /// Marks acknowledged events SENT with where they landed, in one statement. Only PENDING
+    /// rows change (a re-sent duplicate's second ack changes nothing).
+    pub async fn mark_events_sent(
+        &self,
+        acked: &[Acked],
+        at: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        self.mark_acked(acked, at, "SENT", "sent_at").await
+    }
+
+    /// Records failed sends: one more attempt, the error, and when to retry.
+    pub async fn record_send_failures(&self, failures: &[SendFailure]) -> Result<(), StoreError> {
+        if failures.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = failures.iter().map(|f| f.event_id).collect();
+        let due: Vec<DateTime<Utc>> = failures.iter().map(|f| f.next_attempt_at).collect();
+        let errors: Vec<&str> = failures.iter().map(|f| f.error.as_str()).collect();
+        sqlx::query(
+            "UPDATE msg_event e SET attempts = e.attempts + 1, next_attempt_at = u.due, \
+                    last_error = u.err \
+             FROM UNNEST($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, due, err) \
+             WHERE e.event_id = u.id AND e.state = 'PENDING'",
+        )
+        .bind(&ids)
+        .bind(&due)
+        .bind(&errors)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Marks events DEAD once their dead-letter copy was acknowledged (`acked` is where the
+    /// copy landed on the DLQ topic).
+    pub async fn mark_events_dead(
+        &self,
+        acked: &[Acked],
+        at: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        self.mark_acked(acked, at, "DEAD", "dead_at").await
+    }
+
+    /// PENDING → `state` with the ack's partition/offset and `at` in `time_column`, one
+    /// statement for the whole batch. Both arguments are constants of this file.
+    async fn mark_acked(
+        &self,
+        acked: &[Acked],
+        at: DateTime<Utc>,
+        state: &'static str,
+        time_column: &'static str,
+    ) -> Result<u64, StoreError> {
+        if acked.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<i64> = acked.iter().map(|a| a.event_id).collect();
+        let parts: Vec<i32> = acked.iter().map(|a| a.partition).collect();
+        let offsets: Vec<i64> = acked.iter().map(|a| a.offset).collect();
+        let sql = format!(
+            "UPDATE msg_event e SET state = '{state}', {time_column} = $4, next_attempt_at = NULL, \
+                    kafka_partition = u.p, kafka_offset = u.o \
+             FROM UNNEST($1::bigint[], $2::int[], $3::bigint[]) AS u(id, p, o) \
+             WHERE e.event_id = u.id AND e.state = 'PENDING'"
+        );
+        let done = sqlx::query(&sql)
+            .bind(&ids)
+            .bind(&parts)
+            .bind(&offsets)
+            .bind(at)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Pending count, oldest pending, next retry (metrics; the count scans the pending index).
+    pub async fn event_backlog(&self, now: DateTime<Utc>) -> Result<EventBacklog, StoreError> {
+        let (pending, oldest, next_retry): (i64, Option<DateTime<Utc>>, Option<DateTime<Utc>>) =
+            sqlx::query_as(
+                "SELECT count(*), min(created_at), \
+                        min(next_attempt_at) FILTER (WHERE next_attempt_at > $1) \
+                 FROM msg_event WHERE state = 'PENDING'",
+            )
+            .bind(now)
+            .fetch_one(self.pool())
+            .await?;
+        Ok(EventBacklog {
+            pending,
+            oldest,
+            next_retry,
+        })
+    }
+}

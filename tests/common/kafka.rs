@@ -1,0 +1,81 @@
+//! Reading topics back from a (mock) Kafka cluster, as a consumer would.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers;
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+/// One record read back.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Record key.
+    pub key: String,
+    /// Partition it was read from.
+    pub partition: i32,
+    /// Headers as text.
+    pub headers: HashMap<String, String>,
+    /// Value as text.
+    pub payload: String,
+}
+
+impl Received {
+    /// The CloudEvents id (our event id).
+    pub fn ce_id(&self) -> i64 {
+        self.headers["ce_id"]
+            .parse()
+            .expect("ce_id is the event id")
+    }
+}
+
+/// Reads every record of `topic` from the beginning until `at_least` arrived and no more came
+/// for a moment.
+pub fn consume(bootstrap: &str, topic: &str, partitions: i32, at_least: usize) -> Vec<Received> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "msgx-test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut quiet_since = Instant::now();
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|x| {
+                                let v = x.value.map(|v| String::from_utf8_lossy(v).into_owned());
+                                (x.key.to_string(), v.unwrap_or_default())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.push(Received {
+                    key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                    partition: m.partition(),
+                    headers,
+                    payload: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                });
+                quiet_since = Instant::now();
+            }
+            Some(Err(e)) => panic!("consumer error: {e}"),
+            None => {
+                if out.len() >= at_least && quiet_since.elapsed() > Duration::from_millis(500) {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}

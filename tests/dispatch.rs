@@ -1,0 +1,503 @@
+//! Dispatcher (issue 5): MSG_EVENT → Kafka through librdkafka's mock cluster (a real
+//! Kafka-protocol broker in this process), real PostgreSQL. Every event arrives, per-key order
+//! holds, the CloudEvents headers de-duplicate, injected broker errors only delay, exhausted
+//! events land on the dead-letter topic, a fatal producer error rebuilds the producer.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use actix::Actor;
+use common::kafka::{consume, Received};
+use common::TestEnv;
+use msgx_actors::app::DispatchDeps;
+use msgx_actors::dispatcher::{Dispatcher, EventsQueued};
+use msgx_core::clock::Clock;
+use msgx_core::dispatch::{dispatch_once, flush, DispatchConfig, DispatchState};
+use msgx_core::kafka::EventProducer;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
+const TOPIC: &str = "msgx.flight-events";
+const DLQ: &str = "msgx.flight-events.dlq";
+const PARTITIONS: i32 = 3;
+
+fn mock(brokers: i32) -> MockCluster<'static, DefaultProducerContext> {
+    let cluster = MockCluster::new(brokers).expect("mock cluster");
+    for t in [TOPIC, DLQ] {
+        cluster
+            .create_topic(t, PARTITIONS, brokers.min(3))
+            .expect("topic");
+    }
+    cluster
+}
+
+/// Dispatch deps for this env and broker, with `MSGX_*` overrides.
+fn deps(env: &TestEnv, bootstrap: &str, extra: &[(&str, &str)]) -> DispatchDeps {
+    let mut all = vec![
+        ("MSGX_KAFKA__BROKERS", bootstrap),
+        ("MSGX_KAFKA__DELIVERY_TIMEOUT", "3s"),
+        ("MSGX_KAFKA__REQUEST_TIMEOUT", "1s"),
+        ("MSGX_DISPATCH__RETRY_INITIAL", "1s"),
+        ("MSGX_DISPATCH__RETRY_MAX", "8s"),
+    ];
+    all.extend_from_slice(extra);
+    let settings = env.settings(&all);
+    DispatchDeps::new(&settings, bootstrap)
+}
+
+fn producer(d: &DispatchDeps) -> EventProducer {
+    EventProducer::new(&d.kafka, &d.bootstrap).expect("producer")
+}
+
+/// Inserts one terminal message per event and the events, keys interleaved as given; returns
+/// the event ids in order.
+async fn seed_events(env: &TestEnv, keys: &[String]) -> Vec<i64> {
+    let now = env.clock.now();
+    let base: i64 = sqlx::query_scalar("SELECT COALESCE(max(msg_id), 0) FROM proc_state")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("max");
+    let msg_ids: Vec<i64> = (1..=keys.len() as i64).map(|i| base + i).collect();
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at) \
+         SELECT id, 'SUCCEEDED', $2, $2 FROM UNNEST($1::bigint[]) AS id",
+    )
+    .bind(&msg_ids)
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("proc_state");
+    let payloads: Vec<String> = msg_ids
+        .iter()
+        .zip(keys)
+        .map(|(m, k)| format!(r#"{{"msg_id":{m},"flid":"{k}"}}"#))
+        .collect();
+    sqlx::query_scalar(
+        "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
+         SELECT m, k, 'FLIGHT_UPDATED', p::jsonb, $4 \
+         FROM UNNEST($1::bigint[], $2::text[], $3::text[]) WITH ORDINALITY AS u(m, k, p, o) \
+         ORDER BY o RETURNING event_id",
+    )
+    .bind(&msg_ids)
+    .bind(keys)
+    .bind(&payloads)
+    .bind(now)
+    .fetch_all(env.store.pool())
+    .await
+    .expect("events")
+}
+
+fn keys(n: usize, distinct: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("FL{:03}", (i * 7) % distinct))
+        .collect()
+}
+
+async fn states(env: &TestEnv) -> BTreeMap<String, i64> {
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT state, count(*) FROM msg_event GROUP BY state")
+            .fetch_all(env.store.pool())
+            .await
+            .expect("states");
+    rows.into_iter().collect()
+}
+
+/// Rounds until nothing is PENDING, moving the injected clock past backoffs.
+async fn drain(
+    env: &TestEnv,
+    producer: &mut EventProducer,
+    cfg: &DispatchConfig,
+    state: &mut DispatchState,
+    limit: usize,
+) {
+    for _ in 0..limit {
+        let r = dispatch_once(&env.store, producer, &env.clock, cfg, state)
+            .await
+            .expect("round");
+        if r.selected == 0 && !state.has_unrecorded() {
+            let pending = states(env).await.get("PENDING").copied().unwrap_or(0);
+            if pending == 0 {
+                return;
+            }
+            env.clock.advance(Duration::from_secs(10));
+        }
+    }
+    panic!("not drained: {:?}", states(env).await);
+}
+
+async fn round(
+    env: &TestEnv,
+    p: &mut EventProducer,
+    cfg: &DispatchConfig,
+    state: &mut DispatchState,
+) -> msgx_core::dispatch::RoundReport {
+    dispatch_once(&env.store, p, &env.clock, cfg, state)
+        .await
+        .expect("round")
+}
+
+/// Per key, the first occurrence of each event id must ascend (duplicates allowed after).
+fn assert_per_key_order(records: &[Received]) {
+    let mut seen: HashSet<i64> = HashSet::new();
+    let mut last: HashMap<&str, i64> = HashMap::new();
+    for r in records_in_partition_order(records) {
+        let id = r.ce_id();
+        if !seen.insert(id) {
+            continue; // a duplicate: the consumer drops it by ce_id
+        }
+        if let Some(prev) = last.insert(&r.key, id) {
+            assert!(prev < id, "key {} went {prev} then {id}", r.key);
+        }
+    }
+}
+
+/// Records in each partition's order (one key lives in one partition).
+fn records_in_partition_order(records: &[Received]) -> Vec<&Received> {
+    let mut by_part: BTreeMap<i32, Vec<&Received>> = BTreeMap::new();
+    for r in records {
+        by_part.entry(r.partition).or_default().push(r);
+    }
+    by_part.into_values().flatten().collect()
+}
+
+#[tokio::test]
+async fn every_event_arrives_in_key_order_with_cloudevents_headers() {
+    let env = TestEnv::new("disp_all").await;
+    let cluster = mock(3);
+    let bootstrap = cluster.bootstrap_servers();
+    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
+    let ids = seed_events(&env, &keys(1000, 37)).await;
+    let mut p = producer(&d);
+    let mut state = DispatchState::default();
+    drain(&env, &mut p, &d.cfg, &mut state, 100).await;
+    assert_eq!(states(&env).await.get("SENT"), Some(&1000));
+
+    let got = consume(&bootstrap, TOPIC, PARTITIONS, ids.len());
+    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
+    assert_eq!(
+        unique,
+        ids.iter().copied().collect(),
+        "every event, nothing else"
+    );
+    assert_per_key_order(&got);
+    let r = &got[0];
+    assert_eq!(r.headers["ce_specversion"], "1.0");
+    assert_eq!(r.headers["ce_source"], "/msgexchange");
+    assert_eq!(r.headers["ce_type"], "msgx.flight_updated");
+    assert_eq!(r.headers["content-type"], "application/json");
+    assert_eq!(r.headers["ce_subject"], r.key);
+    assert!(r.headers["ce_time"].ends_with('Z'));
+    let msg_id: i64 = r.headers["ce_msgxmsgid"].parse().expect("msg id header");
+    assert!(
+        r.payload.contains(&format!("\"msg_id\": {msg_id}"))
+            || r.payload.contains(&format!("\"msg_id\":{msg_id}"))
+    );
+    // Where each landed is recorded.
+    let missing: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM msg_event WHERE kafka_offset IS NULL OR sent_at IS NULL",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .expect("offsets");
+    assert_eq!(missing, 0);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn broker_errors_delay_events_but_lose_none() {
+    let env = TestEnv::new("disp_errors").await;
+    let cluster = mock(3);
+    let bootstrap = cluster.bootstrap_servers();
+    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__BATCH", "200")]);
+    let ids = seed_events(&env, &keys(600, 25)).await;
+    let mut p = producer(&d);
+    let mut state = DispatchState::default();
+
+    // Retriable produce errors: librdkafka retries them itself, in order (idempotence).
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+        ],
+    );
+    let first = round(&env, &mut p, &d.cfg, &mut state).await;
+    assert!(first.acked > 0, "retriable errors only delay: {first:?}");
+    flush(&env.store, &mut state).await.expect("flush");
+
+    // All brokers down: sends time out (delivery_timeout 3s) and back off.
+    for b in 1..=3 {
+        cluster.broker_down(b).expect("down");
+    }
+    let down = round(&env, &mut p, &d.cfg, &mut state).await;
+    assert_eq!(down.acked, 0, "{down:?}");
+    assert!(down.failed > 0, "{down:?}");
+    flush(&env.store, &mut state).await.expect("flush");
+    let backing_off: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM msg_event WHERE state = 'PENDING' AND next_attempt_at > $1",
+    )
+    .bind(env.clock.now())
+    .fetch_one(env.store.pool())
+    .await
+    .expect("count");
+    assert_eq!(backing_off as usize, down.failed);
+    // Later events of a backing-off key wait; a round now selects no event of those keys.
+    let blocked_keys: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT flight_key FROM msg_event WHERE state = 'PENDING' AND next_attempt_at > $1",
+    )
+    .bind(env.clock.now())
+    .fetch_all(env.store.pool())
+    .await
+    .expect("keys");
+    let next = env
+        .store
+        .deliverable_events(env.clock.now(), 10_000, &[], &[])
+        .await
+        .expect("deliverable");
+    assert!(next.iter().all(|e| !blocked_keys.contains(&e.flight_key)));
+
+    for b in 1..=3 {
+        cluster.broker_up(b).expect("up");
+    }
+    drain(&env, &mut p, &d.cfg, &mut state, 200).await;
+    let got = consume(&bootstrap, TOPIC, PARTITIONS, ids.len());
+    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
+    assert_eq!(unique.len(), ids.len(), "none lost");
+    assert_per_key_order(&got);
+    let retried: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE attempts > 0")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("attempts");
+    assert!(retried > 0);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn exhausted_events_go_dead_and_to_the_dead_letter_topic() {
+    let env = TestEnv::new("disp_dead").await;
+    let cluster = mock(1);
+    let bootstrap = cluster.bootstrap_servers();
+    let d = deps(
+        &env,
+        &bootstrap,
+        &[
+            ("MSGX_DISPATCH__MAX_ATTEMPTS", "2"),
+            ("MSGX_KAFKA__DELIVERY_TIMEOUT", "1s"),
+            ("MSGX_KAFKA__REQUEST_TIMEOUT", "500ms"),
+        ],
+    );
+    let ids = seed_events(&env, &keys(5, 5)).await;
+    let mut p = producer(&d);
+    let mut state = DispatchState::default();
+    // The event topic refuses us; the dead-letter topic does not.
+    cluster
+        .topic_error(
+            TOPIC,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+        )
+        .expect("topic error");
+    drain(&env, &mut p, &d.cfg, &mut state, 50).await;
+    assert_eq!(
+        states(&env).await.get("DEAD"),
+        Some(&5),
+        "{:?}",
+        states(&env).await
+    );
+    let dead = consume(&bootstrap, DLQ, PARTITIONS, ids.len());
+    let unique: HashSet<i64> = dead.iter().map(Received::ce_id).collect();
+    assert_eq!(unique, ids.iter().copied().collect());
+    for r in &dead {
+        assert_eq!(r.headers["ce_msgxorigtopic"], TOPIC);
+        assert_eq!(r.headers["ce_msgxattempts"], "2");
+        assert!(!r.headers["ce_msgxerror"].is_empty());
+    }
+    let errors: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT last_error FROM msg_event ORDER BY event_id")
+            .fetch_all(env.store.pool())
+            .await
+            .expect("errors");
+    assert!(errors.iter().all(Option::is_some));
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_fatal_producer_error_rebuilds_the_producer_and_nothing_is_lost() {
+    let env = TestEnv::new("disp_fatal").await;
+    let cluster = mock(1);
+    let bootstrap = cluster.bootstrap_servers();
+    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__BATCH", "50")]);
+    let ids = seed_events(&env, &keys(200, 10)).await;
+    let mut p = producer(&d);
+    let mut state = DispatchState::default();
+    let first = round(&env, &mut p, &d.cfg, &mut state).await;
+    assert_eq!(first.acked, 50);
+    p.inject_fatal_error("test: out of order sequence");
+    let broken = round(&env, &mut p, &d.cfg, &mut state).await;
+    assert_eq!(broken.sent, 50, "the first round's acks are written");
+    assert!(broken.producer_recreated.is_some(), "{broken:?}");
+    assert_eq!(p.generation(), 1);
+    drain(&env, &mut p, &d.cfg, &mut state, 100).await;
+    let got = consume(&bootstrap, TOPIC, PARTITIONS, ids.len());
+    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
+    assert_eq!(unique.len(), ids.len());
+    assert_per_key_order(&got);
+    env.cleanup().await;
+}
+
+#[actix_rt::test]
+async fn the_actor_delivers_when_woken_without_busy_polling() {
+    let env = TestEnv::new("disp_actor").await;
+    let cluster = mock(1);
+    let bootstrap = cluster.bootstrap_servers();
+    // A safety-net poll far longer than the test: only the wake-up can deliver in time.
+    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
+    let producer = producer(&d);
+    let addr = Dispatcher::new(
+        env.store.clone(),
+        common::shared(&env.clock),
+        producer,
+        d.cfg.clone(),
+        d.idle_poll,
+    )
+    .start();
+    // Let the start-up round find nothing.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    seed_events(&env, &keys(20, 4)).await;
+    addr.do_send(EventsQueued { msg_id: 1 });
+    let start = Instant::now();
+    loop {
+        if states(&env).await.get("SENT") == Some(&20) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "not delivered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env.cleanup().await;
+}
+
+/// Keys with a failed send, the events of other keys not yet SENT, and SENT events that
+/// overtook a still-pending failed event of their key.
+async fn hold_check(env: &TestEnv) -> (Vec<String>, i64, i64) {
+    let failed_keys: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT flight_key FROM msg_event WHERE attempts > 0 ORDER BY 1",
+    )
+    .fetch_all(env.store.pool())
+    .await
+    .expect("failed keys");
+    let undelivered_other: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM msg_event WHERE state <> 'SENT' AND NOT (flight_key = ANY($1))",
+    )
+    .bind(&failed_keys)
+    .fetch_one(env.store.pool())
+    .await
+    .expect("count");
+    let overtaken: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM msg_event s JOIN msg_event f \
+           ON f.flight_key = s.flight_key AND f.attempts > 0 AND f.state = 'PENDING' \
+         WHERE s.state = 'SENT' AND s.event_id > f.event_id",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .expect("count");
+    (failed_keys, undelivered_other, overtaken)
+}
+
+/// Rounds without moving the clock until nothing more is deliverable.
+async fn rounds_until_stuck(
+    env: &TestEnv,
+    p: &mut EventProducer,
+    cfg: &DispatchConfig,
+    state: &mut DispatchState,
+) {
+    for _ in 0..100 {
+        let r = round(env, p, cfg, state).await;
+        if r.selected == 0 && !state.has_unrecorded() {
+            return;
+        }
+    }
+    panic!("rounds never ran dry");
+}
+
+/// Drains, reads the topic back and checks nothing is lost and per-key order holds.
+async fn drain_and_check(
+    env: &TestEnv,
+    p: &mut EventProducer,
+    cfg: &DispatchConfig,
+    state: &mut DispatchState,
+    bootstrap: &str,
+    events: usize,
+) {
+    drain(env, p, cfg, state, 200).await;
+    let got = consume(bootstrap, TOPIC, PARTITIONS, events);
+    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
+    assert_eq!(unique.len(), events, "none lost");
+    assert_per_key_order(&got);
+}
+
+#[tokio::test]
+async fn one_broker_down_holds_back_only_the_keys_it_leads() {
+    let env = TestEnv::new("disp_partial").await;
+    let cluster = mock(3);
+    for p in 0..PARTITIONS {
+        cluster
+            .partition_leader(TOPIC, p, Some(p + 1))
+            .expect("leader");
+    }
+    let bootstrap = cluster.bootstrap_servers();
+    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
+    let ids = seed_events(&env, &keys(300, 30)).await;
+    let mut p = producer(&d);
+    let mut state = DispatchState::default();
+    // Warm up metadata so every partition's leader is known before the outage.
+    let warm = round(&env, &mut p, &d.cfg, &mut state).await;
+    assert!(warm.acked > 0);
+    cluster.broker_down(1).expect("down");
+    rounds_until_stuck(&env, &mut p, &d.cfg, &mut state).await;
+    let (failed_keys, undelivered_other, overtaken) = hold_check(&env).await;
+    assert!(
+        !failed_keys.is_empty(),
+        "the partition led by broker 1 failed"
+    );
+    assert!(
+        failed_keys.len() < 30,
+        "only that partition's keys: {failed_keys:?}"
+    );
+    assert_eq!(undelivered_other, 0, "other keys are not held back");
+    assert_eq!(overtaken, 0, "no later event of a failed key was sent");
+
+    cluster.broker_up(1).expect("up");
+    drain_and_check(&env, &mut p, &d.cfg, &mut state, &bootstrap, ids.len()).await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_failed_event_holds_back_the_later_events_of_its_key() {
+    let env = TestEnv::new("disp_hold").await;
+    let cluster = mock(1);
+    let bootstrap = cluster.bootstrap_servers();
+    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__BATCH", "60")]);
+    let ids = seed_events(&env, &keys(600, 30)).await;
+    let mut p = producer(&d);
+    let mut state = DispatchState::default();
+    let warm = round(&env, &mut p, &d.cfg, &mut state).await;
+    assert_eq!(warm.acked, 60);
+    // The next produce request is refused for good: its events fail, nothing else does.
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    );
+    // Without moving the clock: the failed events stay in backoff while the rest drains.
+    rounds_until_stuck(&env, &mut p, &d.cfg, &mut state).await;
+    let (failed_keys, undelivered_other, overtaken) = hold_check(&env).await;
+    assert!(!failed_keys.is_empty(), "the refused request failed events");
+    assert_eq!(overtaken, 0, "a later event of a failed key went out first");
+    assert_eq!(undelivered_other, 0, "other keys are not held back");
+
+    drain_and_check(&env, &mut p, &d.cfg, &mut state, &bootstrap, ids.len()).await;
+    env.cleanup().await;
+}
