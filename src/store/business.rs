@@ -86,20 +86,11 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<(BusinessResult, Refused), StoreError> {
         let mut tx = self.pool().begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(PIPELINE_LOCK_KEY)
-            .execute(&mut *tx)
-            .await?;
-        let state: Option<String> =
-            sqlx::query_scalar("SELECT state FROM proc_state WHERE msg_id = $1 FOR UPDATE")
-                .bind(msg_id)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let (state, current) = lock_and_load(&mut tx, msg_id, load).await?;
         if !matches!(state.as_deref(), Some("PENDING" | "FAILED")) {
             tx.rollback().await?;
             return Ok((BusinessResult::NotUnfinished, Refused::default()));
         }
-        let current = load_flights(&mut tx, load).await?;
         let tombstones = if guarded {
             let mut keys: Vec<String> = load.to_vec();
             keys.extend(current.keys().cloned());
@@ -108,22 +99,6 @@ impl Store {
             Tombstones::new()
         };
         let GuardedPlan { plan, refused } = plan(&current, &tombstones);
-        for change in &plan.changes {
-            write_change(&mut tx, change, msg_id, now).await?;
-        }
-        for event in &plan.events {
-            sqlx::query(
-                "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
-                 VALUES ($1, $2, $3, $4, $5)",
-            )
-            .bind(msg_id)
-            .bind(&event.flight_key)
-            .bind(event.event_type.as_str())
-            .bind(&event.payload)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        }
         if let Some(s) = &plan.snapshot {
             sqlx::query(
                 "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, request_id, flights, \
@@ -155,19 +130,7 @@ impl Store {
             }
         }
         let stale = (!refused.is_empty()).then(|| refused.to_json());
-        sqlx::query(
-            "UPDATE proc_state SET state = 'SUCCEEDED', error_class = NULL, error_text = NULL, \
-                    terminal_reason = NULL, terminal_at = $2, next_attempt_at = NULL, \
-                    processed_seq = nextval('proc_order_seq'), backfill_next_at = $2, \
-                    msg_type = $3, stale_fields = $4, updated_at = $2 \
-             WHERE msg_id = $1",
-        )
-        .bind(msg_id)
-        .bind(now)
-        .bind(msg_type)
-        .bind(stale)
-        .execute(&mut *tx)
-        .await?;
+        write_outcome(&mut tx, &plan, msg_id, msg_type, stale, now).await?;
         tx.commit().await?;
         Ok((
             BusinessResult::Committed {
@@ -213,6 +176,51 @@ async fn load_flights(
         .collect()
 }
 
+/// In ONE statement, in this order: the pipeline lock, the message's row (locked), and the
+/// named flights with their code-shares (locked, in FLID order). The lock is an InitPlan
+/// evaluated before the row is scanned, so the lock order is the same as replay's and the
+/// backfill confirmation's (pipeline lock first). Returns the row's state (None when the row
+/// does not exist; the flights are then not loaded) and the flights.
+async fn lock_and_load(
+    tx: &mut Transaction<'_, Postgres>,
+    msg_id: i64,
+    flids: &[String],
+) -> Result<(Option<String>, BTreeMap<String, Flight>), StoreError> {
+    type Row = (
+        String,
+        Option<String>,
+        Option<serde_json::Value>,
+        Option<serde_json::Value>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "WITH p AS (SELECT state FROM proc_state \
+                    WHERE msg_id = $2 AND (SELECT 1 FROM pg_advisory_xact_lock($1)) = 1 \
+                    FOR UPDATE) \
+         SELECT p.state, f.flid, f.fields, f.versions FROM p \
+         LEFT JOIN LATERAL (SELECT flid, fields, versions FROM flight_state \
+                            WHERE flid = ANY($3) OR master_flid = ANY($3) \
+                            ORDER BY flid FOR UPDATE) f ON true",
+    )
+    .bind(PIPELINE_LOCK_KEY)
+    .bind(msg_id)
+    .bind(flids)
+    .fetch_all(&mut **tx)
+    .await?;
+    let state = rows.first().map(|r| r.0.clone());
+    let mut flights = BTreeMap::new();
+    for (_, flid, fields, versions) in rows {
+        let (Some(flid), Some(fields), Some(versions)) = (flid, fields, versions) else {
+            continue;
+        };
+        let flight: Flight = serde_json::from_value(serde_json::json!({
+            "flid": flid, "fields": fields, "versions": versions
+        }))
+        .map_err(|e| StoreError::Corrupt(format!("flight_state {flid}: {e}")))?;
+        flights.insert(flid, flight);
+    }
+    Ok((state, flights))
+}
+
 /// The newest delete of each of `flids` (a flight deleted by name or as a code-share), from
 /// the `FLIGHT_DELETED` events: `payload.sent_at` (the deleting message's send time) and its
 /// `msg_id`. Only late messages need it (a rare path; no index on `flight_key`).
@@ -237,38 +245,76 @@ async fn load_tombstones(
         .collect())
 }
 
-async fn write_change(
+/// Every row the plan changes, every event it raises and the SUCCEEDED terminal state with its
+/// backfill intent, in ONE statement (data-modifying CTEs): one round trip however many flights
+/// a message touches. A plan has at most one change per flight, so the upsert and the delete
+/// never meet the same row; events get their ids in plan order (the delivery order per key).
+async fn write_outcome(
     tx: &mut Transaction<'_, Postgres>,
-    change: &FlightChange,
+    plan: &Plan,
     msg_id: i64,
+    msg_type: &str,
+    stale: Option<serde_json::Value>,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    match change {
-        FlightChange::Created { after } | FlightChange::Updated { after, .. } => {
-            let json = serde_json::to_value(after)
-                .map_err(|e| StoreError::Corrupt(format!("flight {}: {e}", after.flid)))?;
-            sqlx::query(
-                "INSERT INTO flight_state (flid, master_flid, fields, versions, created_by_msg, \
-                 updated_by_msg, updated_at) VALUES ($1, $2, $3, $4, $5, $5, $6) \
-                 ON CONFLICT (flid) DO UPDATE SET master_flid = EXCLUDED.master_flid, \
-                 fields = EXCLUDED.fields, versions = EXCLUDED.versions, \
-                 updated_by_msg = EXCLUDED.updated_by_msg, updated_at = EXCLUDED.updated_at",
-            )
-            .bind(&after.flid)
-            .bind(after.master())
-            .bind(&json["fields"])
-            .bind(&json["versions"])
-            .bind(msg_id)
-            .bind(now)
-            .execute(&mut **tx)
-            .await?;
-        }
-        FlightChange::Deleted { before, .. } => {
-            sqlx::query("DELETE FROM flight_state WHERE flid = $1")
-                .bind(&before.flid)
-                .execute(&mut **tx)
-                .await?;
+    let mut up_flid = Vec::new();
+    let mut up_master: Vec<Option<String>> = Vec::new();
+    let mut up_fields = Vec::new();
+    let mut up_versions = Vec::new();
+    let mut deleted = Vec::new();
+    for change in &plan.changes {
+        match change {
+            FlightChange::Created { after } | FlightChange::Updated { after, .. } => {
+                let json = serde_json::to_value(after)
+                    .map_err(|e| StoreError::Corrupt(format!("flight {}: {e}", after.flid)))?;
+                up_flid.push(after.flid.clone());
+                up_master.push(after.master().map(str::to_string));
+                up_fields.push(json["fields"].clone());
+                up_versions.push(json["versions"].clone());
+            }
+            FlightChange::Deleted { before, .. } => deleted.push(before.flid.clone()),
         }
     }
+    let ev_key: Vec<&str> = plan.events.iter().map(|e| e.flight_key.as_str()).collect();
+    let ev_type: Vec<&str> = plan.events.iter().map(|e| e.event_type.as_str()).collect();
+    let ev_payload: Vec<&serde_json::Value> = plan.events.iter().map(|e| &e.payload).collect();
+    sqlx::query(
+        "WITH up AS ( \
+             INSERT INTO flight_state (flid, master_flid, fields, versions, created_by_msg, \
+                                       updated_by_msg, updated_at) \
+             SELECT u.flid, u.master, u.fields, u.versions, $1, $1, $2 \
+             FROM UNNEST($5::text[], $6::text[], $7::jsonb[], $8::jsonb[]) \
+                  AS u(flid, master, fields, versions) \
+             ON CONFLICT (flid) DO UPDATE SET master_flid = EXCLUDED.master_flid, \
+                  fields = EXCLUDED.fields, versions = EXCLUDED.versions, \
+                  updated_by_msg = EXCLUDED.updated_by_msg, updated_at = EXCLUDED.updated_at \
+             RETURNING 1), \
+         del AS (DELETE FROM flight_state WHERE flid = ANY($9::text[]) RETURNING 1), \
+         ev AS ( \
+             INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
+             SELECT $1, e.k, e.t, e.p, $2 \
+             FROM UNNEST($10::text[], $11::text[], $12::jsonb[]) WITH ORDINALITY AS e(k, t, p, o) \
+             ORDER BY e.o \
+             RETURNING 1) \
+         UPDATE proc_state SET state = 'SUCCEEDED', error_class = NULL, error_text = NULL, \
+                terminal_reason = NULL, terminal_at = $2, next_attempt_at = NULL, \
+                processed_seq = nextval('proc_order_seq'), backfill_next_at = $2, \
+                msg_type = $3, stale_fields = $4, updated_at = $2 \
+         WHERE msg_id = $1",
+    )
+    .bind(msg_id)
+    .bind(now)
+    .bind(msg_type)
+    .bind(stale)
+    .bind(&up_flid)
+    .bind(&up_master)
+    .bind(&up_fields)
+    .bind(&up_versions)
+    .bind(&deleted)
+    .bind(&ev_key)
+    .bind(&ev_type)
+    .bind(&ev_payload)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }

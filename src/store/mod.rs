@@ -63,6 +63,11 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 pub struct Store {
     /// Shared pool.
     pool: PgPool,
+    /// A small pool whose sessions run with `synchronous_commit = off`: the pump's per-message
+    /// bookkeeping (attempt stamp, identity binding) commits there as ONE autocommit statement
+    /// instead of BEGIN; SET LOCAL; UPDATE; COMMIT — durable no later than the synchronous
+    /// business commit that follows it (the WAL is flushed in order), re-done if a crash loses it.
+    relaxed: PgPool,
 }
 
 impl Store {
@@ -85,13 +90,31 @@ impl Store {
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self::with_relaxed(pool))
     }
 
     /// Wraps an existing pool (tests, tools); runs migrations.
     pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
         MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self::with_relaxed(pool))
+    }
+
+    /// Adds the relaxed-commit pool (same server and credentials, connected lazily).
+    fn with_relaxed(pool: PgPool) -> Self {
+        let options = (*pool.connect_options())
+            .clone()
+            .options([("synchronous_commit", "off")]);
+        let relaxed = PgPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(pool.options().get_acquire_timeout())
+            .test_before_acquire(false)
+            .connect_lazy_with(options);
+        Self { pool, relaxed }
+    }
+
+    /// The relaxed-commit pool (see the field).
+    pub(crate) fn relaxed(&self) -> &PgPool {
+        &self.relaxed
     }
 
     /// The pool.

@@ -105,24 +105,19 @@ impl Store {
         msg_id: i64,
         now: DateTime<Utc>,
     ) -> Result<Option<i32>, StoreError> {
-        // Relaxed commit: the business transaction's synchronous commit flushes the WAL up to
-        // and including this record, so the stamp is durable whenever its outcome is; a crash
-        // before that may lose it, and the attempt is simply stamped again.
-        let mut tx = self.pool().begin().await?;
-        sqlx::query("SET LOCAL synchronous_commit = off")
-            .execute(&mut *tx)
-            .await?;
-        let attempts = sqlx::query_scalar(&format!(
+        // Relaxed commit (one autocommit statement on the relaxed pool): the business
+        // transaction's synchronous commit flushes the WAL up to and including this record, so
+        // the stamp is durable whenever its outcome is; a crash before that may lose it, and
+        // the attempt is simply stamped again.
+        Ok(sqlx::query_scalar(&format!(
             "UPDATE proc_state SET attempts = attempts + 1, \
                     processing_started_at = COALESCE(processing_started_at, $2), updated_at = $2 \
              WHERE msg_id = $1 AND {UNFINISHED} RETURNING attempts"
         ))
         .bind(msg_id)
         .bind(now)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(attempts)
+        .fetch_optional(self.relaxed())
+        .await?)
     }
 
     /// FAILED with a class and the next attempt time.
@@ -208,27 +203,20 @@ impl Store {
 
     /// Binds the identity in its own statement; first binding wins (unique index).
     pub async fn bind_identity(&self, msg_id: i64, key: &str) -> Result<Binding, StoreError> {
-        // Relaxed commit, as for the stamp: the binding is durable no later than the business
-        // transaction that follows it; if a crash loses it, the next attempt binds again.
-        let mut tx = self.pool().begin().await?;
-        sqlx::query("SET LOCAL synchronous_commit = off")
-            .execute(&mut *tx)
-            .await?;
+        // Relaxed commit (relaxed pool), as for the stamp: the binding is durable no later than
+        // the business transaction that follows it; if a crash loses it, the next attempt
+        // binds again.
         let bound = sqlx::query(
             "UPDATE proc_state SET identity_key = $2 WHERE msg_id = $1 \
              AND identity_key IS DISTINCT FROM $2",
         )
         .bind(msg_id)
         .bind(key)
-        .execute(&mut *tx)
+        .execute(self.relaxed())
         .await;
         match bound {
-            Ok(_) => {
-                tx.commit().await?;
-                Ok(Binding::Bound)
-            }
+            Ok(_) => Ok(Binding::Bound),
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
-                tx.rollback().await?;
                 let holder: Option<i64> =
                     sqlx::query_scalar("SELECT msg_id FROM proc_state WHERE identity_key = $1")
                         .bind(key)

@@ -4,9 +4,9 @@
 //! `BEGIN; UPDATE; COMMIT` rate with `synchronous_commit` on). Not a timed test: it prints
 //! numbers. The server's `synchronous_commit` is never changed: the business transaction's
 //! commit waits for the disk flush, as it must; only the pump's stamp and identity binding (and
-//! the bare shapes that mirror them) relax it for their own transaction with `SET LOCAL
-//! synchronous_commit = off`, so a message waits for ONE WAL flush, and its stamp and binding
-//! are durable no later than its outcome.
+//! the bare shapes that mirror them) relax it: they are single autocommit statements on a
+//! session with `synchronous_commit = off` (the store's relaxed pool), so a message waits for
+//! ONE WAL flush, and its stamp and binding are durable no later than its outcome.
 //!
 //! Everything happens in FRESH databases `msgx_bench_<pid>` (the [`BenchDbs`] of `bench
 //! enqueue`), dropped at the end, also after a failure, unless `--keep`.
@@ -17,11 +17,12 @@
 //!    explicit contiguous ids, in generation order; then `poll_once` until W reaches the head
 //!    (not timed);
 //! 2. bare limits: scratch tables, one held connection, `synchronous_commit` as the server has
-//!    it: autocommit `UPDATE`, `BEGIN; UPDATE; COMMIT`, the relaxed transaction (`BEGIN; SET
-//!    LOCAL synchronous_commit = off; UPDATE; COMMIT`: the stamp's and the binding's shape),
-//!    the pump-shaped transaction (advisory lock, `SELECT … FOR UPDATE`, `INSERT`, `UPDATE`)
-//!    and the pump-shaped message (stamp and bind, each a relaxed transaction, then that
-//!    transaction: one synchronous commit, two relaxed ones), plus one round trip and one pool
+//!    it: autocommit `UPDATE`, `BEGIN; UPDATE; COMMIT`, the relaxed commit (one autocommit
+//!    `UPDATE` on a second connection whose session has `synchronous_commit = off`: the
+//!    stamp's and the binding's shape), the pump-shaped transaction (advisory lock with `SELECT …
+//!    FOR UPDATE`, one `WITH … INSERT … UPDATE`) and the pump-shaped message (stamp and bind,
+//!    each a relaxed commit, then that transaction: one synchronous commit, two relaxed
+//!    ones), plus one round trip and one pool
 //!    acquire (the store pool's: no ping before checkout);
 //! 3. the real thing: `PumpCore::step()` (SystemClock) until Idle; every outcome must be
 //!    SUCCEEDED, in MSG_ID order. Short bare probes run before it and after every tenth (pump

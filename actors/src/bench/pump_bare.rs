@@ -2,8 +2,9 @@
 //! measured against, in scratch tables of the bench store, with `synchronous_commit` as the
 //! server has it (never changed for the server or a session): every commit waits for the WAL
 //! flush, except in the relaxed transactions, which mirror the pump's stamp and identity
-//! binding (`Store::stamp_attempt`, `Store::bind_identity`) and turn it off for themselves
-//! alone: `BEGIN; SET LOCAL synchronous_commit = off; UPDATE; COMMIT`.
+//! binding (`Store::stamp_attempt`, `Store::bind_identity`): one autocommit `UPDATE` on a
+//! second held connection whose session has `synchronous_commit = off`, as the store's
+//! relaxed pool.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,11 +26,11 @@ pub(super) enum BareShape {
     Autocommit,
     /// `BEGIN; UPDATE …; COMMIT`: the issue's bare limit.
     Tx,
-    /// The stamp's shape: `BEGIN; SET LOCAL synchronous_commit = off; UPDATE … RETURNING;
-    /// COMMIT` (a relaxed commit: no wait for the WAL flush).
+    /// The stamp's shape: one autocommit `UPDATE … RETURNING` on a session with
+    /// `synchronous_commit = off` (a relaxed commit: no wait for the WAL flush).
     RelaxedTx,
-    /// The business transaction's shape: `BEGIN; pg_advisory_xact_lock; SELECT … FOR UPDATE;
-    /// INSERT; UPDATE; COMMIT`.
+    /// The business transaction's shape: `BEGIN`; the advisory lock and `SELECT … FOR UPDATE`
+    /// in one statement; `WITH … INSERT … UPDATE` (one statement); `COMMIT`.
     PumpTx,
     /// A message's transactions as the pump runs them: stamp and bind identity (an UPDATE of
     /// a uniquely indexed column), each in a relaxed transaction, then the pump-shaped
@@ -37,13 +38,12 @@ pub(super) enum BareShape {
     PumpMessage,
 }
 
-/// Statements of a relaxed transaction: `BEGIN`, `SET LOCAL synchronous_commit = off`, the
-/// `UPDATE`, `COMMIT` (one round trip each).
-pub(super) const RELAXED_TX_STATEMENTS: u32 = 4;
+/// Statements of a relaxed commit: the one autocommit `UPDATE` on the relaxed session.
+pub(super) const RELAXED_TX_STATEMENTS: u32 = 1;
 
-/// Statements of the pump-shaped transaction: `BEGIN`, the advisory lock, `SELECT … FOR
-/// UPDATE`, `INSERT`, `UPDATE`, `COMMIT`.
-pub(super) const PUMP_TX_STATEMENTS: u32 = 6;
+/// Statements of the pump-shaped transaction: `BEGIN`, the lock and the row, the writes,
+/// `COMMIT`.
+pub(super) const PUMP_TX_STATEMENTS: u32 = 4;
 
 impl BareShape {
     /// Every shape, in measuring order.
@@ -60,7 +60,7 @@ impl BareShape {
         match self {
             Self::Autocommit => "autocommit UPDATE",
             Self::Tx => "BEGIN; UPDATE; COMMIT",
-            Self::RelaxedTx => "relaxed tx",
+            Self::RelaxedTx => "relaxed commit",
             Self::PumpTx => "pump-shaped tx",
             Self::PumpMessage => "pump-shaped message",
         }
@@ -83,7 +83,7 @@ impl BareShape {
         }
     }
 
-    /// Round trips per unit (BEGIN, SET LOCAL and COMMIT are one each).
+    /// Round trips per unit (BEGIN and COMMIT are one each).
     pub(super) fn round_trips(self) -> u32 {
         match self {
             Self::Autocommit => 1,
@@ -201,12 +201,22 @@ pub(super) async fn bare_shape(
     max_units: u64,
     max_time: Duration,
 ) -> anyhow::Result<BareRun> {
-    // One connection for the whole run: the single-connection commit rate.
+    // One connection for the whole run: the single-connection commit rate; and, as the store
+    // has, a second one whose session commits without waiting for the WAL flush.
     let mut conn = tables
         .pool
         .acquire()
         .await
         .context("a connection for a bare run")?;
+    let mut relaxed = tables
+        .pool
+        .acquire()
+        .await
+        .context("a relaxed connection for a bare run")?;
+    sqlx::query("SET synchronous_commit = off")
+        .execute(&mut *relaxed)
+        .await
+        .context("SET synchronous_commit = off")?;
     let capacity = usize::try_from(max_units.min(8_192)).unwrap_or(8_192);
     let mut unit_latency = Vec::with_capacity(capacity);
     let mut commit_latency = Vec::with_capacity(capacity);
@@ -232,14 +242,14 @@ pub(super) async fn bare_shape(
                 tx.commit().await.context("COMMIT")?;
                 t.elapsed()
             }
-            BareShape::RelaxedTx => relaxed_stamp(&mut conn, id).await?,
+            BareShape::RelaxedTx => relaxed_stamp(&mut relaxed, id).await?,
             BareShape::PumpTx => pump_tx(&mut conn, id, &payload).await?,
             BareShape::PumpMessage => {
-                relaxed_stamp(&mut conn, id).await?;
+                relaxed_stamp(&mut relaxed, id).await?;
                 // A key never bound before, as a new message's: the UPDATE always writes
                 // and inserts into the unique index.
                 let key = NEXT_IDENT.fetch_add(1, Ordering::Relaxed);
-                relaxed_bind(&mut conn, id, &format!("BENCH|FLOP|UPDT|{key}")).await?;
+                relaxed_bind(&mut relaxed, id, &format!("BENCH|FLOP|UPDT|{key}")).await?;
                 pump_tx(&mut conn, id, &payload).await?
             }
         };
@@ -270,24 +280,10 @@ async fn update_n(conn: &mut sqlx::PgConnection, id: i64) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// `BEGIN; SET LOCAL synchronous_commit = off`, as `Store::stamp_attempt` and
-/// `Store::bind_identity` open theirs.
-async fn relaxed_begin(
-    conn: &mut sqlx::PgConnection,
-) -> anyhow::Result<sqlx::Transaction<'_, sqlx::Postgres>> {
-    let mut tx = conn.begin().await.context("BEGIN")?;
-    sqlx::query("SET LOCAL synchronous_commit = off")
-        .execute(&mut *tx)
-        .await
-        .context("SET LOCAL synchronous_commit = off")?;
-    Ok(tx)
-}
-
-/// The stamp in a relaxed transaction (`Store::stamp_attempt`'s shape); returns the COMMIT's
-/// time.
+/// The stamp on the relaxed session (`Store::stamp_attempt`'s shape); returns its time.
 async fn relaxed_stamp(conn: &mut sqlx::PgConnection, id: i64) -> anyhow::Result<Duration> {
     let now = Utc::now();
-    let mut tx = relaxed_begin(conn).await?;
+    let t = Instant::now();
     let attempts: Option<i32> = sqlx::query_scalar(
         "UPDATE bench_commit SET attempts = attempts + 1, \
          started_at = COALESCE(started_at, $2), updated_at = $2 \
@@ -295,31 +291,27 @@ async fn relaxed_stamp(conn: &mut sqlx::PgConnection, id: i64) -> anyhow::Result
     )
     .bind(id)
     .bind(now)
-    .fetch_optional(&mut *tx)
+    .fetch_optional(conn)
     .await
     .context("stamp UPDATE")?;
     anyhow::ensure!(attempts.is_some(), "bench_commit row {id} missing");
-    let t = Instant::now();
-    tx.commit().await.context("relaxed COMMIT")?;
     Ok(t.elapsed())
 }
 
-/// The identity binding in a relaxed transaction (`Store::bind_identity`'s shape: an UPDATE
-/// of a uniquely indexed column); returns the COMMIT's time.
+/// The identity binding on the relaxed session (`Store::bind_identity`'s shape: an UPDATE of a
+/// uniquely indexed column); returns its time.
 async fn relaxed_bind(
     conn: &mut sqlx::PgConnection,
     id: i64,
     ident: &str,
 ) -> anyhow::Result<Duration> {
-    let mut tx = relaxed_begin(conn).await?;
+    let t = Instant::now();
     sqlx::query("UPDATE bench_commit SET ident = $2 WHERE id = $1")
         .bind(id)
         .bind(ident)
-        .execute(&mut *tx)
+        .execute(conn)
         .await
         .context("identity UPDATE")?;
-    let t = Instant::now();
-    tx.commit().await.context("relaxed COMMIT")?;
     Ok(t.elapsed())
 }
 
@@ -331,35 +323,27 @@ async fn pump_tx(
 ) -> anyhow::Result<Duration> {
     let now = Utc::now();
     let mut tx = conn.begin().await.context("BEGIN")?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
-        .bind(PIPELINE_LOCK_KEY)
-        .execute(&mut *tx)
-        .await
-        .context("pg_advisory_xact_lock")?;
-    let state: Option<String> =
-        sqlx::query_scalar("SELECT state FROM bench_commit WHERE id = $1 FOR UPDATE")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .context("SELECT … FOR UPDATE")?;
+    let state: Option<String> = sqlx::query_scalar(
+        "SELECT state FROM bench_commit \
+         WHERE id = $1 AND (SELECT 1 FROM pg_advisory_xact_lock($2)) = 1 FOR UPDATE",
+    )
+    .bind(id)
+    .bind(PIPELINE_LOCK_KEY)
+    .fetch_optional(&mut *tx)
+    .await
+    .context("advisory lock + SELECT … FOR UPDATE")?;
     anyhow::ensure!(state.is_some(), "bench_commit row {id} missing");
     sqlx::query(
-        "INSERT INTO bench_commit_event (commit_id, payload, created_at) VALUES ($1, $2, $3)",
+        "WITH ev AS (INSERT INTO bench_commit_event (commit_id, payload, created_at) \
+                     VALUES ($1, $2, $3) RETURNING 1) \
+         UPDATE bench_commit SET state = 'SUCCEEDED', n = n + 1, updated_at = $3 WHERE id = $1",
     )
     .bind(id)
     .bind(payload)
     .bind(now)
     .execute(&mut *tx)
     .await
-    .context("INSERT bench_commit_event")?;
-    sqlx::query(
-        "UPDATE bench_commit SET state = 'SUCCEEDED', n = n + 1, updated_at = $2 WHERE id = $1",
-    )
-    .bind(id)
-    .bind(now)
-    .execute(&mut *tx)
-    .await
-    .context("UPDATE bench_commit")?;
+    .context("INSERT bench_commit_event + UPDATE bench_commit")?;
     let t = Instant::now();
     tx.commit().await.context("COMMIT")?;
     Ok(t.elapsed())

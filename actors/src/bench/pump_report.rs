@@ -95,8 +95,8 @@ fn bracketed_rate(m: &Measured, shape: BareShape) -> Option<f64> {
 
 fn print_bare(args: &PumpBenchArgs, m: &Measured) {
     println!(
-        "  bare PG commit rates  : one held connection, synchronous_commit={} (relaxed tx: SET \
-         LOCAL synchronous_commit = off, as the pump's stamp and bind), up to {} units or {:.0}s \
+        "  bare PG commit rates  : one held connection, synchronous_commit={} (relaxed: a second \
+         connection with synchronous_commit = off, as the pump's stamp and bind), up to {} units or {:.0}s \
          each; 'before'/'after' bracket the pump run",
         m.server.synchronous_commit,
         args.bare_tx,
@@ -234,7 +234,7 @@ fn print_ratios(m: &Measured) {
         (
             BareShape::PumpMessage,
             "pump-shaped message",
-            "2 relaxed tx (stamp, bind) + business tx = 1 sync commit",
+            "2 relaxed commits (stamp, bind) + business tx = 1 sync commit",
         ),
     ] {
         let probe = m.run.probe_rate(shape, None);
@@ -270,8 +270,8 @@ fn print_stages(s: &Stages, run: &PumpRun, before: &BareLimits, test_before_acqu
     };
     let relaxed_note = || {
         format!(
-            "{RELAXED_TX_STATEMENTS} statements (BEGIN, SET LOCAL synchronous_commit = off, \
-             UPDATE, COMMIT), relaxed commit: no WAL flush wait"
+            "{RELAXED_TX_STATEMENTS} autocommit statement on the relaxed pool \
+             (synchronous_commit = off): no WAL flush wait"
         )
     };
     let refills = s.refills.max(1);
@@ -320,7 +320,7 @@ fn print_stages(s: &Stages, run: &PumpRun, before: &BareLimits, test_before_acqu
     let acquires = s.pg_acquires as f64 / n as f64;
     println!(
         "    per message: {statements:.2} PostgreSQL statements = round trips ({relaxed:.1} in the \
-         {:.0} relaxed tx, {business:.1} in the business tx, {:.2} head + read-ahead ids), over \
+         {:.0} relaxed commits, {business:.1} in the business tx, {:.2} head + read-ahead ids), over \
          {acquires:.2} pool acquires ({}); 1 synchronous commit (WAL flush) + {:.0} relaxed \
          commits; {:.1} flight rows and {:.1} events",
         relaxed / f64::from(RELAXED_TX_STATEMENTS),
@@ -341,7 +341,7 @@ fn print_stages(s: &Stages, run: &PumpRun, before: &BareLimits, test_before_acqu
     };
     if let (Some(relaxed_tx), Some(ptx)) = (mean(BareShape::RelaxedTx), mean(BareShape::PumpTx)) {
         println!(
-            "    bare probes right before the replay (means): relaxed tx {relaxed_tx:.3} ms (cf. \
+            "    bare probes right before the replay (means): relaxed commit {relaxed_tx:.3} ms (cf. \
              stamp, bind), pump-shaped tx {ptx:.3} ms (cf. business)"
         );
     }
@@ -351,13 +351,13 @@ fn print_stages(s: &Stages, run: &PumpRun, before: &BareLimits, test_before_acqu
         let floor = ptx + more * rt;
         println!(
             "    floor of this shape from the probes' p50s: pump-shaped tx {ptx:.2} + {more:.1} \
-             more statements ({relaxed:.0} of them in the relaxed tx) × one round trip {rt:.3} = \
+             more statements ({relaxed:.0} of them relaxed commits) × one round trip {rt:.3} = \
              {floor:.2} ms/msg ({:.0} msgs/s)",
             1e3 / floor.max(1e-9),
         );
         if let Some(relaxed_tx) = p50(BareShape::RelaxedTx) {
             println!(
-                "      (check: the relaxed tx probe's p50 {relaxed_tx:.3} ms is {:.1} round trips; \
+                "      (check: the relaxed commit probe's p50 {relaxed_tx:.3} ms is {:.1} round trips; \
                  the floor counts it as {RELAXED_TX_STATEMENTS})",
                 relaxed_tx / rt.max(1e-9),
             );

@@ -7,9 +7,9 @@
 //! stages come out amortised per message.
 //!
 //! Statements are counted from the store code the calls run (each one round trip): the stamp
-//! and the identity binding are relaxed transactions (`BEGIN; SET LOCAL synchronous_commit =
-//! off; UPDATE; COMMIT`, no wait for the WAL flush), the business transaction is the one
-//! synchronous commit. Pool acquires are counted apart: the store pool does not ping before
+//! and the identity binding are single autocommit statements on the relaxed pool
+//! (`synchronous_commit = off`, no wait for the WAL flush), the business transaction is the
+//! one synchronous commit. Pool acquires are counted apart: the store pool does not ping before
 //! a checkout (`test_before_acquire(false)`), so an acquire is no round trip of its own.
 
 use std::collections::BTreeMap;
@@ -39,7 +39,7 @@ pub(super) struct Stages {
     pub(super) elapsed: Duration,
     /// `Store::head` and the head decision.
     pub(super) head: Duration,
-    /// `Store::stamp_attempt` (a relaxed transaction: BEGIN, SET LOCAL, UPDATE, COMMIT).
+    /// `Store::stamp_attempt` (one autocommit UPDATE on the relaxed pool).
     pub(super) stamp: Duration,
     /// `Store::next_unfinished` (the read-ahead window), once per refill.
     pub(super) ahead_ids: Duration,
@@ -55,7 +55,7 @@ pub(super) struct Stages {
     pub(super) business: Duration,
     /// …the pure `flight::plan` it runs inside.
     pub(super) plan: Duration,
-    /// PostgreSQL statements sent (BEGIN, SET LOCAL and COMMIT count): one round trip each.
+    /// PostgreSQL statements sent (BEGIN and COMMIT count): one round trip each.
     pub(super) pg_statements: u64,
     /// PostgreSQL pool acquires (no ping before checkout in the store pool).
     pub(super) pg_acquires: u64,
@@ -257,10 +257,9 @@ async fn business(
     let BusinessResult::Committed { changes, events } = result else {
         anyhow::bail!("replay: message {msg_id} was no longer unfinished");
     };
-    // BEGIN, advisory lock, SELECT … FOR UPDATE, [flights FOR UPDATE], one per change, one
-    // per event, [snapshot], the terminal UPDATE, COMMIT.
-    let statements =
-        5 + u64::from(!load.is_empty()) + changes as u64 + events as u64 + u64::from(snapshot);
+    // BEGIN, the lock + row + flights (one statement), [snapshot], the writes (changes, events
+    // and the terminal UPDATE in one statement), COMMIT.
+    let statements = 4 + u64::from(snapshot);
     Ok((statements, plan_took, changes as u64, events as u64))
 }
 
