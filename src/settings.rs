@@ -221,11 +221,29 @@ pub struct LateSettings {
 }
 
 /// HTTP surface.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpSettings {
-    /// Listen address of `/metrics`, `/healthz`, `/readyz`.
+    /// Listen address of `/metrics`, `/healthz`, `/readyz` (and `/admin/*` when enabled).
     pub listen: String,
+    /// Bearer token of the audited operator actions under `/admin/` (replay, backfill
+    /// recovery, dead-event requeue, message view). Empty = no admin surface at all (404).
+    /// At least 16 characters; never logged.
+    pub admin_token: String,
+}
+
+impl fmt::Debug for HttpSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let token = if self.admin_token.is_empty() {
+            ""
+        } else {
+            "***"
+        };
+        f.debug_struct("HttpSettings")
+            .field("listen", &self.listen)
+            .field("admin_token", &token)
+            .finish()
+    }
 }
 
 /// Logging.
@@ -365,6 +383,13 @@ impl Settings {
             .listen
             .parse::<std::net::SocketAddr>()
             .map_err(|e| invalid("http.listen", format!("`{}`: {e}", self.http.listen)))?;
+        let token = &self.http.admin_token;
+        if !token.is_empty() && (token.len() < 16 || token.chars().any(char::is_whitespace)) {
+            return Err(invalid(
+                "http.admin_token",
+                "must be empty (no admin surface) or at least 16 characters without spaces",
+            ));
+        }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid(
                 "log.format",

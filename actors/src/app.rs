@@ -366,6 +366,7 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
 
     let health = Health::default();
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
+    let (admin_store, admin_clock) = (store.clone(), clock.clone());
     let _supervisor = start_pipeline(PipelineDeps {
         inbox,
         store,
@@ -385,7 +386,15 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         outbound: Some(outbound),
     });
     let listen = settings.http.listen.parse()?;
-    let server = crate::http::serve(listen, metrics, health)
+    let admin = (!settings.http.admin_token.is_empty()).then(|| crate::admin::AdminState {
+        store: admin_store,
+        clock: admin_clock,
+        token: settings.http.admin_token.clone(),
+    });
+    if admin.is_some() {
+        tracing::info!("admin surface enabled under /admin/ (bearer token)");
+    }
+    let server = crate::http::serve(listen, metrics, health, admin)
         .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
     let server_handle = server.handle();
     actix_rt::spawn(server);

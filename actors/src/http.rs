@@ -1,11 +1,13 @@
 //! The HTTP surface: `/metrics` (Prometheus), `/healthz` (process alive), `/readyz` (the last
-//! poll round succeeded). Unknown paths get 404, wrong methods 405: nothing else is served.
+//! poll round succeeded), and `/admin/*` when `http.admin_token` is set ([`crate::admin`]).
+//! Unknown paths get 404, wrong methods 405: nothing else is served.
 
 use std::net::SocketAddr;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::admin::AdminState;
 use crate::health::Health;
 
 async fn metrics(handle: web::Data<PrometheusHandle>) -> HttpResponse {
@@ -34,16 +36,21 @@ pub fn serve(
     listen: SocketAddr,
     handle: PrometheusHandle,
     health: Health,
+    admin: Option<AdminState>,
 ) -> std::io::Result<actix_web::dev::Server> {
     let handle = web::Data::new(handle);
     let health = web::Data::new(health);
     let server = HttpServer::new(move || {
-        App::new()
+        let app = App::new()
             .app_data(handle.clone())
             .app_data(health.clone())
             .route("/metrics", web::get().to(metrics))
             .route("/healthz", web::get().to(healthz))
-            .route("/readyz", web::get().to(readyz))
+            .route("/readyz", web::get().to(readyz));
+        match admin.clone() {
+            Some(state) => app.configure(crate::admin::configure(state)),
+            None => app,
+        }
     })
     .workers(1)
     .disable_signals()

@@ -2,6 +2,7 @@
 //! wiring between them, the HTTP surface and the binary's commands. The rules live in
 //! `msgx-core`.
 
+pub mod admin;
 pub mod app;
 pub mod backfill_sweeper;
 pub mod bench;

@@ -190,3 +190,105 @@ impl Store {
         })
     }
 }
+
+/// `audit_log.action` of a dead-event requeue.
+pub const ACTION_REQUEUE_EVENTS: &str = "REQUEUE_EVENTS";
+
+/// What a requeue did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeued {
+    /// `audit_log.id`.
+    pub audit_id: i64,
+    /// Events back to PENDING, ascending.
+    pub requeued: Vec<i64>,
+    /// Events left alone, and why.
+    pub refused: Vec<(i64, String)>,
+}
+
+impl Store {
+    /// Operator action: DEAD events back to PENDING (attempts, retry time and dead time
+    /// cleared; the last error kept for the record), audited with who and why, in one
+    /// transaction. The dispatcher sends them again; they arrive after later events of their
+    /// key that went out while they were DEAD (docs/operations.md, "Watching delivery").
+    pub async fn requeue_dead_events(
+        &self,
+        event_ids: &[i64],
+        actor: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Requeued, crate::store::replay::AdminError> {
+        use crate::store::replay::AdminError;
+        let (actor, why) = (actor.trim(), reason.trim());
+        if actor.is_empty() || why.is_empty() {
+            return Err(AdminError::Invalid(
+                "an audited action needs who (actor) and why (reason)".into(),
+            ));
+        }
+        let mut ids = event_ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.is_empty() {
+            return Err(AdminError::Invalid("no event ids given".into()));
+        }
+        let mut tx = self.pool().begin().await?;
+        let before: Vec<(i64, i64, String)> = sqlx::query_as(
+            "SELECT event_id, msg_id, state FROM msg_event WHERE event_id = ANY($1) \
+             ORDER BY event_id FOR UPDATE",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        let requeued: Vec<(i64, i64)> = sqlx::query_as(
+            "UPDATE msg_event SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, \
+                    dead_at = NULL, kafka_partition = NULL, kafka_offset = NULL \
+             WHERE event_id = ANY($1) AND state = 'DEAD' RETURNING event_id, msg_id",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut done: Vec<i64> = requeued.iter().map(|r| r.0).collect();
+        done.sort_unstable();
+        let refused: Vec<(i64, String)> = ids
+            .iter()
+            .filter(|id| done.binary_search(id).is_err())
+            .map(|id| {
+                let why = match before.iter().find(|b| b.0 == *id) {
+                    Some((_, _, state)) => format!("state {state} is not DEAD"),
+                    None => "no such event".to_string(),
+                };
+                (*id, why)
+            })
+            .collect();
+        let msg_ids: Vec<i64> = requeued.iter().map(|r| r.1).collect();
+        let result = serde_json::json!({
+            "requeued": done,
+            "refused": refused.iter().map(|(id, r)| serde_json::json!({"event_id": id, "reason": r})).collect::<Vec<_>>(),
+        });
+        let audit_id: i64 = sqlx::query_scalar(
+            "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        )
+        .bind(now)
+        .bind(actor)
+        .bind(ACTION_REQUEUE_EVENTS)
+        .bind(why)
+        .bind(&msg_ids)
+        .bind(result)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        for id in &done {
+            tracing::warn!(
+                event_id = id,
+                actor,
+                reason = why,
+                "operator requeued a DEAD event"
+            );
+        }
+        Ok(Requeued {
+            audit_id,
+            requeued: done,
+            refused,
+        })
+    }
+}

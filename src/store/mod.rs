@@ -5,6 +5,7 @@ mod business;
 mod cursor;
 mod enqueue;
 pub mod events;
+mod inspect;
 pub mod late_watch;
 mod queue;
 pub mod replay;
