@@ -85,6 +85,10 @@ pub const REPLAY_TOTAL: &str = "msgx_admin_replay_total";
 pub const HOLE_EVIDENCE_TOTAL: &str = "msgx_inbox_hole_evidence_total";
 /// Restarts of a child actor by the supervisor.
 pub const ACTOR_RESTARTS_TOTAL: &str = "msgx_actor_restarts_total";
+/// 1 while this instance holds the single-instance lease.
+pub const INSTANCE_LEASE_HELD: &str = "msgx_instance_lease_held";
+/// This instance's fencing epoch (bumped by every instance that takes the lease).
+pub const INSTANCE_LEASE_EPOCH: &str = "msgx_instance_lease_epoch";
 
 /// Every metric name above (dashboards and alert rules are checked against it).
 pub const ALL: &[&str] = &[
@@ -120,6 +124,8 @@ pub const ALL: &[&str] = &[
     REPLAY_TOTAL,
     HOLE_EVIDENCE_TOTAL,
     ACTOR_RESTARTS_TOTAL,
+    INSTANCE_LEASE_HELD,
+    INSTANCE_LEASE_EPOCH,
     DISPATCH_PENDING,
     DISPATCH_OLDEST_PENDING_SECONDS,
     DISPATCH_SENT_TOTAL,
@@ -223,6 +229,14 @@ pub fn describe() {
     describe_counter!(
         ACTOR_RESTARTS_TOTAL,
         "Child actors restarted by the supervisor"
+    );
+    describe_gauge!(
+        INSTANCE_LEASE_HELD,
+        "1 while this instance holds the single-instance lease"
+    );
+    describe_gauge!(
+        INSTANCE_LEASE_EPOCH,
+        "Fencing epoch of this instance's lease"
     );
 }
 
@@ -453,6 +467,18 @@ pub fn hole_evidence(decision: &'static str, first_missing: i64) {
 pub fn late_watch_received(first: i64, last: i64) {
     counter!(LATE_WATCH_RECEIVED_TOTAL).increment((last - first + 1).max(0) as u64);
     tracing::warn!(first, last, "late detector: watching released hole ids");
+}
+
+/// The lease was taken with this fencing epoch.
+pub fn lease_held(epoch: i64) {
+    gauge!(INSTANCE_LEASE_HELD).set(1.0);
+    gauge!(INSTANCE_LEASE_EPOCH).set(epoch as f64);
+}
+
+/// The lease was lost (the process stops).
+pub fn lease_lost(why: &str) {
+    gauge!(INSTANCE_LEASE_HELD).set(0.0);
+    tracing::error!(why, alert = true, "single-instance lease lost; stopping");
 }
 
 /// A child actor was rebuilt.

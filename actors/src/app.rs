@@ -354,6 +354,13 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     );
     let (inbox, store) = connect(&settings).await?;
     let lock = acquire_lock(&store, settings.store.instance_lock_wait).await?;
+    // From here on every write carries this instance's epoch: once a newer instance takes the
+    // lock, our writes fail instead of racing it (migration 0006).
+    let store = store
+        .fenced(lock.epoch())
+        .await
+        .context("reconnecting the store with the lease epoch")?;
+    telemetry::lease_held(lock.epoch());
     apply_cutover(&store, &inbox, settings.cutover()?, clock.as_ref()).await?;
     let outbound = msgx_core::outbound::Outbound::from_settings(&settings, &store, &inbox)?;
 
@@ -406,7 +413,10 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
             Ok(())
         }
         Some(fatal) = fatal_rx.recv() => match fatal {
-            Fatal::LockLost(why) => Err(anyhow::anyhow!("single-instance lock lost: {why}")),
+            Fatal::LockLost(why) => {
+                telemetry::lease_lost(&why);
+                Err(anyhow::anyhow!("single-instance lock lost: {why}"))
+            }
         },
     };
     server_handle.stop(true).await;

@@ -56,6 +56,17 @@ pub enum StoreError {
     SeedRefused(String),
 }
 
+impl StoreError {
+    /// True when a newer instance took the lock and this one's writes are fenced off
+    /// (migration 0006, SQLSTATE `MXFEN`).
+    pub fn is_fenced(&self) -> bool {
+        match self {
+            StoreError::Db(sqlx::Error::Database(e)) => e.code().as_deref() == Some("MXFEN"),
+            _ => false,
+        }
+    }
+}
+
 /// The embedded migrations (run at start-up; the build needs no database).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -100,7 +111,27 @@ impl Store {
         Ok(Self::with_relaxed(pool))
     }
 
-    /// Adds the relaxed-commit pool (same server and credentials, connected lazily).
+    /// The same store whose every connection carries this instance's fencing epoch: from now
+    /// on each write to our tables fails (SQLSTATE `MXFEN`, [`StoreError::is_fenced`]) once a
+    /// newer instance has taken the lock. New pools, same settings; the old ones are closed.
+    pub async fn fenced(self, epoch: i64) -> Result<Self, StoreError> {
+        let epoch = epoch.to_string();
+        let options = (*self.pool.connect_options())
+            .clone()
+            .options([("msgx.epoch", epoch.as_str())]);
+        let pool = PgPoolOptions::new()
+            .max_connections(self.pool.options().get_max_connections())
+            .acquire_timeout(self.pool.options().get_acquire_timeout())
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await?;
+        self.pool.close().await;
+        self.relaxed.close().await;
+        Ok(Self::with_relaxed(pool))
+    }
+
+    /// Adds the relaxed-commit pool (same server and credentials and session settings,
+    /// connected lazily).
     fn with_relaxed(pool: PgPool) -> Self {
         let options = (*pool.connect_options())
             .clone()
@@ -159,11 +190,15 @@ async fn create_database_if_missing(target: &PgConnectOptions) -> Result<(), Sto
 }
 
 /// The single-instance lock: a PostgreSQL advisory lock held on a dedicated connection for
-/// the life of the process (two pollers would overwrite W, seed §5.1).
+/// the life of the process (two pollers would overwrite W, seed §5.1), and the fencing epoch
+/// taken with it (migration 0006): [`Store::fenced`] makes every write of the instance check
+/// that the epoch is still the current one.
 #[derive(Debug, Clone)]
 pub struct InstanceLock {
     /// The connection that holds the lock; the lock dies with it.
     conn: std::sync::Arc<tokio::sync::Mutex<sqlx::PgConnection>>,
+    /// This instance's fencing token.
+    epoch: i64,
 }
 
 /// Advisory lock key: "msgx" in ASCII.
@@ -180,9 +215,29 @@ impl InstanceLock {
         if !got {
             return Err(StoreError::InstanceLocked);
         }
+        // A new epoch fences every earlier holder's connections, whatever state they are in.
+        let holder = format!(
+            "{}:{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "?".into()),
+            std::process::id()
+        );
+        let epoch: i64 = sqlx::query_scalar(
+            "UPDATE instance_lease SET epoch = epoch + 1, holder = $1, acquired_at = now() \
+             WHERE id = 1 RETURNING epoch",
+        )
+        .bind(&holder)
+        .fetch_one(&mut conn)
+        .await?;
+        tracing::info!(epoch, holder = %holder, "instance lock taken; lease epoch bumped");
         Ok(Self {
             conn: std::sync::Arc::new(tokio::sync::Mutex::new(conn)),
+            epoch,
         })
+    }
+
+    /// This instance's fencing token (pass it to [`Store::fenced`]).
+    pub fn epoch(&self) -> i64 {
+        self.epoch
     }
 
     /// Confirms the lock is still held (its connection is alive and owns it).
@@ -190,9 +245,11 @@ impl InstanceLock {
         let mut conn = self.conn.lock().await;
         let held: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
-             AND pid = pg_backend_pid() AND objid = $1::bigint::oid AND granted)",
+             AND pid = pg_backend_pid() AND objid = $1::bigint::oid AND granted) \
+             AND (SELECT epoch FROM instance_lease WHERE id = 1) = $2",
         )
         .bind(INSTANCE_LOCK_KEY)
+        .bind(self.epoch)
         .fetch_one(&mut *conn)
         .await?;
         if held {

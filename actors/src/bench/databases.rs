@@ -83,7 +83,8 @@ impl BenchDbs {
         })
     }
 
-    /// Opens the bench store (creating the database and running the migrations).
+    /// Opens the bench store (creating the database and running the migrations) as the
+    /// service runs it: fenced with a lease epoch, so every write pays the fencing check.
     pub(super) async fn store(
         &self,
         settings: &Settings,
@@ -91,9 +92,17 @@ impl BenchDbs {
         let mut store_settings = settings.store.clone();
         store_settings.url = self.store_url.clone();
         store_settings.create_database = true;
-        msgx_core::store::Store::connect(&store_settings)
+        let store = msgx_core::store::Store::connect(&store_settings)
             .await
-            .with_context(|| format!("opening the bench store at {}", redact_url(&self.store_url)))
+            .with_context(|| {
+                format!("opening the bench store at {}", redact_url(&self.store_url))
+            })?;
+        // The epoch outlives the lock (nobody else bumps it in a bench database).
+        let epoch = msgx_core::store::InstanceLock::acquire(&store)
+            .await
+            .context("taking the bench store's lease")?
+            .epoch();
+        store.fenced(epoch).await.context("fencing the bench store")
     }
 
     /// A server-level MySQL connection (no database selected).
