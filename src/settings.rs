@@ -162,6 +162,9 @@ pub struct ProcessingSettings {
     /// How often the pump looks for work when nobody woke it (a safety net).
     #[serde(with = "humantime_serde_compat")]
     pub idle_poll: Duration,
+    /// Window of the processing rate behind `msgx_pipeline_estimated_drain_seconds` (G6).
+    #[serde(with = "humantime_serde_compat")]
+    pub drain_rate_window: Duration,
 }
 
 impl ProcessingSettings {
@@ -361,6 +364,12 @@ impl Settings {
         check_nonzero(q.head_deadline, "processing.head_deadline")?;
         check_nonzero(q.retry_initial, "processing.retry_initial")?;
         check_nonzero(q.idle_poll, "processing.idle_poll")?;
+        if q.drain_rate_window < Duration::from_secs(10) {
+            return Err(invalid(
+                "processing.drain_rate_window",
+                "shorter than 10s (the backlog is sampled every 5s)",
+            ));
+        }
         if q.retry_max < q.retry_initial {
             return Err(invalid(
                 "processing.retry_max",

@@ -85,6 +85,9 @@ pub const REPLAY_TOTAL: &str = "msgx_admin_replay_total";
 pub const HOLE_EVIDENCE_TOTAL: &str = "msgx_inbox_hole_evidence_total";
 /// Restarts of a child actor by the supervisor.
 pub const ACTOR_RESTARTS_TOTAL: &str = "msgx_actor_restarts_total";
+/// G6: unfinished ÷ recent processing rate (+Inf when stalled with a backlog, NaN before the
+/// first rate).
+pub const PIPELINE_ESTIMATED_DRAIN_SECONDS: &str = "msgx_pipeline_estimated_drain_seconds";
 /// 1 while this instance holds the single-instance lease.
 pub const INSTANCE_LEASE_HELD: &str = "msgx_instance_lease_held";
 /// This instance's fencing epoch (bumped by every instance that takes the lease).
@@ -124,6 +127,7 @@ pub const ALL: &[&str] = &[
     REPLAY_TOTAL,
     HOLE_EVIDENCE_TOTAL,
     ACTOR_RESTARTS_TOTAL,
+    PIPELINE_ESTIMATED_DRAIN_SECONDS,
     INSTANCE_LEASE_HELD,
     INSTANCE_LEASE_EPOCH,
     DISPATCH_PENDING,
@@ -229,6 +233,11 @@ pub fn describe() {
     describe_counter!(
         ACTOR_RESTARTS_TOTAL,
         "Child actors restarted by the supervisor"
+    );
+    describe_gauge!(
+        PIPELINE_ESTIMATED_DRAIN_SECONDS,
+        Unit::Seconds,
+        "Unfinished messages divided by the recent processing rate (G6)"
     );
     describe_gauge!(
         INSTANCE_LEASE_HELD,
@@ -467,6 +476,18 @@ pub fn hole_evidence(decision: &'static str, first_missing: i64) {
 pub fn late_watch_received(first: i64, last: i64) {
     counter!(LATE_WATCH_RECEIVED_TOTAL).increment((last - first + 1).max(0) as u64);
     tracing::warn!(first, last, "late detector: watching released hole ids");
+}
+
+/// The estimated drain time was recomputed.
+pub fn drain_estimate(e: crate::pump::drain::DrainEstimate) {
+    use crate::pump::drain::DrainEstimate;
+    let v = match e {
+        DrainEstimate::Empty => 0.0,
+        DrainEstimate::Unknown => f64::NAN,
+        DrainEstimate::Stalled => f64::INFINITY,
+        DrainEstimate::Seconds(s) => s,
+    };
+    gauge!(PIPELINE_ESTIMATED_DRAIN_SECONDS).set(v);
 }
 
 /// The lease was taken with this fencing epoch.

@@ -190,6 +190,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         let codec = codec(&processing, tz);
         let cfg = pump_config(&processing, tz);
         let idle = processing.idle_poll;
+        let drain_window = processing.drain_rate_window;
         ChildFactory {
             name: "pump",
             start: Box::new(move |wiring: &Wiring| {
@@ -200,8 +201,9 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
                     clock.clone(),
                     cfg,
                 );
-                let addr =
-                    crate::pump::Pump::new(core, clock.clone(), idle, wiring.clone()).start();
+                let addr = crate::pump::Pump::new(core, clock.clone(), idle, wiring.clone())
+                    .with_drain_window(drain_window)
+                    .start();
                 let recipient = addr.clone().recipient();
                 wiring.update(|r| {
                     r.pump = Some(addr.clone());

@@ -12,6 +12,7 @@ use actix::{
     WrapFuture,
 };
 use msgx_core::clock::SharedClock;
+use msgx_core::pump::drain::DrainEstimator;
 use msgx_core::pump::{Outcome, PumpCore, StepOutcome};
 use msgx_core::store::StoreError;
 use msgx_core::telemetry;
@@ -26,6 +27,9 @@ use crate::wiring::Wiring;
 #[derive(Debug, Clone, Copy, Default, Message)]
 #[rtype(result = "Result<StepOutcome, String>")]
 pub struct Step;
+
+/// Default window of the processing rate (`processing.drain_rate_window`).
+pub const DEFAULT_DRAIN_WINDOW: Duration = Duration::from_secs(300);
 
 /// Refresh backlog metrics.
 #[derive(Debug, Clone, Copy, Message)]
@@ -44,6 +48,10 @@ pub struct Pump {
     next: Option<SpawnHandle>,
     /// Where terminal commits are announced (the backfill sweeper).
     wiring: Wiring,
+    /// Messages finished (terminal) by this actor since it started.
+    finished: u64,
+    /// The recent processing rate, for the estimated drain time (G6).
+    drain: DrainEstimator,
 }
 
 impl Pump {
@@ -55,7 +63,15 @@ impl Pump {
             idle_poll,
             next: None,
             wiring,
+            finished: 0,
+            drain: DrainEstimator::new(DEFAULT_DRAIN_WINDOW),
         }
+    }
+
+    /// Sets the window of the processing rate behind the estimated drain time.
+    pub fn with_drain_window(mut self, window: Duration) -> Self {
+        self.drain = DrainEstimator::new(window);
+        self
     }
 
     fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration) {
@@ -73,6 +89,7 @@ impl Pump {
                     StepOutcome::Processed {
                         msg_id, outcome, ..
                     } if outcome.is_terminal() => {
+                        self.finished += 1;
                         if matches!(outcome, Outcome::Succeeded { events, .. } if *events > 0) {
                             self.wiring.events_queued(EventsQueued { msg_id: *msg_id });
                         }
@@ -80,6 +97,7 @@ impl Pump {
                             .terminal_committed(TerminalCommitted { msg_id: *msg_id });
                     }
                     StepOutcome::Poisoned { msg_id, .. } => {
+                        self.finished += 1;
                         self.wiring
                             .terminal_committed(TerminalCommitted { msg_id: *msg_id });
                     }
@@ -144,16 +162,27 @@ impl Handler<RefreshBacklog> for Pump {
     fn handle(&mut self, _: RefreshBacklog, _: &mut Self::Context) -> Self::Result {
         let core = self.core.clone();
         let clock = self.clock.clone();
+        self.drain.record(clock.now(), self.finished);
         let refresh = async move {
             let store = core.lock().await.store().clone();
             match store.backlog().await {
                 Ok(b) => {
                     let age = b.oldest.and_then(|t| (clock.now() - t).to_std().ok());
                     telemetry::backlog(b.unfinished, age);
+                    Some(b.unfinished)
                 }
-                Err(e) => telemetry::pump_step_failed(&e),
+                Err(e) => {
+                    telemetry::pump_step_failed(&e);
+                    None
+                }
             }
         };
-        AtomicResponse::new(Box::pin(refresh.into_actor(self)))
+        AtomicResponse::new(Box::pin(refresh.into_actor(self).map(
+            |unfinished, act, _| {
+                if let Some(n) = unfinished {
+                    telemetry::drain_estimate(act.drain.estimate(n));
+                }
+            },
+        )))
     }
 }

@@ -4,6 +4,7 @@
 //! - [`outcome`]: how an attempt ended;
 //! - [`step`]: one pump step over the adapters — the actor only decides when to call it.
 
+pub mod drain;
 pub mod outcome;
 pub mod rules;
 pub mod step;

@@ -216,11 +216,13 @@ impl InstanceLock {
             return Err(StoreError::InstanceLocked);
         }
         // A new epoch fences every earlier holder's connections, whatever state they are in.
-        let holder = format!(
-            "{}:{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "?".into()),
-            std::process::id()
-        );
+        let host = std::env::var("HOSTNAME")
+            .ok()
+            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "?".into());
+        let holder = format!("{host}:{}", std::process::id());
         let epoch: i64 = sqlx::query_scalar(
             "UPDATE instance_lease SET epoch = epoch + 1, holder = $1, acquired_at = now() \
              WHERE id = 1 RETURNING epoch",
