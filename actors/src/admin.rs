@@ -79,24 +79,32 @@ fn unauthorized(req: &HttpRequest, state: &AdminState) -> Option<HttpResponse> {
     }
 }
 
-/// The JSON body (parsed after authentication, so a stranger learns nothing), or why not.
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
-    serde_json::from_slice(body).map_err(|e| format!("bad JSON body: {e}"))
-}
-
-/// At most [`MAX_IDS`] ids, or why not.
-fn check_ids(ids: &[i64], what: &str) -> Result<(), String> {
-    if ids.len() > MAX_IDS {
-        return Err(format!(
-            "{} {what} given; at most {MAX_IDS} per request",
-            ids.len()
-        ));
+/// The body of an authenticated request, parsed and bounded to [`MAX_IDS`] ids — parsed only
+/// after authentication, so a stranger learns nothing — or the response to send instead.
+fn admitted<T: serde::de::DeserializeOwned>(
+    req: &HttpRequest,
+    state: &AdminState,
+    body: &[u8],
+    ids: fn(&T) -> &[i64],
+    what: &str,
+) -> Result<T, Box<HttpResponse>> {
+    if let Some(denied) = unauthorized(req, state) {
+        return Err(Box::new(denied));
     }
-    Ok(())
-}
-
-fn bad_request(why: String) -> HttpResponse {
-    error(actix_web::http::StatusCode::BAD_REQUEST, why)
+    let parsed: T = serde_json::from_slice(body).map_err(|e| {
+        Box::new(error(
+            actix_web::http::StatusCode::BAD_REQUEST,
+            format!("bad JSON body: {e}"),
+        ))
+    })?;
+    let n = ids(&parsed).len();
+    if n > MAX_IDS {
+        return Err(Box::new(error(
+            actix_web::http::StatusCode::BAD_REQUEST,
+            format!("{n} {what} given; at most {MAX_IDS} per request"),
+        )));
+    }
+    Ok(parsed)
 }
 
 fn admin_error(e: AdminError) -> HttpResponse {
@@ -131,47 +139,38 @@ fn report_json(r: &AdminReport) -> serde_json::Value {
     json!({"audit_id": r.audit_id, "applied": r.applied(), "refused": r.refused(), "rows": rows})
 }
 
-async fn replay_messages(
-    req: HttpRequest,
-    state: web::Data<AdminState>,
-    body: web::Bytes,
-) -> HttpResponse {
-    if let Some(denied) = unauthorized(&req, &state) {
-        return denied;
-    }
-    let body: MessagesBody = match parse(&body).and_then(|b: MessagesBody| {
-        check_ids(&b.msg_ids, "msg_ids")?;
-        Ok(b)
-    }) {
-        Ok(b) => b,
-        Err(why) => return bad_request(why),
-    };
-    let now = state.clock.now();
-    match replay::replay(&state.store, &body.msg_ids, &body.actor, &body.reason, now).await {
-        Ok(r) => HttpResponse::Ok().json(report_json(&r)),
-        Err(e) => admin_error(e),
-    }
+/// The two audited actions on messages.
+#[derive(Debug, Clone, Copy)]
+enum MessageAction {
+    Replay,
+    RecoverBackfill,
 }
 
-async fn recover_backfill(
+async fn message_action(
+    action: MessageAction,
     req: HttpRequest,
     state: web::Data<AdminState>,
     body: web::Bytes,
 ) -> HttpResponse {
-    if let Some(denied) = unauthorized(&req, &state) {
-        return denied;
-    }
-    let body: MessagesBody = match parse(&body).and_then(|b: MessagesBody| {
-        check_ids(&b.msg_ids, "msg_ids")?;
-        Ok(b)
-    }) {
+    let body = match admitted(
+        &req,
+        &state,
+        &body,
+        |b: &MessagesBody| &b.msg_ids,
+        "msg_ids",
+    ) {
         Ok(b) => b,
-        Err(why) => return bad_request(why),
+        Err(response) => return *response,
     };
-    let now = state.clock.now();
-    match replay::recover_abandoned(&state.store, &body.msg_ids, &body.actor, &body.reason, now)
-        .await
-    {
+    let (store, now) = (&state.store, state.clock.now());
+    let (ids, actor, why) = (&body.msg_ids, &body.actor, &body.reason);
+    let done = match action {
+        MessageAction::Replay => replay::replay(store, ids, actor, why, now).await,
+        MessageAction::RecoverBackfill => {
+            replay::recover_abandoned(store, ids, actor, why, now).await
+        }
+    };
+    match done {
         Ok(r) => HttpResponse::Ok().json(report_json(&r)),
         Err(e) => admin_error(e),
     }
@@ -182,15 +181,15 @@ async fn requeue_events(
     state: web::Data<AdminState>,
     body: web::Bytes,
 ) -> HttpResponse {
-    if let Some(denied) = unauthorized(&req, &state) {
-        return denied;
-    }
-    let body: EventsBody = match parse(&body).and_then(|b: EventsBody| {
-        check_ids(&b.event_ids, "event_ids")?;
-        Ok(b)
-    }) {
+    let body = match admitted(
+        &req,
+        &state,
+        &body,
+        |b: &EventsBody| &b.event_ids,
+        "event_ids",
+    ) {
         Ok(b) => b,
-        Err(why) => return bad_request(why),
+        Err(response) => return *response,
     };
     let now = state.clock.now();
     match state
@@ -237,8 +236,16 @@ pub fn configure(state: AdminState) -> impl FnOnce(&mut web::ServiceConfig) {
                 .app_data(web::Data::new(state))
                 .app_data(web::PayloadConfig::new(MAX_BODY))
                 // Resources, so a wrong method is 405, not 404.
-                .service(web::resource("/replay").route(web::post().to(replay_messages)))
-                .service(web::resource("/recover-backfill").route(web::post().to(recover_backfill)))
+                .service(
+                    web::resource("/replay").route(web::post().to(|req, state, body| {
+                        message_action(MessageAction::Replay, req, state, body)
+                    })),
+                )
+                .service(web::resource("/recover-backfill").route(web::post().to(
+                    |req, state, body| {
+                        message_action(MessageAction::RecoverBackfill, req, state, body)
+                    },
+                )))
                 .service(web::resource("/events/requeue").route(web::post().to(requeue_events)))
                 .service(web::resource("/messages/{msg_id}").route(web::get().to(message))),
         );

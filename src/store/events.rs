@@ -217,19 +217,8 @@ impl Store {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<Requeued, crate::store::replay::AdminError> {
-        use crate::store::replay::AdminError;
-        let (actor, why) = (actor.trim(), reason.trim());
-        if actor.is_empty() || why.is_empty() {
-            return Err(AdminError::Invalid(
-                "an audited action needs who (actor) and why (reason)".into(),
-            ));
-        }
-        let mut ids = event_ids.to_vec();
-        ids.sort_unstable();
-        ids.dedup();
-        if ids.is_empty() {
-            return Err(AdminError::Invalid("no event ids given".into()));
-        }
+        use crate::store::replay::{insert_audit, validate_action};
+        let (actor, why, ids) = validate_action(actor, reason, event_ids, "event")?;
         let mut tx = self.pool().begin().await?;
         let before: Vec<(i64, i64, String)> = sqlx::query_as(
             "SELECT event_id, msg_id, state FROM msg_event WHERE event_id = ANY($1) \
@@ -264,17 +253,15 @@ impl Store {
             "requeued": done,
             "refused": refused.iter().map(|(id, r)| serde_json::json!({"event_id": id, "reason": r})).collect::<Vec<_>>(),
         });
-        let audit_id: i64 = sqlx::query_scalar(
-            "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        let audit_id = insert_audit(
+            &mut tx,
+            now,
+            actor,
+            ACTION_REQUEUE_EVENTS,
+            why,
+            &msg_ids,
+            result,
         )
-        .bind(now)
-        .bind(actor)
-        .bind(ACTION_REQUEUE_EVENTS)
-        .bind(why)
-        .bind(&msg_ids)
-        .bind(result)
-        .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
         for id in &done {

@@ -236,18 +236,7 @@ async fn run_action(
     sql: &str,
     refusal: impl Fn(&str, Option<&str>) -> String,
 ) -> Result<AdminReport, AdminError> {
-    let (actor, why) = (actor.trim(), reason.trim());
-    if actor.is_empty() || why.is_empty() {
-        return Err(AdminError::Invalid(
-            "an audited action needs who (actor) and why (reason)".into(),
-        ));
-    }
-    let mut ids = msg_ids.to_vec();
-    ids.sort_unstable();
-    ids.dedup();
-    if ids.is_empty() {
-        return Err(AdminError::Invalid("no message ids given".into()));
-    }
+    let (actor, why, ids) = validate_action(actor, reason, msg_ids, "message")?;
     let mut tx = store.pool().begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(PIPELINE_LOCK_KEY)
@@ -276,19 +265,7 @@ async fn run_action(
         };
         rows.push(RowResult { msg_id, outcome });
     }
-    let result = audit_json(&rows);
-    let audit_id: i64 = sqlx::query_scalar(
-        "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
-         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-    )
-    .bind(now)
-    .bind(actor)
-    .bind(action)
-    .bind(why)
-    .bind(&ids)
-    .bind(result)
-    .fetch_one(&mut *tx)
-    .await?;
+    let audit_id = insert_audit(&mut tx, now, actor, action, why, &ids, audit_json(&rows)).await?;
     tx.commit().await?;
     if action == ACTION_REPLAY {
         for r in &rows {
@@ -310,6 +287,54 @@ async fn run_action(
         }
     }
     Ok(AdminReport { audit_id, rows })
+}
+
+/// Checks an operator action's request: who and why (trimmed, both required) and the distinct
+/// ids (ascending, so two actions lock rows in the same order; at least one). `what` names the
+/// ids in the refusal ("message", "event").
+pub(crate) fn validate_action<'a>(
+    actor: &'a str,
+    reason: &'a str,
+    ids: &[i64],
+    what: &str,
+) -> Result<(&'a str, &'a str, Vec<i64>), AdminError> {
+    let (actor, why) = (actor.trim(), reason.trim());
+    if actor.is_empty() || why.is_empty() {
+        return Err(AdminError::Invalid(
+            "an audited action needs who (actor) and why (reason)".into(),
+        ));
+    }
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    if ids.is_empty() {
+        return Err(AdminError::Invalid(format!("no {what} ids given")));
+    }
+    Ok((actor, why, ids))
+}
+
+/// Writes the `audit_log` row of an action inside its transaction; returns its id.
+pub(crate) async fn insert_audit(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    now: DateTime<Utc>,
+    actor: &str,
+    action: &str,
+    reason: &str,
+    msg_ids: &[i64],
+    result: serde_json::Value,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+    )
+    .bind(now)
+    .bind(actor)
+    .bind(action)
+    .bind(reason)
+    .bind(msg_ids)
+    .bind(result)
+    .fetch_one(&mut **tx)
+    .await
 }
 
 /// `{"applied": n, "refused": m, "rows": [{"msg_id", "result", …}]}`.
