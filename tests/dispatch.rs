@@ -114,9 +114,7 @@ async fn drain(
     limit: usize,
 ) {
     for _ in 0..limit {
-        let r = dispatch_once(&env.store, producer, &env.clock, cfg, state)
-            .await
-            .expect("round");
+        let r = round(env, producer, cfg, state).await;
         if r.selected == 0 && !state.has_unrecorded() {
             let pending = states(env).await.get("PENDING").copied().unwrap_or(0);
             if pending == 0 {

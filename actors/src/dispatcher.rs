@@ -103,7 +103,8 @@ impl Dispatcher {
         self.next.arm(ctx, DispatchNow, after, only_if_sooner);
     }
 
-    /// Refreshes the backlog gauges at most every [`BACKLOG_EVERY`]; returns the next retry.
+    /// Refreshes the backlog gauges at most every [`BACKLOG_EVERY`], and wakes for a retry due
+    /// before the safety-net poll.
     fn refresh_backlog(&mut self, ctx: &mut Context<Self>) {
         if self.backlog_at.is_some_and(|t| t.elapsed() < BACKLOG_EVERY) {
             return;

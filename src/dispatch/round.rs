@@ -316,47 +316,39 @@ async fn select_and_send(
     crate::failpoint::hit("dispatch_after_ack");
     let t_sent = t0.elapsed();
     let at = now;
-    let mut failures = Vec::new();
     for (chain, (results, held)) in chains.iter().zip(chain_results) {
         report.held_back += held;
-        for r in results {
+        // `results` follows the chain's order (a chain stops at its first failure).
+        for (ev, r) in chain.iter().zip(results) {
             match r {
                 SendResult::Acked(a, t) => {
                     out.acked.push(a);
                     report.timings.push(t);
                 }
-                SendResult::Failed(id, e) => {
-                    failures.push((id, e));
-                    out.hold_keys.push(chain[0].flight_key.clone());
+                SendResult::Failed(id, error) => {
+                    let next_attempt_at =
+                        match rules::after_failure(ev.attempts + 1, at, &cfg.retry) {
+                            AfterFailure::RetryAt(t) => t,
+                            AfterFailure::Exhausted => at,
+                        };
+                    out.failures.push(SendFailure {
+                        event_id: id,
+                        next_attempt_at,
+                        error,
+                    });
+                    out.hold_keys.push(ev.flight_key.clone());
                 }
             }
         }
     }
     report.acked = out.acked.len();
-    let attempts_of = |id: i64| {
-        chains
-            .iter()
-            .flatten()
-            .chain(exhausted.iter())
-            .find(|e| e.event_id == id)
-            .map_or(0, |e| e.attempts)
-    };
-    out.failures = failures
+    report.failed = out.failures.len();
+    report.failures = out
+        .failures
         .iter()
-        .map(|(id, error)| {
-            let next_attempt_at = match rules::after_failure(attempts_of(*id) + 1, at, &cfg.retry) {
-                AfterFailure::RetryAt(t) => t,
-                AfterFailure::Exhausted => at,
-            };
-            SendFailure {
-                event_id: *id,
-                next_attempt_at,
-                error: error.clone(),
-            }
-        })
+        .take(5)
+        .map(|f| (f.event_id, f.error.clone()))
         .collect();
-    report.failed = failures.len();
-    report.failures = failures.into_iter().take(5).collect();
 
     for (ev, r) in exhausted.iter().zip(dlq_results) {
         match r {

@@ -166,14 +166,21 @@ async fn load_flights(
     .fetch_all(&mut **tx)
     .await?;
     rows.into_iter()
-        .map(|(flid, fields, versions)| {
-            let flight: Flight = serde_json::from_value(serde_json::json!({
-                "flid": flid, "fields": fields, "versions": versions
-            }))
-            .map_err(|e| StoreError::Corrupt(format!("flight_state {flid}: {e}")))?;
-            Ok((flid, flight))
-        })
+        .map(|(flid, fields, versions)| decode_flight(flid, fields, versions))
         .collect()
+}
+
+/// A `flight_state` row as a [`Flight`]; a row that does not decode is corrupt.
+fn decode_flight(
+    flid: String,
+    fields: serde_json::Value,
+    versions: serde_json::Value,
+) -> Result<(String, Flight), StoreError> {
+    let flight: Flight = serde_json::from_value(serde_json::json!({
+        "flid": flid, "fields": fields, "versions": versions
+    }))
+    .map_err(|e| StoreError::Corrupt(format!("flight_state {flid}: {e}")))?;
+    Ok((flid, flight))
 }
 
 /// In ONE statement, in this order: the pipeline lock, the message's row (locked), and the
@@ -212,10 +219,7 @@ async fn lock_and_load(
         let (Some(flid), Some(fields), Some(versions)) = (flid, fields, versions) else {
             continue;
         };
-        let flight: Flight = serde_json::from_value(serde_json::json!({
-            "flid": flid, "fields": fields, "versions": versions
-        }))
-        .map_err(|e| StoreError::Corrupt(format!("flight_state {flid}: {e}")))?;
+        let (flid, flight) = decode_flight(flid, fields, versions)?;
         flights.insert(flid, flight);
     }
     Ok((state, flights))
