@@ -11,7 +11,6 @@ use std::time::Duration;
 use actix::{Actor, Context, Handler};
 use common::TestEnv;
 use msgx_actors::app::{start_pipeline, PipelineDeps};
-use msgx_actors::health::Health;
 use msgx_actors::messages::{HolesReleased, PollNow, WatermarkMoved};
 use msgx_actors::wiring::Wiring;
 use msgx_core::devtools::simulator::{simulate, SimConfig};
@@ -59,22 +58,15 @@ async fn simulator_and_poller_concurrently_lose_nothing() {
     let wiring = Wiring::default();
     let (fatal, _fatal_rx) = tokio::sync::mpsc::unbounded_channel();
     let _sup = start_pipeline(PipelineDeps {
-        inbox: env.inbox.clone(),
-        store: env.store.clone(),
-        clock: common::shared(&env.clock),
-        pipeline: settings.pipeline.clone(),
-        processing: settings.processing.clone(),
-        tz: env.tz,
-        late: settings.late.clone(),
-        late_check: msgx_core::late::DetectConfig::from_settings(&settings).expect("late"),
-        backfill: msgx_core::backfill::SweepConfig::new(&settings.backfill, &env.names),
-        backfill_period: settings.backfill.period,
-        health: Health::default(),
         wiring: wiring.clone(),
-        lock: None,
-        fatal,
-        dispatch: None,
-        outbound: None,
+        ..PipelineDeps::from_settings(
+            &settings,
+            env.inbox.clone(),
+            env.store.clone(),
+            common::shared(&env.clock),
+            fatal,
+        )
+        .expect("pipeline deps")
     });
     // The probe listens next to the late detector.
     tokio::time::sleep(Duration::from_millis(100)).await;

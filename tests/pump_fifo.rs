@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use common::TestEnv;
 use msgx_actors::app::{start_pipeline, PipelineDeps};
-use msgx_actors::health::Health;
 use msgx_actors::messages::PollNow;
 use msgx_actors::wiring::Wiring;
 use msgx_core::devtools::messages::Mix;
@@ -28,22 +27,15 @@ async fn processing_order_equals_msg_id_order_with_holes_and_late_commits() {
     let wiring = Wiring::default();
     let (fatal, _rx) = tokio::sync::mpsc::unbounded_channel();
     let _sup = start_pipeline(PipelineDeps {
-        inbox: env.inbox.clone(),
-        store: env.store.clone(),
-        clock: common::shared(&env.clock),
-        pipeline: settings.pipeline.clone(),
-        processing: settings.processing.clone(),
-        tz: env.tz,
-        late: settings.late.clone(),
-        late_check: msgx_core::late::DetectConfig::from_settings(&settings).expect("late"),
-        backfill: msgx_core::backfill::SweepConfig::new(&settings.backfill, &env.names),
-        backfill_period: settings.backfill.period,
-        health: Health::default(),
         wiring: wiring.clone(),
-        lock: None,
-        fatal,
-        dispatch: None,
-        outbound: None,
+        ..PipelineDeps::from_settings(
+            &settings,
+            env.inbox.clone(),
+            env.store.clone(),
+            common::shared(&env.clock),
+            fatal,
+        )
+        .expect("pipeline deps")
     });
     let cfg = SimConfig {
         rate_per_sec: 0.0, // as fast as the connections go

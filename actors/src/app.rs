@@ -68,6 +68,37 @@ pub struct PipelineDeps {
     pub outbound: Option<msgx_core::outbound::Outbound>,
 }
 
+impl PipelineDeps {
+    /// The deps every pipeline has, from the settings: no lock, no dispatcher, no outbound
+    /// requester, fresh health and wiring (the service sets those it runs; tests keep them off).
+    pub fn from_settings(
+        settings: &Settings,
+        inbox: Inbox,
+        store: Store,
+        clock: SharedClock,
+        fatal: mpsc::UnboundedSender<Fatal>,
+    ) -> anyhow::Result<Self> {
+        Ok(Self {
+            inbox,
+            store,
+            clock,
+            pipeline: settings.pipeline.clone(),
+            processing: settings.processing.clone(),
+            tz: settings.inbox_timezone()?,
+            late: settings.late.clone(),
+            late_check: DetectConfig::from_settings(settings)?,
+            backfill: SweepConfig::new(&settings.backfill, &settings.inbox_names()?),
+            backfill_period: settings.backfill.period,
+            health: Health::default(),
+            wiring: Wiring::default(),
+            lock: None,
+            fatal,
+            dispatch: None,
+            outbound: None,
+        })
+    }
+}
+
 /// What the dispatcher needs.
 #[derive(Clone)]
 pub struct DispatchDeps {
@@ -377,22 +408,11 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
     let (admin_store, admin_clock) = (store.clone(), clock.clone());
     let _supervisor = start_pipeline(PipelineDeps {
-        inbox,
-        store,
-        clock,
-        pipeline: settings.pipeline.clone(),
-        processing: settings.processing.clone(),
-        tz: settings.inbox_timezone()?,
-        late: settings.late.clone(),
-        late_check: DetectConfig::from_settings(&settings)?,
-        backfill: SweepConfig::new(&settings.backfill, &settings.inbox_names()?),
-        backfill_period: settings.backfill.period,
         health: health.clone(),
-        wiring: Wiring::default(),
         lock: Some(lock),
-        fatal: fatal_tx,
         dispatch: Some(DispatchDeps::new(&settings, &bootstrap)),
         outbound: Some(outbound),
+        ..PipelineDeps::from_settings(&settings, inbox, store, clock, fatal_tx)?
     });
     let listen = settings.http.listen.parse()?;
     let admin = (!settings.http.admin_token.is_empty()).then(|| crate::admin::AdminState {

@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use actix::{
-    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, SpawnHandle, WrapFuture,
-};
+use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, WrapFuture};
 use msgx_core::clock::SharedClock;
 use msgx_core::inbox::Inbox;
 use msgx_core::poller::{poll_once, PollConfig, PollError, PollReport};
@@ -15,6 +13,7 @@ use msgx_core::telemetry;
 
 use crate::health::Health;
 use crate::messages::{HolesReleased, PollNow, RoundSummary, WatermarkMoved};
+use crate::next_run::NextRun;
 use crate::wiring::Wiring;
 
 /// The discovery actor.
@@ -34,7 +33,7 @@ pub struct InboxPoller {
     /// Readiness for `/readyz`.
     health: Health,
     /// The pending timer, cancelled when a round is asked for early.
-    next: Option<SpawnHandle>,
+    next: NextRun,
     /// W after the last good round, only for logs (PostgreSQL holds the truth).
     last_w: Option<i64>,
 }
@@ -58,7 +57,7 @@ impl InboxPoller {
             poll_interval,
             wiring,
             health,
-            next: None,
+            next: NextRun::default(),
             last_w: None,
         }
     }
@@ -94,7 +93,7 @@ impl InboxPoller {
         } else {
             self.poll_interval
         };
-        self.next = Some(ctx.notify_later(PollNow, delay));
+        self.next.arm(ctx, PollNow, delay, false);
     }
 }
 
@@ -116,9 +115,7 @@ impl Handler<PollNow> for InboxPoller {
     type Result = AtomicResponse<Self, Result<RoundSummary, String>>;
 
     fn handle(&mut self, _: PollNow, ctx: &mut Self::Context) -> Self::Result {
-        if let Some(timer) = self.next.take() {
-            ctx.cancel_future(timer);
-        }
+        self.next.cancel(ctx);
         let (inbox, store, clock, cfg) = (
             self.inbox.clone(),
             self.store.clone(),

@@ -7,8 +7,7 @@
 use std::time::Duration;
 
 use actix::{
-    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, SpawnHandle,
-    WrapFuture,
+    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
 };
 use msgx_core::clock::SharedClock;
 use msgx_core::inbox::Inbox;
@@ -17,6 +16,7 @@ use msgx_core::store::Store;
 use msgx_core::telemetry;
 
 use crate::messages::HolesReleased;
+use crate::next_run::NextRun;
 
 /// Run one detection round now (the detector's own timer sends it; tests and the admin
 /// surface may).
@@ -37,7 +37,7 @@ pub struct LateDetector {
     /// Pause between rounds (`late.detect_period`).
     period: Duration,
     /// The pending timer, cancelled when a round is asked for early.
-    next: Option<SpawnHandle>,
+    next: NextRun,
 }
 
 impl LateDetector {
@@ -55,7 +55,7 @@ impl LateDetector {
             clock,
             cfg,
             period,
-            next: None,
+            next: NextRun::default(),
         }
     }
 
@@ -81,7 +81,7 @@ impl LateDetector {
                 "late detection round failed; watched ids kept, retrying next period"
             ),
         }
-        self.next = Some(ctx.notify_later(DetectNow, self.period));
+        self.next.arm(ctx, DetectNow, self.period, false);
     }
 }
 
@@ -102,9 +102,7 @@ impl Handler<DetectNow> for LateDetector {
     type Result = AtomicResponse<Self, Result<DetectReport, String>>;
 
     fn handle(&mut self, _: DetectNow, ctx: &mut Self::Context) -> Self::Result {
-        if let Some(timer) = self.next.take() {
-            ctx.cancel_future(timer);
-        }
+        self.next.cancel(ctx);
         let (inbox, store, clock, cfg) = (
             self.inbox.clone(),
             self.store.clone(),
@@ -125,9 +123,7 @@ impl Handler<HolesReleased> for LateDetector {
     fn handle(&mut self, msg: HolesReleased, ctx: &mut Self::Context) {
         telemetry::late_watch_received(msg.first, msg.last);
         // A wake-up only: refresh the watch (and its size gauge) now instead of next period.
-        if let Some(timer) = self.next.take() {
-            ctx.cancel_future(timer);
-        }
+        self.next.cancel(ctx);
         ctx.notify(DetectNow);
     }
 }

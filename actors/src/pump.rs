@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{
-    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, SpawnHandle,
-    WrapFuture,
+    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
 };
 use msgx_core::clock::SharedClock;
 use msgx_core::pump::drain::DrainEstimator;
@@ -21,6 +20,7 @@ use tokio::sync::Mutex;
 use crate::backfill_sweeper::TerminalCommitted;
 use crate::dispatcher::EventsQueued;
 use crate::messages::WatermarkMoved;
+use crate::next_run::NextRun;
 use crate::wiring::Wiring;
 
 /// Run one pump step now (internal timer; tests may send it).
@@ -45,7 +45,7 @@ pub struct Pump {
     /// Longest sleep without being woken.
     idle_poll: Duration,
     /// The pending wake-up.
-    next: Option<SpawnHandle>,
+    next: NextRun,
     /// Where terminal commits are announced (the backfill sweeper).
     wiring: Wiring,
     /// Messages finished (terminal) by this actor since it started.
@@ -61,7 +61,7 @@ impl Pump {
             core: Arc::new(Mutex::new(core)),
             clock,
             idle_poll,
-            next: None,
+            next: NextRun::default(),
             wiring,
             finished: 0,
             drain: DrainEstimator::new(DEFAULT_DRAIN_WINDOW),
@@ -75,10 +75,7 @@ impl Pump {
     }
 
     fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration) {
-        if let Some(timer) = self.next.take() {
-            ctx.cancel_future(timer);
-        }
-        self.next = Some(ctx.notify_later(Step, after));
+        self.next.arm(ctx, Step, after, false);
     }
 
     fn after_step(&mut self, result: &Result<StepOutcome, StoreError>, ctx: &mut Context<Self>) {
@@ -135,9 +132,7 @@ impl Handler<Step> for Pump {
     type Result = AtomicResponse<Self, Result<StepOutcome, String>>;
 
     fn handle(&mut self, _: Step, ctx: &mut Self::Context) -> Self::Result {
-        if let Some(timer) = self.next.take() {
-            ctx.cancel_future(timer);
-        }
+        self.next.cancel(ctx);
         let core = self.core.clone();
         let step = async move { core.lock().await.step().await };
         AtomicResponse::new(Box::pin(step.into_actor(self).map(|result, act, ctx| {

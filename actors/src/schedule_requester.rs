@@ -11,13 +11,13 @@
 use std::time::Duration;
 
 use actix::{
-    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, SpawnHandle,
-    WrapFuture,
+    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
 };
 use msgx_core::clock::SharedClock;
 use msgx_core::outbound::{daily_step, DailyOutcome, DailyReport, Outbound, OutboundError};
 use msgx_core::telemetry;
 
+use crate::next_run::NextRun;
 use crate::supervisor::ChildFactory;
 use crate::wiring::Wiring;
 
@@ -40,7 +40,7 @@ pub struct ScheduleRequester {
     /// Longest pause between steps.
     check_every: Duration,
     /// The pending timer.
-    next: Option<SpawnHandle>,
+    next: NextRun,
 }
 
 impl ScheduleRequester {
@@ -50,7 +50,7 @@ impl ScheduleRequester {
             outbound,
             clock,
             check_every: DEFAULT_CHECK_EVERY,
-            next: None,
+            next: NextRun::default(),
         }
     }
 
@@ -85,7 +85,7 @@ impl ScheduleRequester {
             }
             Err(e) => telemetry::outbound_failed("step", None, e),
         }
-        self.next = Some(ctx.notify_later(RequestTick, pause.max(MIN_PAUSE)));
+        self.next.arm(ctx, RequestTick, pause.max(MIN_PAUSE), false);
     }
 }
 
@@ -107,9 +107,7 @@ impl Handler<RequestTick> for ScheduleRequester {
     type Result = AtomicResponse<Self, Result<DailyReport, String>>;
 
     fn handle(&mut self, _: RequestTick, ctx: &mut Self::Context) -> Self::Result {
-        if let Some(timer) = self.next.take() {
-            ctx.cancel_future(timer);
-        }
+        self.next.cancel(ctx);
         let (outbound, clock) = (self.outbound.clone(), self.clock.clone());
         let step = async move { daily_step(&outbound, clock.now()).await };
         AtomicResponse::new(Box::pin(step.into_actor(self).map(|result, act, ctx| {
