@@ -48,7 +48,7 @@ impl BenchDbs {
     }
 
     /// Derives both URLs from the configured ones, checking the drivers read `name` back.
-    pub(super) fn new(settings: &Settings, name: &str) -> anyhow::Result<Self> {
+    fn new(settings: &Settings, name: &str) -> anyhow::Result<Self> {
         let inbox_url = with_database(&settings.inbox.url, name).with_context(|| {
             format!(
                 "deriving the bench inbox URL from inbox.url `{}`",
@@ -81,6 +81,43 @@ impl BenchDbs {
             inbox_url,
             store_url,
         })
+    }
+
+    /// The databases `msgx_bench_<pid>` on the configured servers, refused when either already
+    /// exists (an earlier `--keep` run with the same pid): "fresh" means fresh, and the
+    /// clean-up in [`BenchDbs::finish`] must only ever drop what this run created.
+    pub(super) async fn fresh(settings: &Settings) -> anyhow::Result<Self> {
+        let dbs = Self::new(settings, &format!("msgx_bench_{}", std::process::id()))?;
+        dbs.ensure_absent().await?;
+        Ok(dbs)
+    }
+
+    /// Creates the inbox tables (configured names) in the bench inbox, as the DB owner.
+    pub(super) async fn inbox_fixture(&self, settings: &Settings) -> anyhow::Result<()> {
+        msgx_core::devtools::fixture::create_inbox_fixture(
+            &self.inbox_url,
+            &settings.inbox_names()?,
+            &settings.outbox_names()?,
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "creating the inbox fixture at {}",
+                redact_url(&self.inbox_url)
+            )
+        })
+    }
+
+    /// The inbox adapter on the bench inbox, exactly as the service builds it.
+    pub(super) fn inbox(&self, settings: &Settings) -> anyhow::Result<msgx_core::inbox::Inbox> {
+        let mut inbox_settings = settings.inbox.clone();
+        inbox_settings.url = self.inbox_url.clone();
+        msgx_core::inbox::Inbox::new(
+            &inbox_settings,
+            &settings.inbox_names()?,
+            settings.inbox_timezone()?,
+        )
+        .context("building the bench inbox adapter")
     }
 
     /// Opens the bench store (creating the database and running the migrations) as the
@@ -138,7 +175,7 @@ impl BenchDbs {
     }
 
     /// Fails when either database already exists.
-    pub(super) async fn ensure_absent(&self) -> anyhow::Result<()> {
+    async fn ensure_absent(&self) -> anyhow::Result<()> {
         let mut my = self.mysql_admin().await?;
         let in_mysql: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",

@@ -76,8 +76,7 @@ pub async fn dispatch(settings: &Settings, args: &DispatchBenchArgs) -> anyhow::
         (1..=10_000).contains(&batch),
         "--batch {batch} is outside 1..=10000"
     );
-    let dbs = BenchDbs::new(settings, &format!("msgx_bench_{}", std::process::id()))?;
-    dbs.ensure_absent().await?;
+    let dbs = BenchDbs::fresh(settings).await?;
     let result = run(settings, args, batch, &dbs).await;
     dbs.finish(result, args.keep).await
 }

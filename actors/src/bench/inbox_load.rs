@@ -66,19 +66,7 @@ pub(super) async fn load_inbox(
         .context("loading the inbox backlog")?;
     let elapsed = started.elapsed();
 
-    let mut conn = options
-        .connect()
-        .await
-        .context("connecting to the bench inbox")?;
-    let (count, min_id, max_id): (i64, Option<i64>, Option<i64>) = sqlx::query_as(&format!(
-        "SELECT COUNT(*), MIN({id}), MAX({id}) FROM {t}",
-        id = names.id,
-        t = names.table
-    ))
-    .fetch_one(&mut conn)
-    .await
-    .context("counting the loaded inbox rows")?;
-    conn.close().await.context("closing the inbox connection")?;
+    let (count, min_id, max_id) = loaded_ids(&options, names).await?;
     let (Some(min_id), Some(max_id)) = (min_id, max_id) else {
         anyhow::bail!("the inbox is empty after loading {rows} rows");
     };
@@ -93,6 +81,27 @@ pub(super) async fn load_inbox(
         min_id,
         max_id,
     })
+}
+
+/// Rows in the bench inbox and their lowest and highest id, after a load.
+pub(super) async fn loaded_ids(
+    options: &MySqlConnectOptions,
+    names: &InboxNames,
+) -> anyhow::Result<(i64, Option<i64>, Option<i64>)> {
+    let mut conn = options
+        .connect()
+        .await
+        .context("connecting to the bench inbox")?;
+    let found = sqlx::query_as(&format!(
+        "SELECT COUNT(*), MIN({id}), MAX({id}) FROM {t}",
+        id = names.id,
+        t = names.table
+    ))
+    .fetch_one(&mut conn)
+    .await
+    .context("counting the loaded inbox rows")?;
+    conn.close().await.context("closing the inbox connection")?;
+    Ok(found)
 }
 
 /// What every load worker shares.

@@ -37,7 +37,6 @@ use clap::Args;
 use msgx_core::backfill::rules::{classify, overdue_before};
 use msgx_core::backfill::{sweep_once, SweepConfig};
 use msgx_core::clock::{Clock, SharedClock, SystemClock};
-use msgx_core::devtools::fixture;
 use msgx_core::inbox::names::InboxNames;
 use msgx_core::inbox::time::utc_to_local;
 use msgx_core::inbox::Inbox;
@@ -104,9 +103,7 @@ pub async fn mark(settings: &Settings, args: &MarkBenchArgs) -> anyhow::Result<(
         args.rows
     );
 
-    let dbs = BenchDbs::new(settings, &format!("msgx_bench_{}", std::process::id()))?;
-    // "Fresh" means fresh, and the clean-up below must only drop what this run created.
-    dbs.ensure_absent().await?;
+    let dbs = BenchDbs::fresh(settings).await?;
     let result = run(settings, args, batch, steady_rows, &dbs).await;
     dbs.finish(result, args.keep).await
 }
@@ -130,14 +127,7 @@ async fn run(
         redact_url(&dbs.inbox_url),
         redact_url(&dbs.store_url)
     );
-    fixture::create_inbox_fixture(&dbs.inbox_url, &names, &settings.outbox_names()?)
-        .await
-        .with_context(|| {
-            format!(
-                "creating the inbox fixture at {}",
-                redact_url(&dbs.inbox_url)
-            )
-        })?;
+    dbs.inbox_fixture(settings).await?;
     let total = args.rows + 2 * steady_rows;
     let loaded = load_inbox(&dbs.inbox_url, &names, tz, total, args.msg_bytes).await?;
     println!(
@@ -149,10 +139,7 @@ async fn run(
     );
 
     let store = dbs.store(settings).await?;
-    let mut inbox_settings = settings.inbox.clone();
-    inbox_settings.url = dbs.inbox_url.clone();
-    let inbox =
-        Inbox::new(&inbox_settings, &names, tz).context("building the bench inbox adapter")?;
+    let inbox = dbs.inbox(settings)?;
     let mut backfill = settings.backfill.clone();
     backfill.batch = batch;
     let cfg = SweepConfig::new(&backfill, &names);

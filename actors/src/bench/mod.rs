@@ -37,10 +37,8 @@ mod report;
 use std::borrow::Cow;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::Args;
-use msgx_core::devtools::fixture;
 use msgx_core::inbox::Inbox;
 use msgx_core::poller::PollConfig;
 use msgx_core::settings::{redact_url, Settings};
@@ -92,10 +90,7 @@ pub async fn enqueue(settings: &Settings, args: &EnqueueBenchArgs) -> anyhow::Re
         args.rows
     );
 
-    let dbs = BenchDbs::new(settings, &format!("msgx_bench_{}", std::process::id()))?;
-    // Refuse leftovers (an earlier `--keep` run with the same pid): "fresh" means fresh, and
-    // the clean-up below must only ever drop what this run created.
-    dbs.ensure_absent().await?;
+    let dbs = BenchDbs::fresh(settings).await?;
 
     let result = run(settings, args, claim_batch, &dbs).await;
     dbs.finish(result, args.keep).await
@@ -122,14 +117,7 @@ async fn run(
     );
 
     // 1. The inbox, as the DB owner and upstream would have it.
-    fixture::create_inbox_fixture(&dbs.inbox_url, &names, &settings.outbox_names()?)
-        .await
-        .with_context(|| {
-            format!(
-                "creating the inbox fixture at {}",
-                redact_url(&dbs.inbox_url)
-            )
-        })?;
+    dbs.inbox_fixture(settings).await?;
     let load = load_inbox(&dbs.inbox_url, &names, tz, args.rows, args.msg_bytes).await?;
     println!(
         "  inbox load            : {} rows in {:.1}s ({:.0} rows/s, ids {}..={})",
@@ -142,10 +130,7 @@ async fn run(
 
     // 2. The store and the inbox adapter, exactly as the service builds them.
     let store = dbs.store(settings).await?;
-    let mut inbox_settings = settings.inbox.clone();
-    inbox_settings.url = dbs.inbox_url.clone();
-    let inbox =
-        Inbox::new(&inbox_settings, &names, tz).context("building the bench inbox adapter")?;
+    let inbox = dbs.inbox(settings)?;
 
     let outcome = measure(&inbox, &store, settings, args, claim_batch, &load).await;
     // Close the pools before the databases are dropped.

@@ -52,7 +52,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use msgx_core::devtools::fixture;
 use msgx_core::inbox::Inbox;
 use msgx_core::settings::{redact_url, Settings};
 use msgx_core::store::Store;
@@ -99,9 +98,7 @@ pub async fn pump(settings: &Settings, args: &PumpBenchArgs) -> anyhow::Result<(
     anyhow::ensure!(args.bare_tx > 0, "--bare-tx must be at least 1");
     anyhow::ensure!(!args.bare_time.is_zero(), "--bare-time must be positive");
 
-    let dbs = BenchDbs::new(settings, &format!("msgx_bench_{}", std::process::id()))?;
-    // "Fresh" means fresh, and the clean-up below must only drop what this run created.
-    dbs.ensure_absent().await?;
+    let dbs = BenchDbs::fresh(settings).await?;
 
     let result = run(settings, args, &dbs).await;
     dbs.finish(result, args.keep).await
@@ -118,14 +115,7 @@ async fn run(settings: &Settings, args: &PumpBenchArgs, dbs: &BenchDbs) -> anyho
         redact_url(&dbs.inbox_url),
         redact_url(&dbs.store_url)
     );
-    fixture::create_inbox_fixture(&dbs.inbox_url, &names, &settings.outbox_names()?)
-        .await
-        .with_context(|| {
-            format!(
-                "creating the inbox fixture at {}",
-                redact_url(&dbs.inbox_url)
-            )
-        })?;
+    dbs.inbox_fixture(settings).await?;
     let loaded = load_messages(&dbs.inbox_url, &names, tz, args.messages, args.seed).await?;
     eprintln!(
         "bench pump: inbox loaded: {} messages, {:.1} MiB, in {:.1}s",
@@ -135,10 +125,7 @@ async fn run(settings: &Settings, args: &PumpBenchArgs, dbs: &BenchDbs) -> anyho
     );
 
     let store = dbs.store(settings).await?;
-    let mut inbox_settings = settings.inbox.clone();
-    inbox_settings.url = dbs.inbox_url.clone();
-    let inbox =
-        Inbox::new(&inbox_settings, &names, tz).context("building the bench inbox adapter")?;
+    let inbox = dbs.inbox(settings)?;
 
     let outcome = measure(&inbox, &store, settings, args, &loaded).await;
     // Close the pools before the databases are dropped.

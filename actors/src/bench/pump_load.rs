@@ -104,19 +104,7 @@ pub(super) async fn load_messages(
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
 
-    let mut conn = options
-        .connect()
-        .await
-        .context("connecting to the bench inbox")?;
-    let (count, min_id, max_id): (i64, Option<i64>, Option<i64>) = sqlx::query_as(&format!(
-        "SELECT COUNT(*), MIN({id}), MAX({id}) FROM {t}",
-        id = names.id,
-        t = names.table
-    ))
-    .fetch_one(&mut conn)
-    .await
-    .context("counting the loaded inbox rows")?;
-    conn.close().await.context("closing the inbox connection")?;
+    let (count, min_id, max_id) = super::super::inbox_load::loaded_ids(&options, names).await?;
     let expected = i64::try_from(messages).context("--messages too large")?;
     anyhow::ensure!(
         count == expected && min_id == Some(1) && max_id == Some(expected),
