@@ -1,23 +1,27 @@
-//! One discovery round (SPEC §3): read the cursor, read `id > W`, decide, commit. The actor
-//! only decides when to call it again.
+//! One discovery round (SPEC §3): read the cursor and the open holes, read `id > W`, decide,
+//! commit. The actor only decides when to call it again.
 //!
-//! With `late.hole_evidence` ([`PollConfig::hole_evidence`]) a hole seen in an earlier round is
-//! decided on the MySQL transaction list as well (docs/hole-evidence.md):
+//! With `late.hole_evidence` ([`PollConfig::hole_evidence`]) holes seen in an earlier round
+//! are decided on the MySQL transaction list as well (docs/hole-evidence.md):
 //! 1. at a hole's first sighting the server's time is read *after* the rows
-//!    ([`Inbox::server_now`]) and stored as `HOLE_SEEN_DB_AT` with `HOLE_SINCE`;
+//!    ([`Inbox::server_now`]) and stored with the hole (`inbox_hole.seen_db_at`);
 //! 2. in later rounds the oldest open transaction is read ([`Inbox::trx_snapshot`], a list
-//!    proven newer than the sighting); one that started at or before the sighting means
-//!    [`Evidence::OlderTransactionOpen`] (hold, up to the cap);
-//! 3. none means the id's transaction has ended: the rows are read again *after* the list
-//!    and decided with [`Evidence::NoOlderTransaction`] — a commit that landed in between is
-//!    in that read and fills the hole; otherwise the hole is released early (a rollback).
+//!    proven newer than the sightings); one that started at or before a hole's sighting means
+//!    [`Evidence::OlderTransactionOpen`] for that hole (hold, up to the cap);
+//! 3. a hole for which none is open has lost its transaction: the rows are read again *after*
+//!    the list and decided with [`Evidence::NoOlderTransaction`] — a commit that landed in
+//!    between is in that read and fills the hole; otherwise it is released early (a rollback).
 //!
 //! Without the privilege, or when a read fails, the round follows the timer rule.
+//!
+//! Every round also checks the inbox head against W: a head below W (or rows vanishing above
+//! it) is an **id regression** — the inbox went backwards (a table rotation without the
+//! `AUTO_INCREMENT` seed, a restore): counted, logged at ERROR, never reported as "lag 0".
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use chrono::NaiveDateTime;
+use chrono::{DateTime, Utc};
 
 use crate::clock::Clock;
 use crate::inbox::evidence::EvidenceError;
@@ -25,7 +29,8 @@ use crate::inbox::{Inbox, InboxError, InboxRow};
 use crate::store::{EnqueueRow, RoundWrite, Store, StoreError};
 use crate::telemetry;
 use crate::watermark::{
-    advance, advance_with, Advance, Cursor, Evidence, EvidenceDecision, HoleEvidence,
+    advance, check_holes, Advance, Cursor, Evidence, EvidenceDecision, Hole, HoleSetError, Round,
+    TrxEvidence,
 };
 
 /// Evidence-based hole release (`late.hole_evidence`); None = the plain timer rule.
@@ -39,8 +44,11 @@ pub struct HoleEvidenceConfig {
 /// Knobs of a round.
 #[derive(Debug, Clone, Copy)]
 pub struct PollConfig {
-    /// Rows read per round.
+    /// Rows read per page.
     pub claim_batch: u32,
+    /// Pages read per round at most while the rows are not contiguous from W+1
+    /// (`pipeline.hole_sight_ahead`): holes further on are sighted now.
+    pub sight_ahead: u32,
     /// Hole aging threshold.
     pub max_commit_delay: Duration,
     /// Enqueue commit without WAL flush wait.
@@ -52,11 +60,12 @@ pub struct PollConfig {
 }
 
 impl Default for PollConfig {
-    /// The shipped defaults (`config/default.toml`): 1000 rows, 5 min, asynchronous enqueue
+    /// The shipped defaults (`config/default.toml`): 1000 rows, 20 pages ahead, 5 min, asynchronous enqueue
     /// commit, 7 days of late watch, no transaction evidence.
     fn default() -> Self {
         Self {
             claim_batch: 1000,
+            sight_ahead: 20,
             max_commit_delay: Duration::from_secs(300),
             async_commit: true,
             watch_window: Duration::from_secs(7 * 24 * 3600),
@@ -84,13 +93,17 @@ pub struct PollReport {
     pub lag: Option<Duration>,
     /// Wall time the round took.
     pub duration: Duration,
-    /// The transaction evidence the decision used; None when evidence is off, not needed
-    /// (no hole seen before), or unavailable (the timer rule decided).
+    /// The transaction evidence the decision used for the hole at W+1; None when evidence is
+    /// off, not needed (no hole seen before), or unavailable (the timer rule decided).
     pub hole_evidence: Option<Evidence>,
-    /// With evidence on, this round took a new hole's sighting on the server clock: the
-    /// next round can already decide it (a rollback is released at once), so it should not
-    /// wait a poll interval.
+    /// With evidence on, this round took the sighting of a new hole at W+1 on the server
+    /// clock: the next round can already decide it (a rollback is released at once), so it
+    /// should not wait a poll interval.
     pub hole_sighted: bool,
+    /// The inbox head is below W: the inbox went backwards (id regression).
+    pub regressed: bool,
+    /// Age of the oldest open hole by this round's clock.
+    pub oldest_hole_age: Option<Duration>,
 }
 
 impl PollReport {
@@ -102,7 +115,7 @@ impl PollReport {
     /// Poll again without waiting: more rows are there, a release made room, or a new hole
     /// can be decided on evidence (at most one such extra round per hole).
     pub fn poll_again_now(&self) -> bool {
-        self.batch_full || self.advance.released.is_some() || self.hole_sighted
+        self.batch_full || !self.advance.released.is_empty() || self.hole_sighted
     }
 }
 
@@ -118,6 +131,14 @@ pub enum PollError {
     /// The inbox returned ids that are not ascending and above W.
     #[error("inbox returned ids out of order after W={w}: {detail}")]
     Unordered { w: i64, detail: String },
+    /// The stored hole set is corrupt (edited by hand, or a bug): W stays until an operator
+    /// repairs it (`DELETE FROM inbox_hole` re-ages every open hole from now, which is safe).
+    #[error("inbox_hole is corrupt, W={w} stays: {source}")]
+    CorruptHoles {
+        w: i64,
+        #[source]
+        source: HoleSetError,
+    },
 }
 
 impl PollError {
@@ -126,6 +147,7 @@ impl PollError {
         match self {
             Self::Store(_) => "store",
             Self::Inbox(_) | Self::Unordered { .. } => "inbox",
+            Self::CorruptHoles { .. } => "holes",
         }
     }
 }
@@ -140,30 +162,38 @@ pub async fn poll_once(
     let started = Instant::now();
     let stored = store.read_cursor().await?;
     let before = stored.cursor;
-    let rows = read_rows(inbox, before.w, cfg.claim_batch).await?;
+    check_holes(before.w, &stored.holes).map_err(|source| PollError::CorruptHoles {
+        w: before.w,
+        source,
+    })?;
+    let (rows, complete) = read_window(inbox, before.w, cfg).await?;
     let now = clock.now();
     let Decided {
         rows,
-        advance: decision,
-        seen_db_at,
+        advance: mut decision,
         evidence,
         sighted,
+        complete,
     } = match cfg.hole_evidence {
         None => {
             let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
             Decided {
-                advance: advance(before, &ids, now, cfg.max_commit_delay),
+                complete,
+                advance: advance(round(before.w, &stored.holes, &ids, complete, now, cfg, None)),
                 rows,
-                seen_db_at: None,
                 evidence: None,
                 sighted: false,
             }
         }
         Some(ev) => {
-            decide_with_evidence(inbox, before, stored.hole_seen_db_at, rows, now, cfg, ev).await?
+            decide_with_evidence(inbox, before.w, &stored.holes, (rows, complete), now, cfg, ev)
+                .await?
         }
     };
-    let batch_full = rows.len() as u64 >= u64::from(cfg.claim_batch);
+    let batch_full = !complete;
+    if cfg.hole_evidence.is_some() && sighted {
+        stamp_sightings(inbox, &mut decision.holes).await;
+    }
 
     let enqueue: Vec<EnqueueRow> = rows[..decision.enqueue]
         .iter()
@@ -176,40 +206,48 @@ pub async fn poll_once(
         w: decision.w,
         hole_since: decision.hole_since,
     };
-    let unchanged = enqueue.is_empty() && after == before && seen_db_at == stored.hole_seen_db_at;
+    let unchanged = enqueue.is_empty() && after == before && decision.holes == stored.holes;
     let enqueued_new = if unchanged {
         0 // nothing to write: spare the store an empty transaction every second
     } else {
+        let watch = chrono::Duration::from_std(cfg.watch_window).unwrap_or(chrono::Duration::MAX);
         store
-            .commit_round_seen(
-                RoundWrite {
-                    expected_w: before.w,
-                    cursor: after,
-                    rows: &enqueue,
-                    now,
-                    async_commit: cfg.async_commit,
-                    released: decision.released.map(|r| {
-                        let window = chrono::Duration::from_std(cfg.watch_window)
-                            .unwrap_or(chrono::Duration::MAX);
-                        (r.ids(), now + window)
-                    }),
-                },
-                seen_db_at,
-            )
+            .commit_round(RoundWrite {
+                expected_w: before.w,
+                cursor: after,
+                rows: &enqueue,
+                now,
+                async_commit: cfg.async_commit,
+                holes: &decision.holes,
+                released: &decision.released,
+                watch_until: now.checked_add_signed(watch).unwrap_or(DateTime::<Utc>::MAX_UTC),
+            })
             .await?
     };
-    report_evidence(&decision, before, seen_db_at);
+    report_evidence(&decision);
+    if !decision.dropped.is_empty() {
+        telemetry::holes_dropped(before.w, &decision.dropped);
+    }
 
+    // The head: the last row read, or — when nothing is above W — the inbox's own MAX(id), so
+    // an inbox that went backwards is seen (never "lag 0" with the head below W).
     let inbox_head = match (rows.last(), batch_full) {
         (_, true) => inbox.max_id().await.ok().flatten(),
         (Some(last), false) => Some(last.id),
-        (None, false) => Some(before.w),
+        (None, false) => match inbox.max_id().await {
+            Ok(head) => Some(head.unwrap_or(0)),
+            Err(e) => {
+                tracing::warn!(error = %e, watermark = before.w, "reading the inbox head failed");
+                None
+            }
+        },
     };
+    let regressed = inbox_head.is_some_and(|head| head < decision.w);
     let lag = match rows.get(decision.enqueue) {
         Some(waiting) => waiting
             .received_at
             .map(|t| (now - t).to_std().unwrap_or(Duration::ZERO)),
-        None if !batch_full => Some(Duration::ZERO),
+        None if !batch_full && !regressed => Some(Duration::ZERO),
         None => None,
     };
     Ok(PollReport {
@@ -223,7 +261,54 @@ pub async fn poll_once(
         duration: started.elapsed(),
         hole_evidence: evidence,
         hole_sighted: sighted,
+        regressed,
+        oldest_hole_age: decision_age(after.hole_since, now),
     })
+}
+
+fn decision_age(since: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<Duration> {
+    since.map(|s| (now - s).to_std().unwrap_or(Duration::ZERO))
+}
+
+fn round<'a>(
+    w: i64,
+    holes: &'a [Hole],
+    ids: &'a [i64],
+    complete: bool,
+    now: DateTime<Utc>,
+    cfg: PollConfig,
+    evidence: Option<TrxEvidence>,
+) -> Round<'a> {
+    Round {
+        w,
+        holes,
+        ids,
+        complete,
+        now,
+        max_commit_delay: cfg.max_commit_delay,
+        evidence,
+    }
+}
+
+/// The rows a round decides on: one page of `claim_batch` rows above W, and — while the rows
+/// read are not contiguous from W+1 (W will wait at a hole) — further pages, up to
+/// `sight_ahead`, so the holes beyond are sighted now. Also whether that is every row above W.
+async fn read_window(
+    inbox: &Inbox,
+    w: i64,
+    cfg: PollConfig,
+) -> Result<(Vec<InboxRow>, bool), PollError> {
+    let page = cfg.claim_batch.max(1) as usize;
+    let mut rows = read_rows(inbox, w, cfg.claim_batch).await?;
+    let mut pages = 1;
+    let gap = |rows: &[InboxRow]| rows.last().is_some_and(|r| r.id != w + rows.len() as i64);
+    while rows.len() == pages * page && pages < cfg.sight_ahead as usize && gap(&rows) {
+        let after = rows.last().map_or(w, |r| r.id);
+        rows.extend(read_rows(inbox, after, cfg.claim_batch).await?);
+        pages += 1;
+    }
+    let complete = rows.len() < pages * page;
+    Ok((rows, complete))
 }
 
 /// `id > w`, checked to be ascending and above W.
@@ -248,113 +333,107 @@ struct Decided {
     /// The rows the decision is about (re-read after the transaction list, if it was read).
     rows: Vec<InboxRow>,
     advance: Advance,
-    /// HOLE_SEEN_DB_AT to write.
-    seen_db_at: Option<NaiveDateTime>,
-    /// The evidence used.
+    /// The evidence about the hole at W+1, if it was used.
     evidence: Option<Evidence>,
-    /// A new sighting was taken this round.
+    /// A new hole at W+1 is to be sighted on the server clock this round.
     sighted: bool,
+    /// `rows` are every row above W.
+    complete: bool,
 }
 
 /// The evidence rule (module docs). Every path that cannot get evidence is the timer rule.
 async fn decide_with_evidence(
     inbox: &Inbox,
-    before: Cursor,
-    stored_seen: Option<NaiveDateTime>,
-    rows: Vec<InboxRow>,
-    now: chrono::DateTime<chrono::Utc>,
+    w: i64,
+    stored: &[Hole],
+    (rows, complete): (Vec<InboxRow>, bool),
+    now: DateTime<Utc>,
     cfg: PollConfig,
     ev: HoleEvidenceConfig,
 ) -> Result<Decided, PollError> {
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-    // The same hole at W+1 as in an earlier round (the only case evidence decides).
-    let continuing =
-        before.hole_since.is_some() && ids.first().is_some_and(|first| *first > before.w + 1);
-    let seen = stored_seen.filter(|_| continuing);
-    let snapshot = match seen {
-        Some(_) => inbox.trx_snapshot().await.ok(),
-        None => None,
+    let any_sighted = stored.iter().any(|h| h.seen_db_at.is_some());
+    let trx = match any_sighted {
+        true => inbox.trx_snapshot().await.ok().map(|snap| TrxEvidence {
+            read_at: snap.read_at,
+            oldest_started: snap.oldest_started,
+            cap: ev.cap,
+        }),
+        false => None,
     };
-    let evidence = match (seen, snapshot) {
-        // A server clock that stepped back since the sighting proves nothing.
-        (Some(seen), Some(snap)) if snap.read_at >= seen => Some(
-            if snap.oldest_started.is_some_and(|started| started <= seen) {
-                Evidence::OlderTransactionOpen
-            } else {
-                Evidence::NoOlderTransaction
-            },
-        ),
-        _ => None,
-    };
-    let (rows, ids) = if evidence == Some(Evidence::NoOlderTransaction) {
-        // Read again after the list: a commit that landed meanwhile is visible now.
-        let rows = read_rows(inbox, before.w, cfg.claim_batch).await?;
-        let ids = rows.iter().map(|r| r.id).collect();
-        (rows, ids)
+    let releasable = trx.is_some_and(|t| {
+        stored
+            .iter()
+            .any(|h| t.about(h.seen_db_at) == Some(Evidence::NoOlderTransaction))
+    });
+    // Read again after the list: a commit that landed meanwhile is visible now.
+    let (rows, complete) = if releasable {
+        read_window(inbox, w, cfg).await?
     } else {
-        (rows, ids)
+        (rows, complete)
     };
-    let decision = advance_with(
-        before,
-        &ids,
-        now,
-        cfg.max_commit_delay,
-        evidence.map(|seen| HoleEvidence { seen, cap: ev.cap }),
-    );
-    let mut sighted = false;
-    let seen_db_at = match decision.hole_since {
-        None => None,
-        // Still the hole that was sighted: keep its sighting.
-        Some(_)
-            if decision.w == before.w
-                && decision.hole_since == before.hole_since
-                && seen.is_some() =>
-        {
-            seen
-        }
-        // A new hole, or one sighted before the evidence was on: the server's time now,
-        // read after the rows (a sighting read before them could predate the transaction).
-        Some(_) => match inbox.server_now().await {
-            Ok(at) => {
-                sighted = true;
-                Some(at)
-            }
-            Err(EvidenceError::Unavailable(reason)) => {
-                tracing::debug!(%reason, "no server time for the hole sighting");
-                None
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "reading the server time failed; the hole is sighted again next round");
-                None
-            }
-        },
+    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+    let decision = advance(round(w, stored, &ids, complete, now, cfg, trx));
+    let front = decision
+        .open_hole
+        .and_then(|o| decision.holes.iter().find(|h| h.first == o.first_missing));
+    let evidence = match (trx, stored.first()) {
+        (Some(t), Some(h)) if h.first == w + 1 => t.about(h.seen_db_at),
+        _ => None,
     };
     Ok(Decided {
         rows,
+        complete,
+        sighted: front.is_some_and(|h| h.seen_db_at.is_none()),
         advance: decision,
-        seen_db_at,
         evidence,
-        sighted,
     })
 }
 
-/// The last hole announced as held past `max_commit_delay` (its W+1 and sighting), so the
+/// Gives every hole not yet sighted on the server clock the server's time now, read after
+/// the rows (a sighting read before them could predate the transaction). On failure the holes
+/// stay unsighted and are sighted again next round — later, which only ever counts more
+/// transactions as older (safe).
+async fn stamp_sightings(inbox: &Inbox, holes: &mut [Hole]) {
+    if holes.iter().all(|h| h.seen_db_at.is_some()) {
+        return;
+    }
+    match inbox.server_now().await {
+        Ok(at) => {
+            for h in holes.iter_mut().filter(|h| h.seen_db_at.is_none()) {
+                h.seen_db_at = Some(at);
+            }
+        }
+        Err(EvidenceError::Unavailable(reason)) => {
+            tracing::debug!(%reason, "no server time for the hole sighting");
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the server time failed; the holes are sighted again next round");
+        }
+    }
+}
+
+/// The holes last announced as held past `max_commit_delay` (first id and sighting), so the
 /// "held" decision is counted and logged once per hole, not every round. Logging only: no
 /// decision depends on it.
-static HELD_ANNOUNCED: Mutex<Option<(i64, Option<NaiveDateTime>)>> = Mutex::new(None);
+static HELD_ANNOUNCED: Mutex<Vec<(i64, DateTime<Utc>)>> = Mutex::new(Vec::new());
 
-fn report_evidence(decision: &Advance, before: Cursor, seen: Option<NaiveDateTime>) {
-    let Some(d) = decision.evidence else {
-        return;
-    };
-    let first_missing = before.w + 1;
-    if d == EvidenceDecision::Held {
-        let key = Some((first_missing, seen));
-        let mut last = HELD_ANNOUNCED.lock().unwrap_or_else(|p| p.into_inner());
-        if *last == key {
-            return;
+fn report_evidence(decision: &Advance) {
+    let mut held = HELD_ANNOUNCED.lock().unwrap_or_else(|p| p.into_inner());
+    for &(first, d) in &decision.evidence {
+        if d == EvidenceDecision::Held {
+            let since = decision
+                .holes
+                .iter()
+                .find(|h| h.first == first)
+                .map_or(DateTime::<Utc>::MIN_UTC, |h| h.first_seen);
+            if held.contains(&(first, since)) {
+                continue;
+            }
+            held.push((first, since));
+            if held.len() > 64 {
+                held.remove(0);
+            }
         }
-        *last = key;
+        telemetry::hole_evidence(d.as_str(), first);
     }
-    telemetry::hole_evidence(d.as_str(), first_missing);
 }

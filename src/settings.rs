@@ -124,6 +124,10 @@ pub struct PipelineSettings {
     pub poll_interval: Duration,
     /// Rows read per poll round (`LIMIT`).
     pub claim_batch: u32,
+    /// While the rows read are not contiguous from W+1 (a hole), read up to this many pages of
+    /// `claim_batch` rows per round, so holes further on are sighted — and age — side by side
+    /// instead of one page at a time.
+    pub hole_sight_ahead: u32,
     /// How long a hole may stay open before it is released as permanent (G7: a placeholder
     /// until the DB owner states the id-allocation → visibility bound).
     #[serde(with = "humantime_serde_compat")]
@@ -221,6 +225,12 @@ pub struct LateSettings {
     /// With evidence: hard cap for holding a hole while an older transaction is still open.
     #[serde(with = "humantime_serde_compat")]
     pub hole_evidence_cap: Duration,
+    /// Compensation scan (seed §5.1 stage 1): how many ids behind W are re-read for rows
+    /// discovery never saw (id reuse after a table rotation, a restore); 0 = off.
+    pub compensation_window: u64,
+    /// How often the compensation scan runs.
+    #[serde(with = "humantime_serde_compat")]
+    pub compensation_period: Duration,
 }
 
 /// HTTP surface.
@@ -348,6 +358,9 @@ impl Settings {
                 "must be 1..=32 characters (the DB owner's value)",
             ));
         }
+        if self.pipeline.hole_sight_ahead == 0 || self.pipeline.hole_sight_ahead > 1000 {
+            return Err(invalid("pipeline.hole_sight_ahead", "outside 1..=1000"));
+        }
         let l = &self.late;
         check_nonzero(l.detect_period, "late.detect_period")?;
         check_nonzero(l.watch_window, "late.watch_window")?;
@@ -360,6 +373,10 @@ impl Settings {
                 "shorter than pipeline.max_commit_delay",
             ));
         }
+        if l.compensation_window > 100_000_000 {
+            return Err(invalid("late.compensation_window", "above 100000000 ids"));
+        }
+        check_nonzero(l.compensation_period, "late.compensation_period")?;
         let q = &self.processing;
         check_nonzero(q.head_deadline, "processing.head_deadline")?;
         check_nonzero(q.retry_initial, "processing.retry_initial")?;

@@ -31,8 +31,22 @@ pub const INBOX_LAG_IDS: &str = "msgx_inbox_lag_ids";
 pub const INBOX_LAG_SECONDS: &str = "msgx_inbox_lag_seconds";
 /// 1 while W waits at a hole.
 pub const INBOX_HOLE_OPEN: &str = "msgx_inbox_hole_open";
-/// How long the current hole has been open.
+/// How long the oldest open hole has been open.
 pub const INBOX_HOLE_AGE_SECONDS: &str = "msgx_inbox_hole_age_seconds";
+/// Open holes (ranges), each aging on its own.
+pub const INBOX_HOLES_OPEN: &str = "msgx_inbox_holes_open";
+/// Ids missing in the open holes.
+pub const INBOX_HOLE_MISSING_IDS: &str = "msgx_inbox_hole_missing_ids";
+/// 1 while the inbox head is below W.
+pub const INBOX_ID_REGRESSION: &str = "msgx_inbox_id_regression";
+/// Times the inbox head was seen falling below W.
+pub const INBOX_ID_REGRESSIONS_TOTAL: &str = "msgx_inbox_id_regressions_total";
+/// Stored holes dropped because the rows after them vanished.
+pub const INBOX_HOLES_DROPPED_TOTAL: &str = "msgx_inbox_holes_dropped_total";
+/// Inbox rows at or below W found by the compensation scan, never discovered before.
+pub const INBOX_UNSEEN_BELOW_W_TOTAL: &str = "msgx_inbox_unseen_below_w_total";
+/// Duration of one compensation scan over the window behind W.
+pub const INBOX_COMPENSATION_SCAN_SECONDS: &str = "msgx_inbox_compensation_scan_seconds";
 /// Holes released as permanent.
 pub const INBOX_HOLES_RELEASED_TOTAL: &str = "msgx_inbox_permanent_holes_released_total";
 /// Ids skipped by those releases.
@@ -101,6 +115,13 @@ pub const ALL: &[&str] = &[
     INBOX_LAG_SECONDS,
     INBOX_HOLE_OPEN,
     INBOX_HOLE_AGE_SECONDS,
+    INBOX_HOLES_OPEN,
+    INBOX_HOLE_MISSING_IDS,
+    INBOX_ID_REGRESSION,
+    INBOX_ID_REGRESSIONS_TOTAL,
+    INBOX_HOLES_DROPPED_TOTAL,
+    INBOX_UNSEEN_BELOW_W_TOTAL,
+    INBOX_COMPENSATION_SCAN_SECONDS,
     INBOX_HOLES_RELEASED_TOTAL,
     INBOX_HOLE_IDS_RELEASED_TOTAL,
     INBOX_HOLE_FILL_SECONDS,
@@ -170,6 +191,10 @@ pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
             ],
         ),
         (
+            INBOX_COMPENSATION_SCAN_SECONDS,
+            vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
+        ),
+        (
             INBOX_POLL_DURATION_SECONDS,
             vec![
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
@@ -194,11 +219,34 @@ pub fn describe() {
         Unit::Seconds,
         "Age of the oldest inbox row not yet enqueued"
     );
-    describe_gauge!(INBOX_HOLE_OPEN, "1 while W waits at a hole");
+    describe_gauge!(INBOX_HOLE_OPEN, "1 while any hole is open");
     describe_gauge!(
         INBOX_HOLE_AGE_SECONDS,
         Unit::Seconds,
-        "Age of the hole W waits at"
+        "Age of the oldest open hole (each hole ages from its own first sighting)"
+    );
+    describe_gauge!(INBOX_HOLES_OPEN, "Open holes (id ranges) above W");
+    describe_gauge!(INBOX_HOLE_MISSING_IDS, "Inbox ids missing in the open holes");
+    describe_gauge!(
+        INBOX_ID_REGRESSION,
+        "1 while the inbox head is below W (the inbox went backwards)"
+    );
+    describe_counter!(
+        INBOX_ID_REGRESSIONS_TOTAL,
+        "Times the inbox head fell below W"
+    );
+    describe_counter!(
+        INBOX_HOLES_DROPPED_TOTAL,
+        "Open holes dropped because the rows after them vanished from the inbox"
+    );
+    describe_counter!(
+        INBOX_UNSEEN_BELOW_W_TOTAL,
+        "Inbox rows at or below W found by the compensation scan (never discovered; enqueued LATE)"
+    );
+    describe_histogram!(
+        INBOX_COMPENSATION_SCAN_SECONDS,
+        Unit::Seconds,
+        "Duration of one compensation scan over the window behind W"
     );
     describe_counter!(
         INBOX_HOLES_RELEASED_TOTAL,
@@ -255,39 +303,39 @@ pub fn poll_round(report: &crate::poller::PollReport) {
     gauge!(INBOX_WATERMARK).set(a.w as f64);
     if let Some(head) = report.inbox_head {
         gauge!(INBOX_HEAD_ID).set(head as f64);
-        gauge!(INBOX_LAG_IDS).set((head - a.w).max(0) as f64);
+        // Negative when the inbox head is below W (id regression): never a reassuring 0.
+        gauge!(INBOX_LAG_IDS).set((head - a.w) as f64);
     }
     if let Some(lag) = report.lag {
         gauge!(INBOX_LAG_SECONDS).set(lag.as_secs_f64());
     }
+    id_regression(report.regressed, a.w, report.inbox_head);
     counter!(INBOX_ENQUEUED_TOTAL).increment(report.enqueued_new);
     histogram!(INBOX_POLL_DURATION_SECONDS).record(report.duration.as_secs_f64());
-    match a.open_hole {
-        Some(h) => {
-            gauge!(INBOX_HOLE_OPEN).set(1.0);
-            gauge!(INBOX_HOLE_AGE_SECONDS).set(h.age.as_secs_f64());
-            if h.age.is_zero() {
-                tracing::info!(
-                    watermark = a.w,
-                    first_missing = h.first_missing,
-                    next_present = h.next_present,
-                    "hole opened; waiting for a late commit"
-                );
-            } else {
-                tracing::debug!(
-                    watermark = a.w,
-                    first_missing = h.first_missing,
-                    age_s = h.age.as_secs(),
-                    "hole still open"
-                );
-            }
-        }
-        None => {
-            gauge!(INBOX_HOLE_OPEN).set(0.0);
-            gauge!(INBOX_HOLE_AGE_SECONDS).set(0.0);
+    gauge!(INBOX_HOLE_OPEN).set(if a.holes.is_empty() { 0.0 } else { 1.0 });
+    gauge!(INBOX_HOLES_OPEN).set(a.holes.len() as f64);
+    gauge!(INBOX_HOLE_MISSING_IDS).set(a.missing_ids() as f64);
+    gauge!(INBOX_HOLE_AGE_SECONDS).set(report.oldest_hole_age.map_or(0.0, |d| d.as_secs_f64()));
+    if let Some(h) = a.open_hole {
+        if h.age.is_zero() {
+            tracing::info!(
+                watermark = a.w,
+                first_missing = h.first_missing,
+                next_present = h.next_present,
+                holes_open = a.holes.len(),
+                "hole opened; waiting for a late commit"
+            );
+        } else {
+            tracing::debug!(
+                watermark = a.w,
+                first_missing = h.first_missing,
+                age_s = h.age.as_secs(),
+                holes_open = a.holes.len(),
+                "hole still open"
+            );
         }
     }
-    if let Some(filled) = a.filled_after {
+    for filled in &a.fills {
         histogram!(INBOX_HOLE_FILL_SECONDS).record(filled.as_secs_f64());
         tracing::info!(
             watermark = a.w,
@@ -295,11 +343,16 @@ pub fn poll_round(report: &crate::poller::PollReport) {
             "hole filled"
         );
     }
-    if let Some(r) = a.released {
+    for r in &a.released {
         counter!(INBOX_HOLES_RELEASED_TOTAL).increment(1);
         counter!(INBOX_HOLE_IDS_RELEASED_TOTAL).increment(r.len() as u64);
         // Why it was released: the timer, or transaction evidence (early / at the cap).
-        let why = match a.evidence {
+        let decision = a
+            .evidence
+            .iter()
+            .find(|(first, _)| *first == r.first)
+            .map(|(_, d)| *d);
+        let why = match decision {
             Some(crate::watermark::EvidenceDecision::ReleasedEarly) => {
                 "no older transaction open (rolled back)"
             }
@@ -317,6 +370,62 @@ pub fn poll_round(report: &crate::poller::PollReport) {
     if report.enqueued_new > 0 {
         tracing::debug!(watermark = a.w, enqueued = report.enqueued_new, "enqueued");
     }
+}
+
+/// The inbox head is below W (or not): the gauge follows every round, the ERROR line is
+/// logged when it starts.
+fn id_regression(regressed: bool, w: i64, head: Option<i64>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static ACTIVE: AtomicBool = AtomicBool::new(false);
+    gauge!(INBOX_ID_REGRESSION).set(if regressed { 1.0 } else { 0.0 });
+    let was = ACTIVE.swap(regressed, Ordering::Relaxed);
+    if regressed && !was {
+        counter!(INBOX_ID_REGRESSIONS_TOTAL).increment(1);
+        tracing::error!(
+            alert = true,
+            watermark = w,
+            inbox_head = head,
+            "inbox id regression: the inbox head is below W (table rotated without the \
+             AUTO_INCREMENT seed, or restored?); rows reusing ids at or below W are found by \
+             the compensation scan"
+        );
+    } else if !regressed && was {
+        tracing::info!(watermark = w, inbox_head = head, "inbox head is above W again");
+    }
+}
+
+/// Stored holes no row follows any more (rows above W vanished): dropped, their ids re-aged.
+pub fn holes_dropped(w: i64, dropped: &[crate::watermark::Hole]) {
+    counter!(INBOX_HOLES_DROPPED_TOTAL).increment(dropped.len() as u64);
+    for h in dropped {
+        tracing::error!(
+            alert = true,
+            watermark = w,
+            first = h.first,
+            last = h.last,
+            "rows that followed an open hole vanished from the inbox (the inbox went \
+             backwards); the hole is dropped and its ids are missing again from now"
+        );
+    }
+}
+
+/// The compensation scan found inbox rows below W that discovery never saw: enqueued LATE.
+pub fn unseen_below_w(w: i64, ids: &[i64]) {
+    counter!(INBOX_UNSEEN_BELOW_W_TOTAL).increment(ids.len() as u64);
+    tracing::error!(
+        alert = true,
+        watermark = w,
+        count = ids.len(),
+        ids = ?ids,
+        "inbox rows at or below W were never discovered (id reuse after a rotation, a \
+         restore?); enqueued as LATE under the ordering guard"
+    );
+}
+
+/// One compensation scan finished.
+pub fn compensation_scan(from: i64, to: i64, checked: u64, took: Duration) {
+    histogram!(INBOX_COMPENSATION_SCAN_SECONDS).record(took.as_secs_f64());
+    tracing::debug!(from, to, checked, took_ms = took.as_millis() as u64, "compensation scan");
 }
 
 /// A round failed; W is unchanged.

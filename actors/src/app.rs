@@ -140,6 +140,7 @@ impl DispatchDeps {
 pub fn poll_config(p: &PipelineSettings) -> PollConfig {
     PollConfig {
         claim_batch: p.claim_batch,
+        sight_ahead: p.hole_sight_ahead,
         max_commit_delay: p.max_commit_delay,
         async_commit: p.async_enqueue_commit,
         watch_window: std::time::Duration::from_secs(7 * 24 * 3600),

@@ -73,7 +73,7 @@ impl InboxPoller {
                         w: report.advance.w,
                     });
                 }
-                if let Some(r) = report.advance.released {
+                for r in &report.advance.released {
                     self.wiring.holes_released(HolesReleased {
                         first: r.first,
                         last: r.last,
@@ -129,7 +129,7 @@ impl Handler<PollNow> for InboxPoller {
                 .map(|r| RoundSummary {
                     w: r.advance.w,
                     enqueued: r.enqueued_new,
-                    released: r.advance.released.map(|h| (h.first, h.last)),
+                    released: r.advance.first_released().map(|h| (h.first, h.last)),
                     hole_open: r.advance.open_hole.is_some(),
                 })
                 .map_err(|e| e.to_string())

@@ -2,7 +2,11 @@
 //! a time and decides only when to run the next: at start (a restarted detector resumes the
 //! durable watch list at once), every `late.detect_period`, and at once when the poller says
 //! it released a hole (`HolesReleased` is only a wake-up: the poller already wrote the ids to
-//! `late_watch` in the transaction that moved W). Rounds never overlap (`AtomicResponse`).
+//! `late_watch_range` in the transaction that moved W). Rounds never overlap (`AtomicResponse`).
+//!
+//! It also runs the compensation scan ([`msgx_core::late::compensation_scan`]) every
+//! `late.compensation_period` (`ScanNow`, its own timer; 0-sized window = off): rows at or
+//! below W that discovery never saw are enqueued LATE.
 
 use std::time::Duration;
 
@@ -11,7 +15,9 @@ use actix::{
 };
 use msgx_core::clock::SharedClock;
 use msgx_core::inbox::Inbox;
-use msgx_core::late::{detect_once, DetectConfig, DetectError, DetectReport};
+use msgx_core::late::{
+    compensation_scan, detect_once, DetectConfig, DetectError, DetectReport, ScanReport,
+};
 use msgx_core::store::Store;
 use msgx_core::telemetry;
 
@@ -23,6 +29,11 @@ use crate::next_run::NextRun;
 #[derive(Debug, Clone, Copy, Default, Message)]
 #[rtype(result = "Result<DetectReport, String>")]
 pub struct DetectNow;
+
+/// Run one compensation scan now (the detector's own timer sends it; tests may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<ScanReport, String>")]
+pub struct ScanNow;
 
 /// The late detector actor.
 pub struct LateDetector {
@@ -38,6 +49,8 @@ pub struct LateDetector {
     period: Duration,
     /// The pending timer, cancelled when a round is asked for early.
     next: NextRun,
+    /// The compensation scan's timer.
+    next_scan: NextRun,
 }
 
 impl LateDetector {
@@ -56,6 +69,7 @@ impl LateDetector {
             cfg,
             period,
             next: NextRun::default(),
+            next_scan: NextRun::default(),
         }
     }
 
@@ -95,6 +109,34 @@ impl Actor for LateDetector {
             "late detector started"
         );
         ctx.notify(DetectNow);
+        if self.cfg.compensation_window > 0 {
+            ctx.notify(ScanNow);
+        }
+    }
+}
+
+impl Handler<ScanNow> for LateDetector {
+    type Result = AtomicResponse<Self, Result<ScanReport, String>>;
+
+    fn handle(&mut self, _: ScanNow, ctx: &mut Self::Context) -> Self::Result {
+        self.next_scan.cancel(ctx);
+        let (inbox, store, clock, cfg) = (
+            self.inbox.clone(),
+            self.store.clone(),
+            self.clock.clone(),
+            self.cfg.scan(),
+        );
+        let scan = async move { compensation_scan(&inbox, &store, clock.as_ref(), &cfg).await };
+        AtomicResponse::new(Box::pin(scan.into_actor(self).map(|result, act, ctx| {
+            if let Err(e) = &result {
+                tracing::error!(error = %e, "compensation scan failed; retrying next period");
+            }
+            if act.cfg.compensation_window > 0 {
+                let period = act.cfg.compensation_period;
+                act.next_scan.arm(ctx, ScanNow, period, false);
+            }
+            result.map_err(|e| e.to_string())
+        })))
     }
 }
 

@@ -37,7 +37,7 @@ pub struct RoundSummary {
     pub w: i64,
     /// Rows newly enqueued.
     pub enqueued: u64,
-    /// Released hole, if any.
+    /// The first hole released this round, if any.
     pub released: Option<(i64, i64)>,
     /// W waits at a young hole.
     pub hole_open: bool,

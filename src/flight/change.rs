@@ -24,7 +24,8 @@ pub enum FlightChange {
         before: Flight,
         /// The row to write (changed fields carry the message's version).
         after: Flight,
-        /// The fields whose value changed (set, overwritten or cleared), in [`Field`] order.
+        /// The fields whose value changed (set, overwritten or cleared), in [`Field`] order;
+        /// empty for a restamp (only versions changed).
         changed: Vec<Field>,
     },
     /// A deleted flight: delete the row.
@@ -44,6 +45,12 @@ impl FlightChange {
             FlightChange::Created { after } | FlightChange::Updated { after, .. } => &after.flid,
             FlightChange::Deleted { before, .. } => &before.flid,
         }
+    }
+
+    /// An update that changes no value, only field versions (a carried value re-sent
+    /// unchanged): the row is written, no event is raised.
+    pub fn is_restamp(&self) -> bool {
+        matches!(self, FlightChange::Updated { changed, .. } if changed.is_empty())
     }
 
     /// The row after the change (`None` for a delete).

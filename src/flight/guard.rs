@@ -6,15 +6,17 @@
 //! processor to record (`proc_state.stale_fields`) and count. Rows in id order keep using
 //! [`plan`](super::plan), which this module does not change.
 //!
-//! "Newer" compares [`FieldVersion`]s by message send time, then inbox id (the order in-order
-//! processing would have used for equal send times). The effective version of a flight's field
+//! "Newer" compares [`FieldVersion`]s by inbox id (`MSG_ID`): the processing order the seed
+//! promises (FIFO by id), not the upstream send time. Every field a message carries stamps
+//! its version, also when its value does not change (`rules::upsert`), so the stored version
+//! of a field is the highest id that carried it. The effective version of a flight's field
 //! is the newer of its stored version and the flight's *tombstone* (the newest delete of the
 //! flight, read from the event outbox): a deletion versions every field of the flight it
 //! removed. The rules:
 //!
 //! - **field** (set or clear) of a known flight: applied when its value changes and no newer
 //!   version exists; otherwise refused (recorded by tag, e.g. `GATE`). A value equal to the
-//!   stored one is neither a change nor a refusal.
+//!   stored one is neither a change nor a refusal (it restamps an older version).
 //! - **creation** of an unknown flight: refused when a newer delete removed it (recorded as
 //!   `CREATE` followed by the tags of the fields it carried); otherwise created as usual.
 //! - **delete** (`FDEL`): refused when any field of the flight (or its tombstone) is newer than
@@ -40,9 +42,9 @@ pub const REFUSED_DELETE: &str = "DELETE";
 /// Pseudo-tag recorded when a creation was refused (a newer delete removed the flight).
 pub const REFUSED_CREATE: &str = "CREATE";
 
-/// Orders versions: send time, then inbox id.
+/// Orders versions by inbox id: the FIFO processing order.
 pub fn compare(a: &FieldVersion, b: &FieldVersion) -> Ordering {
-    (a.at, a.msg_id).cmp(&(b.at, b.msg_id))
+    a.msg_id.cmp(&b.msg_id)
 }
 
 /// True when `stored` is strictly newer than `msg`.

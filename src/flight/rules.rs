@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::change::{FlightChange, Plan, ScheduleSnapshot};
 use super::event::EventDraft;
-use super::guard::Guard;
+use super::guard::{self, Guard};
 use super::model::{FieldVersion, Flight};
 use crate::codec::model::{Body, DecodedMessage, FieldValue, FlightRecord, ScheduleKind};
 
@@ -39,9 +39,10 @@ pub fn flights_to_load(msg: &DecodedMessage) -> Vec<String> {
 ///
 /// Upsert: an unknown flight is created with the carried `Set` fields (a `Clear` sets nothing);
 /// on a known flight `Set` overwrites, `Clear` removes, a field not carried is kept. Values
-/// compare as strings: writing the current value (or clearing an absent field) is no change and
-/// does not bump that field's version; every changed field gets the message's
-/// [`FieldVersion`]. A known flight with nothing changed yields no change and no event.
+/// compare as strings: writing the current value (or clearing an absent field) is no change
+/// and raises no event, but every carried field gets the message's [`FieldVersion`] (a
+/// *restamp*, see `upsert`). A known flight whose versions are already this message's yields
+/// no change and no event.
 /// Setting `MFID` makes the flight a code-share of that master; nothing else happens.
 pub fn plan(msg: &DecodedMessage, msg_id: i64, current: &BTreeMap<String, Flight>) -> Plan {
     plan_with(msg, msg_id, current, &mut Guard::off())
@@ -84,6 +85,7 @@ pub(super) fn plan_with(
                     Some(change) => {
                         match &change {
                             FlightChange::Created { .. } => snapshot.created += 1,
+                            c if c.is_restamp() => snapshot.unchanged += 1,
                             _ => snapshot.updated += 1,
                         }
                         out.changes.push(change);
@@ -118,6 +120,7 @@ pub(super) fn plan_with(
     out.events = out
         .changes
         .iter()
+        .filter(|c| !c.is_restamp())
         .map(|c| EventDraft::for_change(c, &msg.meta, msg_id))
         .collect();
     if let Some(snapshot) = &out.snapshot {
@@ -144,7 +147,12 @@ fn coalesce(records: &[FlightRecord]) -> Vec<FlightRecord> {
     out
 }
 
-/// One flight record over the flight's current row (`None`: unknown). `None` = no change.
+/// One flight record over the flight's current row (`None`: unknown). `None` = nothing to write.
+///
+/// Every field the message carries stamps its version, also when the value does not change
+/// (a *restamp*: the row is written, no event is raised), so a late message older than this
+/// one can never overwrite it (SPEC §6 G1, versions compare by `MSG_ID`). A restamp never
+/// lowers a version (an operator replay of an old message does not make fields look older).
 fn upsert(
     record: &FlightRecord,
     version: FieldVersion,
@@ -159,8 +167,9 @@ fn upsert(
         for (field, value) in &record.fields {
             if let FieldValue::Set(v) = value {
                 after.fields.insert(*field, v.clone());
-                after.versions.insert(*field, version);
             }
+            // A carried clear versions the field too: an older late value may not set it.
+            after.versions.insert(*field, version);
         }
         return Some(FlightChange::Created { after });
     };
@@ -171,9 +180,14 @@ fn upsert(
             FieldValue::Set(v) => Some(v.as_str()),
             FieldValue::Clear => None,
         };
-        if before.get(*field) == new
-            || !guard.field(&before.flid, *field, before.versions.get(field))
-        {
+        let stored = before.versions.get(field);
+        if before.get(*field) == new {
+            if stored.is_none_or(|v| guard::is_newer(&version, v)) {
+                after.versions.insert(*field, version);
+            }
+            continue;
+        }
+        if !guard.field(&before.flid, *field, stored) {
             continue;
         }
         match new {
@@ -183,7 +197,7 @@ fn upsert(
         after.versions.insert(*field, version);
         changed.push(*field);
     }
-    (!changed.is_empty()).then(|| FlightChange::Updated {
+    (after != *before).then(|| FlightChange::Updated {
         before: before.clone(),
         after,
         changed,

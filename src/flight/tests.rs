@@ -132,12 +132,15 @@ fn schedule_applied_counts_and_comes_last() {
         json!({"msg_id": 9, "date": "20261130", "kind": "RESP", "flights": ["F1", "F3", "F2"],
                "created": 1, "updated": 1, "unchanged": 1, "request_id": "RQ1"})
     );
-    // Created with its Set fields only: the Clear on a new flight sets nothing.
-    let FlightChange::Created { after } = &p.changes[0] else {
-        panic!("{:?}", p.changes[0])
+    // F1 re-sent unchanged: restamped (written, no event), counted as unchanged.
+    assert!(p.changes[0].is_restamp(), "{:?}", p.changes[0]);
+    // Created with its Set fields only: the Clear on a new flight sets nothing, but versions
+    // the field (an older late value may not set it).
+    let FlightChange::Created { after } = &p.changes[1] else {
+        panic!("{:?}", p.changes[1])
     };
     assert_eq!(after.fields, BTreeMap::from([(Field::Gate, "G3".into())]));
-    assert!(!after.versions.contains_key(&Field::Stnd));
+    assert_eq!(after.versions[&Field::Stnd].msg_id, 9);
 }
 
 #[test]
@@ -157,7 +160,9 @@ fn a_flight_repeated_in_one_schedule_is_applied_once_later_values_winning() {
     };
     let want = BTreeMap::from([(Field::Stat, "X".into()), (Field::Stnd, "S1".into())]);
     assert_eq!(after.fields, want);
-    assert_eq!(p.changes.len(), 1);
+    assert_eq!(p.changes.len(), 2, "F1 created, F2 restamped");
+    assert!(p.changes[1].is_restamp());
+    assert_eq!(p.events.len(), 2, "FLIGHT_CREATED and SCHEDULE_APPLIED only");
 }
 
 #[test]
@@ -172,11 +177,22 @@ fn flop_on_unknown_flight_creates_it() {
 }
 
 #[test]
-fn flop_without_an_actual_change_is_a_noop() {
+fn flop_without_an_actual_change_restamps_and_raises_nothing() {
     let st = state(&[("F1", &[(Field::Gate, "G1")])]);
     let body = Body::FlightUpdate(rec("F1", &[(Field::Gate, Some("G1")), (Field::Stnd, None)]));
-    let p = plan(&msg(body, 1), 3, &st);
-    assert!(p.is_noop(), "{p:?}");
+    let m = msg(body, 1);
+    let p = plan(&m, 3, &st);
+    assert!(p.events.is_empty(), "{p:?}");
+    assert_eq!(p.changes.len(), 1);
+    assert!(p.changes[0].is_restamp());
+    let after = p.changes[0].after().expect("row");
+    assert_eq!(after.fields, st["F1"].fields);
+    assert_eq!(after.versions[&Field::Gate].msg_id, 3);
+    assert_eq!(after.versions[&Field::Stnd].msg_id, 3);
+    // Over its own result it is a no-op.
+    let mut st = st;
+    p.apply(&mut st);
+    assert!(plan(&m, 3, &st).is_noop());
 }
 
 #[test]
@@ -204,7 +220,7 @@ fn update_event_lists_before_and_after_with_null_for_absent() {
 }
 
 #[test]
-fn versions_are_set_only_for_changed_fields() {
+fn every_carried_field_is_versioned_changed_or_not() {
     let mut st = BTreeMap::new();
     let m1 = msg(
         Body::AddFlight(rec(
@@ -239,11 +255,13 @@ fn versions_are_set_only_for_changed_fields() {
         at: m2.meta.sent_at,
         msg_id: 11,
     };
-    // GATE unchanged keeps v1; STND cleared gets v2 (kept as a tombstone); ETOT was absent.
+    // GATE re-sent unchanged and STND cleared get v2 (kept as a tombstone); so does ETOT,
+    // cleared while absent: a late older message may not set any of them.
     assert_eq!(
         st["F1"].versions,
-        BTreeMap::from([(Field::Gate, v1), (Field::Stnd, v2)])
+        BTreeMap::from([(Field::Gate, v2), (Field::Stnd, v2), (Field::Etot, v2)])
     );
+    assert_ne!(v1, v2);
     assert_eq!(
         st["F1"].fields,
         BTreeMap::from([(Field::Gate, "G1".into())])

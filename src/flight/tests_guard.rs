@@ -56,12 +56,28 @@ fn refused(p: &GuardedPlan) -> serde_json::Value {
 }
 
 #[test]
-fn versions_order_by_send_time_then_inbox_id() {
-    assert_eq!(compare(&v(10, 9), &v(11, 1)), Ordering::Less);
+fn versions_order_by_inbox_id_not_send_time() {
+    assert_eq!(compare(&v(10, 9), &v(11, 1)), Ordering::Greater);
     assert_eq!(compare(&v(10, 9), &v(10, 3)), Ordering::Greater);
-    assert_eq!(compare(&v(10, 3), &v(10, 3)), Ordering::Equal);
-    assert!(is_newer(&v(10, 4), &v(10, 3)));
+    assert_eq!(compare(&v(10, 3), &v(99, 3)), Ordering::Equal);
+    assert!(is_newer(&v(1, 4), &v(10, 3)));
     assert!(!is_newer(&v(10, 3), &v(10, 3)));
+}
+
+#[test]
+fn a_newer_message_resending_an_unchanged_value_still_wins_over_a_late_one() {
+    // id 10 GATE=A1, id 12 re-sends A1, late id 11 GATE=B7: in id order the flight ends at A1.
+    let mut st = BTreeMap::new();
+    let m10 = at(flop("F1", &[(Field::Gate, Some("A1"))]), 0);
+    let m12 = at(flop("F1", &[(Field::Gate, Some("A1"))]), 2);
+    let m11 = at(flop("F1", &[(Field::Gate, Some("B7"))]), 1);
+    plan(&m10, 10, &st).apply(&mut st);
+    plan(&m12, 12, &st).apply(&mut st);
+    assert_eq!(st["F1"].versions[&Field::Gate].msg_id, 12, "restamped");
+    let p = plan_guarded(&m11, 11, &st, &Tombstones::new());
+    assert_eq!(refused(&p), json!({"F1": ["GATE"]}));
+    p.plan.apply(&mut st);
+    assert_eq!(st["F1"].get(Field::Gate), Some("A1"));
 }
 
 #[test]
@@ -159,8 +175,8 @@ fn a_late_delete_of_a_flight_touched_later_is_refused_and_recorded() {
     let p = plan_guarded(&at(del.clone(), 10), 2, &st, &Tombstones::new());
     assert!(p.plan.is_noop());
     assert_eq!(refused(&p), json!({"F1": [REFUSED_DELETE]}));
-    // Sent after every write to the flight: applied.
-    let p = plan_guarded(&at(del, 30), 2, &st, &Tombstones::new());
+    // With an id after every write to the flight: applied (whatever its send time).
+    let p = plan_guarded(&at(del, 0), 4, &st, &Tombstones::new());
     assert!(p.refused.is_empty());
     assert!(matches!(
         p.plan.changes.as_slice(),
@@ -449,5 +465,51 @@ proptest! {
             .apply(&mut late_last);
         // Values and versions alike.
         prop_assert_eq!(late_last, in_order);
+    }
+
+    /// Random FLOP/ADFT sequences (values from a small set, so re-sends of unchanged values
+    /// and clears are common) with a random subset arriving late — processed after all the
+    /// others, in a random order among themselves, under the guard — end, field by field
+    /// (values and versions), exactly as processing strictly in `MSG_ID` order.
+    #[test]
+    fn late_arrivals_end_as_in_id_order(
+        msgs in prop::collection::vec((prop::bool::ANY, record(), 0i64..40), 1..14),
+        late_mask in prop::collection::vec(prop::bool::weighted(0.3), 14),
+        late_order in Just(()).prop_perturb(|_, mut rng| rng.random::<u64>()),
+    ) {
+        let msgs: Vec<(i64, DecodedMessage)> = msgs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (adft, r, sec))| {
+                let body = if adft { Body::AddFlight(r) } else { Body::FlightUpdate(r) };
+                (100 + i as i64, at(body, sec))
+            })
+            .collect();
+        let mut in_order = BTreeMap::new();
+        for (id, m) in &msgs {
+            plan(m, *id, &loaded(m, &in_order)).apply(&mut in_order);
+        }
+        let (late, on_time): (Vec<_>, Vec<_>) =
+            msgs.iter().enumerate().partition(|(i, _)| late_mask[*i]);
+        let mut st = BTreeMap::new();
+        for (_, (id, m)) in &on_time {
+            plan(m, *id, &loaded(m, &st)).apply(&mut st);
+        }
+        let mut late: Vec<_> = late.into_iter().map(|(_, x)| x).collect();
+        // A deterministic shuffle from the drawn seed.
+        let mut seed = late_order;
+        for i in (1..late.len()).rev() {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            late.swap(i, (seed >> 33) as usize % (i + 1));
+        }
+        for (id, m) in late {
+            plan_guarded(m, *id, &loaded(m, &st), &Tombstones::new()).plan.apply(&mut st);
+        }
+        let ids = |s: &BTreeMap<String, Flight>| -> BTreeMap<String, (BTreeMap<Field, String>, BTreeMap<Field, i64>)> {
+            s.iter()
+                .map(|(k, f)| (k.clone(), (f.fields.clone(), f.versions.iter().map(|(fd, v)| (*fd, v.msg_id)).collect())))
+                .collect()
+        };
+        prop_assert_eq!(ids(&st), ids(&in_order));
     }
 }

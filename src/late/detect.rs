@@ -12,22 +12,39 @@ use crate::telemetry;
 /// Knobs of a detection round.
 #[derive(Debug, Clone)]
 pub struct DetectConfig {
-    /// Watched ids per inbox statement (`late.batch`).
+    /// Watched ranges per inbox statement, and hits per statement (`late.batch`).
     pub batch: u32,
     /// The configured inbox names (the check reads only the id column).
     pub names: InboxNames,
     /// Limit of one inbox statement (`inbox.query_timeout`).
     pub query_timeout: Duration,
+    /// Ids behind W the compensation scan re-reads (`late.compensation_window`, 0 = off).
+    pub compensation_window: u64,
+    /// How often it runs (`late.compensation_period`).
+    pub compensation_period: Duration,
 }
 
 impl DetectConfig {
-    /// From the settings: `late.batch`, the inbox names, `inbox.query_timeout`.
+    /// From the settings: `late.batch`, the inbox names, `inbox.query_timeout`, the
+    /// compensation scan's window and period.
     pub fn from_settings(settings: &Settings) -> Result<Self, SettingsError> {
         Ok(Self {
             batch: settings.late.batch,
             names: settings.inbox_names()?,
             query_timeout: settings.inbox.query_timeout,
+            compensation_window: settings.late.compensation_window,
+            compensation_period: settings.late.compensation_period,
         })
+    }
+
+    /// The compensation scan's knobs.
+    pub fn scan(&self) -> crate::late::ScanConfig {
+        crate::late::ScanConfig {
+            window: self.compensation_window,
+            batch: self.batch,
+            names: self.names.clone(),
+            query_timeout: self.query_timeout,
+        }
     }
 }
 
@@ -43,20 +60,20 @@ pub struct LateHit {
 /// What a round did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DetectReport {
-    /// Watched ids checked against the inbox.
+    /// Watched ids checked against the inbox (the sizes of the ranges checked).
     pub checked: u64,
-    /// Ids found in the inbox: marked detected and enqueued (LATE) in one transaction.
+    /// Ids found in the inbox: recorded as detected and enqueued (LATE) in one transaction.
     pub detected: Vec<LateHit>,
-    /// Absent ids whose watch window had passed: closed (deleted from the watch list).
-    pub closed: Vec<i64>,
-    /// Open watched ids after the round.
+    /// Absent ranges `(first, last)` whose watch window had passed: closed (deleted).
+    pub closed: Vec<(i64, i64)>,
+    /// Watched ids after the round.
     pub open: i64,
     /// Wall time of the round.
     pub took: Duration,
 }
 
-/// Why a round stopped. Batches before the failure are committed and stay; the failed batch
-/// changed nothing (its ids stay watched, none is closed).
+/// Why a round stopped. Pages before the failure are committed and stay; the failed page
+/// changed nothing (its ranges stay watched, none is closed).
 #[derive(Debug, thiserror::Error)]
 pub enum DetectError {
     /// Our PostgreSQL failed.
@@ -67,16 +84,17 @@ pub enum DetectError {
     Inbox(#[from] InboxError),
 }
 
-/// One detection round (SPEC §6, G1): every open watched id, in batches of `cfg.batch` in id
-/// order, is checked against the inbox with one statement per batch.
+/// One detection round (SPEC §6, G1): every watched range, `cfg.batch` ranges per page in id
+/// order, is checked against the inbox with range queries (at most `cfg.batch` hits each):
 ///
-/// - present → detected and enqueued as `LATE` in ONE PostgreSQL transaction, then counted
+/// - rows found → each is recorded as detected and enqueued as `LATE` in ONE PostgreSQL
+///   transaction that also splits its range around it, then counted
 ///   (`msgx_pipeline_late_arrival_detected_total`) and alerted with its id;
-/// - absent, window passed → closed (deleted): an id is closed only after a successful check
-///   at or after its expiry, so a row that committed inside the window is never missed;
-/// - absent, window open → `checked_at` stamped.
+/// - a page with no (more) rows → its ranges are stamped checked, and those whose window has
+///   passed are closed (deleted): a range is closed only after a successful check at or after
+///   its expiry, so a row that committed inside the window is never missed.
 ///
-/// An inbox failure stops the round with [`DetectError::Inbox`] before anything of that batch
+/// An inbox failure stops the round with [`DetectError::Inbox`] before anything of that page
 /// is written: the watch stays intact. Time (detection, expiry) is the injected clock's.
 pub async fn detect_once(
     inbox: &Inbox,
@@ -85,23 +103,35 @@ pub async fn detect_once(
     cfg: &DetectConfig,
 ) -> Result<DetectReport, DetectError> {
     let started = Instant::now();
+    let batch = cfg.batch.max(1);
     let mut report = DetectReport::default();
     let mut after = 0i64;
     loop {
         let now = clock.now();
-        let page = store.late_watch_page(after, cfg.batch.max(1), now).await?;
+        let page = store.late_watch_page(after, batch).await?;
         let Some(last) = page.last() else {
             break;
         };
-        after = last.msg_id;
-        let ids: Vec<i64> = page.iter().map(|w| w.msg_id).collect();
-        let present = inbox
-            .present_ids(&cfg.names, &ids, cfg.query_timeout)
-            .await?;
-        report.checked += ids.len() as u64;
-        let (hits, absent): (Vec<i64>, Vec<i64>) =
-            ids.into_iter().partition(|id| present.contains(id));
-        for e in store.late_watch_detected(&hits, now).await? {
+        after = last.first_id;
+        let spans: Vec<(i64, i64)> = page.iter().map(|r| (r.first_id, r.last_id)).collect();
+        report.checked += page.iter().map(|r| r.len() as u64).sum::<u64>();
+        // Every hit inside the page's ranges, a bounded batch at a time.
+        let mut from = i64::MIN;
+        let mut hits = Vec::new();
+        loop {
+            let found = inbox
+                .ids_in_ranges(&cfg.names, &spans, from, batch, cfg.query_timeout)
+                .await?;
+            let full = found.len() >= batch as usize;
+            if let Some(last_hit) = found.last() {
+                from = *last_hit;
+            }
+            hits.extend(found);
+            if !full {
+                break;
+            }
+        }
+        for e in store.late_watch_detected(&page, &hits, now).await? {
             telemetry::late_detected(e.msg_id);
             if !e.new_row {
                 tracing::warn!(
@@ -114,17 +144,23 @@ pub async fn detect_once(
                 enqueued: e.new_row,
             });
         }
-        let closed = store.late_watch_absent(&absent, now).await?;
-        if let (Some(first), Some(last)) = (closed.first(), closed.last()) {
+        // The ranges without hits were checked whole; the split ones are checked next round.
+        let clean: Vec<_> = page
+            .iter()
+            .filter(|r| !hits.iter().any(|h| r.contains(*h)))
+            .copied()
+            .collect();
+        let closed = store.late_watch_checked(&clean, now).await?;
+        for (first, last) in &closed {
             tracing::info!(
-                count = closed.len(),
                 first,
                 last,
+                count = last - first + 1,
                 "released hole ids never arrived within the watch window; no longer watched"
             );
         }
         report.closed.extend(closed);
-        if page.len() < cfg.batch.max(1) as usize {
+        if page.len() < batch as usize {
             break;
         }
     }

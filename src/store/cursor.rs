@@ -1,20 +1,20 @@
-//! `INBOX_CURSOR`: read the cursor, seed it once at cutover.
+//! `INBOX_CURSOR` and `INBOX_HOLE`: read the cursor and the open holes, seed W once at cutover.
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
 use super::{Store, StoreError};
-use crate::watermark::Cursor;
+use crate::watermark::{Cursor, Hole};
 
-/// The cursor row as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The cursor row as stored, with the open holes.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredCursor {
     /// W and HOLE_SINCE.
     pub cursor: Cursor,
     /// When a cutover seeding set W, if ever.
     pub seeded_at: Option<DateTime<Utc>>,
-    /// MySQL server time (its system zone) when the hole at W+1 was first seen with
-    /// `late.hole_evidence` on; None when no hole is open or it was not read.
-    pub hole_seen_db_at: Option<NaiveDateTime>,
+    /// The open holes (`inbox_hole`), ascending by first id, as stored: the poller checks
+    /// them ([`crate::watermark::check_holes`]) before it uses them.
+    pub holes: Vec<Hole>,
 }
 
 /// What a cutover seeding did.
@@ -27,23 +27,44 @@ pub enum SeedOutcome {
 }
 
 impl Store {
-    /// Reads `(W, HOLE_SINCE, SEEDED_AT, HOLE_SEEN_DB_AT)`.
+    /// Reads `(W, HOLE_SINCE, SEEDED_AT)` and the open holes: ONE statement, so one snapshot
+    /// (the holes always belong to the W they are read with).
     pub async fn read_cursor(&self) -> Result<StoredCursor, StoreError> {
         type Row = (
             i64,
             Option<DateTime<Utc>>,
             Option<DateTime<Utc>>,
+            Option<i64>,
+            Option<i64>,
+            Option<DateTime<Utc>>,
             Option<NaiveDateTime>,
         );
-        let (w, hole_since, seeded_at, hole_seen_db_at): Row = sqlx::query_as(
-            "SELECT w, hole_since, seeded_at, hole_seen_db_at FROM inbox_cursor WHERE id = 1",
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT c.w, c.hole_since, c.seeded_at, h.first_id, h.last_id, h.first_seen, \
+                    h.seen_db_at \
+             FROM inbox_cursor c LEFT JOIN inbox_hole h ON true \
+             WHERE c.id = 1 ORDER BY h.first_id",
         )
-        .fetch_one(self.pool())
+        .fetch_all(self.pool())
         .await?;
+        let Some(&(w, hole_since, seeded_at, ..)) = rows.first() else {
+            return Err(StoreError::Corrupt("inbox_cursor has no row".into()));
+        };
+        let holes = rows
+            .into_iter()
+            .filter_map(|(.., first, last, first_seen, seen_db_at)| {
+                Some(Hole {
+                    first: first?,
+                    last: last?,
+                    first_seen: first_seen?,
+                    seen_db_at,
+                })
+            })
+            .collect();
         Ok(StoredCursor {
             cursor: Cursor { w, hole_since },
             seeded_at,
-            hole_seen_db_at,
+            holes,
         })
     }
 
@@ -54,7 +75,8 @@ impl Store {
             "UPDATE inbox_cursor SET w = $1, hole_since = NULL, hole_seen_db_at = NULL, \
              seeded_at = $2, updated_at = $2 \
              WHERE id = 1 AND w = 0 AND hole_since IS NULL AND seeded_at IS NULL \
-               AND NOT EXISTS (SELECT 1 FROM proc_state)",
+               AND NOT EXISTS (SELECT 1 FROM proc_state) \
+               AND NOT EXISTS (SELECT 1 FROM inbox_hole)",
         )
         .bind(w)
         .bind(now)

@@ -1,10 +1,11 @@
-//! One poll round's write: enqueue the rows up to the new W and write `(W, HOLE_SINCE,
-//! HOLE_SEEN_DB_AT)` back, in ONE transaction (W never moves without its rows).
+//! One poll round's write: enqueue the rows up to the new W, write `(W, HOLE_SINCE)` back,
+//! replace the open holes and watch the released ones, in ONE transaction (W never moves
+//! without its rows, and a hole's first sighting is durable with the W it belongs to).
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
 use super::{Store, StoreError};
-use crate::watermark::Cursor;
+use crate::watermark::{Cursor, Hole, Released};
 
 /// A row to enqueue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,35 +29,41 @@ pub struct RoundWrite<'a> {
     pub now: DateTime<Utc>,
     /// Commit without waiting for the WAL flush (safe: a lost round is re-read).
     pub async_commit: bool,
-    /// Ids released as a permanent hole this round, and until when to watch them for a late
-    /// commit: written to `late_watch` in the same transaction that moves W past them, so a
-    /// crash can never lose the watch.
-    pub released: Option<(std::ops::RangeInclusive<i64>, DateTime<Utc>)>,
+    /// The open holes after the round (replace the stored set), all above `cursor.w`.
+    pub holes: &'a [Hole],
+    /// Holes released this round: written to `late_watch_range` in the same transaction that
+    /// moves W past them, so a crash can never lose the watch. One row per range, whatever
+    /// its size.
+    pub released: &'a [Released],
+    /// Until when released ids are watched for a late commit.
+    pub watch_until: DateTime<Utc>,
 }
 
 impl Store {
     /// Commits a round; returns how many rows were new (conflicts mean already enqueued).
-    /// Clears `HOLE_SEEN_DB_AT` (no transaction evidence): see [`Store::commit_round_seen`].
     pub async fn commit_round(&self, round: RoundWrite<'_>) -> Result<u64, StoreError> {
-        self.commit_round_seen(round, None).await
-    }
-
-    /// [`Store::commit_round`] that also writes `HOLE_SEEN_DB_AT`, the MySQL server time the
-    /// hole in `round.cursor` was first seen (`late.hole_evidence`), in the same transaction as
-    /// `HOLE_SINCE`. A NULL makes the next round with evidence take a new sighting — later,
-    /// so it only ever counts more transactions as older (safe).
-    pub async fn commit_round_seen(
-        &self,
-        round: RoundWrite<'_>,
-        hole_seen_db_at: Option<NaiveDateTime>,
-    ) -> Result<u64, StoreError> {
-        // Never a sighting without a hole.
-        let hole_seen_db_at = hole_seen_db_at.filter(|_| round.cursor.hole_since.is_some());
         let mut tx = self.pool().begin().await?;
         if round.async_commit {
             sqlx::query("SET LOCAL synchronous_commit = off")
                 .execute(&mut *tx)
                 .await?;
+        }
+        // The compare-and-set first: a second writer fails before it wrote anything else.
+        let moved = sqlx::query(
+            "UPDATE inbox_cursor SET w = $1, hole_since = $2, hole_seen_db_at = NULL, \
+             updated_at = $3 WHERE id = 1 AND w = $4",
+        )
+        .bind(round.cursor.w)
+        .bind(round.cursor.hole_since)
+        .bind(round.now)
+        .bind(round.expected_w)
+        .execute(&mut *tx)
+        .await?;
+        if moved.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Err(StoreError::CursorMoved {
+                expected: round.expected_w,
+            });
         }
         let inserted = if round.rows.is_empty() {
             0
@@ -77,37 +84,51 @@ impl Store {
             .await?
             .rows_affected()
         };
-        if let Some((ids, expires_at)) = &round.released {
+        if !round.released.is_empty() {
+            let first: Vec<i64> = round.released.iter().map(|r| r.first).collect();
+            let last: Vec<i64> = round.released.iter().map(|r| r.last).collect();
             sqlx::query(
-                "INSERT INTO late_watch (msg_id, released_at, expires_at) \
-                 SELECT g, $3, $4 FROM generate_series($1::bigint, $2::bigint) AS g \
-                 ON CONFLICT (msg_id) DO NOTHING",
+                "INSERT INTO late_watch_range (first_id, last_id, released_at, expires_at) \
+                 SELECT f, l, $3, $4 FROM UNNEST($1::bigint[], $2::bigint[]) AS r(f, l) \
+                 ON CONFLICT (first_id) DO NOTHING",
             )
-            .bind(ids.start())
-            .bind(ids.end())
+            .bind(&first)
+            .bind(&last)
             .bind(round.now)
-            .bind(expires_at)
+            .bind(round.watch_until)
             .execute(&mut *tx)
             .await?;
         }
-        let moved = sqlx::query(
-            "UPDATE inbox_cursor SET w = $1, hole_since = $2, hole_seen_db_at = $5, \
-             updated_at = $3 WHERE id = 1 AND w = $4",
-        )
-        .bind(round.cursor.w)
-        .bind(round.cursor.hole_since)
-        .bind(round.now)
-        .bind(round.expected_w)
-        .bind(hole_seen_db_at)
-        .execute(&mut *tx)
-        .await?;
-        if moved.rows_affected() != 1 {
-            tx.rollback().await?;
-            return Err(StoreError::CursorMoved {
-                expected: round.expected_w,
-            });
-        }
+        replace_holes(&mut tx, round.holes).await?;
         tx.commit().await?;
         Ok(inserted)
     }
+}
+
+/// Replaces the stored hole set (small: at most the gaps of one batch plus those beyond it).
+async fn replace_holes(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    holes: &[Hole],
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM inbox_hole")
+        .execute(&mut **tx)
+        .await?;
+    if holes.is_empty() {
+        return Ok(());
+    }
+    let first: Vec<i64> = holes.iter().map(|h| h.first).collect();
+    let last: Vec<i64> = holes.iter().map(|h| h.last).collect();
+    let seen: Vec<DateTime<Utc>> = holes.iter().map(|h| h.first_seen).collect();
+    let db: Vec<Option<NaiveDateTime>> = holes.iter().map(|h| h.seen_db_at).collect();
+    sqlx::query(
+        "INSERT INTO inbox_hole (first_id, last_id, first_seen, seen_db_at) \
+         SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[], $4::timestamp[])",
+    )
+    .bind(&first)
+    .bind(&last)
+    .bind(&seen)
+    .bind(&db)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

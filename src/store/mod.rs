@@ -9,6 +9,7 @@ mod inspect;
 pub mod late_watch;
 mod queue;
 pub mod replay;
+mod unseen;
 
 use std::str::FromStr;
 

@@ -101,7 +101,9 @@ pub(super) async fn round_breakdown(
                 rows: &enqueue,
                 now: clock.now(),
                 async_commit: cfg.async_commit,
-                released: None,
+                holes: &[],
+                released: &[],
+                watch_until: clock.now(),
             })
             .await
             .context("replay: commit_round")?;

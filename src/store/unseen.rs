@@ -1,0 +1,54 @@
+//! Rows below W that discovery never saw (the compensation scan, `late::compensation_scan`).
+
+use chrono::{DateTime, Utc};
+
+use super::{Store, StoreError};
+
+impl Store {
+    /// The ids among `ids` that have no `PROC_STATE` row.
+    pub async fn not_enqueued(&self, ids: &[i64]) -> Result<Vec<i64>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(sqlx::query_scalar(
+            "SELECT i FROM UNNEST($1::bigint[]) AS i \
+             WHERE NOT EXISTS (SELECT 1 FROM proc_state p WHERE p.msg_id = i) ORDER BY i",
+        )
+        .bind(ids)
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// In ONE transaction: record each id in `inbox_unseen` (found at `now` with W = `w`) and
+    /// enqueue it as `PENDING` with source `LATE`. Returns the ids this call enqueued (an id
+    /// that got a row meanwhile is left alone).
+    pub async fn enqueue_unseen(
+        &self,
+        ids: &[i64],
+        w: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        let mut inserted: Vec<i64> = sqlx::query_scalar(
+            "INSERT INTO proc_state (msg_id, enqueued_at, source, state) \
+             SELECT id, $2, 'LATE', 'PENDING' FROM UNNEST($1::bigint[]) AS id \
+             ON CONFLICT (msg_id) DO NOTHING RETURNING msg_id",
+        )
+        .bind(ids)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?;
+        inserted.sort_unstable();
+        sqlx::query(
+            "INSERT INTO inbox_unseen (msg_id, found_at, w_at) \
+             SELECT id, $2, $3 FROM UNNEST($1::bigint[]) AS id ON CONFLICT (msg_id) DO NOTHING",
+        )
+        .bind(&inserted)
+        .bind(now)
+        .bind(w)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(inserted)
+    }
+}
