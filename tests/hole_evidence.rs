@@ -42,20 +42,22 @@ fn evidence_cfg(env: &TestEnv) -> PollConfig {
     }
 }
 
+/// The server-clock sighting of the hole at W+1.
 async fn seen_db_at(env: &TestEnv) -> Option<chrono::NaiveDateTime> {
-    env.store
-        .read_cursor()
-        .await
-        .expect("cursor")
-        .hole_seen_db_at
+    let stored = env.store.read_cursor().await.expect("cursor");
+    stored
+        .holes
+        .iter()
+        .find(|h| h.first == stored.cursor.w + 1)
+        .and_then(|h| h.seen_db_at)
 }
 
 async fn watched(env: &TestEnv, id: i64) -> bool {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM late_watch WHERE msg_id = $1)")
-        .bind(id)
-        .fetch_one(env.store.pool())
+    env.store
+        .late_watch_entry(id)
         .await
         .expect("late_watch")
+        .is_some()
 }
 
 async fn round_with(env: &TestEnv, inbox: &Inbox, cfg: PollConfig) -> PollReport {
@@ -74,7 +76,7 @@ async fn poll_until_released(
 ) -> (PollReport, usize) {
     for round in 1..=max_rounds {
         let r = round_with(env, inbox, cfg).await;
-        if r.advance.released.is_some() {
+        if !r.advance.released.is_empty() {
             return (r, round);
         }
         // Anything but a release here must be an older transaction (of another process).
@@ -121,13 +123,13 @@ async fn rolled_back_insert_is_released_on_the_next_round_long_before_max_commit
     assert!(oldest <= seen, "trx_started {oldest} after sighting {seen}");
     let r = env.poll(cfg).await;
     assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
-    assert_eq!((r.advance.w, r.advance.released), (first, None));
+    assert_eq!((r.advance.w, r.advance.first_released()), (first, None));
     assert!(
         !r.poll_again_now(),
         "held: the next round waits a poll interval"
     );
     assert_eq!(
-        r.advance.evidence, None,
+        r.advance.front_evidence(), None,
         "young: the timer holds it as well"
     );
     assert_eq!(seen_db_at(&env).await, Some(seen), "the sighting is kept");
@@ -139,14 +141,18 @@ async fn rolled_back_insert_is_released_on_the_next_round_long_before_max_commit
     assert_eq!(env.clock.now(), t0, "the manual clock never moved");
     assert_eq!(r.hole_evidence, Some(Evidence::NoOlderTransaction));
     assert_eq!(
-        r.advance.released,
+        r.advance.first_released(),
         Some(Released {
             first: hole,
             last: hole
         })
     );
-    assert_eq!(r.advance.evidence, Some(EvidenceDecision::ReleasedEarly));
-    assert_eq!(env.cursor().await, (hole, None));
+    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::ReleasedEarly));
+    assert_eq!(
+        env.cursor().await,
+        (after[1], None),
+        "W walks on over the rows after the hole"
+    );
     assert_eq!(seen_db_at(&env).await, None);
     assert!(
         watched(&env, hole).await,
@@ -177,14 +183,14 @@ async fn open_transaction_holds_its_hole_past_max_commit_delay_until_it_commits(
     env.clock.advance(DELAY);
     let r = env.poll(cfg).await;
     assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
-    assert_eq!(r.advance.released, None, "NOT released at max_commit_delay");
-    assert_eq!(r.advance.evidence, Some(EvidenceDecision::Held));
+    assert_eq!(r.advance.first_released(), None, "NOT released at max_commit_delay");
+    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::Held));
     assert_eq!(r.advance.open_hole.expect("hole").age, DELAY);
 
     env.clock.advance(Duration::from_secs(600));
     let r = env.poll(cfg).await;
-    assert_eq!(r.advance.released, None, "held at 15 min");
-    assert_eq!(r.advance.evidence, Some(EvidenceDecision::Held));
+    assert_eq!(r.advance.first_released(), None, "held at 15 min");
+    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::Held));
     assert!(
         env.enqueued_ids().await.is_empty(),
         "nothing after the hole"
@@ -193,8 +199,8 @@ async fn open_transaction_holds_its_hole_past_max_commit_delay_until_it_commits(
     tx.commit().await.expect("late commit");
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, after, "a normal fill");
-    assert_eq!(r.advance.released, None);
-    assert_eq!(r.advance.filled_after, Some(Duration::from_secs(900)));
+    assert_eq!(r.advance.first_released(), None);
+    assert_eq!(r.advance.filled_after(), Some(Duration::from_secs(900)));
     assert_eq!(env.enqueued_ids().await, vec![hole, after]);
     assert_eq!(env.cursor().await, (after, None));
     assert_eq!(seen_db_at(&env).await, None);
@@ -215,20 +221,20 @@ async fn open_transaction_that_never_ends_is_released_at_the_cap() {
     tokio::time::sleep(ROUND_GAP).await;
     env.clock.advance(CAP - Duration::from_secs(1));
     let r = env.poll(cfg).await;
-    assert_eq!(r.advance.released, None, "held one second before the cap");
-    assert_eq!(r.advance.evidence, Some(EvidenceDecision::Held));
+    assert_eq!(r.advance.first_released(), None, "held one second before the cap");
+    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::Held));
 
     env.clock.advance(Duration::from_secs(1));
     let r = env.poll(cfg).await;
     assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
     assert_eq!(
-        r.advance.released,
+        r.advance.first_released(),
         Some(Released {
             first: hole,
             last: hole
         })
     );
-    assert_eq!(r.advance.evidence, Some(EvidenceDecision::CapReached));
+    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::CapReached));
     assert!(watched(&env, hole).await, "the late detector watches it");
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, after);
@@ -258,27 +264,17 @@ async fn evidence_off_is_the_plain_timer_rule() {
     tokio::time::sleep(ROUND_GAP).await;
     env.clock.advance(DELAY - Duration::from_secs(1));
     let r = env.poll(cfg).await;
-    assert_eq!(r.advance.released, None, "a rollback waits the full delay");
-    assert_eq!((r.hole_evidence, r.advance.evidence), (None, None));
+    assert_eq!(r.advance.first_released(), None, "a rollback waits the full delay");
+    assert_eq!((r.hole_evidence, r.advance.front_evidence()), (None, None));
 
     env.clock.advance(Duration::from_secs(1));
     let r = env.poll(cfg).await;
-    assert_eq!(r.advance.released.map(|h| h.first), Some(rolled_id));
-    assert_eq!(r.advance.evidence, None);
-    // The next hole is a still-open transaction: released by the timer all the same.
-    let r = env.poll(cfg).await;
-    assert_eq!(r.advance.w, mid);
-    env.clock.advance(DELAY);
-    let r = env.poll(cfg).await;
-    assert_eq!(
-        r.advance.released,
-        Some(Released {
-            first: open_id,
-            last: open_id
-        }),
-        "without evidence an open transaction's hole goes at max_commit_delay"
-    );
-    let r = env.poll(cfg).await;
+    // Both holes were seen together: the rolled-back one and the still-open transaction's go
+    // at max_commit_delay, in the same round (without evidence an open transaction's hole is
+    // released by the timer all the same).
+    let released: Vec<i64> = r.advance.released.iter().map(|h| h.first).collect();
+    assert_eq!(released, vec![rolled_id, open_id]);
+    assert!(r.advance.evidence.is_empty());
     assert_eq!(r.advance.w, last);
     assert_eq!(env.enqueued_ids().await, vec![mid, last]);
     open.rollback().await.expect("rollback");
@@ -339,15 +335,15 @@ async fn account_without_process_privilege_falls_back_to_the_timer_rule() {
         tokio::time::sleep(ROUND_GAP).await;
         let r = round_with(&env, &inbox, cfg).await;
         assert_eq!(r.hole_evidence, None, "unavailable: timer rule");
-        assert_eq!(r.advance.released, None, "a rollback is not released early");
+        assert_eq!(r.advance.first_released(), None, "a rollback is not released early");
     }
     env.clock.advance(DELAY - Duration::from_secs(1));
     let r = round_with(&env, &inbox, cfg).await;
-    assert_eq!(r.advance.released, None);
+    assert_eq!(r.advance.first_released(), None);
     env.clock.advance(Duration::from_secs(1));
     let r = round_with(&env, &inbox, cfg).await;
-    assert_eq!(r.advance.released.map(|h| h.first), Some(hole));
-    assert_eq!(r.advance.evidence, None, "a plain timer release");
+    assert_eq!(r.advance.first_released().map(|h| h.first), Some(hole));
+    assert_eq!(r.advance.front_evidence(), None, "a plain timer release");
 
     inbox.pool().close().await;
     admin
@@ -378,12 +374,12 @@ async fn a_session_time_zone_unlike_the_servers_does_not_release_an_open_transac
     let r = round_with(&env, &inbox, cfg).await;
     assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
     assert_eq!(
-        r.advance.released, None,
+        r.advance.first_released(), None,
         "an open transaction is never released early"
     );
     env.clock.advance(DELAY);
     let r = round_with(&env, &inbox, cfg).await;
-    assert_eq!(r.advance.evidence, Some(EvidenceDecision::Held));
+    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::Held));
 
     tx.commit().await.expect("commit");
     let r = round_with(&env, &inbox, cfg).await;
@@ -443,7 +439,7 @@ async fn a_frozen_transaction_list_is_never_taken_as_evidence() {
             Some(Evidence::NoOlderTransaction),
             "a stale list must not say the open transaction is gone"
         );
-        assert_eq!(r.advance.released, None, "an open transaction's hole stays");
+        assert_eq!(r.advance.first_released(), None, "an open transaction's hole stays");
     }
     tx.rollback().await.expect("rollback");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -453,8 +449,8 @@ async fn a_frozen_transaction_list_is_never_taken_as_evidence() {
 
     // Thawed: the rollback is seen and the hole goes early, as usual.
     let (r, _) = poll_until_released(&env, &env.inbox, cfg, 20).await;
-    assert_eq!(r.advance.released.map(|h| h.first), Some(hole));
-    assert_eq!(r.advance.evidence, Some(EvidenceDecision::ReleasedEarly));
+    assert_eq!(r.advance.first_released().map(|h| h.first), Some(hole));
+    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::ReleasedEarly));
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, after);
     env.cleanup().await;

@@ -70,7 +70,7 @@ async fn release_hole(env: &TestEnv) -> (i64, i64) {
     assert!(first.advance.open_hole.is_some(), "a hole is open");
     env.clock.advance(Duration::from_secs(301));
     let r = env.poll(cfg).await;
-    let released = r.advance.released.expect("hole released");
+    let released = r.advance.first_released().expect("hole released");
     env.poll(cfg).await;
     (released.first, released.last)
 }
@@ -370,7 +370,7 @@ async fn watched_ids_are_checked_in_batches_and_closed_after_their_window() {
         hits(&[id4]),
         "a final check at expiry still finds it"
     );
-    assert_eq!(r.closed, [id3]);
+    assert_eq!(r.closed, [(id3, id3)]);
     assert_eq!(r.open, 0);
     assert_eq!(counter(DETECTED) - before, 2.0);
     assert_eq!(env.store.late_watch_entry(id3).await.expect("entry"), None);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::TestEnv;
 use msgx_core::clock::Clock;
+use msgx_core::poller::poll_once;
 
 #[tokio::test]
 async fn open_transaction_gap_waits_then_enqueues_both_in_order() {
@@ -36,7 +37,7 @@ async fn open_transaction_gap_waits_then_enqueues_both_in_order() {
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, after);
     assert_eq!(r.enqueued_new, 2);
-    assert_eq!(r.advance.filled_after, Some(Duration::from_secs(61)));
+    assert_eq!(r.advance.filled_after(), Some(Duration::from_secs(61)));
     assert_eq!(env.enqueued_ids().await, vec![late_id, after]);
     assert_eq!(env.cursor().await, (after, None));
     env.cleanup().await;
@@ -57,22 +58,23 @@ async fn rolled_back_insert_is_released_only_after_max_commit_delay_and_only_the
 
     env.clock.advance(Duration::from_secs(299));
     let r = env.poll(cfg).await;
-    assert!(r.advance.released.is_none(), "4m59s: still young");
+    assert!(r.advance.released.is_empty(), "4m59s: still young");
     assert_eq!(r.advance.w, first[1]);
 
     env.clock.advance(Duration::from_secs(1));
     let r = env.poll(cfg).await;
-    let released = r.advance.released.expect("released at 5m");
+    let released = r.advance.first_released().expect("released at 5m");
     assert_eq!(
         (released.first, released.last),
         (hole, hole),
         "only the hole"
     );
-    assert_eq!(r.advance.w, hole);
+    assert_eq!(
+        r.advance.w,
+        *rest.last().expect("rows"),
+        "W walks on over the rows after the hole in the same round"
+    );
     assert!(r.poll_again_now(), "a release re-polls at once");
-
-    let r = env.poll(cfg).await;
-    assert_eq!(r.advance.w, *rest.last().expect("rows"));
     let mut expected = first.clone();
     expected.extend(&rest);
     assert_eq!(
@@ -84,7 +86,7 @@ async fn rolled_back_insert_is_released_only_after_max_commit_delay_and_only_the
 }
 
 #[tokio::test]
-async fn one_hole_per_round_and_each_new_hole_gets_its_own_timer() {
+async fn holes_seen_together_age_side_by_side_and_are_released_in_one_round() {
     let env = TestEnv::new("holes").await;
     let cfg = env.poll_cfg(100);
     let a = env.insert_rows(1).await[0];
@@ -95,29 +97,236 @@ async fn one_hole_per_round_and_each_new_hole_gets_its_own_timer() {
     t1.rollback().await.expect("rb");
     t2.rollback().await.expect("rb");
 
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, a);
+    assert_eq!(r.advance.holes.len(), 2, "both holes are sighted now");
+    env.clock.advance(Duration::from_secs(299));
+    assert!(env.poll(cfg).await.advance.released.is_empty());
+    env.clock.advance(Duration::from_secs(1));
+    let r = env.poll(cfg).await;
+    let released: Vec<(i64, i64)> = r.advance.released.iter().map(|h| (h.first, h.last)).collect();
+    assert_eq!(released, vec![(h1, h1), (h2, h2)], "one delay for both");
+    assert_eq!(r.advance.w, c);
+    assert_eq!(env.enqueued_ids().await, vec![a, b, c]);
+    assert_eq!(env.cursor().await, (c, None));
+    for id in [h1, h2] {
+        assert!(env.store.late_watch_entry(id).await.expect("watch").is_some());
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_hole_first_seen_later_keeps_its_own_timer_and_a_partial_fill_keeps_first_seen() {
+    let env = TestEnv::new("holes2").await;
+    let cfg = env.poll_cfg(100);
+    let a = env.insert_rows(1).await[0];
+    let (t1, h1) = env.open_insert().await;
+    let (t1b, h1b) = env.open_insert().await; // hole h1..=h1b, two ids
+    let b = env.insert_rows(1).await[0];
+    env.poll(cfg).await;
+    let (_, since) = env.cursor().await;
+    let t0 = env.clock.now();
+    assert_eq!(since, Some(t0));
+
+    // A second hole appears 2 min later.
+    env.clock.advance(Duration::from_secs(120));
+    let (t2, h2) = env.open_insert().await;
+    let c = env.insert_rows(1).await[0];
+    env.poll(cfg).await;
+    let stored = env.store.read_cursor().await.expect("cursor").holes;
+    let spans: Vec<(i64, i64)> = stored.iter().map(|h| (h.first, h.last)).collect();
+    assert_eq!(spans, vec![(h1, h1b), (h2, h2)]);
+    assert_eq!(stored[1].first_seen, env.clock.now(), "its own sighting");
+
+    // The first hole fills in part; the rest keeps the original first sighting.
+    t1.commit().await.expect("commit");
+    env.clock.advance(Duration::from_secs(60));
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, h1, "the committed id is enqueued");
+    assert_eq!(r.advance.filled_after(), Some(Duration::from_secs(180)));
+    let stored = env.store.read_cursor().await.expect("cursor").holes;
+    assert_eq!((stored[0].first, stored[0].first_seen), (h1b, t0));
+
+    t1b.rollback().await.expect("rb");
+    t2.rollback().await.expect("rb");
+    // At t0 + 5 min the rest of the first hole is due, the second is not (seen at t0 + 2 min).
+    env.clock.advance(Duration::from_secs(120));
+    let r = env.poll(cfg).await;
+    let released: Vec<(i64, i64)> = r.advance.released.iter().map(|h| (h.first, h.last)).collect();
+    assert_eq!(released, vec![(h1b, h1b)]);
+    assert_eq!(r.advance.w, b, "W waits before the younger hole");
+    env.clock.advance(Duration::from_secs(119));
+    assert!(env.poll(cfg).await.advance.released.is_empty());
+    env.clock.advance(Duration::from_secs(1));
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.first_released().map(|h| h.first), Some(h2));
+    assert_eq!(r.advance.w, c);
+    assert_eq!(env.enqueued_ids().await, vec![a, h1, b, c]);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_fifty_million_id_jump_is_one_range_released_in_one_quick_round_and_watched() {
+    let env = TestEnv::new("jump").await;
+    let cfg = env.poll_cfg(100);
+    let first = env.insert_rows(1).await[0];
+    sqlx::query("ALTER TABLE CMINMSGS AUTO_INCREMENT = 50000100")
+        .execute(&env.owner)
+        .await
+        .expect("jump (as the DB owner)");
+    let after = env.insert_rows(1).await[0];
+    assert!(after - first > 50_000_000);
     env.poll(cfg).await;
     env.clock.advance(Duration::from_secs(300));
+    let started = std::time::Instant::now();
     let r = env.poll(cfg).await;
-    assert_eq!(r.advance.released.map(|h| h.first), Some(h1));
-    assert_eq!(r.advance.w, h1, "one hole per round: h2 untouched");
+    let took = started.elapsed();
+    assert_eq!(
+        r.advance.first_released().map(|h| (h.first, h.last)),
+        Some((first + 1, after - 1))
+    );
+    assert_eq!(r.advance.w, after);
+    assert!(took < Duration::from_secs(1), "the release round took {took:?}");
+    let ranges: i64 = sqlx::query_scalar("SELECT count(*) FROM late_watch_range")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("ranges");
+    assert_eq!(ranges, 1, "one row, not 50M");
+    assert_eq!(
+        env.store.late_watch_open().await.expect("open"),
+        after - first - 1
+    );
+
+    // A row that commits later inside the range is detected and enqueued as LATE.
+    let late = first + 25_000_000;
+    sqlx::query("INSERT INTO CMINMSGS (CMINMSGS_ID, CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (?, NOW(), '<MSG/>')")
+        .bind(late)
+        .execute(&env.owner)
+        .await
+        .expect("late row");
+    let settings = env.settings(&[]);
+    let dcfg = msgx_core::late::DetectConfig::from_settings(&settings).expect("cfg");
+    let started = std::time::Instant::now();
+    let d = msgx_core::late::detect_once(&env.inbox, &env.store, &env.clock, &dcfg)
+        .await
+        .expect("detect");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(d.detected.iter().map(|h| h.msg_id).collect::<Vec<_>>(), vec![late]);
+    let source: String = sqlx::query_scalar("SELECT source FROM proc_state WHERE msg_id = $1")
+        .bind(late)
+        .fetch_one(env.store.pool())
+        .await
+        .expect("late row enqueued");
+    assert_eq!(source, "LATE");
+    let spans: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT first_id, last_id FROM late_watch_range ORDER BY first_id")
+            .fetch_all(env.store.pool())
+            .await
+            .expect("ranges");
+    assert_eq!(spans, vec![(first + 1, late - 1), (late + 1, after - 1)]);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn holes_beyond_the_first_page_are_sighted_in_the_same_round() {
+    let env = TestEnv::new("ahead").await;
+    let cfg = env.poll_cfg(3); // pages of 3 rows
+    let mut holes = Vec::new();
+    let a = env.insert_rows(1).await[0];
+    for _ in 0..4 {
+        let (tx, h) = env.open_insert().await;
+        tx.rollback().await.expect("rb");
+        holes.push(h);
+        env.insert_rows(2).await;
+    }
     let r = env.poll(cfg).await;
-    assert_eq!(r.advance.w, b, "b enqueued, W waits at h2");
-    assert!(r.advance.open_hole.is_some());
-    let (_, since) = env.cursor().await;
-    assert_eq!(
-        since,
-        Some(env.clock.now()),
-        "h2's timer starts when first seen"
-    );
-    env.clock.advance(Duration::from_secs(299));
-    assert!(env.poll(cfg).await.advance.released.is_none());
-    env.clock.advance(Duration::from_secs(1));
-    assert_eq!(
-        env.poll(cfg).await.advance.released.map(|h| h.first),
-        Some(h2)
-    );
+    assert_eq!(r.advance.w, a);
+    assert_eq!(r.advance.holes.len(), 4, "pages read ahead while W waits at a hole");
+    env.clock.advance(Duration::from_secs(300));
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.released.len(), 4, "all four due together");
+    assert!(r.advance.open_hole.is_none());
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_corrupt_hole_table_stops_the_poller_and_w_stays() {
+    let env = TestEnv::new("corrupt").await;
+    let cfg = env.poll_cfg(100);
+    let ids = env.insert_rows(3).await;
     env.poll(cfg).await;
-    assert_eq!(env.enqueued_ids().await, vec![a, b, c]);
+    sqlx::query("INSERT INTO inbox_hole (first_id, last_id, first_seen) VALUES ($1, $1, now())")
+        .bind(ids[1])
+        .execute(env.store.pool())
+        .await
+        .expect("a hole at or below W, by hand");
+    env.insert_rows(1).await;
+    let err = poll_once(&env.inbox, &env.store, &env.clock, cfg)
+        .await
+        .expect_err("corrupt holes refused");
+    assert_eq!(err.stage(), "holes");
+    assert!(err.to_string().contains("inbox_hole is corrupt"), "{err}");
+    assert_eq!(env.cursor().await.0, ids[2], "W stays");
+    // The documented repair: clear the table; every hole is re-aged from now (safe).
+    sqlx::query("DELETE FROM inbox_hole")
+        .execute(env.store.pool())
+        .await
+        .expect("repair");
+    let r = env.poll(cfg).await;
+    assert_eq!(r.advance.w, ids[2] + 1);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
+    let env = TestEnv::new("regress").await;
+    let cfg = env.poll_cfg(100);
+    let ids = env.insert_rows(5).await;
+    env.poll(cfg).await;
+    // The DB owner rotates the table without seeding AUTO_INCREMENT: ids restart low.
+    sqlx::query("DELETE FROM CMINMSGS")
+        .execute(&env.owner)
+        .await
+        .expect("rotate");
+    sqlx::query("ALTER TABLE CMINMSGS AUTO_INCREMENT = 1")
+        .execute(&env.owner)
+        .await
+        .expect("reset");
+    let reused = env.insert_rows(2).await;
+    assert!(reused[1] < ids[4]);
+    let r = env.poll(cfg).await;
+    assert!(r.regressed, "head {:?} below W {}", r.inbox_head, r.advance.w);
+    assert_eq!(r.inbox_head, Some(reused[1]));
+    assert_eq!(r.lag, None, "never a reassuring lag 0");
+    assert_eq!(r.advance.w, ids[4], "W never moves back");
+
+    // The compensation scan finds the reused ids below W: they are already enqueued (the ids
+    // were the old rows'), so nothing new; a truly unseen id below W is enqueued LATE.
+    sqlx::query("DELETE FROM proc_state WHERE msg_id = $1")
+        .bind(reused[0])
+        .execute(env.store.pool())
+        .await
+        .expect("pretend never enqueued");
+    let settings = env.settings(&[]);
+    let scan = msgx_core::late::DetectConfig::from_settings(&settings)
+        .expect("cfg")
+        .scan();
+    let report = msgx_core::late::compensation_scan(&env.inbox, &env.store, &env.clock, &scan)
+        .await
+        .expect("scan");
+    assert_eq!(report.enqueued, vec![reused[0]]);
+    assert_eq!(report.checked, 2);
+    let source: String = sqlx::query_scalar("SELECT source FROM proc_state WHERE msg_id = $1")
+        .bind(reused[0])
+        .fetch_one(env.store.pool())
+        .await
+        .expect("enqueued");
+    assert_eq!(source, "LATE");
+    // Idempotent: the next scan finds nothing new.
+    let again = msgx_core::late::compensation_scan(&env.inbox, &env.store, &env.clock, &scan)
+        .await
+        .expect("scan");
+    assert!(again.enqueued.is_empty());
     env.cleanup().await;
 }
 

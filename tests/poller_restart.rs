@@ -34,7 +34,7 @@ async fn restart_in_the_middle_of_a_hole_keeps_hole_since() {
     let r = poll_once(&inbox2, &store2, &env.clock, cfg)
         .await
         .expect("round");
-    assert!(r.advance.released.is_none());
+    assert!(r.advance.released.is_empty());
     assert_eq!(
         env.cursor().await.1,
         Some(since),
@@ -45,7 +45,7 @@ async fn restart_in_the_middle_of_a_hole_keeps_hole_since() {
         .await
         .expect("round");
     assert_eq!(
-        r.advance.released.map(|h| h.first),
+        r.advance.first_released().map(|h| h.first),
         Some(hole),
         "released 5m after the first sighting, not 5m after the restart"
     );
@@ -119,7 +119,9 @@ async fn a_second_writer_moving_w_is_refused() {
             rows: &[],
             now: env.clock.now(),
             async_commit: false,
-            released: None,
+            holes: &[],
+            released: &[],
+            watch_until: env.clock.now(),
         })
         .await
         .expect_err("stale W refused");

@@ -6,6 +6,7 @@ use crate::clock::Clock;
 use crate::inbox::names::InboxNames;
 use crate::inbox::{Inbox, InboxError};
 use crate::settings::{Settings, SettingsError};
+use crate::store::late_watch::split_range;
 use crate::store::{Store, StoreError};
 use crate::telemetry;
 
@@ -144,13 +145,15 @@ pub async fn detect_once(
                 enqueued: e.new_row,
             });
         }
-        // The ranges without hits were checked whole; the split ones are checked next round.
-        let clean: Vec<_> = page
+        // Every range of the page was checked whole, the pieces left of a split one too.
+        let checked: Vec<_> = page
             .iter()
-            .filter(|r| !hits.iter().any(|h| r.contains(*h)))
-            .copied()
+            .flat_map(|r| {
+                let inside: Vec<i64> = hits.iter().copied().filter(|h| r.contains(*h)).collect();
+                split_range(r, &inside)
+            })
             .collect();
-        let closed = store.late_watch_checked(&clean, now).await?;
+        let closed = store.late_watch_checked(&checked, now).await?;
         for (first, last) in &closed {
             tracing::info!(
                 first,

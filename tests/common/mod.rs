@@ -161,6 +161,7 @@ impl TestEnv {
     pub fn poll_cfg(&self, claim_batch: u32) -> PollConfig {
         PollConfig {
             claim_batch,
+            sight_ahead: 20,
             max_commit_delay: std::time::Duration::from_secs(300),
             async_commit: false,
             watch_window: std::time::Duration::from_secs(7 * 24 * 3600),
