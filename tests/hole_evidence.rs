@@ -455,3 +455,29 @@ async fn a_frozen_transaction_list_is_never_taken_as_evidence() {
     assert_eq!(r.advance.w, after);
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn evidence_is_refused_against_a_read_only_server() {
+    let _serial = SERIAL.lock().await;
+    let env = TestEnv::new("ev_primary").await;
+    let role = env.inbox.check_primary().await.expect("the test server is a primary");
+    assert_eq!(role.replica, Some(false));
+    assert!(!role.read_only);
+
+    // Briefly read-only (root keeps writing: READ ONLY ADMIN); restored right after the one
+    // check, before anything can panic.
+    env.owner
+        .execute("SET GLOBAL read_only = 1")
+        .await
+        .expect("read_only on");
+    let refused = env.inbox.check_primary().await;
+    env.owner
+        .execute("SET GLOBAL read_only = 0")
+        .await
+        .expect("read_only off");
+    let e = refused.expect_err("refused").to_string();
+    assert!(e.contains("read-only (@@read_only = 1)"), "{e}");
+    assert!(e.contains("late.hole_evidence"), "{e}");
+    assert!(!env.inbox.server_role().await.expect("role").read_only, "restored");
+    env.cleanup().await;
+}

@@ -4,6 +4,7 @@
 pub mod evidence;
 pub mod mark;
 pub mod names;
+pub mod primary;
 pub mod time;
 
 use std::time::Duration;
