@@ -104,6 +104,9 @@ pub struct PollReport {
     pub regressed: bool,
     /// Age of the oldest open hole by this round's clock.
     pub oldest_hole_age: Option<Duration>,
+    /// When the hole W waits at becomes due by the timer (from now), so the actor can poll
+    /// right then instead of up to a poll interval later.
+    pub next_due: Option<Duration>,
 }
 
 impl PollReport {
@@ -252,7 +255,6 @@ pub async fn poll_once(
     };
     Ok(PollReport {
         before,
-        advance: decision,
         read: rows.len(),
         enqueued_new,
         batch_full,
@@ -263,6 +265,10 @@ pub async fn poll_once(
         hole_sighted: sighted,
         regressed,
         oldest_hole_age: decision_age(after.hole_since, now),
+        next_due: decision
+            .open_hole
+            .map(|o| cfg.max_commit_delay.saturating_sub(o.age)),
+        advance: decision,
     })
 }
 

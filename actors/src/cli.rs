@@ -69,6 +69,9 @@ pub enum BenchCommand {
     /// Events per second to Kafka vs a bare produce loop and a bare batched UPDATE; commit →
     /// ack latency under a steady rate.
     Dispatch(crate::bench::DispatchBenchArgs),
+    /// Discovery lag (commit → enqueued) under concurrent writers with rollbacks and held
+    /// commits, per minute, next to the bound max_commit_delay + 2 × poll_interval.
+    Discovery(crate::bench::DiscoveryBenchArgs),
 }
 
 /// Simulator knobs.

@@ -88,10 +88,18 @@ impl InboxPoller {
                 false
             }
         };
+        // At once when more is waiting; else after the poll interval — or sooner, when the hole
+        // W waits at comes due before that.
+        // (A hole already due but not released is held by evidence: the interval, no spin.)
+        let due = result
+            .as_ref()
+            .ok()
+            .and_then(|r| r.next_due)
+            .filter(|d| !d.is_zero());
         let delay = if again_now {
             Duration::ZERO
         } else {
-            self.poll_interval
+            due.map_or(self.poll_interval, |d| d.min(self.poll_interval))
         };
         self.next.arm(ctx, PollNow, delay, false);
     }

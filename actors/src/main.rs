@@ -40,6 +40,9 @@ fn main() -> std::process::ExitCode {
             Command::Bench(BenchCommand::Dispatch(args)) => {
                 msgx_actors::bench::dispatch(&settings, &args).await
             }
+            Command::Bench(BenchCommand::Discovery(args)) => {
+                msgx_actors::bench::discovery(&settings, &args).await
+            }
             Command::Request(cmd) => msgx_actors::request::run(&settings, &cmd).await,
         }
     });

@@ -26,6 +26,7 @@
 
 mod bare;
 mod databases;
+mod discovery;
 mod dispatch;
 mod inbox_load;
 mod mark;
@@ -53,6 +54,7 @@ use replay::{round_breakdown, Breakdown};
 use report::{print_measured, rate};
 
 pub use databases::with_database;
+pub use discovery::{discovery, DiscoveryBenchArgs};
 pub use dispatch::{dispatch, DispatchBenchArgs};
 pub use mark::{mark, MarkBenchArgs};
 pub use poller_run::rss_mib;

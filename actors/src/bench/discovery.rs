@@ -1,0 +1,288 @@
+//! `msgexchange bench discovery`: does discovery keep up with a gap-heavy inbox?
+//!
+//! Concurrent writers insert into a fresh bench inbox at `--rate` messages per second; a
+//! fraction of their transactions roll back (permanent holes) and a fraction hold their commit
+//! for up to `--hold-max` (late commits). The real `InboxPoller` actor, with the configured
+//! knobs and `--max-commit-delay`, discovers them into a fresh bench store. Every writer
+//! records the wall time its COMMIT returned; discovery lag = `proc_state.enqueued_at` − that
+//! time. Printed per minute of commit time: offered and committed rate, lag p50/p99/max and
+//! the open holes sampled at the minute's end; at the end, how long after the writers stopped
+//! W reached the last committed row — all next to the bound `max_commit_delay + 2 ×
+//! poll_interval` (a row behind a rolled-back id waits for the hole's sighting, at most one poll
+//! interval after its commit, plus the delay, plus the round that releases it).
+//!
+//! Not a timed test: it prints numbers. The databases are dropped unless `--keep`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix::Actor;
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use clap::Args;
+use msgx_core::clock::{SharedClock, SystemClock};
+use msgx_core::settings::Settings;
+use rand::{Rng, SeedableRng};
+use sqlx::mysql::MySqlPoolOptions;
+use sqlx::Connection;
+
+use super::databases::BenchDbs;
+use super::report::percentile;
+use crate::health::Health;
+use crate::inbox_poller::InboxPoller;
+use crate::wiring::Wiring;
+
+/// Discovery benchmark knobs.
+#[derive(Debug, Args)]
+pub struct DiscoveryBenchArgs {
+    /// Offered messages per second over all writers.
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// How long the writers write.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Concurrent writers (each its own connection and transaction).
+    #[arg(long, default_value_t = 8)]
+    pub writers: usize,
+    /// Fraction of transactions rolled back (each leaves a permanent hole).
+    #[arg(long, default_value_t = 0.01)]
+    pub rollback: f64,
+    /// Fraction of transactions that hold their commit (late commits).
+    #[arg(long, default_value_t = 0.05)]
+    pub hold: f64,
+    /// Longest hold (uniform in 0..hold-max).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub hold_max: Duration,
+    /// pipeline.max_commit_delay for this run.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub max_commit_delay: Duration,
+    /// Keep the bench databases afterwards.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// Runs the discovery benchmark.
+pub async fn discovery(settings: &Settings, args: &DiscoveryBenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.rate > 0.0 && args.rate <= 10_000.0,
+        "--rate must be in (0, 10000]"
+    );
+    anyhow::ensure!(args.writers >= 1 && args.writers <= 64, "--writers must be 1..=64");
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&args.rollback) && (0.0..=1.0).contains(&args.hold),
+        "--rollback and --hold are fractions in 0..=1"
+    );
+    anyhow::ensure!(
+        args.duration >= Duration::from_secs(1) && args.duration <= Duration::from_secs(86_400),
+        "--duration must be 1s..=24h"
+    );
+    let dbs = BenchDbs::fresh(settings).await?;
+    let result = run(settings, args, &dbs).await;
+    dbs.finish(result, args.keep).await
+}
+
+/// Commit wall times by id, written by the writers.
+type Commits = Arc<Mutex<BTreeMap<i64, DateTime<Utc>>>>;
+
+async fn run(settings: &Settings, args: &DiscoveryBenchArgs, dbs: &BenchDbs) -> anyhow::Result<()> {
+    dbs.inbox_fixture(settings).await?;
+    let inbox = dbs.inbox(settings)?;
+    let store = dbs.store(settings).await?;
+    let names = settings.inbox_names()?;
+    let poll_interval = settings.pipeline.poll_interval;
+    let bound = args.max_commit_delay + 2 * poll_interval;
+    println!(
+        "bench discovery: {:.0} msg/s offered for {}, {} writers, {:.1}% rolled back, {:.1}% held \
+         up to {}, max_commit_delay {}, poll_interval {}, claim_batch {}, hole_sight_ahead {}",
+        args.rate,
+        humantime::format_duration(args.duration),
+        args.writers,
+        100.0 * args.rollback,
+        100.0 * args.hold,
+        humantime::format_duration(args.hold_max),
+        humantime::format_duration(args.max_commit_delay),
+        humantime::format_duration(poll_interval),
+        settings.pipeline.claim_batch,
+        settings.pipeline.hole_sight_ahead,
+    );
+    println!(
+        "  bound                 : max_commit_delay + 2 x poll_interval = {:.1}s",
+        bound.as_secs_f64()
+    );
+
+    // The real poller actor with the configured knobs.
+    let cfg = msgx_core::poller::PollConfig {
+        max_commit_delay: args.max_commit_delay,
+        watch_window: settings.late.watch_window,
+        ..crate::app::poll_config(&settings.pipeline)
+    };
+    let clock: SharedClock = Arc::new(SystemClock);
+    let poller = InboxPoller::new(
+        inbox.clone(),
+        store.clone(),
+        clock,
+        cfg,
+        poll_interval,
+        Wiring::default(),
+        Health::default(),
+    )
+    .start();
+
+    let pool = MySqlPoolOptions::new()
+        .max_connections(args.writers as u32 + 1)
+        .connect(&dbs.inbox_url)
+        .await
+        .context("connecting the writers")?;
+    let commits: Commits = Arc::default();
+    let started = Instant::now();
+    let start_wall = Utc::now();
+    let interval = Duration::from_secs_f64(args.writers as f64 / args.rate);
+    let sql = format!(
+        "INSERT INTO {} ({}, {}) VALUES (NOW(), ?)",
+        names.table, names.received, names.message
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..args.writers {
+        let (pool, commits, sql) = (pool.clone(), commits.clone(), sql.clone());
+        let (rollback, hold, hold_max, duration) =
+            (args.rollback, args.hold, args.hold_max, args.duration);
+        tasks.spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(w as u64 + 1);
+            // Writers start staggered and pace themselves: together they offer `rate`.
+            let mut next = Instant::now() + interval.mul_f64(w as f64 / 8.0_f64.max(1.0));
+            let mut rolled = 0u64;
+            while started.elapsed() < duration {
+                tokio::time::sleep_until(next.into()).await;
+                next += interval;
+                let mut conn = pool.acquire().await?;
+                let mut tx = conn.begin().await?;
+                let id = sqlx::query(&sql)
+                    .bind("<MSG/>")
+                    .execute(&mut *tx)
+                    .await?
+                    .last_insert_id() as i64;
+                if rng.random_bool(rollback) {
+                    tx.rollback().await?;
+                    rolled += 1;
+                    continue;
+                }
+                if rng.random_bool(hold) {
+                    tokio::time::sleep(hold_max.mul_f64(rng.random::<f64>())).await;
+                }
+                tx.commit().await?;
+                commits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id, Utc::now());
+            }
+            anyhow::Ok(rolled)
+        });
+    }
+
+    // Open holes sampled every second while the writers write.
+    let mut holes_by_minute: BTreeMap<u64, i64> = BTreeMap::new();
+    while started.elapsed() < args.duration {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let open: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_hole")
+            .fetch_one(store.pool())
+            .await?;
+        let minute = started.elapsed().as_secs() / 60;
+        let e = holes_by_minute.entry(minute).or_insert(0);
+        *e = (*e).max(open);
+    }
+    let mut rolled_back = 0;
+    while let Some(joined) = tasks.join_next().await {
+        rolled_back += joined.context("writer task")??;
+    }
+    let stopped = Instant::now();
+    let last_committed = commits
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .next_back()
+        .copied()
+        .unwrap_or(0);
+    // W reaches the last committed row (trailing rolled-back ids are no hole: no row follows).
+    let deadline = stopped + 3 * bound + Duration::from_secs(30);
+    let reached = loop {
+        let w: i64 = sqlx::query_scalar("SELECT w FROM inbox_cursor WHERE id = 1")
+            .fetch_one(store.pool())
+            .await?;
+        if w >= last_committed {
+            break Some(stopped.elapsed());
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The actor stops once its last address is gone.
+    drop(poller);
+
+    let commits = std::mem::take(&mut *commits.lock().unwrap_or_else(|p| p.into_inner()));
+    let enqueued: Vec<(i64, DateTime<Utc>, String)> =
+        sqlx::query_as("SELECT msg_id, enqueued_at, source FROM proc_state ORDER BY msg_id")
+            .fetch_all(store.pool())
+            .await?;
+    let mut per_minute: BTreeMap<i64, Vec<Duration>> = BTreeMap::new();
+    let mut all = Vec::with_capacity(enqueued.len());
+    let mut late = 0u64;
+    for (id, at, source) in &enqueued {
+        let Some(committed) = commits.get(id) else {
+            continue;
+        };
+        if source != "POLL" {
+            late += 1;
+            continue;
+        }
+        let lag = (*at - *committed).to_std().unwrap_or(Duration::ZERO);
+        let minute = (*committed - start_wall).num_seconds().max(0) / 60;
+        per_minute.entry(minute).or_default().push(lag);
+        all.push(lag);
+    }
+    let missing = commits.len() as u64 - all.len() as u64 - late;
+    println!(
+        "  written               : {} committed ({:.1} msg/s), {} rolled back, in {:.0}s",
+        commits.len(),
+        commits.len() as f64 / args.duration.as_secs_f64(),
+        rolled_back,
+        args.duration.as_secs_f64()
+    );
+    println!("  minute | committed | lag p50 | lag p99 | lag max | open holes (max)");
+    for (minute, lags) in &mut per_minute {
+        lags.sort_unstable();
+        println!(
+            "  {:>6} | {:>9} | {:>6.2}s | {:>6.2}s | {:>6.2}s | {:>5}",
+            minute,
+            lags.len(),
+            percentile(lags, 0.50).as_secs_f64(),
+            percentile(lags, 0.99).as_secs_f64(),
+            lags.last().copied().unwrap_or_default().as_secs_f64(),
+            holes_by_minute.get(&(*minute as u64)).copied().unwrap_or(0),
+        );
+    }
+    all.sort_unstable();
+    let p99 = percentile(&all, 0.99);
+    println!(
+        "  overall               : lag p50 {:.2}s  p99 {:.2}s  max {:.2}s   (bound {:.1}s; p99 {} the bound)",
+        percentile(&all, 0.50).as_secs_f64(),
+        p99.as_secs_f64(),
+        all.last().copied().unwrap_or_default().as_secs_f64(),
+        bound.as_secs_f64(),
+        if p99 <= bound { "within" } else { "OVER" }
+    );
+    match reached {
+        Some(d) => println!(
+            "  W at the end          : reached the last committed row {:.1}s after the writers stopped (bound {:.1}s)",
+            d.as_secs_f64(),
+            bound.as_secs_f64()
+        ),
+        None => println!(
+            "  W at the end          : did NOT reach the last committed row within {:.0}s",
+            (3 * bound + Duration::from_secs(30)).as_secs_f64()
+        ),
+    }
+    println!("  not enqueued by POLL  : {late} late (LATE source), {missing} missing");
+    Ok(())
+}
