@@ -45,6 +45,8 @@ pub const INBOX_ID_REGRESSIONS_TOTAL: &str = "msgx_inbox_id_regressions_total";
 pub const INBOX_HOLES_DROPPED_TOTAL: &str = "msgx_inbox_holes_dropped_total";
 /// Inbox rows at or below W found by the compensation scan, never discovered before.
 pub const INBOX_UNSEEN_BELOW_W_TOTAL: &str = "msgx_inbox_unseen_below_w_total";
+/// Inbox ids at or below W now holding another row than the one we processed.
+pub const INBOX_ID_REUSED_TOTAL: &str = "msgx_inbox_id_reused_total";
 /// Duration of one compensation scan over the window behind W.
 pub const INBOX_COMPENSATION_SCAN_SECONDS: &str = "msgx_inbox_compensation_scan_seconds";
 /// Holes released as permanent.
@@ -121,6 +123,7 @@ pub const ALL: &[&str] = &[
     INBOX_ID_REGRESSIONS_TOTAL,
     INBOX_HOLES_DROPPED_TOTAL,
     INBOX_UNSEEN_BELOW_W_TOTAL,
+    INBOX_ID_REUSED_TOTAL,
     INBOX_COMPENSATION_SCAN_SECONDS,
     INBOX_HOLES_RELEASED_TOTAL,
     INBOX_HOLE_IDS_RELEASED_TOTAL,
@@ -242,6 +245,10 @@ pub fn describe() {
     describe_counter!(
         INBOX_UNSEEN_BELOW_W_TOTAL,
         "Inbox rows at or below W found by the compensation scan (never discovered; enqueued LATE)"
+    );
+    describe_counter!(
+        INBOX_ID_REUSED_TOTAL,
+        "Inbox ids at or below W that now hold another row than the one processed (receive time differs)"
     );
     describe_histogram!(
         INBOX_COMPENSATION_SCAN_SECONDS,
@@ -419,6 +426,20 @@ pub fn unseen_below_w(w: i64, ids: &[i64]) {
         ids = ?ids,
         "inbox rows at or below W were never discovered (id reuse after a rotation, a \
          restore?); enqueued as LATE under the ordering guard"
+    );
+}
+
+/// The compensation scan found rows under ids we enqueued for another row (other receive time).
+pub fn id_reused(w: i64, ids: &[i64]) {
+    counter!(INBOX_ID_REUSED_TOTAL).increment(ids.len() as u64);
+    tracing::error!(
+        alert = true,
+        watermark = w,
+        count = ids.len(),
+        ids = ?ids,
+        "inbox ids reused by different rows (their receive time differs from the row we \
+         processed under that id): these rows cannot be processed under the same id; ask the DB \
+         owner to seed AUTO_INCREMENT above W and re-insert them"
     );
 }
 

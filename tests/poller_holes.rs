@@ -300,8 +300,14 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
     assert_eq!(r.lag, None, "never a reassuring lag 0");
     assert_eq!(r.advance.w, ids[4], "W never moves back");
 
-    // The compensation scan finds the reused ids below W: they are already enqueued (the ids
-    // were the old rows'), so nothing new; a truly unseen id below W is enqueued LATE.
+    // The compensation scan finds the reused ids below W. One is enqueued under the old row's
+    // id but is another row (another receive time): reported as reused, never taken for the
+    // old one. A truly unseen id below W is enqueued LATE.
+    sqlx::query("UPDATE CMINMSGS SET CMINMSGS_DATE_RECEIVED = '2020-01-01 00:00:00' WHERE CMINMSGS_ID = ?")
+        .bind(reused[1])
+        .execute(&env.owner)
+        .await
+        .expect("another row's receive time");
     sqlx::query("DELETE FROM proc_state WHERE msg_id = $1")
         .bind(reused[0])
         .execute(env.store.pool())
@@ -315,6 +321,7 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
         .await
         .expect("scan");
     assert_eq!(report.enqueued, vec![reused[0]]);
+    assert_eq!(report.reused, vec![reused[1]]);
     assert_eq!(report.checked, 2);
     let source: String = sqlx::query_scalar("SELECT source FROM proc_state WHERE msg_id = $1")
         .bind(reused[0])

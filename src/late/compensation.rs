@@ -11,11 +11,16 @@
 //!
 //! W is read first: every id ≤ that W was enqueued or released before the read, and
 //! `PROC_STATE` rows are never deleted, so "not enqueued and not watched" is never a race.
+//!
+//! A reused id whose old row *was* enqueued cannot be enqueued again (one `PROC_STATE` row per
+//! inbox id). The scan tells it by the receive time: a row whose `DATE_RECEIVED` differs from
+//! the one recorded at enqueue is a different row under an old id — reported at ERROR and
+//! counted (`msgx_inbox_id_reused_total`) for the operator and the DB owner, never silently
+//! taken for the old one.
 
 use std::time::{Duration, Instant};
 
 use crate::clock::Clock;
-use crate::inbox::names::InboxNames;
 use crate::inbox::Inbox;
 use crate::store::Store;
 use crate::telemetry;
@@ -27,12 +32,9 @@ use super::DetectError;
 pub struct ScanConfig {
     /// Ids at or below W to re-read (`late.compensation_window`); 0 = off.
     pub window: u64,
-    /// Rows per inbox statement (`late.batch`).
+    /// Rows per inbox statement (`late.batch`; ids and receive times only, bounded by
+    /// `inbox.query_timeout` like every inbox read).
     pub batch: u32,
-    /// The configured inbox names (ids only are read).
-    pub names: InboxNames,
-    /// Limit of one inbox statement (`inbox.query_timeout`).
-    pub query_timeout: Duration,
 }
 
 /// What a scan did.
@@ -46,6 +48,8 @@ pub struct ScanReport {
     pub checked: u64,
     /// Rows discovery never saw, enqueued as LATE now.
     pub enqueued: Vec<i64>,
+    /// Ids whose inbox row is not the row we enqueued under that id (another receive time).
+    pub reused: Vec<i64>,
     /// Wall time.
     pub took: Duration,
 }
@@ -71,16 +75,28 @@ pub async fn compensation_scan(
     }
     let batch = cfg.batch.max(1);
     let mut after = from;
-    loop {
-        let ids = inbox
-            .ids_in_ranges(&cfg.names, &[(from + 1, w)], after, batch, cfg.query_timeout)
-            .await?;
-        let Some(&last) = ids.last() else {
+    while after < w {
+        let rows = inbox.rows_after(after, batch).await?;
+        let full = rows.len() >= batch as usize;
+        let rows: Vec<_> = rows.into_iter().take_while(|r| r.id <= w).collect();
+        let Some(last) = rows.last() else {
             break;
         };
-        after = last;
-        report.checked += ids.len() as u64;
-        let unknown = store.not_enqueued(&ids).await?;
+        after = last.id;
+        report.checked += rows.len() as u64;
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        let recorded = store.received_of(&ids).await?;
+        let mut unknown = Vec::new();
+        for row in &rows {
+            match recorded.get(&row.id) {
+                None => unknown.push(row.id),
+                // Both known and different: another row under an old id.
+                Some(Some(then)) if row.received_at.is_some_and(|now| now != *then) => {
+                    report.reused.push(row.id)
+                }
+                Some(_) => {}
+            }
+        }
         let watched = store.late_watch_covering(&unknown).await?;
         let unseen: Vec<i64> = unknown
             .into_iter()
@@ -91,9 +107,12 @@ pub async fn compensation_scan(
             telemetry::unseen_below_w(w, &enqueued);
             report.enqueued.extend(enqueued);
         }
-        if ids.len() < batch as usize {
+        if !full {
             break;
         }
+    }
+    if !report.reused.is_empty() {
+        telemetry::id_reused(w, &report.reused);
     }
     report.took = started.elapsed();
     telemetry::compensation_scan(from, w, report.checked, report.took);

@@ -43,8 +43,6 @@ impl DetectConfig {
         crate::late::ScanConfig {
             window: self.compensation_window,
             batch: self.batch,
-            names: self.names.clone(),
-            query_timeout: self.query_timeout,
         }
     }
 }

@@ -5,6 +5,23 @@ use chrono::{DateTime, Utc};
 use super::{Store, StoreError};
 
 impl Store {
+    /// The receive time recorded at enqueue for each of `ids` that has a `PROC_STATE` row.
+    pub async fn received_of(
+        &self,
+        ids: &[i64],
+    ) -> Result<std::collections::BTreeMap<i64, Option<DateTime<Utc>>>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Default::default());
+        }
+        let rows: Vec<(i64, Option<DateTime<Utc>>)> = sqlx::query_as(
+            "SELECT msg_id, received_at FROM proc_state WHERE msg_id = ANY($1)",
+        )
+        .bind(ids)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().collect())
+    }
+
     /// The ids among `ids` that have no `PROC_STATE` row.
     pub async fn not_enqueued(&self, ids: &[i64]) -> Result<Vec<i64>, StoreError> {
         if ids.is_empty() {
