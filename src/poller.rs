@@ -182,15 +182,31 @@ pub async fn poll_once(
             let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
             Decided {
                 complete,
-                advance: advance(round(before.w, &stored.holes, &ids, complete, now, cfg, None)),
+                advance: advance(round(
+                    before.w,
+                    &stored.holes,
+                    &ids,
+                    complete,
+                    now,
+                    cfg,
+                    None,
+                )),
                 rows,
                 evidence: None,
                 sighted: false,
             }
         }
         Some(ev) => {
-            decide_with_evidence(inbox, before.w, &stored.holes, (rows, complete), now, cfg, ev)
-                .await?
+            decide_with_evidence(
+                inbox,
+                before.w,
+                &stored.holes,
+                (rows, complete),
+                now,
+                cfg,
+                ev,
+            )
+            .await?
         }
     };
     let batch_full = !complete;
@@ -223,7 +239,9 @@ pub async fn poll_once(
                 async_commit: cfg.async_commit,
                 holes: &decision.holes,
                 released: &decision.released,
-                watch_until: now.checked_add_signed(watch).unwrap_or(DateTime::<Utc>::MAX_UTC),
+                watch_until: now
+                    .checked_add_signed(watch)
+                    .unwrap_or(DateTime::<Utc>::MAX_UTC),
             })
             .await?
     };

@@ -229,7 +229,10 @@ pub fn describe() {
         "Age of the oldest open hole (each hole ages from its own first sighting)"
     );
     describe_gauge!(INBOX_HOLES_OPEN, "Open holes (id ranges) above W");
-    describe_gauge!(INBOX_HOLE_MISSING_IDS, "Inbox ids missing in the open holes");
+    describe_gauge!(
+        INBOX_HOLE_MISSING_IDS,
+        "Inbox ids missing in the open holes"
+    );
     describe_gauge!(
         INBOX_ID_REGRESSION,
         "1 while the inbox head is below W (the inbox went backwards)"
@@ -397,7 +400,11 @@ fn id_regression(regressed: bool, w: i64, head: Option<i64>) {
              the compensation scan"
         );
     } else if !regressed && was {
-        tracing::info!(watermark = w, inbox_head = head, "inbox head is above W again");
+        tracing::info!(
+            watermark = w,
+            inbox_head = head,
+            "inbox head is above W again"
+        );
     }
 }
 
@@ -446,7 +453,13 @@ pub fn id_reused(w: i64, ids: &[i64]) {
 /// One compensation scan finished.
 pub fn compensation_scan(from: i64, to: i64, checked: u64, took: Duration) {
     histogram!(INBOX_COMPENSATION_SCAN_SECONDS).record(took.as_secs_f64());
-    tracing::debug!(from, to, checked, took_ms = took.as_millis() as u64, "compensation scan");
+    tracing::debug!(
+        from,
+        to,
+        checked,
+        took_ms = took.as_millis() as u64,
+        "compensation scan"
+    );
 }
 
 /// A round failed; W is unchanged.

@@ -129,7 +129,8 @@ async fn rolled_back_insert_is_released_on_the_next_round_long_before_max_commit
         "held: the next round waits a poll interval"
     );
     assert_eq!(
-        r.advance.front_evidence(), None,
+        r.advance.front_evidence(),
+        None,
         "young: the timer holds it as well"
     );
     assert_eq!(seen_db_at(&env).await, Some(seen), "the sighting is kept");
@@ -147,7 +148,10 @@ async fn rolled_back_insert_is_released_on_the_next_round_long_before_max_commit
             last: hole
         })
     );
-    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::ReleasedEarly));
+    assert_eq!(
+        r.advance.front_evidence(),
+        Some(EvidenceDecision::ReleasedEarly)
+    );
     assert_eq!(
         env.cursor().await,
         (after[1], None),
@@ -183,7 +187,11 @@ async fn open_transaction_holds_its_hole_past_max_commit_delay_until_it_commits(
     env.clock.advance(DELAY);
     let r = env.poll(cfg).await;
     assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
-    assert_eq!(r.advance.first_released(), None, "NOT released at max_commit_delay");
+    assert_eq!(
+        r.advance.first_released(),
+        None,
+        "NOT released at max_commit_delay"
+    );
     assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::Held));
     assert_eq!(r.advance.open_hole.expect("hole").age, DELAY);
 
@@ -221,7 +229,11 @@ async fn open_transaction_that_never_ends_is_released_at_the_cap() {
     tokio::time::sleep(ROUND_GAP).await;
     env.clock.advance(CAP - Duration::from_secs(1));
     let r = env.poll(cfg).await;
-    assert_eq!(r.advance.first_released(), None, "held one second before the cap");
+    assert_eq!(
+        r.advance.first_released(),
+        None,
+        "held one second before the cap"
+    );
     assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::Held));
 
     env.clock.advance(Duration::from_secs(1));
@@ -234,7 +246,10 @@ async fn open_transaction_that_never_ends_is_released_at_the_cap() {
             last: hole
         })
     );
-    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::CapReached));
+    assert_eq!(
+        r.advance.front_evidence(),
+        Some(EvidenceDecision::CapReached)
+    );
     assert!(watched(&env, hole).await, "the late detector watches it");
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, after);
@@ -264,7 +279,11 @@ async fn evidence_off_is_the_plain_timer_rule() {
     tokio::time::sleep(ROUND_GAP).await;
     env.clock.advance(DELAY - Duration::from_secs(1));
     let r = env.poll(cfg).await;
-    assert_eq!(r.advance.first_released(), None, "a rollback waits the full delay");
+    assert_eq!(
+        r.advance.first_released(),
+        None,
+        "a rollback waits the full delay"
+    );
     assert_eq!((r.hole_evidence, r.advance.front_evidence()), (None, None));
 
     env.clock.advance(Duration::from_secs(1));
@@ -335,7 +354,11 @@ async fn account_without_process_privilege_falls_back_to_the_timer_rule() {
         tokio::time::sleep(ROUND_GAP).await;
         let r = round_with(&env, &inbox, cfg).await;
         assert_eq!(r.hole_evidence, None, "unavailable: timer rule");
-        assert_eq!(r.advance.first_released(), None, "a rollback is not released early");
+        assert_eq!(
+            r.advance.first_released(),
+            None,
+            "a rollback is not released early"
+        );
     }
     env.clock.advance(DELAY - Duration::from_secs(1));
     let r = round_with(&env, &inbox, cfg).await;
@@ -374,7 +397,8 @@ async fn a_session_time_zone_unlike_the_servers_does_not_release_an_open_transac
     let r = round_with(&env, &inbox, cfg).await;
     assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
     assert_eq!(
-        r.advance.first_released(), None,
+        r.advance.first_released(),
+        None,
         "an open transaction is never released early"
     );
     env.clock.advance(DELAY);
@@ -439,7 +463,11 @@ async fn a_frozen_transaction_list_is_never_taken_as_evidence() {
             Some(Evidence::NoOlderTransaction),
             "a stale list must not say the open transaction is gone"
         );
-        assert_eq!(r.advance.first_released(), None, "an open transaction's hole stays");
+        assert_eq!(
+            r.advance.first_released(),
+            None,
+            "an open transaction's hole stays"
+        );
     }
     tx.rollback().await.expect("rollback");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -450,7 +478,10 @@ async fn a_frozen_transaction_list_is_never_taken_as_evidence() {
     // Thawed: the rollback is seen and the hole goes early, as usual.
     let (r, _) = poll_until_released(&env, &env.inbox, cfg, 20).await;
     assert_eq!(r.advance.first_released().map(|h| h.first), Some(hole));
-    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::ReleasedEarly));
+    assert_eq!(
+        r.advance.front_evidence(),
+        Some(EvidenceDecision::ReleasedEarly)
+    );
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, after);
     env.cleanup().await;
@@ -460,7 +491,11 @@ async fn a_frozen_transaction_list_is_never_taken_as_evidence() {
 async fn evidence_is_refused_against_a_read_only_server() {
     let _serial = SERIAL.lock().await;
     let env = TestEnv::new("ev_primary").await;
-    let role = env.inbox.check_primary().await.expect("the test server is a primary");
+    let role = env
+        .inbox
+        .check_primary()
+        .await
+        .expect("the test server is a primary");
     assert_eq!(role.replica, Some(false));
     assert!(!role.read_only);
 
@@ -478,6 +513,9 @@ async fn evidence_is_refused_against_a_read_only_server() {
     let e = refused.expect_err("refused").to_string();
     assert!(e.contains("read-only (@@read_only = 1)"), "{e}");
     assert!(e.contains("late.hole_evidence"), "{e}");
-    assert!(!env.inbox.server_role().await.expect("role").read_only, "restored");
+    assert!(
+        !env.inbox.server_role().await.expect("role").read_only,
+        "restored"
+    );
     env.cleanup().await;
 }

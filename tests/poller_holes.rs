@@ -104,13 +104,23 @@ async fn holes_seen_together_age_side_by_side_and_are_released_in_one_round() {
     assert!(env.poll(cfg).await.advance.released.is_empty());
     env.clock.advance(Duration::from_secs(1));
     let r = env.poll(cfg).await;
-    let released: Vec<(i64, i64)> = r.advance.released.iter().map(|h| (h.first, h.last)).collect();
+    let released: Vec<(i64, i64)> = r
+        .advance
+        .released
+        .iter()
+        .map(|h| (h.first, h.last))
+        .collect();
     assert_eq!(released, vec![(h1, h1), (h2, h2)], "one delay for both");
     assert_eq!(r.advance.w, c);
     assert_eq!(env.enqueued_ids().await, vec![a, b, c]);
     assert_eq!(env.cursor().await, (c, None));
     for id in [h1, h2] {
-        assert!(env.store.late_watch_entry(id).await.expect("watch").is_some());
+        assert!(env
+            .store
+            .late_watch_entry(id)
+            .await
+            .expect("watch")
+            .is_some());
     }
     env.cleanup().await;
 }
@@ -152,7 +162,12 @@ async fn a_hole_first_seen_later_keeps_its_own_timer_and_a_partial_fill_keeps_fi
     // At t0 + 5 min the rest of the first hole is due, the second is not (seen at t0 + 2 min).
     env.clock.advance(Duration::from_secs(120));
     let r = env.poll(cfg).await;
-    let released: Vec<(i64, i64)> = r.advance.released.iter().map(|h| (h.first, h.last)).collect();
+    let released: Vec<(i64, i64)> = r
+        .advance
+        .released
+        .iter()
+        .map(|h| (h.first, h.last))
+        .collect();
     assert_eq!(released, vec![(h1b, h1b)]);
     assert_eq!(r.advance.w, b, "W waits before the younger hole");
     env.clock.advance(Duration::from_secs(119));
@@ -186,7 +201,10 @@ async fn a_fifty_million_id_jump_is_one_range_released_in_one_quick_round_and_wa
         Some((first + 1, after - 1))
     );
     assert_eq!(r.advance.w, after);
-    assert!(took < Duration::from_secs(1), "the release round took {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "the release round took {took:?}"
+    );
     let ranges: i64 = sqlx::query_scalar("SELECT count(*) FROM late_watch_range")
         .fetch_one(env.store.pool())
         .await
@@ -211,7 +229,10 @@ async fn a_fifty_million_id_jump_is_one_range_released_in_one_quick_round_and_wa
         .await
         .expect("detect");
     assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(d.detected.iter().map(|h| h.msg_id).collect::<Vec<_>>(), vec![late]);
+    assert_eq!(
+        d.detected.iter().map(|h| h.msg_id).collect::<Vec<_>>(),
+        vec![late]
+    );
     let source: String = sqlx::query_scalar("SELECT source FROM proc_state WHERE msg_id = $1")
         .bind(late)
         .fetch_one(env.store.pool())
@@ -241,7 +262,11 @@ async fn holes_beyond_the_first_page_are_sighted_in_the_same_round() {
     }
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, a);
-    assert_eq!(r.advance.holes.len(), 4, "pages read ahead while W waits at a hole");
+    assert_eq!(
+        r.advance.holes.len(),
+        4,
+        "pages read ahead while W waits at a hole"
+    );
     env.clock.advance(Duration::from_secs(300));
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.released.len(), 4, "all four due together");
@@ -295,7 +320,11 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
     let reused = env.insert_rows(2).await;
     assert!(reused[1] < ids[4]);
     let r = env.poll(cfg).await;
-    assert!(r.regressed, "head {:?} below W {}", r.inbox_head, r.advance.w);
+    assert!(
+        r.regressed,
+        "head {:?} below W {}",
+        r.inbox_head, r.advance.w
+    );
     assert_eq!(r.inbox_head, Some(reused[1]));
     assert_eq!(r.lag, None, "never a reassuring lag 0");
     assert_eq!(r.advance.w, ids[4], "W never moves back");
@@ -303,11 +332,13 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
     // The compensation scan finds the reused ids below W. One is enqueued under the old row's
     // id but is another row (another receive time): reported as reused, never taken for the
     // old one. A truly unseen id below W is enqueued LATE.
-    sqlx::query("UPDATE CMINMSGS SET CMINMSGS_DATE_RECEIVED = '2020-01-01 00:00:00' WHERE CMINMSGS_ID = ?")
-        .bind(reused[1])
-        .execute(&env.owner)
-        .await
-        .expect("another row's receive time");
+    sqlx::query(
+        "UPDATE CMINMSGS SET CMINMSGS_DATE_RECEIVED = '2020-01-01 00:00:00' WHERE CMINMSGS_ID = ?",
+    )
+    .bind(reused[1])
+    .execute(&env.owner)
+    .await
+    .expect("another row's receive time");
     sqlx::query("DELETE FROM proc_state WHERE msg_id = $1")
         .bind(reused[0])
         .execute(env.store.pool())

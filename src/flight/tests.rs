@@ -162,7 +162,11 @@ fn a_flight_repeated_in_one_schedule_is_applied_once_later_values_winning() {
     assert_eq!(after.fields, want);
     assert_eq!(p.changes.len(), 2, "F1 created, F2 restamped");
     assert!(p.changes[1].is_restamp());
-    assert_eq!(p.events.len(), 2, "FLIGHT_CREATED and SCHEDULE_APPLIED only");
+    assert_eq!(
+        p.events.len(),
+        2,
+        "FLIGHT_CREATED and SCHEDULE_APPLIED only"
+    );
 }
 
 #[test]

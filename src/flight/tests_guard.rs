@@ -303,6 +303,9 @@ fn refusals_are_recorded_once_per_field() {
 
 // ---- properties ----------------------------------------------------------------------------
 
+/// A flight's values and the `MSG_ID` versions of its fields.
+type FieldsAndVersions = (BTreeMap<Field, String>, BTreeMap<Field, i64>);
+
 const FLIDS: [&str; 3] = ["F1", "F2", "F3"];
 const FIELDS: [Field; 4] = [Field::Gate, Field::Stnd, Field::Stat, Field::Mfid];
 
@@ -505,7 +508,7 @@ proptest! {
         for (id, m) in late {
             plan_guarded(m, *id, &loaded(m, &st), &Tombstones::new()).plan.apply(&mut st);
         }
-        let ids = |s: &BTreeMap<String, Flight>| -> BTreeMap<String, (BTreeMap<Field, String>, BTreeMap<Field, i64>)> {
+        let ids = |s: &BTreeMap<String, Flight>| -> BTreeMap<String, FieldsAndVersions> {
             s.iter()
                 .map(|(k, f)| (k.clone(), (f.fields.clone(), f.versions.iter().map(|(fd, v)| (*fd, v.msg_id)).collect())))
                 .collect()

@@ -39,13 +39,17 @@ impl ServerRole {
     /// unreadable replica status alone is not (the read-only flags are set on replicas).
     pub fn verdict(&self) -> Result<(), PrimaryError> {
         if self.replica == Some(true) {
-            return Err(PrimaryError::NotPrimary("a replica (SHOW REPLICA STATUS has a row)"));
+            return Err(PrimaryError::NotPrimary(
+                "a replica (SHOW REPLICA STATUS has a row)",
+            ));
         }
         if self.read_only {
             return Err(PrimaryError::NotPrimary("read-only (@@read_only = 1)"));
         }
         if self.innodb_read_only {
-            return Err(PrimaryError::NotPrimary("read-only (@@innodb_read_only = 1)"));
+            return Err(PrimaryError::NotPrimary(
+                "read-only (@@innodb_read_only = 1)",
+            ));
         }
         Ok(())
     }
@@ -128,7 +132,10 @@ mod tests {
             role(true, true, None),
         ] {
             let e = bad.verdict().expect_err("refused").to_string();
-            assert!(e.contains("late.hole_evidence") && e.contains("inbox.url"), "{e}");
+            assert!(
+                e.contains("late.hole_evidence") && e.contains("inbox.url"),
+                "{e}"
+            );
         }
     }
 }

@@ -144,7 +144,11 @@ impl Store {
         let mut pieces = Vec::new();
         let mut replaced = Vec::new();
         for range in locked.iter().filter(|l| ranges.contains(l)) {
-            let inside: Vec<i64> = hits.iter().copied().filter(|h| range.contains(*h)).collect();
+            let inside: Vec<i64> = hits
+                .iter()
+                .copied()
+                .filter(|h| range.contains(*h))
+                .collect();
             if inside.is_empty() {
                 continue;
             }

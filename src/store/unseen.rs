@@ -13,12 +13,11 @@ impl Store {
         if ids.is_empty() {
             return Ok(Default::default());
         }
-        let rows: Vec<(i64, Option<DateTime<Utc>>)> = sqlx::query_as(
-            "SELECT msg_id, received_at FROM proc_state WHERE msg_id = ANY($1)",
-        )
-        .bind(ids)
-        .fetch_all(self.pool())
-        .await?;
+        let rows: Vec<(i64, Option<DateTime<Utc>>)> =
+            sqlx::query_as("SELECT msg_id, received_at FROM proc_state WHERE msg_id = ANY($1)")
+                .bind(ids)
+                .fetch_all(self.pool())
+                .await?;
         Ok(rows.into_iter().collect())
     }
 

@@ -44,7 +44,10 @@ fn released(a: &Advance) -> Vec<(i64, i64)> {
 }
 
 fn spans(holes: &[Hole]) -> Vec<(i64, i64, DateTime<Utc>)> {
-    holes.iter().map(|h| (h.first, h.last, h.first_seen)).collect()
+    holes
+        .iter()
+        .map(|h| (h.first, h.last, h.first_seen))
+        .collect()
 }
 
 #[test]
@@ -318,7 +321,11 @@ impl Model {
                 at
             })
             .collect();
-        let ended: Vec<u64> = txs.iter().zip(&started).map(|((_, d, _), s)| s + d).collect();
+        let ended: Vec<u64> = txs
+            .iter()
+            .zip(&started)
+            .map(|((_, d, _), s)| s + d)
+            .collect();
         let visible_at = txs
             .iter()
             .zip(&ended)
@@ -342,7 +349,9 @@ impl Model {
     /// What the poller reads: a page of `limit` rows, and while the rows read are not
     /// contiguous from W+1 more pages, up to `AHEAD` (`pipeline.hole_sight_ahead`).
     fn rows_after(&self, w: i64, now: u64, limit: usize) -> (Vec<i64>, bool) {
-        let all: Vec<i64> = (w + 1..=self.n()).filter(|id| self.visible(*id, now)).collect();
+        let all: Vec<i64> = (w + 1..=self.n())
+            .filter(|id| self.visible(*id, now))
+            .collect();
         let mut take = limit.min(all.len());
         let gap = |k: usize| k > 0 && all[k - 1] != w + k as i64;
         while take < all.len() && take < limit * AHEAD && gap(take) {

@@ -68,7 +68,10 @@ pub async fn discovery(settings: &Settings, args: &DiscoveryBenchArgs) -> anyhow
         args.rate > 0.0 && args.rate <= 10_000.0,
         "--rate must be in (0, 10000]"
     );
-    anyhow::ensure!(args.writers >= 1 && args.writers <= 64, "--writers must be 1..=64");
+    anyhow::ensure!(
+        args.writers >= 1 && args.writers <= 64,
+        "--writers must be 1..=64"
+    );
     anyhow::ensure!(
         (0.0..=1.0).contains(&args.rollback) && (0.0..=1.0).contains(&args.hold),
         "--rollback and --hold are fractions in 0..=1"
