@@ -114,6 +114,8 @@ mod kafka;
 pub use kafka::{redact_extra, DispatchSettings, KafkaSettings};
 mod outbound;
 pub use outbound::{parse_daily_time, OutboundSettings};
+mod layers;
+pub use layers::DEFAULT_TOML;
 
 /// Pipeline rules.
 #[derive(Debug, Clone, Deserialize)]
