@@ -7,6 +7,7 @@ pub mod app;
 pub mod backfill_sweeper;
 pub mod bench;
 pub mod cli;
+pub mod cli_ops;
 pub mod dispatcher;
 pub mod health;
 pub mod http;
