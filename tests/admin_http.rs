@@ -10,18 +10,58 @@ use std::time::Duration;
 use actix_web::{test, App};
 use common::service::free_port;
 use common::TestEnv;
-use msgx_actors::admin::{configure, AdminState};
+use msgx_actors::admin::{configure, AdminState, Scope, Tokens};
 use msgx_core::clock::Clock;
+use msgx_core::ops::Ops;
 use serde_json::{json, Value};
 
+/// A token with every scope (like `http.admin_token`).
 const TOKEN: &str = "test-admin-token-0123456789";
+const READ: &str = "test-read-token-0123456789";
+const OPERATE: &str = "test-operate-token-0123456789";
+const COMPAT: &str = "test-compat-token-0123456789";
 
-fn state(env: &TestEnv) -> AdminState {
+fn ops(env: &TestEnv) -> Ops {
+    Ops {
+        store: env.store.clone(),
+        inbox: env.inbox.clone(),
+        drain_window: Duration::from_secs(300),
+    }
+}
+
+fn state_with_clock(env: &TestEnv, clock: msgx_core::clock::SharedClock) -> AdminState {
     AdminState {
         store: env.store.clone(),
-        clock: common::shared(&env.clock),
-        token: TOKEN.into(),
+        clock,
+        tokens: std::sync::Arc::new(Tokens::with(&[
+            (TOKEN, Scope::Read),
+            (TOKEN, Scope::Operate),
+            (TOKEN, Scope::Compat),
+            (READ, Scope::Read),
+            (OPERATE, Scope::Operate),
+            (COMPAT, Scope::Compat),
+        ])),
+        ops: ops(env),
     }
+}
+
+fn state(env: &TestEnv) -> AdminState {
+    state_with_clock(env, common::shared(&env.clock))
+}
+
+/// Everything an admin request could change, as one string: `proc_state`, `msg_event`,
+/// `audit_log`, the cursor.
+async fn fingerprint(env: &TestEnv) -> String {
+    sqlx::query_scalar(
+        "SELECT concat_ws(' / ', \
+            (SELECT string_agg(p::text, '|' ORDER BY msg_id) FROM proc_state p), \
+            (SELECT string_agg(e::text, '|' ORDER BY event_id) FROM msg_event e), \
+            (SELECT string_agg(a::text, '|' ORDER BY id) FROM audit_log a), \
+            (SELECT c::text FROM inbox_cursor c))",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .expect("fingerprint")
 }
 
 /// A DEAD(UNSUPPORTED) message (replayable), a SUCCEEDED one with an abandoned backfill, and
@@ -71,6 +111,7 @@ async fn no_token_no_action_and_bad_requests_change_nothing() {
     seed(&env).await;
     let app = test::init_service(App::new().configure(configure(state(&env)))).await;
     let body = json!({"msg_ids": [1], "actor": "ops", "reason": "fixed codec"});
+    let before = fingerprint(&env).await;
 
     // No token, a wrong one, a wrong scheme: 401 before the body is even parsed.
     for auth in [None, Some("Bearer wrong-token-0000000000"), Some(TOKEN)] {
@@ -108,6 +149,51 @@ async fn no_token_no_action_and_bad_requests_change_nothing() {
         ),
         (
             "/admin/replay",
+            json!({"msg_ids": [1], "actor": "a", "reason": "r"}).to_string(),
+            "expect_state is required",
+        ),
+        (
+            "/admin/replay",
+            json!({"msg_ids": [1], "expect_state": "SUCCEEDED", "actor": "a", "reason": "r"})
+                .to_string(),
+            "not replayable",
+        ),
+        (
+            "/admin/replay",
+            json!({"error_class": "MALFORMED", "from_id": 1, "to_id": 9, "actor": "a", "reason": "r"})
+                .to_string(),
+            "not a replayable class",
+        ),
+        (
+            "/admin/replay",
+            json!({"error_class": "UNSUPPORTED", "from_id": 9, "to_id": 1, "actor": "a", "reason": "r"})
+                .to_string(),
+            "above to_id",
+        ),
+        (
+            "/admin/replay",
+            json!({"error_class": "UNSUPPORTED", "actor": "a", "reason": "r"}).to_string(),
+            "from_id and to_id",
+        ),
+        (
+            "/admin/replay",
+            json!({"msg_ids": [1], "expect_state": "DEAD", "error_class": "UNSUPPORTED",
+                   "from_id": 1, "to_id": 2, "actor": "a", "reason": "r"})
+            .to_string(),
+            "not both",
+        ),
+        (
+            "/admin/recover-backfill",
+            json!({"msg_ids": [2], "actor": "a"}).to_string(),
+            "missing field",
+        ),
+        (
+            "/admin/events/requeue",
+            json!({"event_ids": [10], "actor": "a", "reason": ""}).to_string(),
+            "reason",
+        ),
+        (
+            "/admin/replay",
             json!({"msg_ids": [1], "actor": "a", "reason": "r", "force": true}).to_string(),
             "unknown field",
         ),
@@ -135,11 +221,19 @@ async fn no_token_no_action_and_bad_requests_change_nothing() {
         assert!(msg.contains(expect), "{payload}: {msg}");
     }
     // Bad path, unknown path, wrong method.
-    let req = test::TestRequest::get()
-        .uri("/admin/messages/abc")
-        .insert_header(bearer.clone())
-        .to_request();
-    assert_eq!(test::call_service(&app, req).await.status(), 400);
+    for uri in [
+        "/admin/messages/abc",
+        "/admin/messages/99999999999999999999",
+        "/admin/events/dead?limit=0",
+        "/admin/events/dead?limit=abc",
+        "/admin/events/dead?after=1&bogus=2",
+    ] {
+        let req = test::TestRequest::get()
+            .uri(uri)
+            .insert_header(bearer.clone())
+            .to_request();
+        assert_eq!(test::call_service(&app, req).await.status(), 400, "{uri}");
+    }
     let req = test::TestRequest::get()
         .uri("/admin/nothing")
         .insert_header(bearer.clone())
@@ -164,6 +258,7 @@ async fn no_token_no_action_and_bad_requests_change_nothing() {
         .await
         .expect("state");
     assert_eq!(state, "DEAD", "nothing changed");
+    assert_eq!(fingerprint(&env).await, before, "nothing changed at all");
     let _ = body;
     env.cleanup().await;
 }
@@ -186,7 +281,8 @@ async fn audited_actions_apply_or_refuse_per_row() {
         &app,
         post(
             "/admin/replay",
-            json!({"msg_ids": [1, 2, 99], "actor": "ops", "reason": "codec fixed"}),
+            json!({"msg_ids": [1, 2, 99], "expect_state": "DEAD", "actor": "ops",
+                   "reason": "codec fixed", "ticket": "OPS-17"}),
         ),
     )
     .await;
@@ -299,5 +395,406 @@ async fn the_real_server_answers_garbage_and_keeps_serving() {
         .expect("join");
     assert!(health.starts_with("HTTP/1.1 200"), "{health:?}");
     stop.stop(true).await;
+    env.cleanup().await;
+}
+
+/// Every route with no token, a wrong token and a token lacking the scope: 401/403 and nothing
+/// changed; the open paths need no token.
+#[actix_rt::test]
+async fn scopes_are_enforced_and_refusals_change_nothing() {
+    let env = TestEnv::new("admin_scope").await;
+    seed(&env).await;
+    let inbox_id = env.insert_rows(1).await[0];
+    let app = test::init_service(App::new().configure(configure(state(&env)))).await;
+    let before = fingerprint(&env).await;
+    let replay = json!({"msg_ids": [1], "expect_state": "DEAD", "actor": "a", "reason": "r"});
+    let recover = json!({"msg_ids": [2], "actor": "a", "reason": "r"});
+    let requeue = json!({"event_ids": [10], "actor": "a", "reason": "r"});
+    let compat = json!({ "msg_id": inbox_id });
+    let routes: Vec<(&str, &str, Option<Value>, Scope)> = vec![
+        ("GET", "/admin/status", None, Scope::Read),
+        ("GET", "/admin/messages/1", None, Scope::Read),
+        ("GET", "/admin/events/dead", None, Scope::Read),
+        ("POST", "/admin/replay", Some(replay), Scope::Operate),
+        (
+            "POST",
+            "/admin/recover-backfill",
+            Some(recover),
+            Scope::Operate,
+        ),
+        (
+            "POST",
+            "/admin/events/requeue",
+            Some(requeue),
+            Scope::Operate,
+        ),
+        ("POST", "/cminmsgs/send", Some(compat), Scope::Compat),
+    ];
+    let call = |method: &str, uri: &str, body: &Option<Value>, token: Option<&str>| {
+        let mut req = match method {
+            "GET" => test::TestRequest::get(),
+            _ => test::TestRequest::post(),
+        }
+        .uri(uri);
+        if let Some(b) = body {
+            req = req.set_json(b);
+        }
+        if let Some(t) = token {
+            req = req.insert_header(("Authorization", format!("Bearer {t}")));
+        }
+        req.to_request()
+    };
+    for (method, uri, body, scope) in &routes {
+        for token in [None, Some("not-a-configured-token-000")] {
+            let resp = test::call_service(&app, call(method, uri, body, token)).await;
+            assert_eq!(resp.status(), 401, "{method} {uri} {token:?}");
+            let v: Value = test::read_body_json(resp).await;
+            assert!(v["error"].is_string(), "{v}");
+        }
+        let lacking: &[&str] = match scope {
+            Scope::Read => &[COMPAT],
+            Scope::Operate => &[READ, COMPAT],
+            Scope::Compat => &[READ, OPERATE],
+        };
+        for token in lacking {
+            let resp = test::call_service(&app, call(method, uri, body, Some(token))).await;
+            assert_eq!(resp.status(), 403, "{method} {uri} with {token}");
+            let v: Value = test::read_body_json(resp).await;
+            assert!(
+                v["error"].as_str().unwrap_or_default().contains("scope"),
+                "{v}"
+            );
+        }
+    }
+    assert_eq!(
+        fingerprint(&env).await,
+        before,
+        "no refusal changed anything"
+    );
+    // The read scope reads; operate reads too.
+    for token in [READ, OPERATE, TOKEN] {
+        let resp = test::call_service(&app, call("GET", "/admin/status", &None, Some(token))).await;
+        assert_eq!(resp.status(), 200, "{token}");
+    }
+    env.cleanup().await;
+}
+
+/// The compat entry: registers beyond W (201, then 200 "already registered"), never moves W,
+/// refuses every bad input with a 4xx JSON reason and changes nothing.
+#[actix_rt::test]
+async fn compat_entry_registers_beyond_w_and_refuses_bad_input() {
+    let env = TestEnv::new("admin_compat").await;
+    let ids = env.insert_rows(3).await;
+    env.poll(env.poll_cfg(2)).await; // W = ids[1]
+    let w = env.cursor().await.0;
+    assert_eq!(w, ids[1]);
+    let beyond = ids[2];
+    // A released hole below W: an id the inbox has but that has no record (the DB owner
+    // inserts it under W, as a late commit would).
+    sqlx::query("DELETE FROM proc_state WHERE msg_id = $1")
+        .bind(ids[0])
+        .execute(env.store.pool())
+        .await
+        .expect("simulate a released hole");
+    let app = test::init_service(App::new().configure(configure(state(&env)))).await;
+    let send = |payload: Vec<u8>, content_type: Option<&str>| {
+        let mut req = test::TestRequest::post()
+            .uri("/cminmsgs/send")
+            .insert_header(("Authorization", format!("Bearer {COMPAT}")))
+            .set_payload(payload);
+        if let Some(ct) = content_type {
+            req = req.insert_header(("Content-Type", ct));
+        }
+        req.to_request()
+    };
+    let before = fingerprint(&env).await;
+    let json_ct = Some("application/json");
+    let cases: Vec<(Vec<u8>, Option<&str>, u16, &str)> = vec![
+        (b"{}".to_vec(), json_ct, 400, "missing field"),
+        (br#"{"msg_id": -5}"#.to_vec(), json_ct, 400, "positive"),
+        (br#"{"msg_id": 0}"#.to_vec(), json_ct, 400, "positive"),
+        (
+            br#"{"msg_id": 9007199254740993}"#.to_vec(),
+            json_ct,
+            400,
+            "absurd",
+        ),
+        (br#"{"msg_id": 1e30}"#.to_vec(), json_ct, 400, "bad JSON"),
+        (br#"{"msg_id": "12"}"#.to_vec(), json_ct, 400, "bad JSON"),
+        (br#"{"msg_id": 1.5}"#.to_vec(), json_ct, 400, "bad JSON"),
+        (
+            br#"{"msg_id": 1, "x": 2}"#.to_vec(),
+            json_ct,
+            400,
+            "unknown field",
+        ),
+        (b"not json".to_vec(), json_ct, 400, "bad JSON"),
+        (br#"{"msg_id": 987654321}"#.to_vec(), json_ct, 404, "no row"),
+        (
+            format!(r#"{{"msg_id": {}}}"#, ids[0]).into_bytes(),
+            json_ct,
+            409,
+            "released as a hole",
+        ),
+        (
+            format!(r#"{{"msg_id": {beyond}}}"#).into_bytes(),
+            Some("text/plain"),
+            415,
+            "application/json",
+        ),
+        (
+            format!(r#"{{"msg_id": {beyond}}}"#).into_bytes(),
+            None,
+            415,
+            "application/json",
+        ),
+        (vec![b' '; 8 * 1024], json_ct, 413, "larger than"),
+    ];
+    for (payload, ct, status, expect) in cases {
+        let resp = test::call_service(&app, send(payload.clone(), ct)).await;
+        assert_eq!(
+            resp.status(),
+            status,
+            "{}",
+            String::from_utf8_lossy(&payload[..payload.len().min(60)])
+        );
+        let v: Value = test::read_body_json(resp).await;
+        let msg = v["error"].as_str().unwrap_or_default();
+        assert!(msg.contains(expect), "{status}: {msg}");
+    }
+    assert_eq!(
+        fingerprint(&env).await,
+        before,
+        "no bad input changed anything"
+    );
+
+    let body = format!(r#"{{"msg_id": {beyond}}}"#).into_bytes();
+    let resp = test::call_service(&app, send(body.clone(), json_ct)).await;
+    assert_eq!(resp.status(), 201);
+    let v: Value = test::read_body_json(resp).await;
+    assert_eq!(
+        (v["registered"].clone(), v["source"].clone()),
+        (json!(true), json!("COMPAT"))
+    );
+    assert_eq!(v["watermark"], w, "W not moved");
+    let resp = test::call_service(&app, send(body, Some("application/json; charset=utf-8"))).await;
+    assert_eq!(resp.status(), 200, "idempotent");
+    let v: Value = test::read_body_json(resp).await;
+    assert_eq!(v["registered"], false);
+    assert_eq!(env.cursor().await.0, w, "W never moved");
+    // The pump takes only ids ≤ W: the compat row waits, the poller's insert is a no-op.
+    assert!(env
+        .store
+        .head()
+        .await
+        .expect("head")
+        .is_none_or(|h| h.head.msg_id <= w));
+    let r = env.poll(env.poll_cfg(100)).await;
+    assert_eq!(r.advance.w, beyond);
+    let source: String = sqlx::query_scalar("SELECT source FROM proc_state WHERE msg_id = $1")
+        .bind(beyond)
+        .fetch_one(env.store.pool())
+        .await
+        .expect("row");
+    assert_eq!(source, "COMPAT");
+    env.cleanup().await;
+}
+
+/// Replay carries the state the operator saw: a FAILED row the pump escalated to DEAD and the
+/// sweeper marked since is refused (G5); a dry run changes nothing and audits nothing; replay
+/// by class and id range takes only that class in that range.
+#[actix_rt::test]
+async fn replay_refuses_a_row_that_moved_and_dry_runs_change_nothing() {
+    let env = TestEnv::new("admin_moved").await;
+    let now = env.clock.now();
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, state, error_class, enqueued_at, attempts) VALUES \
+         (5, 'FAILED', 'INFRA', $1, 3), (6, 'DEAD', 'UNSUPPORTED', $1, 1), \
+         (7, 'DEAD', 'UNSUPPORTED', $1, 1), (8, 'DEAD', 'CODEC_ERROR', $1, 1), \
+         (30, 'DEAD', 'UNSUPPORTED', $1, 1)",
+    )
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("rows");
+    let app = test::init_service(App::new().configure(configure(state(&env)))).await;
+    let post = |body: Value| {
+        test::TestRequest::post()
+            .uri("/admin/replay")
+            .insert_header(("Authorization", format!("Bearer {OPERATE}")))
+            .set_json(body)
+            .to_request()
+    };
+    // The operator saw 5 FAILED; meanwhile it was escalated and marked.
+    sqlx::query(
+        "UPDATE proc_state SET state = 'DEAD', error_class = 'EXHAUSTED', \
+         terminal_reason = 'EXHAUSTED', terminal_at = $1, backfill_at = $1 WHERE msg_id = 5",
+    )
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("escalate + mark");
+    let v: Value = test::read_body_json(
+        test::call_service(
+            &app,
+            post(json!({"msg_ids": [5], "expect_state": "FAILED", "actor": "ops", "reason": "r"})),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(v["applied"], 0, "{v}");
+    let why = v["rows"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("moved since") && why.contains("DEAD(EXHAUSTED)"),
+        "{why}"
+    );
+    assert_eq!(
+        env.state_of(5).await,
+        ("DEAD".into(), Some("EXHAUSTED".into()))
+    );
+
+    // Dry run by class and range: 6 and 7 would apply (8 is another class, 30 out of range).
+    let before_dry = fingerprint(&env).await;
+    let v: Value = test::read_body_json(
+        test::call_service(
+            &app,
+            post(
+                json!({"error_class": "UNSUPPORTED", "from_id": 1, "to_id": 20, "dry_run": true,
+                        "actor": "ops", "reason": "codec 1.4"}),
+            ),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (v["dry_run"].clone(), v["applied"].clone()),
+        (json!(true), json!(2)),
+        "{v}"
+    );
+    assert_eq!(v["audit_id"], Value::Null);
+    assert_eq!(
+        fingerprint(&env).await,
+        before_dry,
+        "a dry run changes nothing"
+    );
+
+    let v: Value = test::read_body_json(
+        test::call_service(
+            &app,
+            post(
+                json!({"error_class": "UNSUPPORTED", "from_id": 1, "to_id": 20,
+                        "actor": "ops", "reason": "codec 1.4", "ticket": "CHG-9"}),
+            ),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(v["applied"], 2, "{v}");
+    assert_eq!(env.state_of(6).await.0, "PENDING");
+    assert_eq!(env.state_of(7).await.0, "PENDING");
+    assert_eq!(env.state_of(8).await.0, "DEAD");
+    assert_eq!(env.state_of(30).await.0, "DEAD");
+    let audits = env.store.audit_entries().await.expect("audit");
+    let last = audits.last().expect("audited");
+    assert_eq!(
+        (
+            last.actor.as_str(),
+            last.ticket.as_deref(),
+            last.msg_ids.clone()
+        ),
+        ("ops", Some("CHG-9"), vec![6, 7])
+    );
+    env.cleanup().await;
+}
+
+fn strip_clock(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            map.retain(|k, _| k != "as_of" && !k.ends_with("_age_seconds"));
+            map.values_mut().for_each(strip_clock);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_clock),
+        _ => {}
+    }
+}
+
+/// `msgexchange status --json` and `inspect --json` (the CLI, straight on the stores) answer
+/// what the API answers; a CLI replay logs JSON lines with `msg_id` under `log.format = json`.
+#[actix_rt::test]
+async fn cli_and_api_give_the_same_answers() {
+    let env = TestEnv::new("admin_cli").await;
+    seed(&env).await;
+    let app = test::init_service(App::new().configure(configure(state_with_clock(
+        &env,
+        std::sync::Arc::new(msgx_core::clock::SystemClock),
+    ))))
+    .await;
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+            .args(args)
+            .envs(env.binary_env())
+            .env("MSGX_LOG__LEVEL", "warn")
+            .env("MSGX_LOG__FORMAT", "json")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run cli");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let get = |uri: &str| {
+        test::TestRequest::get()
+            .uri(uri)
+            .insert_header(("Authorization", format!("Bearer {READ}")))
+            .to_request()
+    };
+    let mut api: Value =
+        test::read_body_json(test::call_service(&app, get("/admin/status")).await).await;
+    let mut from_cli: Value =
+        serde_json::from_slice(&cli(&["status", "--json"]).stdout).expect("json");
+    strip_clock(&mut api);
+    strip_clock(&mut from_cli);
+    assert_eq!(api, from_cli);
+    assert_eq!(api["dispatch"]["dead"], 1);
+    assert_eq!(api["backfill"]["abandoned_missing_row"], 1);
+
+    let out = cli(&[
+        "replay",
+        "--ids",
+        "1",
+        "--expect-state",
+        "DEAD",
+        "--actor",
+        "alice",
+        "--reason",
+        "codec fixed",
+        "--ticket",
+        "OPS-3",
+    ]);
+    let logged = String::from_utf8_lossy(&out.stderr);
+    let line = logged
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l["fields"]["message"] == "operator replay")
+        .unwrap_or_else(|| panic!("a JSON log line for the replay: {logged}"));
+    assert_eq!(line["fields"]["msg_id"], 1, "{line}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 applied"));
+
+    let api: Value =
+        test::read_body_json(test::call_service(&app, get("/admin/messages/1")).await).await;
+    let from_cli: Value =
+        serde_json::from_slice(&cli(&["inspect", "1", "--json"]).stdout).expect("json");
+    assert_eq!(api, from_cli);
+    assert_eq!(api["state"], "PENDING");
+    assert_eq!(api["audit"][0]["ticket"], "OPS-3");
+    assert_eq!(api["inbox"]["found"], "absent");
+    let human = String::from_utf8_lossy(&cli(&["status"]).stdout).to_string();
+    assert!(
+        human.contains("watermark") && human.contains("lease"),
+        "{human}"
+    );
     env.cleanup().await;
 }

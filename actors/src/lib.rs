@@ -3,7 +3,9 @@
 //! `msgx-core`.
 
 pub mod admin;
+pub mod admin_api;
 pub mod app;
+pub mod auth;
 pub mod backfill_sweeper;
 pub mod bench;
 pub mod cli;
