@@ -798,3 +798,415 @@ async fn cli_and_api_give_the_same_answers() {
     );
     env.cleanup().await;
 }
+
+/// One HTTP/1.1 request on a fresh connection: (status, body).
+async fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{payload}",
+        payload.len()
+    );
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    s.write_all(request.as_bytes()).await.expect("write");
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
+        .await
+        .expect("answer in time")
+        .expect("read");
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn openapi() -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json");
+    serde_json::from_str(&std::fs::read_to_string(path).expect("docs/openapi.json"))
+        .expect("valid JSON")
+}
+
+/// A small JSON-schema check of what the document uses: `$ref`, `type` (or a list of types),
+/// `required`, `properties`, `additionalProperties: false`, `items`, `enum`, `minimum`,
+/// `maximum`, `maxItems`. Returns the first violation.
+fn violation(doc: &Value, schema: &Value, v: &Value, at: &str) -> Option<String> {
+    if let Some(r) = schema["$ref"].as_str() {
+        let name = r.trim_start_matches("#/components/schemas/");
+        return violation(doc, &doc["components"]["schemas"][name], v, at);
+    }
+    let type_ok = |t: &str| match t {
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "integer" => v.is_i64() || v.is_u64(),
+        "number" => v.is_number(),
+        "boolean" => v.is_boolean(),
+        "null" => v.is_null(),
+        _ => false,
+    };
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    if !types.is_empty() && !types.iter().any(|t| type_ok(t)) {
+        return Some(format!("{at}: {v} is not {types:?}"));
+    }
+    if let Some(options) = schema["enum"].as_array() {
+        if !v.is_null() && !options.contains(v) {
+            return Some(format!("{at}: {v} not in {options:?}"));
+        }
+    }
+    if let (Some(min), Some(n)) = (schema["minimum"].as_i64(), v.as_i64()) {
+        if n < min {
+            return Some(format!("{at}: {n} < {min}"));
+        }
+    }
+    if let (Some(max), Some(n)) = (schema["maximum"].as_i64(), v.as_i64()) {
+        if n > max {
+            return Some(format!("{at}: {n} > {max}"));
+        }
+    }
+    if let Some(obj) = v.as_object() {
+        for key in schema["required"].as_array().into_iter().flatten() {
+            let key = key.as_str().unwrap_or_default();
+            if !obj.contains_key(key) {
+                return Some(format!("{at}: missing `{key}`"));
+            }
+        }
+        for (key, value) in obj {
+            match schema["properties"].get(key) {
+                Some(s) => {
+                    if let Some(e) = violation(doc, s, value, &format!("{at}.{key}")) {
+                        return Some(e);
+                    }
+                }
+                None if schema["additionalProperties"] == false => {
+                    return Some(format!("{at}: `{key}` is not documented"))
+                }
+                None => {}
+            }
+        }
+    }
+    if let Some(items) = v.as_array() {
+        if let Some(max) = schema["maxItems"].as_u64() {
+            if items.len() as u64 > max {
+                return Some(format!("{at}: more than {max} items"));
+            }
+        }
+        for (i, item) in items.iter().enumerate() {
+            if let Some(e) = violation(doc, &schema["items"], item, &format!("{at}[{i}]")) {
+                return Some(e);
+            }
+        }
+    }
+    None
+}
+
+/// The request examples of an operation (`example` or every `examples.*.value`).
+fn request_examples(op: &Value) -> Vec<Value> {
+    let media = &op["requestBody"]["content"]["application/json"];
+    let mut out: Vec<Value> = media.get("example").cloned().into_iter().collect();
+    if let Some(map) = media["examples"].as_object() {
+        out.extend(map.values().map(|e| e["value"].clone()));
+    }
+    out
+}
+
+/// `docs/openapi.json` against the real server: every served route is documented and every
+/// documented route is served (other methods 405, unknown paths 404); every example validates
+/// against its schema and parses into the real request type; each request example sent to the
+/// server gets a documented status, and the real 2xx bodies validate against their schemas.
+#[actix_rt::test]
+async fn openapi_document_matches_the_real_router() {
+    let env = TestEnv::new("admin_openapi").await;
+    seed(&env).await;
+    let doc = openapi();
+    assert!(doc["openapi"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("3."));
+    let mut documented: Vec<(String, String)> = Vec::new();
+    for (path, ops) in doc["paths"].as_object().expect("paths") {
+        for method in ops.as_object().expect("ops").keys() {
+            documented.push((method.to_uppercase(), path.clone()));
+        }
+    }
+    documented.sort();
+    let mut served: Vec<(String, String)> = msgx_actors::http::ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    served.sort();
+    assert_eq!(
+        documented, served,
+        "every route documented, every documented route listed"
+    );
+
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .build_recorder()
+        .handle();
+    let port = free_port();
+    let health = msgx_actors::health::Health::default();
+    let server = msgx_actors::http::serve(
+        format!("127.0.0.1:{port}").parse().expect("addr"),
+        handle,
+        health,
+        Some(state(&env)),
+    )
+    .expect("bind");
+    let stop = server.handle();
+    actix_rt::spawn(server);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    for (path, ops) in doc["paths"].as_object().expect("paths") {
+        let concrete = path.replace("{msg_id}", "1");
+        for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
+            let (status, _) = http(port, method, &concrete, None, None).await;
+            if ops.get(method.to_lowercase()).is_some() {
+                assert!(
+                    ![404, 405].contains(&status),
+                    "{method} {path} is served: {status}"
+                );
+            } else {
+                assert_eq!(status, 405, "{method} {path} is not a route");
+            }
+        }
+    }
+    for unknown in [
+        "/admin",
+        "/admin/nothing",
+        "/cminmsgs/receive",
+        "/metrics/x",
+    ] {
+        assert_eq!(
+            http(port, "GET", unknown, Some(TOKEN), None).await.0,
+            404,
+            "{unknown}"
+        );
+    }
+
+    // Examples: every one valid against its schema.
+    for (path, ops) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in ops.as_object().expect("ops") {
+            let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+            for ex in request_examples(op) {
+                assert_eq!(
+                    violation(&doc, schema, &ex, "request"),
+                    None,
+                    "{method} {path}: {ex}"
+                );
+            }
+            for (code, resp) in op["responses"].as_object().expect("responses") {
+                for (_, media) in resp["content"].as_object().into_iter().flatten() {
+                    if let Some(ex) = media.get("example") {
+                        let v = violation(&doc, &media["schema"], ex, "response");
+                        assert_eq!(v, None, "{method} {path} {code}: {ex}");
+                    }
+                }
+            }
+        }
+    }
+    // The request examples parse into the real request types…
+    let op = |path: &str, method: &str| doc["paths"][path][method].clone();
+    for ex in request_examples(&op("/admin/replay", "post")) {
+        serde_json::from_value::<msgx_core::ops::ReplayRequest>(ex).expect("ReplayRequest");
+    }
+    for ex in request_examples(&op("/admin/recover-backfill", "post")) {
+        serde_json::from_value::<msgx_core::ops::RecoverRequest>(ex).expect("RecoverRequest");
+    }
+    for ex in request_examples(&op("/admin/events/requeue", "post")) {
+        serde_json::from_value::<msgx_core::ops::RequeueRequest>(ex).expect("RequeueRequest");
+    }
+    for ex in request_examples(&op("/cminmsgs/send", "post")) {
+        serde_json::from_value::<msgx_core::ops::CompatRequest>(ex).expect("CompatRequest");
+    }
+    // …and sent to the server get a documented status; 2xx bodies validate.
+    for (path, ops) in doc["paths"].as_object().expect("paths") {
+        for (method, op) in ops.as_object().expect("ops") {
+            let mut bodies: Vec<Option<Value>> =
+                request_examples(op).into_iter().map(Some).collect();
+            if bodies.is_empty() {
+                bodies.push(None);
+            }
+            for body in bodies {
+                let concrete = path.replace("{msg_id}", "1");
+                let (status, text) = http(
+                    port,
+                    &method.to_uppercase(),
+                    &concrete,
+                    Some(TOKEN),
+                    body.as_ref(),
+                )
+                .await;
+                let resp = &op["responses"][status.to_string()];
+                assert!(
+                    resp.is_object(),
+                    "{method} {path} answered undocumented {status}: {text}"
+                );
+                if (200..300).contains(&status) {
+                    if let Some(schema) = resp["content"]["application/json"].get("schema") {
+                        let v: Value = serde_json::from_str(&text).expect("JSON body");
+                        assert_eq!(
+                            violation(&doc, schema, &v, "body"),
+                            None,
+                            "{method} {path}: {v}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    stop.stop(true).await;
+    env.cleanup().await;
+}
+
+/// Finds `schemathesis` (PyPI; `scripts/test.sh` installs it). Without it the fuzz test skips
+/// loudly — unless `CI` is set, where it must run.
+fn schemathesis() -> Option<std::path::PathBuf> {
+    let found = ["schemathesis", "st"].iter().find_map(|name| {
+        std::process::Command::new(name)
+            .arg("--version")
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|_| std::path::PathBuf::from(name))
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "schemathesis not found and CI is set: install it (pip install schemathesis)"
+        );
+        eprintln!(
+            "\n*** SKIPPED schemathesis_fuzz: schemathesis not found (pip install schemathesis; \
+             scripts/test.sh installs it) ***\n"
+        );
+    }
+    found
+}
+
+/// Property-based fuzzing of the real binary driven by `docs/openapi.json`: without a token, a
+/// wrong one or one lacking the scope nothing changes in the stores; with a token of every
+/// scope no request gets a 5xx and every response conforms to the document.
+#[tokio::test]
+async fn schemathesis_fuzz_finds_no_5xx_and_no_change_without_a_valid_token() {
+    let Some(st) = schemathesis() else {
+        return;
+    };
+    let env = TestEnv::new("admin_fuzz").await;
+    // Stable rows the service itself leaves alone: DEAD and marked, abandoned, DEAD/SENT events.
+    let now = chrono::Utc::now();
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, state, error_class, terminal_reason, terminal_at, \
+                                 enqueued_at, backfill_at) \
+         VALUES (1, 'DEAD', 'UNSUPPORTED', 'UNSUPPORTED', $1, $1, $1)",
+    )
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("dead row");
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, state, terminal_at, enqueued_at, \
+                                 backfill_abandon_reason, backfill_abandoned_at) \
+         VALUES (2, 'SUCCEEDED', $1, $1, 'MISSING_ROW', $1)",
+    )
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("abandoned row");
+    sqlx::query(
+        "INSERT INTO msg_event (event_id, msg_id, flight_key, event_type, payload, state, \
+                                attempts, last_error, created_at, dead_at, sent_at) \
+         VALUES (10, 2, 'CA1', 'FLIGHT_UPDATED', '{}', 'DEAD', 10, 'refused', $1, $1, NULL), \
+                (11, 2, 'CA1', 'FLIGHT_UPDATED', '{}', 'SENT', 1, NULL, $1, NULL, $1)",
+    )
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("events");
+    let port = free_port();
+    let mut child = common::service::spawn_service(
+        &env,
+        &[
+            ("MSGX_HTTP__ADMIN_TOKEN", TOKEN),
+            ("MSGX_HTTP__READ_TOKENS", READ),
+            ("MSGX_HTTP__COMPAT_TOKENS", COMPAT),
+            ("MSGX_PIPELINE__CUTOVER_WATERMARK", ""),
+        ],
+        port,
+    );
+    common::service::wait_for(
+        "the service to be ready",
+        Duration::from_secs(60),
+        || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+                && http(port, "GET", "/readyz", None, None).await.0 == 200
+        },
+    )
+    .await;
+    // The service's own rounds settle first (nothing to do on these rows).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json");
+    let run = |header: Option<String>, checks: &str| {
+        let mut cmd = std::process::Command::new(&st);
+        cmd.arg("run")
+            .arg(&doc)
+            .args(["--url", &format!("http://127.0.0.1:{port}")])
+            .args(["--checks", checks])
+            .args(["--max-examples", "25", "--workers", "1", "--seed", "12"])
+            .args(["--exclude-path", "/readyz"])
+            .env("SCHEMATHESIS_HOOKS", "")
+            .current_dir(std::env::temp_dir())
+            .stdin(std::process::Stdio::null());
+        if let Some(h) = header {
+            cmd.args(["--header", &h]);
+        }
+        let out = cmd.output().expect("run schemathesis");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let before = fingerprint(&env).await;
+    for header in [
+        None,
+        Some("Authorization: Bearer wrong-token-0123456789".to_string()),
+        Some(format!("Authorization: Bearer {READ}")),
+        Some(format!("Authorization: Bearer {COMPAT}")),
+    ] {
+        let (ok, text) = run(header.clone(), "not_a_server_error");
+        assert!(ok, "{header:?}: {text}");
+        assert_eq!(
+            fingerprint(&env).await,
+            before,
+            "{header:?} changed the stores"
+        );
+    }
+    let (ok, text) = run(
+        Some(format!("Authorization: Bearer {TOKEN}")),
+        "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+    );
+    assert!(ok, "{text}");
+    assert!(text.contains("generated"), "{text}");
+    common::service::kill9(&mut child);
+    env.cleanup().await;
+}

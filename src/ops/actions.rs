@@ -262,11 +262,32 @@ fn check_ids(ids: &[i64], what: &str) -> Result<(), OpsError> {
     Ok(())
 }
 
-fn check_audit(actor: &str, reason: &str) -> Result<(), OpsError> {
+/// Longest actor / ticket, and reason, stored in the audit log.
+const MAX_NAME: usize = 200;
+const MAX_REASON: usize = 2000;
+
+fn check_text(value: &str, key: &str, max: usize) -> Result<(), OpsError> {
+    if value.chars().count() > max {
+        return Err(OpsError::Invalid(format!(
+            "{key} is longer than {max} characters"
+        )));
+    }
+    if value.chars().any(|c| c == '\0') {
+        return Err(OpsError::Invalid(format!("{key} contains a NUL character")));
+    }
+    Ok(())
+}
+
+fn check_audit(actor: &str, reason: &str, ticket: Option<&str>) -> Result<(), OpsError> {
     if actor.trim().is_empty() || reason.trim().is_empty() {
         return Err(OpsError::Invalid(
             "an audited action needs who (actor) and why (reason)".into(),
         ));
+    }
+    check_text(actor, "actor", MAX_NAME)?;
+    check_text(reason, "reason", MAX_REASON)?;
+    if let Some(t) = ticket {
+        check_text(t, "ticket", MAX_NAME)?;
     }
     Ok(())
 }
@@ -302,7 +323,7 @@ impl Ops {
         req: &ReplayRequest,
         now: DateTime<Utc>,
     ) -> Result<ActionReport, OpsError> {
-        check_audit(&req.actor, &req.reason)?;
+        check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
         check_ids(&req.msg_ids, "msg_ids")?;
         let by_class = req.error_class.is_some() || req.from_id.is_some() || req.to_id.is_some();
         let rows: Vec<(i64, Expect)> = match (by_class, req.msg_ids.is_empty()) {
@@ -333,8 +354,8 @@ impl Ops {
                     class: req
                         .expect_class
                         .as_deref()
-                        .map(|c| c.trim().to_ascii_uppercase())
-                        .filter(|c| !c.is_empty()),
+                        .map(|c| check_class(c, "expect_class"))
+                        .transpose()?,
                 };
                 req.msg_ids.iter().map(|id| (*id, expect.clone())).collect()
             }
@@ -414,7 +435,7 @@ impl Ops {
         req: &RecoverRequest,
         now: DateTime<Utc>,
     ) -> Result<ActionReport, OpsError> {
-        check_audit(&req.actor, &req.reason)?;
+        check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
         check_ids(&req.msg_ids, "msg_ids")?;
         let rows: Vec<(i64, Expect)> = req
             .msg_ids
@@ -437,7 +458,7 @@ impl Ops {
         req: &RequeueRequest,
         now: DateTime<Utc>,
     ) -> Result<RequeueReport, OpsError> {
-        check_audit(&req.actor, &req.reason)?;
+        check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
         check_ids(&req.event_ids, "event_ids")?;
         let audit = Audit {
             actor: &req.actor,
