@@ -68,7 +68,7 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> HttpResponse {
 
 /// None when the request carries a token with the `read` scope; else the 401/403 to send.
 pub fn unauthorized(req: &HttpRequest, state: &AdminState) -> Option<HttpResponse> {
-    state.tokens.check(req, Scope::Read).err()
+    state.tokens.denied(req, Scope::Read)
 }
 
 /// The operation's refusal as HTTP.
@@ -85,12 +85,12 @@ async fn read_body(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
-) -> Result<web::Bytes, HttpResponse> {
+) -> Result<web::Bytes, Box<HttpResponse>> {
     let too_large = || {
-        error(
+        Box::new(error(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("request body larger than {limit} bytes"),
-        )
+        ))
     };
     let declared = req
         .headers()
@@ -102,7 +102,8 @@ async fn read_body(
     }
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad body: {e}")))?;
+        let chunk = chunk
+            .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, format!("bad body: {e}"))))?;
         if body.len() + chunk.len() > limit {
             return Err(too_large());
         }
@@ -116,7 +117,7 @@ pub async fn read_body_pub(
     req: &HttpRequest,
     payload: web::Payload,
     limit: usize,
-) -> Result<web::Bytes, HttpResponse> {
+) -> Result<web::Bytes, Box<HttpResponse>> {
     read_body(req, payload, limit).await
 }
 
@@ -127,11 +128,17 @@ async fn admitted<T: serde::de::DeserializeOwned>(
     payload: web::Payload,
     scope: Scope,
     limit: usize,
-) -> Result<T, HttpResponse> {
-    state.tokens.check(req, scope)?;
+) -> Result<T, Box<HttpResponse>> {
+    if let Some(denied) = state.tokens.denied(req, scope) {
+        return Err(Box::new(denied));
+    }
     let body = read_body(req, payload, limit).await?;
-    serde_json::from_slice(&body)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad JSON body: {e}")))
+    serde_json::from_slice(&body).map_err(|e| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            format!("bad JSON body: {e}"),
+        ))
+    })
 }
 
 /// Too many ids, refused before the body reaches the store.
@@ -152,7 +159,7 @@ async fn replay(
     let body: msgx_core::ops::ReplayRequest =
         match admitted(&req, &state, payload, Scope::Operate, MAX_BODY).await {
             Ok(b) => b,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
     if let Some(r) = too_many(body.msg_ids.len(), "msg_ids") {
         return r;
@@ -171,7 +178,7 @@ async fn recover_backfill(
     let body: msgx_core::ops::RecoverRequest =
         match admitted(&req, &state, payload, Scope::Operate, MAX_BODY).await {
             Ok(b) => b,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
     if let Some(r) = too_many(body.msg_ids.len(), "msg_ids") {
         return r;
@@ -190,7 +197,7 @@ async fn requeue_events(
     let body: msgx_core::ops::RequeueRequest =
         match admitted(&req, &state, payload, Scope::Operate, MAX_BODY).await {
             Ok(b) => b,
-            Err(r) => return r,
+            Err(r) => return *r,
         };
     if let Some(r) = too_many(body.event_ids.len(), "event_ids") {
         return r;

@@ -50,7 +50,7 @@ async fn compat_send(
     state: web::Data<AdminState>,
     payload: web::Payload,
 ) -> HttpResponse {
-    if let Err(denied) = state.tokens.check(&req, Scope::Compat) {
+    if let Some(denied) = state.tokens.denied(&req, Scope::Compat) {
         return denied;
     }
     let json = req
@@ -67,7 +67,7 @@ async fn compat_send(
     }
     let body = match crate::admin::read_body_pub(&req, payload, MAX_COMPAT_BODY).await {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let parsed: CompatRequest = match serde_json::from_slice(&body) {
         Ok(p) => p,

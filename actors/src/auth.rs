@@ -121,21 +121,23 @@ impl Tokens {
         (known, allowed)
     }
 
-    /// Ok when the request carries a token with `scope`; else the 401 or 403 to send.
-    pub fn check(&self, req: &HttpRequest, scope: Scope) -> Result<(), HttpResponse> {
+    /// None when the request carries a token with `scope`; else the 401 or 403 to send.
+    pub fn denied(&self, req: &HttpRequest, scope: Scope) -> Option<HttpResponse> {
         match self.grant(req, scope) {
-            (_, true) => Ok(()),
+            (_, true) => None,
             (true, false) => {
                 tracing::warn!(path = %req.path(), scope = scope.name(), "request with a token lacking the scope");
-                Err(HttpResponse::Forbidden().json(json!({
+                Some(HttpResponse::Forbidden().json(json!({
                     "error": format!("the token lacks the `{}` scope", scope.name())
                 })))
             }
             (false, _) => {
                 tracing::warn!(path = %req.path(), peer = ?req.peer_addr(), "request without a valid token");
-                Err(HttpResponse::Unauthorized()
-                    .insert_header((header::WWW_AUTHENTICATE, "Bearer"))
-                    .json(json!({ "error": "missing or wrong bearer token" })))
+                Some(
+                    HttpResponse::Unauthorized()
+                        .insert_header((header::WWW_AUTHENTICATE, "Bearer"))
+                        .json(json!({ "error": "missing or wrong bearer token" })),
+                )
             }
         }
     }

@@ -154,6 +154,15 @@ fn age(now: DateTime<Utc>, t: Option<DateTime<Utc>>) -> Option<f64> {
     t.map(|t| ((now - t).num_milliseconds().max(0)) as f64 / 1000.0)
 }
 
+/// `w, hole_since, seeded_at, updated_at`.
+type CursorTuple = (
+    i64,
+    Option<DateTime<Utc>>,
+    Option<DateTime<Utc>>,
+    DateTime<Utc>,
+);
+
+/// `msg_id, state, attempts, since, error_class, error_text, next_attempt_at`.
 type HeadTuple = (
     i64,
     String,
@@ -168,12 +177,7 @@ impl Ops {
     /// Reads the status as of `now`.
     pub async fn status(&self, now: DateTime<Utc>) -> Result<Status, OpsError> {
         let pool = self.store.pool();
-        let (w, hole_since, seeded_at, updated_at): (
-            i64,
-            Option<DateTime<Utc>>,
-            Option<DateTime<Utc>>,
-            DateTime<Utc>,
-        ) = sqlx::query_as(
+        let (w, hole_since, seeded_at, updated_at): CursorTuple = sqlx::query_as(
             "SELECT w, hole_since, seeded_at, updated_at FROM inbox_cursor WHERE id = 1",
         )
         .fetch_one(pool)

@@ -80,11 +80,12 @@ fn redact_table(table: &mut toml::Table) {
         let lower = key.to_ascii_lowercase();
         match value {
             toml::Value::Table(inner) => redact_table(inner),
-            toml::Value::String(s) if SECRET_WORDS.iter().any(|w| lower.contains(w)) => {
-                if !s.is_empty() {
-                    *s = "***".into();
-                }
+            toml::Value::String(s)
+                if !s.is_empty() && SECRET_WORDS.iter().any(|w| lower.contains(w)) =>
+            {
+                *s = "***".into();
             }
+            toml::Value::String(s) if SECRET_WORDS.iter().any(|w| lower.contains(w)) => {}
             toml::Value::String(s) if lower == "url" || lower.ends_with("_url") => {
                 *s = redact_url(s);
             }
