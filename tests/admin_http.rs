@@ -796,6 +796,63 @@ async fn cli_and_api_give_the_same_answers() {
         human.contains("watermark") && human.contains("lease"),
         "{human}"
     );
+
+    let api: Value =
+        test::read_body_json(test::call_service(&app, get("/admin/events/dead")).await).await;
+    let from_cli: Value =
+        serde_json::from_slice(&cli(&["events", "list-dead", "--json"]).stdout).expect("json");
+    assert_eq!(api, from_cli);
+    assert_eq!(api["events"][0]["event_id"], 10);
+    let before = fingerprint(&env).await;
+    let out = cli(&[
+        "recover-backfill",
+        "--ids",
+        "2",
+        "--dry-run",
+        "--actor",
+        "bob",
+        "--reason",
+        "restored",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("would apply"));
+    assert_eq!(fingerprint(&env).await, before, "dry run");
+    let out = cli(&[
+        "events",
+        "requeue",
+        "--ids",
+        "10",
+        "--actor",
+        "bob",
+        "--reason",
+        "acl fixed",
+    ]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("#10 requeued"));
+    // Refused before anything runs: no reason.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+        .args([
+            "events", "requeue", "--ids", "11", "--actor", "bob", "--reason", " ",
+        ])
+        .envs(env.binary_env())
+        .output()
+        .expect("run");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("reason"));
+
+    // `status --watch` refreshes until stopped.
+    let mut watch = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+        .args(["status", "--watch", "--interval", "100ms"])
+        .envs(env.binary_env())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("watch");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    watch.kill().expect("stop");
+    let out = watch.wait_with_output().expect("output");
+    let blocks = String::from_utf8_lossy(&out.stdout)
+        .matches("msgexchange status as of")
+        .count();
+    assert!(blocks >= 2, "refreshed {blocks} times");
     env.cleanup().await;
 }
 
