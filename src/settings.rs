@@ -231,8 +231,8 @@ pub struct LateSettings {
 pub struct HttpSettings {
     /// Listen address of `/metrics`, `/healthz`, `/readyz` (and `/admin/*` when enabled).
     pub listen: String,
-    /// Bearer token of the audited operator actions under `/admin/` (replay, backfill
-    /// recovery, dead-event requeue, message view). Empty = no admin surface at all (404).
+    /// Bearer token of the admin API and the compat entry, with every scope (kept from earlier
+    /// versions). With this and the scoped lists all empty there is no admin surface (404).
     /// At least 16 characters; never logged. A token with every scope (read, operate, compat).
     pub admin_token: String,
     /// Comma-separated bearer tokens that may read `/admin/*` (status, messages, dead events).
