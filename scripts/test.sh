@@ -19,4 +19,10 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 (cd prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
 
+# The HTTP fuzz run (tests/admin_http.rs, schemathesis_fuzz_*) drives schemathesis (PyPI) against
+# the real binary; under CI=true it fails instead of skipping when schemathesis is missing.
+if ! python3 -c 'import schemathesis' >/dev/null 2>&1; then
+  python3 -m pip install -q schemathesis >/dev/null
+fi
+
 cargo test --workspace --all-targets "$@"

@@ -14,6 +14,8 @@
 //! - [`settings`]: configuration, validated at start.
 //! - [`telemetry`]: every metric name and its log line.
 //! - [`clock`]: the injectable clock.
+//! - [`ops`]: operator operations shared by the admin API and the CLI (status, inspect,
+//!   audited replay/recovery/requeue, the compat entry).
 //! - [`outbound`]: requests to upstream via COUTMSGS, tracked in REQ_TRACK (never twice).
 //! - [`failpoint`]: named crash points for kill-style crash tests (`MSGEXCHANGE_FAILPOINT`).
 //! - [`devtools`]: acting as the DB owner and as upstream, for dev, tests and benchmarks.
@@ -30,6 +32,7 @@ pub mod flight;
 pub mod inbox;
 pub mod kafka;
 pub mod late;
+pub mod ops;
 pub mod outbound;
 pub mod poller;
 pub mod pump;

@@ -114,6 +114,8 @@ mod kafka;
 pub use kafka::{redact_extra, DispatchSettings, KafkaSettings};
 mod outbound;
 pub use outbound::{parse_daily_time, OutboundSettings};
+mod layers;
+pub use layers::DEFAULT_TOML;
 
 /// Pipeline rules.
 #[derive(Debug, Clone, Deserialize)]
@@ -239,10 +241,19 @@ pub struct LateSettings {
 pub struct HttpSettings {
     /// Listen address of `/metrics`, `/healthz`, `/readyz` (and `/admin/*` when enabled).
     pub listen: String,
-    /// Bearer token of the audited operator actions under `/admin/` (replay, backfill
-    /// recovery, dead-event requeue, message view). Empty = no admin surface at all (404).
-    /// At least 16 characters; never logged.
+    /// Bearer token of the admin API and the compat entry, with every scope (kept from earlier
+    /// versions). With this and the scoped lists all empty there is no admin surface (404).
+    /// At least 16 characters; never logged. A token with every scope (read, operate, compat).
     pub admin_token: String,
+    /// Comma-separated bearer tokens that may read `/admin/*` (status, messages, dead events).
+    #[serde(default)]
+    pub read_tokens: String,
+    /// Comma-separated bearer tokens that may also run the audited actions (`POST /admin/*`).
+    #[serde(default)]
+    pub operate_tokens: String,
+    /// Comma-separated bearer tokens that may call only the compat entry `POST /cminmsgs/send`.
+    #[serde(default)]
+    pub compat_tokens: String,
 }
 
 impl fmt::Debug for HttpSettings {
@@ -252,9 +263,13 @@ impl fmt::Debug for HttpSettings {
         } else {
             "***"
         };
+        let count = |list: &str| list.split(',').filter(|t| !t.trim().is_empty()).count();
         f.debug_struct("HttpSettings")
             .field("listen", &self.listen)
             .field("admin_token", &token)
+            .field("read_tokens", &count(&self.read_tokens))
+            .field("operate_tokens", &count(&self.operate_tokens))
+            .field("compat_tokens", &count(&self.compat_tokens))
             .finish()
     }
 }
@@ -415,6 +430,23 @@ impl Settings {
                 "http.admin_token",
                 "must be empty (no admin surface) or at least 16 characters without spaces",
             ));
+        }
+        for (key, list) in [
+            ("http.read_tokens", &self.http.read_tokens),
+            ("http.operate_tokens", &self.http.operate_tokens),
+            ("http.compat_tokens", &self.http.compat_tokens),
+        ] {
+            let bad = list
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .any(|t| t.len() < 16 || t.chars().any(char::is_whitespace));
+            if bad {
+                return Err(invalid(
+                    key,
+                    "every token must be at least 16 characters without spaces (comma-separated)",
+                ));
+            }
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid(

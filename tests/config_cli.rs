@@ -71,6 +71,81 @@ fn check_config_redacts_passwords() {
     assert!(!all.contains("hunter2") && !all.contains("s3cr3t"), "{all}");
 }
 
+/// The binary carries its defaults: from a directory without `config/`, with no
+/// MSGEXCHANGE_CONFIG, `check-config` works, prints valid TOML with the secrets redacted, and a
+/// partial `--config` file changes only its keys.
+#[test]
+fn runs_from_any_directory_and_prints_the_effective_toml() {
+    let dir = std::env::temp_dir().join(format!("msgx_cfg_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let partial = dir.join("site.toml");
+    std::fs::write(&partial, "[pipeline]\nclaim_batch = 17\n").expect("write");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+            .args(args)
+            .current_dir(&dir)
+            .env_remove("MSGEXCHANGE_CONFIG")
+            .env("MSGX_HTTP__ADMIN_TOKEN", "operator-secret-0123456789")
+            .env("MSGX_KAFKA__SASL_PASSWORD", "kafka-pw-42")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run")
+    };
+    let out = run(&["check-config"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("operator-secret") && !stdout.contains("kafka-pw-42"),
+        "{stdout}"
+    );
+    let parsed: toml::Table = toml::from_str(&stdout).expect("check-config prints TOML");
+    assert_eq!(parsed["http"]["admin_token"].as_str(), Some("***"));
+    assert_eq!(parsed["pipeline"]["claim_batch"].as_integer(), Some(1000));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("configuration OK"));
+
+    let out = run(&["--config", partial.to_str().expect("utf8"), "check-config"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let parsed: toml::Table = toml::from_str(&String::from_utf8_lossy(&out.stdout)).expect("toml");
+    assert_eq!(parsed["pipeline"]["claim_batch"].as_integer(), Some(17));
+    assert_eq!(
+        parsed["inbox"]["table"].as_str(),
+        Some("CMINMSGS"),
+        "defaults stay"
+    );
+
+    // Help is written for operators, and every operator command has its own.
+    let out = run(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("shared MySQL inbox") && !help.contains("actix"),
+        "{help}"
+    );
+    for sub in [
+        "status",
+        "inspect",
+        "replay",
+        "recover-backfill",
+        "events",
+        "check-config",
+    ] {
+        let out = run(&[sub, "--help"]);
+        assert!(out.status.success(), "{sub} --help");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).len() > 80,
+            "{sub} has help"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
     let env = TestEnv::new("cli").await;

@@ -408,3 +408,134 @@ async fn flight_rules_through_the_store_merge_cascade_and_redelete() {
     assert_eq!(snaps, 2);
     env.cleanup().await;
 }
+
+/// A message that binds its identity, fails INFRA on every business attempt (an injected
+/// trigger) and is escalated to DEAD(EXHAUSTED): a DEAD record that held an identity.
+async fn dead_holder(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore) -> i64 {
+    sqlx::raw_sql(
+        "CREATE FUNCTION boom() RETURNS trigger AS $$ BEGIN \
+           IF NEW.flight_key = 'BOOM' THEN RAISE EXCEPTION 'injected failure'; END IF; \
+           RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER boom BEFORE INSERT ON msg_event FOR EACH ROW EXECUTE FUNCTION boom();",
+    )
+    .execute(env.store.pool())
+    .await
+    .expect("trigger");
+    let a = env
+        .insert_message(&flop(42, "BOOM", &[("GATE", "A1")]))
+        .await;
+    env.poll(env.poll_cfg(100)).await;
+    let (_, o) = outcome(pump.step().await.expect("step"));
+    assert!(
+        matches!(
+            o,
+            Outcome::Failed {
+                class: ErrorClass::Infra,
+                ..
+            }
+        ),
+        "{o:?}"
+    );
+    env.clock.advance(Duration::from_secs(3600));
+    assert!(matches!(
+        pump.step().await.expect("step"),
+        StepOutcome::Poisoned { .. }
+    ));
+    assert_eq!(
+        env.state_of(a).await,
+        ("DEAD".into(), Some("EXHAUSTED".into()))
+    );
+    let key: Option<String> =
+        sqlx::query_scalar("SELECT identity_key FROM proc_state WHERE msg_id = $1")
+            .bind(a)
+            .fetch_one(env.store.pool())
+            .await
+            .expect("identity");
+    assert!(key.is_some(), "the DEAD record had bound its identity");
+    sqlx::raw_sql("DROP TRIGGER boom ON msg_event")
+        .execute(env.store.pool())
+        .await
+        .expect("drop");
+    a
+}
+
+fn ops(env: &TestEnv) -> msgx_core::ops::Ops {
+    msgx_core::ops::Ops {
+        store: env.store.clone(),
+        inbox: env.inbox.clone(),
+        drain_window: Duration::from_secs(300),
+    }
+}
+
+async fn replay_dead(env: &TestEnv, id: i64) {
+    let req = msgx_core::ops::ReplayRequest {
+        msg_ids: vec![id],
+        expect_state: Some("DEAD".into()),
+        actor: "ops".into(),
+        reason: "infra fixed".into(),
+        ..Default::default()
+    };
+    let r = ops(env)
+        .replay(&req, msgx_core::clock::Clock::now(&env.clock))
+        .await
+        .expect("replay");
+    assert_eq!(r.applied, 1, "{r:?}");
+}
+
+/// Re-send first, replay later: the re-send is processed (a DEAD record holds no identity);
+/// the replayed DEAD record then ends SKIPPED(DUPLICATE) naming the re-send.
+#[tokio::test]
+async fn dead_record_releases_its_identity_resend_then_replay() {
+    let env = TestEnv::new("ident_resend").await;
+    let mut pump = env.pump(&[]);
+    let a = dead_holder(&env, &mut pump).await;
+    let b = env
+        .insert_message(&flop(42, "BOOM", &[("GATE", "B2")]))
+        .await;
+    env.poll(env.poll_cfg(100)).await;
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!((id, o.label()), (b, "succeeded"), "{o:?}");
+    replay_dead(&env, a).await;
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!(id, a);
+    assert!(
+        matches!(&o, Outcome::Skipped { reason: ErrorClass::Duplicate, detail } if detail.contains(&format!("Some({b})"))),
+        "{o:?}"
+    );
+    let text: String = sqlx::query_scalar("SELECT error_text FROM proc_state WHERE msg_id = $1")
+        .bind(a)
+        .fetch_one(env.store.pool())
+        .await
+        .expect("text");
+    assert!(text.contains(&b.to_string()), "names the holder: {text}");
+    let gate: String =
+        sqlx::query_scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'BOOM'")
+            .fetch_one(env.store.pool())
+            .await
+            .expect("flight");
+    assert_eq!(gate, "B2", "the re-send's data stands");
+    env.cleanup().await;
+}
+
+/// Replay first, re-send later: the replayed record binds the identity again and succeeds;
+/// the later re-send is then SKIPPED(DUPLICATE) naming it.
+#[tokio::test]
+async fn dead_record_releases_its_identity_replay_then_resend() {
+    let env = TestEnv::new("ident_replay").await;
+    let mut pump = env.pump(&[]);
+    let a = dead_holder(&env, &mut pump).await;
+    replay_dead(&env, a).await;
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!((id, o.label()), (a, "succeeded"), "{o:?}");
+    let b = env
+        .insert_message(&flop(42, "BOOM", &[("GATE", "B2")]))
+        .await;
+    env.poll(env.poll_cfg(100)).await;
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!(id, b);
+    assert!(
+        matches!(&o, Outcome::Skipped { reason: ErrorClass::Duplicate, detail } if detail.contains(&format!("Some({a})"))),
+        "{o:?}"
+    );
+    env.cleanup().await;
+}

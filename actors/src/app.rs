@@ -411,7 +411,8 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
 
     let health = Health::default();
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
-    let (admin_store, admin_clock) = (store.clone(), clock.clone());
+    let admin_ops = msgx_core::ops::Ops::new(&settings, store.clone(), inbox.clone());
+    let admin_clock = clock.clone();
     let _supervisor = start_pipeline(PipelineDeps {
         health: health.clone(),
         lock: Some(lock),
@@ -420,13 +421,9 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         ..PipelineDeps::from_settings(&settings, inbox, store, clock, fatal_tx)?
     });
     let listen = settings.http.listen.parse()?;
-    let admin = (!settings.http.admin_token.is_empty()).then(|| crate::admin::AdminState {
-        store: admin_store,
-        clock: admin_clock,
-        token: settings.http.admin_token.clone(),
-    });
+    let admin = crate::admin::AdminState::from_settings(&settings, admin_ops, admin_clock);
     if admin.is_some() {
-        tracing::info!("admin surface enabled under /admin/ (bearer token)");
+        tracing::info!("admin surface enabled under /admin/ and /cminmsgs/send (bearer tokens)");
     }
     let server = crate::http::serve(listen, metrics, health, admin)
         .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;

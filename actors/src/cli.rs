@@ -9,20 +9,26 @@ use clap::{Args, Parser, Subcommand};
 use msgx_core::devtools::{fixture, simulator};
 use msgx_core::settings::{redact_url, Settings};
 
-/// msgexchange: shared MySQL inbox → own PostgreSQL → flight state → Kafka.
+/// msgexchange moves upstream flight messages from the shared MySQL inbox (CMINMSGS) into its
+/// own PostgreSQL, processes them strictly in order into flight state, marks each processed
+/// inbox row and delivers the resulting events to Kafka.
+///
+/// Without a subcommand it runs the service. The operator commands (status, inspect, replay,
+/// recover-backfill, events) talk to the databases directly and work while the service is
+/// down; every change they make is audited (who, why, ticket).
+///
+/// Configuration: the built-in defaults (config/default.toml, compiled in), then --config FILE,
+/// then --config-extra FILE, then MSGX_<SECTION>__<KEY> environment variables, e.g.
+/// MSGX_STORE__URL=postgres://user:pw@db/msgx. `msgexchange check-config` prints the result.
 #[derive(Debug, Parser)]
-#[command(name = "msgexchange", version, about)]
+#[command(name = "msgexchange", version)]
 pub struct Cli {
-    /// Base configuration file (then `--config-extra`, then MSGX_SECTION__KEY variables).
-    #[arg(
-        long,
-        env = "MSGEXCHANGE_CONFIG",
-        default_value = "config/default.toml",
-        global = true
-    )]
-    pub config: PathBuf,
-    /// Optional file layered over the base (site settings).
-    #[arg(long, global = true)]
+    /// Configuration file layered over the built-in defaults (a full copy of
+    /// config/default.toml or just the keys to change).
+    #[arg(long, env = "MSGEXCHANGE_CONFIG", global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A second file layered over --config (site or secret settings).
+    #[arg(long, global = true, value_name = "FILE")]
     pub config_extra: Option<PathBuf>,
     /// What to do; `run` when omitted.
     #[command(subcommand)]
@@ -32,9 +38,11 @@ pub struct Cli {
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the service (the default).
+    /// Run the service (the default): poll the inbox, process, mark, deliver; serve /metrics,
+    /// /healthz, /readyz and, with tokens configured, the admin API. Stops on SIGTERM/Ctrl-C.
     Run,
-    /// Validate the configuration and print it (passwords redacted).
+    /// Validate the configuration and print the effective settings as TOML, secrets redacted.
+    /// Exit code 2 and one line naming the key when a value is wrong.
     CheckConfig,
     /// Tools acting as the DB owner or as upstream (dev, tests, demo). Never for production.
     #[command(subcommand)]
@@ -45,6 +53,21 @@ pub enum Command {
     /// Requests to upstream through the outbound table (reconciles leftovers first).
     #[command(subcommand)]
     Request(crate::request::RequestCommand),
+    /// The pipeline at a glance: watermark, open hole, FIFO head, backlog, drain estimate,
+    /// backfill, dispatch and who holds the lease. `--watch` refreshes it.
+    Status(crate::cli_ops::StatusArgs),
+    /// One message: its processing record, inbox row (metadata), events and audit trail.
+    Inspect(crate::cli_ops::InspectArgs),
+    /// Put DEAD/FAILED messages of a replayable class (CODEC_ERROR, UNSUPPORTED, INFRA,
+    /// EXHAUSTED) back to PENDING, by ids (with the state you saw) or by class and id range.
+    /// Use --dry-run first. Audited.
+    Replay(crate::cli_ops::ReplayArgs),
+    /// Reschedule the inbox marking of rows whose backfill was abandoned (MISSING_ROW,
+    /// MAX_ATTEMPTS), e.g. after the DB owner restored the rows. Audited.
+    RecoverBackfill(crate::cli_ops::RecoverArgs),
+    /// Events that could not be delivered to Kafka (DEAD): list them, send them again.
+    #[command(subcommand)]
+    Events(crate::cli_ops::EventsCommand),
 }
 
 /// Dev tools.
@@ -114,10 +137,23 @@ pub struct SimArgs {
     pub seed: Option<u64>,
 }
 
-/// Loads and validates the settings.
+/// Loads and validates the settings: built-in defaults, `--config`, `--config-extra`, env.
 pub fn load_settings(cli: &Cli) -> anyhow::Result<Settings> {
-    Settings::load(&cli.config, cli.config_extra.as_deref())
-        .with_context(|| format!("loading {} (and MSGX_* environment)", cli.config.display()))
+    Settings::load_layered(cli.config.as_deref(), cli.config_extra.as_deref())
+        .with_context(|| config_sources(cli))
+}
+
+/// The effective configuration as TOML with secrets redacted (`check-config`).
+pub fn effective_config(cli: &Cli) -> anyhow::Result<String> {
+    Settings::effective_toml(cli.config.as_deref(), cli.config_extra.as_deref(), None)
+        .with_context(|| config_sources(cli))
+}
+
+fn config_sources(cli: &Cli) -> String {
+    let mut sources = vec!["built-in defaults".to_string()];
+    sources.extend(cli.config.iter().map(|p| p.display().to_string()));
+    sources.extend(cli.config_extra.iter().map(|p| p.display().to_string()));
+    format!("loading {} and MSGX_* environment", sources.join(", "))
 }
 
 /// `dev inbox-fixture`.

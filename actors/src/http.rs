@@ -1,5 +1,6 @@
 //! The HTTP surface: `/metrics` (Prometheus), `/healthz` (process alive), `/readyz` (the last
-//! poll round succeeded), and `/admin/*` when `http.admin_token` is set ([`crate::admin`]).
+//! poll round succeeded), and `/admin/*` + `/cminmsgs/send` when any token is configured
+//! ([`crate::admin`], [`crate::auth`]). Every route is in `docs/openapi.json` ([`ROUTES`]).
 //! Unknown paths get 404, wrong methods 405: nothing else is served.
 
 use std::net::SocketAddr;
@@ -18,7 +19,9 @@ async fn metrics(handle: web::Data<PrometheusHandle>) -> HttpResponse {
 }
 
 async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().body("ok\n")
+    HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .body("ok\n")
 }
 
 async fn readyz(health: web::Data<Health>) -> HttpResponse {
@@ -30,6 +33,21 @@ async fn readyz(health: web::Data<Health>) -> HttpResponse {
         HttpResponse::ServiceUnavailable().json(body)
     }
 }
+
+/// Every (method, path) served, as documented in `docs/openapi.json` (the OpenAPI test checks
+/// both directions against the running router).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/metrics"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/admin/status"),
+    ("GET", "/admin/messages/{msg_id}"),
+    ("GET", "/admin/events/dead"),
+    ("POST", "/admin/replay"),
+    ("POST", "/admin/recover-backfill"),
+    ("POST", "/admin/events/requeue"),
+    ("POST", "/cminmsgs/send"),
+];
 
 /// Binds and starts the server; the returned handle stops it.
 pub fn serve(
@@ -44,9 +62,10 @@ pub fn serve(
         let app = App::new()
             .app_data(handle.clone())
             .app_data(health.clone())
-            .route("/metrics", web::get().to(metrics))
-            .route("/healthz", web::get().to(healthz))
-            .route("/readyz", web::get().to(readyz));
+            // Resources, so a wrong method is 405, not 404.
+            .service(web::resource("/metrics").route(web::get().to(metrics)))
+            .service(web::resource("/healthz").route(web::get().to(healthz)))
+            .service(web::resource("/readyz").route(web::get().to(readyz)));
         match admin.clone() {
             Some(state) => app.configure(crate::admin::configure(state)),
             None => app,

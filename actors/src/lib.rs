@@ -3,10 +3,13 @@
 //! `msgx-core`.
 
 pub mod admin;
+pub mod admin_api;
 pub mod app;
+pub mod auth;
 pub mod backfill_sweeper;
 pub mod bench;
 pub mod cli;
+pub mod cli_ops;
 pub mod dispatcher;
 pub mod health;
 pub mod http;

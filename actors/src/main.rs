@@ -2,10 +2,11 @@
 
 use clap::Parser;
 use msgx_actors::cli::{self, BenchCommand, Cli, Command, DevCommand};
+use msgx_actors::cli_ops;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let settings = match cli::load_settings(&cli) {
         Ok(s) => s,
         Err(e) => {
@@ -17,13 +18,17 @@ fn main() -> std::process::ExitCode {
     init_logging(&settings.log.level, &settings.log.format);
     let system = actix_rt::System::new();
     let result = system.block_on(async move {
-        match cli.command.unwrap_or(Command::Run) {
+        let command = cli.command.take().unwrap_or(Command::Run);
+        match command {
             Command::Run => msgx_actors::app::run_service(settings).await,
-            Command::CheckConfig => {
-                println!("{settings:#?}");
-                println!("configuration OK");
-                Ok(())
-            }
+            Command::CheckConfig => match cli::effective_config(&cli) {
+                Ok(toml) => {
+                    print!("{toml}");
+                    eprintln!("configuration OK");
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
             Command::Dev(DevCommand::InboxFixture) => cli::inbox_fixture(&settings).await,
             Command::Dev(DevCommand::SimulateUpstream(args)) => {
                 cli::simulate_upstream(&settings, &args).await
@@ -44,6 +49,11 @@ fn main() -> std::process::ExitCode {
                 msgx_actors::bench::discovery(&settings, &args).await
             }
             Command::Request(cmd) => msgx_actors::request::run(&settings, &cmd).await,
+            Command::Status(args) => cli_ops::status(&settings, &args).await,
+            Command::Inspect(args) => cli_ops::inspect(&settings, &args).await,
+            Command::Replay(args) => cli_ops::replay(&settings, &args).await,
+            Command::RecoverBackfill(args) => cli_ops::recover_backfill(&settings, &args).await,
+            Command::Events(cmd) => cli_ops::events(&settings, &cmd).await,
         }
     });
     match result {
@@ -58,8 +68,10 @@ fn main() -> std::process::ExitCode {
 
 fn init_logging(level: &str, format: &str) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    // Colour only on a terminal: log files and journald get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();

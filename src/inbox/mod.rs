@@ -3,6 +3,7 @@
 
 pub mod evidence;
 pub mod mark;
+mod meta;
 pub mod names;
 pub mod primary;
 pub mod time;
@@ -15,6 +16,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::Row;
 
 use crate::settings::{redact_url, InboxSettings};
+pub use meta::RowMeta;
 use names::InboxNames;
 
 /// Why an inbox call failed. All of these are infrastructure failures: never "no rows".
@@ -55,6 +57,8 @@ pub struct Inbox {
     query_timeout: Duration,
     /// Prebuilt statements (names are config).
     sql: InboxSql,
+    /// The names, for the operator look-ups built per call ([`Inbox::row_meta`]).
+    names: InboxNames,
 }
 
 /// The raw text of one inbox row, as the processor reads it (outside any PG transaction).
@@ -123,6 +127,7 @@ impl Inbox {
             tz,
             query_timeout: settings.query_timeout,
             sql: InboxSql::new(names),
+            names: names.clone(),
         })
     }
 

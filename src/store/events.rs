@@ -217,8 +217,25 @@ impl Store {
         reason: &str,
         now: DateTime<Utc>,
     ) -> Result<Requeued, crate::store::replay::AdminError> {
-        use crate::store::replay::{insert_audit, validate_action};
-        let (actor, why, ids) = validate_action(actor, reason, event_ids, "event")?;
+        let audit = crate::store::replay::Audit {
+            actor,
+            reason,
+            ticket: None,
+        };
+        self.requeue_dead_events_audited(event_ids, audit, now)
+            .await
+    }
+
+    /// [`Store::requeue_dead_events`] with the operator's ticket in the audit row.
+    pub async fn requeue_dead_events_audited(
+        &self,
+        event_ids: &[i64],
+        audit: crate::store::replay::Audit<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Requeued, crate::store::replay::AdminError> {
+        use crate::store::replay::{insert_audit, validate_action, AuditRow};
+        let (actor, why, ids) = validate_action(audit.actor, audit.reason, event_ids, "event")?;
+        let ticket = audit.ticket.map(str::trim).filter(|t| !t.is_empty());
         let mut tx = self.pool().begin().await?;
         let before: Vec<(i64, i64, String)> = sqlx::query_as(
             "SELECT event_id, msg_id, state FROM msg_event WHERE event_id = ANY($1) \
@@ -253,16 +270,13 @@ impl Store {
             "requeued": done,
             "refused": refused.iter().map(|(id, r)| serde_json::json!({"event_id": id, "reason": r})).collect::<Vec<_>>(),
         });
-        let audit_id = insert_audit(
-            &mut tx,
-            now,
+        let row = AuditRow {
             actor,
-            ACTION_REQUEUE_EVENTS,
-            why,
-            &msg_ids,
-            result,
-        )
-        .await?;
+            action: ACTION_REQUEUE_EVENTS,
+            reason: why,
+            ticket,
+        };
+        let audit_id = insert_audit(&mut tx, now, row, &msg_ids, result).await?;
         tx.commit().await?;
         for id in &done {
             tracing::warn!(

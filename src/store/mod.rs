@@ -203,7 +203,7 @@ pub struct InstanceLock {
 }
 
 /// Advisory lock key: "msgx" in ASCII.
-const INSTANCE_LOCK_KEY: i64 = 0x6d73_6778;
+pub(crate) const INSTANCE_LOCK_KEY: i64 = 0x6d73_6778;
 
 impl InstanceLock {
     /// Takes the lock or fails with a clear message when another instance holds it.

@@ -201,7 +201,8 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Binds the identity in its own statement; first binding wins (unique index).
+    /// Binds the identity in its own statement; first binding wins (unique index over the
+    /// rows that are not DEAD: a DEAD record does not hold its identity, migration 0012).
     pub async fn bind_identity(&self, msg_id: i64, key: &str) -> Result<Binding, StoreError> {
         // Relaxed commit (relaxed pool), as for the stamp: the binding is durable no later than
         // the business transaction that follows it; if a crash loses it, the next attempt
@@ -217,11 +218,13 @@ impl Store {
         match bound {
             Ok(_) => Ok(Binding::Bound),
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
-                let holder: Option<i64> =
-                    sqlx::query_scalar("SELECT msg_id FROM proc_state WHERE identity_key = $1")
-                        .bind(key)
-                        .fetch_optional(self.pool())
-                        .await?;
+                let holder: Option<i64> = sqlx::query_scalar(
+                    "SELECT msg_id FROM proc_state WHERE identity_key = $1 \
+                         AND state <> 'DEAD'",
+                )
+                .bind(key)
+                .fetch_optional(self.pool())
+                .await?;
                 Ok(Binding::Duplicate { holder })
             }
             Err(e) => Err(e.into()),

@@ -81,10 +81,13 @@ pub struct RowResult {
 /// The result of an operator action: per row, and the audit row that records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminReport {
-    /// `audit_log.id`.
+    /// `audit_log.id` (0 for a dry run: nothing was written, nothing audited).
     pub audit_id: i64,
     /// Per distinct requested id, ascending.
     pub rows: Vec<RowResult>,
+    /// True when the action ran in a transaction that was rolled back (`--dry-run`): the rows
+    /// say what would have changed.
+    pub dry_run: bool,
 }
 
 impl AdminReport {
@@ -103,6 +106,45 @@ impl AdminReport {
 pub const ACTION_REPLAY: &str = "REPLAY";
 /// `audit_log.action` of a backfill recovery.
 pub const ACTION_RECOVER_BACKFILL: &str = "RECOVER_BACKFILL";
+
+/// Who asks for an audited action and why (both required), and the operator's ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Audit<'a> {
+    /// Who.
+    pub actor: &'a str,
+    /// Why.
+    pub reason: &'a str,
+    /// Change or incident number, if any (`audit_log.ticket`).
+    pub ticket: Option<&'a str>,
+}
+
+/// The row as the operator saw it: the action applies only while the row still is so, and is
+/// refused for a row that has moved since (G5: a FAILED row the pump escalated to DEAD and the
+/// sweeper marked a second later is not flipped back).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expect {
+    /// `proc_state.state` seen (None: any).
+    pub state: Option<String>,
+    /// `proc_state.error_class` seen (None: any).
+    pub class: Option<String>,
+}
+
+impl Expect {
+    /// "FAILED(INFRA)", "DEAD", "any state".
+    fn describe(&self) -> String {
+        match (&self.state, &self.class) {
+            (Some(s), Some(c)) => format!("{s}({c})"),
+            (Some(s), None) => s.clone(),
+            (None, Some(c)) => format!("class {c}"),
+            (None, None) => "any state".into(),
+        }
+    }
+
+    fn matches(&self, state: &str, class: Option<&str>) -> bool {
+        self.state.as_deref().is_none_or(|s| s == state)
+            && self.class.as_deref().is_none_or(|c| Some(c) == class)
+    }
+}
 
 /// The row before the change, as locked; whether the change applied.
 type Locked = (
@@ -126,13 +168,33 @@ pub async fn replay(
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<AdminReport, AdminError> {
+    let rows: Vec<(i64, Expect)> = msg_ids.iter().map(|id| (*id, Expect::default())).collect();
+    let audit = Audit {
+        actor,
+        reason,
+        ticket: None,
+    };
+    replay_checked(store, &rows, audit, false, now).await
+}
+
+/// [`replay`] with the state each row was seen in (refused when it moved since), the ticket,
+/// and a dry run (the same transaction, rolled back, not audited). A replayed row also loses
+/// its business identity: the pump binds it again, so a DEAD record whose identity another
+/// record holds by now ends SKIPPED(DUPLICATE) naming the holder (migration 0012).
+pub async fn replay_checked(
+    store: &Store,
+    rows: &[(i64, Expect)],
+    audit: Audit<'_>,
+    dry_run: bool,
+    now: DateTime<Utc>,
+) -> Result<AdminReport, AdminError> {
     let classes = REPLAYABLE_CLASSES
         .iter()
         .map(|c| format!("'{c}'"))
         .collect::<Vec<_>>()
         .join(", ");
     // `cur` locks the row (waiting for a sweep that holds it) and sees its newest version;
-    // the UPDATE applies only if that version is replayable.
+    // the UPDATE applies only if that version is replayable and as the operator saw it.
     let sql = format!(
         "WITH cur AS ( \
              SELECT msg_id, state, error_class, backfill_at, backfill_abandon_reason \
@@ -141,7 +203,7 @@ pub async fn replay(
              UPDATE proc_state p SET state = 'PENDING', attempts = 0, \
                     processing_started_at = NULL, next_attempt_at = NULL, \
                     error_class = NULL, error_text = NULL, processed_seq = NULL, \
-                    terminal_reason = NULL, terminal_at = NULL, \
+                    terminal_reason = NULL, terminal_at = NULL, identity_key = NULL, \
                     backfill_next_at = NULL, backfill_at = NULL, backfill_attempts = 0, \
                     backfill_abandon_reason = NULL, backfill_abandoned_at = NULL, \
                     backfill_error = NULL, updated_at = $2 \
@@ -149,6 +211,8 @@ pub async fn replay(
              WHERE p.msg_id = cur.msg_id \
                AND cur.state IN ('DEAD', 'FAILED') AND cur.error_class IN ({classes}) \
                AND p.state IN ('DEAD', 'FAILED') AND p.error_class IN ({classes}) \
+               AND ($3::text IS NULL OR cur.state = $3) \
+               AND ($4::text IS NULL OR cur.error_class = $4) \
              RETURNING p.msg_id \
          ) \
          SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
@@ -156,9 +220,9 @@ pub async fn replay(
     );
     run_action(
         store,
-        msg_ids,
-        actor,
-        reason,
+        rows,
+        audit,
+        dry_run,
         now,
         ACTION_REPLAY,
         &sql,
@@ -187,6 +251,23 @@ pub async fn recover_abandoned(
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<AdminReport, AdminError> {
+    let rows: Vec<(i64, Expect)> = msg_ids.iter().map(|id| (*id, Expect::default())).collect();
+    let audit = Audit {
+        actor,
+        reason,
+        ticket: None,
+    };
+    recover_abandoned_checked(store, &rows, audit, false, now).await
+}
+
+/// [`recover_abandoned`] with the state each row was seen in, the ticket and a dry run.
+pub async fn recover_abandoned_checked(
+    store: &Store,
+    rows: &[(i64, Expect)],
+    audit: Audit<'_>,
+    dry_run: bool,
+    now: DateTime<Utc>,
+) -> Result<AdminReport, AdminError> {
     let sql = "WITH cur AS ( \
              SELECT msg_id, state, error_class, backfill_at, backfill_abandon_reason \
              FROM proc_state WHERE msg_id = $1 FOR UPDATE \
@@ -200,15 +281,17 @@ pub async fn recover_abandoned(
                AND cur.backfill_abandon_reason IS NOT NULL AND cur.backfill_at IS NULL \
                AND p.state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
                AND p.backfill_abandon_reason IS NOT NULL AND p.backfill_at IS NULL \
+               AND ($3::text IS NULL OR cur.state = $3) \
+               AND ($4::text IS NULL OR cur.error_class = $4) \
              RETURNING p.msg_id \
          ) \
          SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
                 EXISTS (SELECT 1 FROM done) FROM cur";
     run_action(
         store,
-        msg_ids,
-        actor,
-        reason,
+        rows,
+        audit,
+        dry_run,
         now,
         ACTION_RECOVER_BACKFILL,
         sql,
@@ -224,19 +307,22 @@ pub async fn recover_abandoned(
 }
 
 /// The shared frame: validate, one transaction under the pipeline lock, one statement per
-/// distinct id (ascending, so two actions lock in the same order), the audit row, commit.
+/// distinct id (ascending, so two actions lock in the same order), the audit row, commit — or,
+/// for a dry run, roll back without an audit row.
 #[allow(clippy::too_many_arguments)]
 async fn run_action(
     store: &Store,
-    msg_ids: &[i64],
-    actor: &str,
-    reason: &str,
+    requested: &[(i64, Expect)],
+    audit: Audit<'_>,
+    dry_run: bool,
     now: DateTime<Utc>,
     action: &str,
     sql: &str,
     refusal: impl Fn(&str, Option<&str>) -> String,
 ) -> Result<AdminReport, AdminError> {
-    let (actor, why, ids) = validate_action(actor, reason, msg_ids, "message")?;
+    let all: Vec<i64> = requested.iter().map(|r| r.0).collect();
+    let (actor, why, ids) = validate_action(audit.actor, audit.reason, &all, "message")?;
+    let ticket = audit.ticket.map(str::trim).filter(|t| !t.is_empty());
     let mut tx = store.pool().begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock($1)")
         .bind(PIPELINE_LOCK_KEY)
@@ -244,9 +330,17 @@ async fn run_action(
         .await?;
     let mut rows = Vec::with_capacity(ids.len());
     for &msg_id in &ids {
+        // The first expectation given for an id (ids are de-duplicated).
+        let expect = requested
+            .iter()
+            .find(|r| r.0 == msg_id)
+            .map(|r| r.1.clone())
+            .unwrap_or_default();
         let locked: Option<Locked> = sqlx::query_as(sql)
             .bind(msg_id)
             .bind(now)
+            .bind(expect.state.as_deref())
+            .bind(expect.class.as_deref())
             .fetch_optional(&mut *tx)
             .await?;
         let outcome = match locked {
@@ -259,13 +353,52 @@ async fn run_action(
                 previous_backfill_at: backfill_at,
                 previous_abandon: abandon,
             },
-            Some((state, class, _, _, false)) => RowOutcome::Refused {
-                reason: refusal(&state, class.as_deref()),
-            },
+            Some((state, class, _, _, false)) => {
+                let base = refusal(&state, class.as_deref());
+                let now_is = match &class {
+                    Some(c) => format!("{state}({c})"),
+                    None => state.clone(),
+                };
+                let reason = if expect.matches(&state, class.as_deref()) {
+                    base
+                } else {
+                    let moved = format!(
+                        "the row moved since it was seen: expected {}, now {now_is}",
+                        expect.describe()
+                    );
+                    // Say also when the row as it is now could not be acted on at all.
+                    if base.contains("not replayable") || base.contains("not terminal") {
+                        format!("{moved}; {base}")
+                    } else {
+                        moved
+                    }
+                };
+                RowOutcome::Refused { reason }
+            }
         };
         rows.push(RowResult { msg_id, outcome });
     }
-    let audit_id = insert_audit(&mut tx, now, actor, action, why, &ids, audit_json(&rows)).await?;
+    if dry_run {
+        tx.rollback().await?;
+        return Ok(AdminReport {
+            audit_id: 0,
+            rows,
+            dry_run: true,
+        });
+    }
+    let audit_id = insert_audit(
+        &mut tx,
+        now,
+        AuditRow {
+            actor,
+            action,
+            reason: why,
+            ticket,
+        },
+        &ids,
+        audit_json(&rows),
+    )
+    .await?;
     tx.commit().await?;
     if action == ACTION_REPLAY {
         for r in &rows {
@@ -281,12 +414,17 @@ async fn run_action(
                 action,
                 actor,
                 reason = why,
+                ticket,
                 applied = r.outcome.is_applied(),
                 "operator action"
             );
         }
     }
-    Ok(AdminReport { audit_id, rows })
+    Ok(AdminReport {
+        audit_id,
+        rows,
+        dry_run: false,
+    })
 }
 
 /// Checks an operator action's request: who and why (trimmed, both required) and the distinct
@@ -313,26 +451,34 @@ pub(crate) fn validate_action<'a>(
     Ok((actor, why, ids))
 }
 
+/// The who/what/why of one `audit_log` row.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AuditRow<'a> {
+    pub actor: &'a str,
+    pub action: &'a str,
+    pub reason: &'a str,
+    pub ticket: Option<&'a str>,
+}
+
 /// Writes the `audit_log` row of an action inside its transaction; returns its id.
 pub(crate) async fn insert_audit(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     now: DateTime<Utc>,
-    actor: &str,
-    action: &str,
-    reason: &str,
+    row: AuditRow<'_>,
     msg_ids: &[i64],
     result: serde_json::Value,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
-        "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
-         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result, ticket) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
     )
     .bind(now)
-    .bind(actor)
-    .bind(action)
-    .bind(reason)
+    .bind(row.actor)
+    .bind(row.action)
+    .bind(row.reason)
     .bind(msg_ids)
     .bind(result)
+    .bind(row.ticket)
     .fetch_one(&mut **tx)
     .await
 }
@@ -367,7 +513,7 @@ fn audit_json(rows: &[RowResult]) -> serde_json::Value {
 }
 
 /// One `audit_log` row.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize)]
 pub struct AuditEntry {
     /// Row id.
     pub id: i64,
@@ -383,13 +529,15 @@ pub struct AuditEntry {
     pub msg_ids: Vec<i64>,
     /// `{"applied", "refused", "rows": [{"msg_id", "result", "reason" | "previous_…"}]}`.
     pub result: serde_json::Value,
+    /// The operator's ticket, if given.
+    pub ticket: Option<String>,
 }
 
 impl Store {
     /// Audit rows, oldest first (tests, the admin surface).
     pub async fn audit_entries(&self) -> Result<Vec<AuditEntry>, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT id, at, actor, action, reason, msg_ids, result FROM audit_log ORDER BY id",
+            "SELECT id, at, actor, action, reason, msg_ids, result, ticket FROM audit_log ORDER BY id",
         )
         .fetch_all(self.pool())
         .await?)

@@ -1,0 +1,168 @@
+//! Bearer tokens with scopes for the HTTP surface (`http.read_tokens`, `http.operate_tokens`,
+//! `http.compat_tokens`; `http.admin_token` is a token with every scope, kept for existing
+//! installations). Compared in constant time, never logged. `/metrics`, `/healthz` and
+//! `/readyz` need no token.
+//!
+//! - `read`: `GET /admin/*` (status, messages, dead events);
+//! - `operate`: the audited mutations `POST /admin/*` (and everything `read` may);
+//! - `compat`: `POST /cminmsgs/send` only (upstream's entry; it cannot read or operate).
+//!
+//! No token → 401; a valid token without the scope → 403. Either answer changes nothing.
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse};
+use msgx_core::settings::HttpSettings;
+use serde_json::json;
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Read-only admin views.
+    Read,
+    /// Audited mutations (implies read).
+    Operate,
+    /// The compat entry only.
+    Compat,
+}
+
+impl Scope {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Operate => "operate",
+            Self::Compat => "compat",
+        }
+    }
+}
+
+/// The configured tokens and their scopes.
+#[derive(Clone, Default)]
+pub struct Tokens {
+    entries: Vec<(Vec<u8>, &'static [Scope])>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tokens({} configured, values redacted)",
+            self.entries.len()
+        )
+    }
+}
+
+const ALL: &[Scope] = &[Scope::Read, Scope::Operate, Scope::Compat];
+const OPERATE: &[Scope] = &[Scope::Read, Scope::Operate];
+const READ: &[Scope] = &[Scope::Read];
+const COMPAT: &[Scope] = &[Scope::Compat];
+
+/// Comma-separated token list (rotation: old and new side by side).
+fn split(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').map(str::trim).filter(|t| !t.is_empty())
+}
+
+impl Tokens {
+    /// From `[http]`: `admin_token` (all scopes), `read_tokens`, `operate_tokens`,
+    /// `compat_tokens` (validated by `Settings::validate`).
+    pub fn from_settings(http: &HttpSettings) -> Self {
+        let mut entries = Vec::new();
+        if !http.admin_token.is_empty() {
+            entries.push((http.admin_token.as_bytes().to_vec(), ALL));
+        }
+        for (list, scopes) in [
+            (&http.read_tokens, READ),
+            (&http.operate_tokens, OPERATE),
+            (&http.compat_tokens, COMPAT),
+        ] {
+            entries.extend(split(list).map(|t| (t.as_bytes().to_vec(), scopes)));
+        }
+        Self { entries }
+    }
+
+    /// Tokens from explicit `(token, scope)` pairs (tests).
+    pub fn with(pairs: &[(&str, Scope)]) -> Self {
+        let entries = pairs
+            .iter()
+            .map(|(t, s)| {
+                let scopes = match s {
+                    Scope::Read => READ,
+                    Scope::Operate => OPERATE,
+                    Scope::Compat => COMPAT,
+                };
+                (t.as_bytes().to_vec(), scopes)
+            })
+            .collect();
+        Self { entries }
+    }
+
+    /// No token at all: the admin surface and the compat entry are not served (404).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Whether the request's bearer token is configured at all, and whether with `scope`.
+    /// Every configured token is compared (in constant time each), so the answer's timing
+    /// says nothing about which one matched; a token listed twice has both lists' scopes.
+    fn grant(&self, req: &HttpRequest, scope: Scope) -> (bool, bool) {
+        let Some(given) = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        else {
+            return (false, false);
+        };
+        let (mut known, mut allowed) = (false, false);
+        for (token, scopes) in &self.entries {
+            let matched = same(given.as_bytes(), token);
+            known |= matched;
+            allowed |= matched && scopes.contains(&scope);
+        }
+        (known, allowed)
+    }
+
+    /// None when the request carries a token with `scope`; else the 401 or 403 to send.
+    pub fn denied(&self, req: &HttpRequest, scope: Scope) -> Option<HttpResponse> {
+        match self.grant(req, scope) {
+            (_, true) => None,
+            (true, false) => {
+                tracing::warn!(path = %req.path(), scope = scope.name(), "request with a token lacking the scope");
+                Some(HttpResponse::Forbidden().json(json!({
+                    "error": format!("the token lacks the `{}` scope", scope.name())
+                })))
+            }
+            (false, _) => {
+                tracing::warn!(path = %req.path(), peer = ?req.peer_addr(), "request without a valid token");
+                Some(
+                    HttpResponse::Unauthorized()
+                        .insert_header((header::WWW_AUTHENTICATE, "Bearer"))
+                        .json(json!({ "error": "missing or wrong bearer token" })),
+                )
+            }
+        }
+    }
+}
+
+/// Constant-time comparison: the time depends only on the configured token's length, never on
+/// how much of it the given one matches.
+pub fn same(given: &[u8], token: &[u8]) -> bool {
+    let mut diff = u8::from(given.len() != token.len());
+    for (i, t) in token.iter().enumerate() {
+        diff |= given.get(i).copied().unwrap_or(0) ^ t;
+    }
+    diff == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_comparison_is_exact() {
+        assert!(same(b"0123456789abcdef", b"0123456789abcdef"));
+        assert!(!same(b"0123456789abcdef", b"0123456789abcdeF"));
+        assert!(!same(b"0123456789abcde", b"0123456789abcdef"));
+        assert!(!same(b"0123456789abcdef0", b"0123456789abcdef"));
+        assert!(!same(b"", b"x"));
+    }
+}

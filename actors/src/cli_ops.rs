@@ -1,0 +1,257 @@
+//! The operator subcommands (`status`, `inspect`, `replay`, `recover-backfill`, `events …`):
+//! the same [`msgx_core::ops`] calls as the admin API, straight against the stores, so they
+//! work while the service is down. `--json` prints exactly what the API answers.
+
+use std::io::IsTerminal as _;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use msgx_core::ops::{Ops, RecoverRequest, ReplayRequest, RequeueRequest};
+use msgx_core::settings::Settings;
+
+/// `status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON (the same document as `GET /admin/status`).
+    #[arg(long)]
+    pub json: bool,
+    /// Refresh until Ctrl-C (for people without Grafana).
+    #[arg(long)]
+    pub watch: bool,
+    /// Refresh period with --watch.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
+    pub interval: Duration,
+}
+
+/// `inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The inbox id (`CMINMSGS_ID` = `proc_state.msg_id`).
+    pub msg_id: i64,
+    /// Print JSON (the same document as `GET /admin/messages/{id}`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Who, why and the ticket of an audited action.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Who asks (recorded in the audit log).
+    #[arg(long)]
+    pub actor: String,
+    /// Why (recorded in the audit log).
+    #[arg(long)]
+    pub reason: String,
+    /// Change or incident number (recorded in the audit log).
+    #[arg(long)]
+    pub ticket: Option<String>,
+    /// Print JSON (the same document as the admin API).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `replay`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("select").required(true).args(["ids", "class"])))]
+pub struct ReplayArgs {
+    /// Rows by id, comma-separated (with --expect-state).
+    #[arg(long, value_delimiter = ',', requires = "expect_state")]
+    pub ids: Vec<i64>,
+    /// The state you saw the rows in (DEAD or FAILED); a row that moved since is refused.
+    #[arg(long)]
+    pub expect_state: Option<String>,
+    /// The error class you saw (optional, with --ids).
+    #[arg(long, requires = "ids")]
+    pub expect_class: Option<String>,
+    /// Rows by replayable error class (CODEC_ERROR, UNSUPPORTED, INFRA, EXHAUSTED)…
+    #[arg(long, requires_all = ["from", "to"], conflicts_with = "ids")]
+    pub class: Option<String>,
+    /// …from this id…
+    #[arg(long, requires = "class")]
+    pub from: Option<i64>,
+    /// …to this id (inclusive).
+    #[arg(long, requires = "class")]
+    pub to: Option<i64>,
+    /// With --class: only rows in this state (DEAD or FAILED).
+    #[arg(long, requires = "class")]
+    pub state: Option<String>,
+    /// Show what would change; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub audit: AuditArgs,
+}
+
+/// `recover-backfill`.
+#[derive(Debug, Args)]
+pub struct RecoverArgs {
+    /// Abandoned rows by id, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub ids: Vec<i64>,
+    /// Show what would change; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub audit: AuditArgs,
+}
+
+/// `events …`.
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// List events that went DEAD (copied to the dead-letter topic), oldest first.
+    ListDead(ListDeadArgs),
+    /// Send DEAD events again (back to PENDING) after fixing the cause. Audited.
+    Requeue(RequeueArgs),
+}
+
+/// `events list-dead`.
+#[derive(Debug, Args)]
+pub struct ListDeadArgs {
+    /// Only events with a larger id (paging).
+    #[arg(long, default_value_t = 0)]
+    pub after: i64,
+    /// At most this many (1..=1000).
+    #[arg(long, default_value_t = 100)]
+    pub limit: i64,
+    /// Print JSON (the same document as `GET /admin/events/dead`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `events requeue`.
+#[derive(Debug, Args)]
+pub struct RequeueArgs {
+    /// Event ids, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub ids: Vec<i64>,
+    #[command(flatten)]
+    pub audit: AuditArgs,
+}
+
+/// Connects both stores (migrating PostgreSQL; the inbox lazily) without taking the lease.
+async fn ops(settings: &Settings) -> anyhow::Result<Ops> {
+    let (inbox, store) = crate::app::connect(settings).await?;
+    Ok(Ops::new(settings, store, inbox))
+}
+
+fn now() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now()
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// `msgexchange status`.
+pub async fn status(settings: &Settings, args: &StatusArgs) -> anyhow::Result<()> {
+    let ops = ops(settings).await?;
+    let terminal = std::io::stdout().is_terminal();
+    loop {
+        let status = ops.status(now()).await.context("reading the status")?;
+        if args.watch && terminal {
+            // Clear the screen and go home: a refreshing view.
+            print!("\x1b[2J\x1b[H");
+        }
+        if args.json {
+            print_json(&status)?;
+        } else {
+            print!("{}", status.render());
+        }
+        if !args.watch {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(args.interval) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+/// `msgexchange inspect ID`.
+pub async fn inspect(settings: &Settings, args: &InspectArgs) -> anyhow::Result<()> {
+    let ops = ops(settings).await?;
+    let found = ops.inspect(args.msg_id).await?;
+    if args.json {
+        print_json(&found)
+    } else {
+        print!("{}", found.render());
+        Ok(())
+    }
+}
+
+/// `msgexchange replay`.
+pub async fn replay(settings: &Settings, args: &ReplayArgs) -> anyhow::Result<()> {
+    let ops = ops(settings).await?;
+    let req = ReplayRequest {
+        msg_ids: args.ids.clone(),
+        expect_state: args.expect_state.clone(),
+        expect_class: args.expect_class.clone(),
+        error_class: args.class.clone(),
+        from_id: args.from,
+        to_id: args.to,
+        state: args.state.clone(),
+        actor: args.audit.actor.clone(),
+        reason: args.audit.reason.clone(),
+        ticket: args.audit.ticket.clone(),
+        dry_run: args.dry_run,
+    };
+    let report = ops.replay(&req, now()).await?;
+    if args.audit.json {
+        print_json(&report)
+    } else {
+        print!("{}", report.render());
+        Ok(())
+    }
+}
+
+/// `msgexchange recover-backfill`.
+pub async fn recover_backfill(settings: &Settings, args: &RecoverArgs) -> anyhow::Result<()> {
+    let ops = ops(settings).await?;
+    let req = RecoverRequest {
+        msg_ids: args.ids.clone(),
+        actor: args.audit.actor.clone(),
+        reason: args.audit.reason.clone(),
+        ticket: args.audit.ticket.clone(),
+        dry_run: args.dry_run,
+    };
+    let report = ops.recover_backfill(&req, now()).await?;
+    if args.audit.json {
+        print_json(&report)
+    } else {
+        print!("{}", report.render());
+        Ok(())
+    }
+}
+
+/// `msgexchange events …`.
+pub async fn events(settings: &Settings, cmd: &EventsCommand) -> anyhow::Result<()> {
+    let ops = ops(settings).await?;
+    match cmd {
+        EventsCommand::ListDead(a) => {
+            let page = ops.list_dead_events(a.after, a.limit).await?;
+            if a.json {
+                print_json(&page)
+            } else {
+                print!("{}", page.render());
+                Ok(())
+            }
+        }
+        EventsCommand::Requeue(a) => {
+            let req = RequeueRequest {
+                event_ids: a.ids.clone(),
+                actor: a.audit.actor.clone(),
+                reason: a.audit.reason.clone(),
+                ticket: a.audit.ticket.clone(),
+            };
+            let report = ops.requeue_events(&req, now()).await?;
+            if a.audit.json {
+                print_json(&report)
+            } else {
+                print!("{}", report.render());
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,551 @@
+//! The audited mutations: replay (by ids with the state the operator saw, or by error class
+//! and id range), backfill recovery, dead-event requeue; and the dead-event listing.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{Ops, OpsError};
+use crate::store::replay::{
+    self, AdminReport, Audit, Expect, RowOutcome, REPLAYABLE_CLASSES, REPLAYABLE_STATES,
+};
+
+/// Most ids one request may name or select (one transaction holds the pipeline lock for all).
+pub const MAX_IDS: usize = 10_000;
+
+/// A replay. Either `msg_ids` with `expect_state` (the state the operator saw; a row that moved
+/// since is refused), or `error_class` with `from_id`..=`to_id` (and optionally `state`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// The rows, by id.
+    #[serde(default)]
+    pub msg_ids: Vec<i64>,
+    /// With `msg_ids`: `DEAD` or `FAILED`, as seen.
+    #[serde(default)]
+    pub expect_state: Option<String>,
+    /// With `msg_ids`: the error class seen (optional).
+    #[serde(default)]
+    pub expect_class: Option<String>,
+    /// Select by this replayable class instead of ids…
+    #[serde(default)]
+    pub error_class: Option<String>,
+    /// …from this id…
+    #[serde(default)]
+    pub from_id: Option<i64>,
+    /// …to this id (inclusive).
+    #[serde(default)]
+    pub to_id: Option<i64>,
+    /// With `error_class`: only rows in this state (`DEAD` or `FAILED`).
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Who.
+    pub actor: String,
+    /// Why.
+    pub reason: String,
+    /// Change or incident number.
+    #[serde(default)]
+    pub ticket: Option<String>,
+    /// Show what would change; change nothing, audit nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// A backfill recovery of abandoned rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoverRequest {
+    /// The rows.
+    pub msg_ids: Vec<i64>,
+    /// Who.
+    pub actor: String,
+    /// Why.
+    pub reason: String,
+    /// Change or incident number.
+    #[serde(default)]
+    pub ticket: Option<String>,
+    /// Show what would change; change nothing, audit nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// A requeue of DEAD events.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequeueRequest {
+    /// The events.
+    pub event_ids: Vec<i64>,
+    /// Who.
+    pub actor: String,
+    /// Why.
+    pub reason: String,
+    /// Change or incident number.
+    #[serde(default)]
+    pub ticket: Option<String>,
+}
+
+/// One row's result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RowReport {
+    /// The row.
+    pub msg_id: i64,
+    /// `applied` (or, in a dry run, would be) or `refused`.
+    pub result: &'static str,
+    /// State before, when applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_state: Option<String>,
+    /// Error class before, when applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_class: Option<String>,
+    /// Why refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What a replay or recovery did (or would do).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ActionReport {
+    /// The `audit_log` row; None for a dry run or when nothing was selected.
+    pub audit_id: Option<i64>,
+    /// True for a dry run: nothing changed.
+    pub dry_run: bool,
+    /// Rows applied (would be applied).
+    pub applied: usize,
+    /// Rows refused.
+    pub refused: usize,
+    /// Per row, ascending id.
+    pub rows: Vec<RowReport>,
+}
+
+impl ActionReport {
+    fn from_admin(r: &AdminReport) -> Self {
+        let rows = r
+            .rows
+            .iter()
+            .map(|row| match &row.outcome {
+                RowOutcome::Applied {
+                    previous_state,
+                    previous_class,
+                    ..
+                } => RowReport {
+                    msg_id: row.msg_id,
+                    result: "applied",
+                    previous_state: Some(previous_state.clone()),
+                    previous_class: previous_class.clone(),
+                    reason: None,
+                },
+                RowOutcome::Refused { reason } => RowReport {
+                    msg_id: row.msg_id,
+                    result: "refused",
+                    previous_state: None,
+                    previous_class: None,
+                    reason: Some(reason.clone()),
+                },
+            })
+            .collect();
+        Self {
+            audit_id: (!r.dry_run && r.audit_id > 0).then_some(r.audit_id),
+            dry_run: r.dry_run,
+            applied: r.applied(),
+            refused: r.refused(),
+            rows,
+        }
+    }
+
+    fn empty(dry_run: bool) -> Self {
+        Self {
+            audit_id: None,
+            dry_run,
+            applied: 0,
+            refused: 0,
+            rows: Vec::new(),
+        }
+    }
+
+    /// For people: one line per row and a summary.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for r in &self.rows {
+            match r.result {
+                "applied" => out.push_str(&format!(
+                    "{} {} (was {}{})\n",
+                    r.msg_id,
+                    if self.dry_run {
+                        "would apply"
+                    } else {
+                        "applied"
+                    },
+                    r.previous_state.as_deref().unwrap_or("-"),
+                    r.previous_class
+                        .as_deref()
+                        .map(|c| format!("({c})"))
+                        .unwrap_or_default()
+                )),
+                _ => out.push_str(&format!(
+                    "{} refused: {}\n",
+                    r.msg_id,
+                    r.reason.as_deref().unwrap_or("-")
+                )),
+            }
+        }
+        out.push_str(&format!(
+            "{}{} applied, {} refused{}\n",
+            if self.dry_run { "dry run: " } else { "" },
+            self.applied,
+            self.refused,
+            self.audit_id
+                .map(|id| format!(", audit #{id}"))
+                .unwrap_or_default()
+        ));
+        out
+    }
+}
+
+/// What a requeue did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RequeueReport {
+    /// The `audit_log` row.
+    pub audit_id: i64,
+    /// Events back to PENDING.
+    pub requeued: Vec<i64>,
+    /// Events left alone and why.
+    pub refused: Vec<RefusedEvent>,
+}
+
+/// One refused event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefusedEvent {
+    /// The event.
+    pub event_id: i64,
+    /// Why.
+    pub reason: String,
+}
+
+/// One DEAD event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct DeadEvent {
+    /// `msg_event.event_id`.
+    pub event_id: i64,
+    /// The message that raised it.
+    pub msg_id: i64,
+    /// Kafka key.
+    pub flight_key: String,
+    /// Type.
+    pub event_type: String,
+    /// Failed sends.
+    pub attempts: i32,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// When it went DEAD.
+    pub dead_at: Option<DateTime<Utc>>,
+    /// Dead-letter partition and offset, when copied.
+    pub kafka_partition: Option<i32>,
+    /// Dead-letter offset.
+    pub kafka_offset: Option<i64>,
+}
+
+/// A page of DEAD events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeadEvents {
+    /// Ascending event id.
+    pub events: Vec<DeadEvent>,
+    /// Pass as `after` for the next page (None: this was the last).
+    pub next_after: Option<i64>,
+}
+
+fn check_ids(ids: &[i64], what: &str) -> Result<(), OpsError> {
+    if ids.len() > MAX_IDS {
+        return Err(OpsError::Invalid(format!(
+            "{} {what} given; at most {MAX_IDS} per request",
+            ids.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Longest actor / ticket, and reason, stored in the audit log.
+const MAX_NAME: usize = 200;
+const MAX_REASON: usize = 2000;
+
+fn check_text(value: &str, key: &str, max: usize) -> Result<(), OpsError> {
+    if value.chars().count() > max {
+        return Err(OpsError::Invalid(format!(
+            "{key} is longer than {max} characters"
+        )));
+    }
+    if value.chars().any(|c| c == '\0') {
+        return Err(OpsError::Invalid(format!("{key} contains a NUL character")));
+    }
+    Ok(())
+}
+
+fn check_audit(actor: &str, reason: &str, ticket: Option<&str>) -> Result<(), OpsError> {
+    if actor.trim().is_empty() || reason.trim().is_empty() {
+        return Err(OpsError::Invalid(
+            "an audited action needs who (actor) and why (reason)".into(),
+        ));
+    }
+    check_text(actor, "actor", MAX_NAME)?;
+    check_text(reason, "reason", MAX_REASON)?;
+    if let Some(t) = ticket {
+        check_text(t, "ticket", MAX_NAME)?;
+    }
+    Ok(())
+}
+
+fn check_state(value: &str, key: &str) -> Result<String, OpsError> {
+    let v = value.trim().to_ascii_uppercase();
+    if REPLAYABLE_STATES.contains(&v.as_str()) {
+        Ok(v)
+    } else {
+        Err(OpsError::Invalid(format!(
+            "{key} `{value}` is not replayable (only {})",
+            REPLAYABLE_STATES.join(", ")
+        )))
+    }
+}
+
+fn check_class(value: &str, key: &str) -> Result<String, OpsError> {
+    let v = value.trim().to_ascii_uppercase();
+    if REPLAYABLE_CLASSES.contains(&v.as_str()) {
+        Ok(v)
+    } else {
+        Err(OpsError::Invalid(format!(
+            "{key} `{value}` is not a replayable class (only {})",
+            REPLAYABLE_CLASSES.join(", ")
+        )))
+    }
+}
+
+impl Ops {
+    /// Replays rows (see [`ReplayRequest`]) through the lifecycle gate; audited unless a dry run.
+    pub async fn replay(
+        &self,
+        req: &ReplayRequest,
+        now: DateTime<Utc>,
+    ) -> Result<ActionReport, OpsError> {
+        check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
+        check_ids(&req.msg_ids, "msg_ids")?;
+        let by_class = req.error_class.is_some() || req.from_id.is_some() || req.to_id.is_some();
+        let rows: Vec<(i64, Expect)> = match (by_class, req.msg_ids.is_empty()) {
+            (true, false) => {
+                return Err(OpsError::Invalid(
+                    "give either msg_ids (with expect_state) or error_class with from_id and \
+                     to_id, not both"
+                        .into(),
+                ))
+            }
+            (false, true) => {
+                return Err(OpsError::Invalid(
+                    "no message ids given: name msg_ids (with expect_state), or error_class \
+                     with from_id and to_id"
+                        .into(),
+                ))
+            }
+            (false, false) => {
+                let Some(seen) = req.expect_state.as_deref() else {
+                    return Err(OpsError::Invalid(
+                        "expect_state is required with msg_ids: the state you saw the rows in \
+                         (DEAD or FAILED); a row that moved since is refused"
+                            .into(),
+                    ));
+                };
+                let expect = Expect {
+                    state: Some(check_state(seen, "expect_state")?),
+                    class: req
+                        .expect_class
+                        .as_deref()
+                        .map(|c| check_class(c, "expect_class"))
+                        .transpose()?,
+                };
+                req.msg_ids.iter().map(|id| (*id, expect.clone())).collect()
+            }
+            (true, true) => {
+                if req.expect_state.is_some() || req.expect_class.is_some() {
+                    return Err(OpsError::Invalid(
+                        "expect_state/expect_class go with msg_ids; with error_class use state"
+                            .into(),
+                    ));
+                }
+                let class = check_class(
+                    req.error_class.as_deref().unwrap_or_default(),
+                    "error_class",
+                )?;
+                let (Some(from), Some(to)) = (req.from_id, req.to_id) else {
+                    return Err(OpsError::Invalid(
+                        "error_class needs from_id and to_id (an id range)".into(),
+                    ));
+                };
+                if from > to {
+                    return Err(OpsError::Invalid(format!(
+                        "from_id {from} is above to_id {to}"
+                    )));
+                }
+                let state = req
+                    .state
+                    .as_deref()
+                    .map(|s| check_state(s, "state"))
+                    .transpose()?;
+                let found: Vec<(i64, String)> = sqlx::query_as(
+                    "SELECT msg_id, state FROM proc_state \
+                     WHERE state IN ('DEAD', 'FAILED') AND error_class = $1 \
+                       AND ($2::text IS NULL OR state = $2) AND msg_id BETWEEN $3 AND $4 \
+                     ORDER BY msg_id LIMIT $5",
+                )
+                .bind(&class)
+                .bind(state.as_deref())
+                .bind(from)
+                .bind(to)
+                .bind(MAX_IDS as i64 + 1)
+                .fetch_all(self.store.pool())
+                .await?;
+                if found.len() > MAX_IDS {
+                    return Err(OpsError::Invalid(format!(
+                        "more than {MAX_IDS} rows match; narrow the id range"
+                    )));
+                }
+                if found.is_empty() {
+                    return Ok(ActionReport::empty(req.dry_run));
+                }
+                found
+                    .into_iter()
+                    .map(|(id, state)| {
+                        (
+                            id,
+                            Expect {
+                                state: Some(state),
+                                class: Some(class.clone()),
+                            },
+                        )
+                    })
+                    .collect()
+            }
+        };
+        let audit = Audit {
+            actor: &req.actor,
+            reason: &req.reason,
+            ticket: req.ticket.as_deref(),
+        };
+        let report = replay::replay_checked(&self.store, &rows, audit, req.dry_run, now).await?;
+        Ok(ActionReport::from_admin(&report))
+    }
+
+    /// Recovers abandoned backfills; audited unless a dry run.
+    pub async fn recover_backfill(
+        &self,
+        req: &RecoverRequest,
+        now: DateTime<Utc>,
+    ) -> Result<ActionReport, OpsError> {
+        check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
+        check_ids(&req.msg_ids, "msg_ids")?;
+        let rows: Vec<(i64, Expect)> = req
+            .msg_ids
+            .iter()
+            .map(|id| (*id, Expect::default()))
+            .collect();
+        let audit = Audit {
+            actor: &req.actor,
+            reason: &req.reason,
+            ticket: req.ticket.as_deref(),
+        };
+        let report =
+            replay::recover_abandoned_checked(&self.store, &rows, audit, req.dry_run, now).await?;
+        Ok(ActionReport::from_admin(&report))
+    }
+
+    /// DEAD events back to PENDING; audited.
+    pub async fn requeue_events(
+        &self,
+        req: &RequeueRequest,
+        now: DateTime<Utc>,
+    ) -> Result<RequeueReport, OpsError> {
+        check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
+        check_ids(&req.event_ids, "event_ids")?;
+        let audit = Audit {
+            actor: &req.actor,
+            reason: &req.reason,
+            ticket: req.ticket.as_deref(),
+        };
+        let r = self
+            .store
+            .requeue_dead_events_audited(&req.event_ids, audit, now)
+            .await?;
+        Ok(RequeueReport {
+            audit_id: r.audit_id,
+            requeued: r.requeued,
+            refused: r
+                .refused
+                .into_iter()
+                .map(|(event_id, reason)| RefusedEvent { event_id, reason })
+                .collect(),
+        })
+    }
+
+    /// DEAD events with ids above `after`, at most `limit` (1..=1000).
+    pub async fn list_dead_events(&self, after: i64, limit: i64) -> Result<DeadEvents, OpsError> {
+        if !(1..=1000).contains(&limit) {
+            return Err(OpsError::Invalid(format!(
+                "limit {limit} is outside 1..=1000"
+            )));
+        }
+        let mut events: Vec<DeadEvent> = sqlx::query_as(
+            "SELECT event_id, msg_id, flight_key, event_type, attempts, last_error, dead_at, \
+                    kafka_partition, kafka_offset \
+             FROM msg_event WHERE state = 'DEAD' AND event_id > $1 ORDER BY event_id LIMIT $2",
+        )
+        .bind(after)
+        .bind(limit + 1)
+        .fetch_all(self.store.pool())
+        .await?;
+        let more = events.len() as i64 > limit;
+        events.truncate(limit as usize);
+        let next_after = more.then(|| events.last().map(|e| e.event_id)).flatten();
+        Ok(DeadEvents { events, next_after })
+    }
+}
+
+impl DeadEvents {
+    /// For people: one line per event.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for e in &self.events {
+            out.push_str(&format!(
+                "#{} msg={} {} key={} attempts={} dead_at={} last_error={}\n",
+                e.event_id,
+                e.msg_id,
+                e.event_type,
+                e.flight_key,
+                e.attempts,
+                e.dead_at
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_else(|| "-".into()),
+                e.last_error.as_deref().unwrap_or("-")
+            ));
+        }
+        out.push_str(&format!("{} dead event(s)", self.events.len()));
+        if let Some(next) = self.next_after {
+            out.push_str(&format!("; more after {next} (--after {next})"));
+        }
+        out.push('\n');
+        out
+    }
+}
+
+impl RequeueReport {
+    /// For people.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for id in &self.requeued {
+            out.push_str(&format!("#{id} requeued\n"));
+        }
+        for r in &self.refused {
+            out.push_str(&format!("#{} refused: {}\n", r.event_id, r.reason));
+        }
+        out.push_str(&format!(
+            "{} requeued, {} refused, audit #{}\n",
+            self.requeued.len(),
+            self.refused.len(),
+            self.audit_id
+        ));
+        out
+    }
+}
