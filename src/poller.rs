@@ -188,11 +188,9 @@ pub async fn poll_once(
                     rows: &enqueue,
                     now,
                     async_commit: cfg.async_commit,
-                    released: decision.released.map(|r| {
-                        let window = chrono::Duration::from_std(cfg.watch_window)
-                            .unwrap_or(chrono::Duration::MAX);
-                        (r.ids(), now + window)
-                    }),
+                    released: decision
+                        .released
+                        .map(|r| (r.ids(), crate::clock::plus(now, cfg.watch_window))),
                 },
                 seen_db_at,
             )

@@ -19,13 +19,7 @@ use msgx_core::store::{Store, StoreError};
 /// at 500 terminal rows/s that is one batch of ~500 per sweep instead of one sweep per row.
 pub const DEFAULT_WAKE_GAP: Duration = Duration::from_secs(1);
 
-/// The pump committed a terminal state (with its backfill intent): a sweep may come early.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
-#[rtype(result = "()")]
-pub struct TerminalCommitted {
-    /// The row that became terminal.
-    pub msg_id: i64,
-}
+pub use crate::messages::TerminalCommitted;
 
 /// Run one sweep now (the actor's own timer sends it; tests and the admin surface may).
 #[derive(Debug, Clone, Copy, Default, Message)]
@@ -133,3 +127,6 @@ impl Handler<TerminalCommitted> for BackfillSweeper {
         self.schedule(ctx, after, true);
     }
 }
+
+// Stop taking work once the step in flight (if any) has finished.
+crate::stop_on_shutdown!(BackfillSweeper, "backfill_sweeper");

@@ -22,9 +22,9 @@ async fn healthz() -> HttpResponse {
 }
 
 async fn readyz(health: web::Data<Health>) -> HttpResponse {
-    let (ready, last_ok, error) = health.snapshot();
-    let body = serde_json::json!({ "ready": ready, "last_poll_ok_unix": last_ok, "error": error });
-    if ready {
+    // Every child, the lease and the last poll round (health::Readiness).
+    let body = health.readiness();
+    if body.ready {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)

@@ -136,3 +136,6 @@ impl Handler<PollNow> for InboxPoller {
         })))
     }
 }
+
+// Stop taking work once the step in flight (if any) has finished.
+crate::stop_on_shutdown!(InboxPoller, "inbox_poller");

@@ -127,3 +127,6 @@ impl Handler<HolesReleased> for LateDetector {
         ctx.notify(DetectNow);
     }
 }
+
+// Stop taking work once the step in flight (if any) has finished.
+crate::stop_on_shutdown!(LateDetector, "late_detector");

@@ -42,3 +42,62 @@ pub struct RoundSummary {
     /// W waits at a young hole.
     pub hole_open: bool,
 }
+
+/// The pump committed a terminal state (with its backfill intent): a sweep may come early
+/// (the backfill sweeper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct TerminalCommitted {
+    /// The row that became terminal.
+    pub msg_id: i64,
+}
+
+/// The pump committed a message that raised events: a round may come now (the dispatcher).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct EventsQueued {
+    /// The message whose events were committed.
+    pub msg_id: i64,
+}
+
+/// Graceful shutdown (SIGTERM/SIGINT), sent by the supervisor to every child, last started
+/// first. The receiver stops taking work, finishes what is in flight (its step runs as an
+/// `AtomicResponse`, so this message is handled only after it), writes what it owes the store
+/// (the dispatcher: SENT for acknowledged events) and stops. Work still running at `deadline`
+/// is abandoned: it rolls back and is redone by the next holder.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<(), ShutdownError>")]
+pub struct Shutdown {
+    /// When the whole service must be gone (`supervisor.shutdown_grace` after the signal).
+    pub deadline: std::time::Instant,
+}
+
+/// Why an actor could not finish its shutdown cleanly (it stops anyway; nothing is lost, the
+/// unwritten part is redone by the next instance).
+#[derive(Debug, thiserror::Error)]
+pub enum ShutdownError {
+    /// Writing what the actor owed the store failed.
+    #[error("{actor}: could not write its last outcome: {source}")]
+    Store {
+        actor: &'static str,
+        #[source]
+        source: msgx_core::store::StoreError,
+    },
+}
+
+/// The supervisor's answer to [`Shutdown`]: which children stopped in time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Children that confirmed their stop.
+    pub stopped: Vec<&'static str>,
+    /// Children that were still busy at the deadline, or failed their last write.
+    pub unclean: Vec<&'static str>,
+}
+
+/// Ask the supervisor to shut the pipeline down (see [`Shutdown`]).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "ShutdownReport")]
+pub struct ShutdownPipeline {
+    /// When the whole service must be gone.
+    pub deadline: std::time::Instant,
+}

@@ -181,3 +181,6 @@ impl Handler<RefreshBacklog> for Pump {
         )))
     }
 }
+
+// Stop taking work once the step in flight (if any) has finished.
+crate::stop_on_shutdown!(Pump, "pump");

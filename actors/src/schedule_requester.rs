@@ -121,9 +121,14 @@ impl Handler<RequestTick> for ScheduleRequester {
 pub fn child(outbound: Outbound, clock: SharedClock) -> ChildFactory {
     ChildFactory {
         name: "schedule_requester",
-        start: Box::new(move |_: &Wiring| {
+        start: Box::new(move |wiring: &Wiring| {
             let addr = ScheduleRequester::new(outbound.clone(), clock.clone()).start();
+            let stop = addr.clone().recipient();
+            wiring.update(|r| r.set_shutdown("schedule_requester", stop));
             Box::new(move || addr.connected())
         }),
     }
 }
+
+// Stop taking work once the step in flight (if any) has finished.
+crate::stop_on_shutdown!(ScheduleRequester, "schedule_requester");

@@ -7,10 +7,8 @@ use actix::Recipient;
 
 use actix::Addr;
 
-use crate::backfill_sweeper::TerminalCommitted;
-use crate::dispatcher::EventsQueued;
 use crate::inbox_poller::InboxPoller;
-use crate::messages::{HolesReleased, WatermarkMoved};
+use crate::messages::{EventsQueued, HolesReleased, Shutdown, TerminalCommitted, WatermarkMoved};
 use crate::pump::Pump;
 
 /// The current receivers.
@@ -28,6 +26,17 @@ pub struct Receivers {
     pub terminal: Vec<Recipient<TerminalCommitted>>,
     /// Told when the pump commits events (the dispatcher wakes at once).
     pub events: Vec<Recipient<EventsQueued>>,
+    /// Each child's current [`Shutdown`] receiver, by child name (the supervisor's graceful
+    /// shutdown asks them in reverse start order).
+    pub shutdown: Vec<(&'static str, Recipient<Shutdown>)>,
+}
+
+impl Receivers {
+    /// Records (or replaces, after a restart) the shutdown receiver of `child`.
+    pub fn set_shutdown(&mut self, child: &'static str, r: Recipient<Shutdown>) {
+        self.shutdown.retain(|(name, _)| *name != child);
+        self.shutdown.push((child, r));
+    }
 }
 
 /// Shared, swappable wiring.
@@ -77,6 +86,15 @@ impl Wiring {
     /// The current pump address, if one runs.
     pub fn pump(&self) -> Option<Addr<Pump>> {
         self.read().pump.clone()
+    }
+
+    /// The shutdown receiver of `child`, if it registered one.
+    pub fn shutdown_of(&self, child: &str) -> Option<Recipient<Shutdown>> {
+        self.read()
+            .shutdown
+            .iter()
+            .find(|(name, _)| *name == child)
+            .map(|(_, r)| r.clone())
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Receivers> {
