@@ -60,7 +60,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// None when the request carries the token; else the 401 to send.
-fn unauthorized(req: &HttpRequest, state: &AdminState) -> Option<HttpResponse> {
+pub(crate) fn unauthorized(req: &HttpRequest, state: &AdminState) -> Option<HttpResponse> {
     let given = req
         .headers()
         .get(header::AUTHORIZATION)
@@ -247,7 +247,10 @@ pub fn configure(state: AdminState) -> impl FnOnce(&mut web::ServiceConfig) {
                     },
                 )))
                 .service(web::resource("/events/requeue").route(web::post().to(requeue_events)))
-                .service(web::resource("/messages/{msg_id}").route(web::get().to(message))),
+                .service(web::resource("/messages/{msg_id}").route(web::get().to(message)))
+                .service(
+                    web::resource("/verify").route(web::get().to(crate::admin_verify::verify)),
+                ),
         );
     }
 }

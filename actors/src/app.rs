@@ -454,6 +454,7 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     telemetry::lease_held(lock.epoch());
     health.lease(true);
     apply_cutover(&store, &inbox, settings.cutover()?, clock.as_ref()).await?;
+    let verify_inbox = inbox.clone();
     let outbound = msgx_core::outbound::Outbound::from_settings(&settings, &store, &inbox)?;
 
     // Kept alive for the whole run: dropping it stops the embedded brokers.
@@ -480,8 +481,18 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     if admin.is_some() {
         tracing::info!("admin surface enabled under /admin/ (bearer token)");
     }
+    let verify = match &admin {
+        Some(a) => Some(crate::verify_cmd::input(
+            &settings,
+            verify_inbox,
+            a.store.clone(),
+            5000,
+            None,
+        )?),
+        None => None,
+    };
     early_handle.stop(true).await;
-    let server = crate::http::serve(listen, metrics, health.clone(), admin)
+    let server = crate::http::serve_with_verify(listen, metrics, health.clone(), admin, verify)
         .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
     let server_handle = server.handle();
     actix_rt::spawn(server);

@@ -45,6 +45,8 @@ pub enum Command {
     /// Requests to upstream through the outbound table (reconciles leftovers first).
     #[command(subcommand)]
     Request(crate::request::RequestCommand),
+    /// Check SPEC §11's invariants against the stores (exit 0 ok, 1 violation, 2 error).
+    Verify(crate::verify_cmd::VerifyArgs),
 }
 
 /// Dev tools.

@@ -38,6 +38,18 @@ pub fn serve(
     health: Health,
     admin: Option<AdminState>,
 ) -> std::io::Result<actix_web::dev::Server> {
+    serve_with_verify(listen, handle, health, admin, None)
+}
+
+/// [`serve`], with what `GET /admin/verify` reads ([`crate::admin_verify`]).
+pub fn serve_with_verify(
+    listen: SocketAddr,
+    handle: PrometheusHandle,
+    health: Health,
+    admin: Option<AdminState>,
+    verify: Option<msgx_core::verify::VerifyInput>,
+) -> std::io::Result<actix_web::dev::Server> {
+    let verify = verify.map(web::Data::new);
     let handle = web::Data::new(handle);
     let health = web::Data::new(health);
     let server = HttpServer::new(move || {
@@ -47,6 +59,10 @@ pub fn serve(
             .route("/metrics", web::get().to(metrics))
             .route("/healthz", web::get().to(healthz))
             .route("/readyz", web::get().to(readyz));
+        let app = match verify.clone() {
+            Some(v) => app.app_data(v),
+            None => app,
+        };
         match admin.clone() {
             Some(state) => app.configure(crate::admin::configure(state)),
             None => app,

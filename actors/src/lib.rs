@@ -3,6 +3,7 @@
 //! `msgx-core`.
 
 pub mod admin;
+pub mod admin_verify;
 pub mod app;
 pub mod backfill_sweeper;
 pub mod bench;
@@ -20,4 +21,5 @@ pub mod request;
 pub mod schedule_requester;
 pub mod shutdown;
 pub mod supervisor;
+pub mod verify_cmd;
 pub mod wiring;

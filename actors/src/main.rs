@@ -16,6 +16,18 @@ fn main() -> std::process::ExitCode {
     };
     init_logging(&settings.log.level, &settings.log.format);
     let system = actix_rt::System::new();
+    if let Some(Command::Verify(args)) = &cli.command {
+        // Exit 1 on a violation, 2 when the check could not run.
+        return match system.block_on(msgx_actors::verify_cmd::run(&settings, args)) {
+            Ok(report) => {
+                std::process::ExitCode::from(msgx_actors::verify_cmd::print(&report, args.json))
+            }
+            Err(e) => {
+                eprintln!("msgexchange: {e:#}");
+                std::process::ExitCode::from(2)
+            }
+        };
+    }
     let result = system.block_on(async move {
         match cli.command.unwrap_or(Command::Run) {
             Command::Run => msgx_actors::app::run_service(settings).await,
@@ -41,6 +53,7 @@ fn main() -> std::process::ExitCode {
                 msgx_actors::bench::dispatch(&settings, &args).await
             }
             Command::Request(cmd) => msgx_actors::request::run(&settings, &cmd).await,
+            Command::Verify(_) => Ok(()), // handled above (own exit codes)
         }
     });
     match result {

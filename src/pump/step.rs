@@ -249,8 +249,12 @@ impl PumpCore {
                     .await
             }
         }
-        self.business(msg_id, attempts, &msg, &msg_type, source)
-            .await
+        let outcome = self
+            .business(msg_id, attempts, &msg, &msg_type, source)
+            .await;
+        // Seed §4 "committed, mark not written" (and events not yet delivered).
+        crate::failpoint::hit("pump_after_business_commit");
+        outcome
     }
 
     async fn business(

@@ -107,6 +107,8 @@ impl Store {
                 expected: round.expected_w,
             });
         }
+        // Seed §4 "in the inbox, not enqueued": W and its rows are not committed yet.
+        crate::failpoint::hit("poll_before_enqueue_commit");
         tx.commit().await?;
         Ok(inserted)
     }
