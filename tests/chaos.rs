@@ -39,7 +39,7 @@ fn service_env(env: &TestEnv, pg: &str, my: &str, kafka: &str) -> Vec<(String, S
         ("MSGX_STORE__STATEMENT_TIMEOUT", "10s"),
         ("MSGX_STORE__LOCK_TIMEOUT", "2s"),
         ("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "3s"),
-        ("MSGX_LEASE__TTL", "4s"),
+        ("MSGX_LEASE__TTL", "8s"),
         ("MSGX_LEASE__RENEW_EVERY", "500ms"),
         ("MSGX_LEASE__CHECK_TIMEOUT", "1s"),
         ("MSGX_SUPERVISOR__SHUTDOWN_GRACE", "8s"),
@@ -334,7 +334,7 @@ async fn chaos_nothing_lost_nothing_reordered() {
         let took_over = frozen.elapsed();
         assert!(
             took_over < Duration::from_secs(15),
-            "takeover took {took_over:?} (lease.ttl 4s)"
+            "takeover took {took_over:?} (lease.ttl 8s)"
         );
         a.signal("-CONT");
         let status = a.exited_within(Duration::from_secs(15)).await;
@@ -353,15 +353,21 @@ async fn chaos_nothing_lost_nothing_reordered() {
         tokio::time::sleep(Duration::from_millis(2500)).await;
         pg_proxy.restore();
         let mut b = b;
+        b.wait_ready(Duration::from_secs(30)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(
             b.child.try_wait().expect("b").is_none(),
-            "the service lives through store outages shorter than its lease"
+            "the service lives through store outages shorter than half its lease"
         );
-        b.wait_ready(Duration::from_secs(30)).await;
+        assert!(b.metrics().await.contains("msgx_instance_lease_held 1"));
 
         // 5. kill -9 of the active: a fresh standby takes over at once (the session is gone).
         let c = Instance::spawn(&vars, &name("standby"), &[]);
         tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            b.child.try_wait().expect("b").is_none() && !c.ready().await,
+            "a live holder keeps its lease against a new standby"
+        );
         b.kill9();
         c.wait_ready(Duration::from_secs(15)).await;
 

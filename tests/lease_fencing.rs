@@ -36,7 +36,9 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
         .await
         .expect("rows");
 
-    let lock_a = InstanceLock::acquire(&env.store).await.expect("lock a");
+    let lock_a = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect("lock a");
     let store_a = fenced_store(&env, &lock_a).await;
     assert_eq!(
         store_a.stamp_attempt(1, now).await.expect("a writes"),
@@ -48,7 +50,11 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
         .execute(env.store.pool())
         .await
         .expect("terminate");
-    let lock_b = InstanceLock::acquire(&env.store).await.expect("lock b");
+    // Half a ttl without a renewal from a session that is gone: taken over before expiry.
+    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+    let lock_b = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect("lock b");
     assert_eq!(lock_b.epoch(), lock_a.epoch() + 1);
     let store_b = fenced_store(&env, &lock_b).await;
 

@@ -23,7 +23,7 @@ pub use crate::messages::TerminalCommitted;
 
 /// Run one sweep now (the actor's own timer sends it; tests and the admin surface may).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<SweepReport, String>")]
+#[rtype(result = "Result<SweepReport, crate::messages::WorkError>")]
 pub struct SweepNow;
 
 /// The backfill actor.
@@ -99,7 +99,7 @@ impl Actor for BackfillSweeper {
 }
 
 impl Handler<SweepNow> for BackfillSweeper {
-    type Result = AtomicResponse<Self, Result<SweepReport, String>>;
+    type Result = AtomicResponse<Self, Result<SweepReport, crate::messages::WorkError>>;
 
     fn handle(&mut self, _: SweepNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
@@ -113,7 +113,7 @@ impl Handler<SweepNow> for BackfillSweeper {
         let sweep = async move { sweep_once(&inbox, &store, clock.as_ref(), &cfg).await };
         AtomicResponse::new(Box::pin(sweep.into_actor(self).map(|result, act, ctx| {
             act.after_sweep(&result, ctx);
-            result.map_err(|e| e.to_string())
+            result.map_err(crate::messages::WorkError::from)
         })))
     }
 }

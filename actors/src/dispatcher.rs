@@ -26,7 +26,7 @@ pub use crate::messages::EventsQueued;
 
 /// Run one round now (the actor's own timer sends it; tests may).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<RoundSummary, String>")]
+#[rtype(result = "Result<RoundSummary, crate::messages::WorkError>")]
 pub struct DispatchNow;
 
 /// What a round did, for whoever asked.
@@ -147,14 +147,14 @@ impl Actor for Dispatcher {
 }
 
 impl Handler<DispatchNow> for Dispatcher {
-    type Result = AtomicResponse<Self, Result<RoundSummary, String>>;
+    type Result = AtomicResponse<Self, Result<RoundSummary, crate::messages::WorkError>>;
 
     fn handle(&mut self, _: DispatchNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
         let Some((mut producer, mut state)) = self.producer.take() else {
             // Only possible if a round panicked mid-way; the supervisor rebuilds us.
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(
-                "producer unavailable".to_string()
+                crate::messages::WorkError::ProducerUnavailable,
             ))));
         };
         let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
@@ -185,9 +185,8 @@ impl Handler<DispatchNow> for Dispatcher {
                 act.schedule(ctx, delay, false);
                 act.refresh_backlog(ctx);
                 result
-                    .as_ref()
-                    .map(RoundSummary::from)
-                    .map_err(|e| e.to_string())
+                    .map(|r| RoundSummary::from(&r))
+                    .map_err(crate::messages::WorkError::from)
             },
         )))
     }

@@ -27,7 +27,7 @@ pub struct HolesReleased {
 
 /// Run one poll round now (the poller's own timer sends it; tests and the admin surface may).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<RoundSummary, String>")]
+#[rtype(result = "Result<RoundSummary, WorkError>")]
 pub struct PollNow;
 
 /// What a round did, for whoever asked for it.
@@ -100,4 +100,28 @@ pub struct ShutdownReport {
 pub struct ShutdownPipeline {
     /// When the whole service must be gone.
     pub deadline: std::time::Instant,
+}
+
+/// Why an actor's unit of work (a round, a sweep, a step) failed, as its caller receives it:
+/// the core step's own error, typed, never a string.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkError {
+    /// A poll round.
+    #[error(transparent)]
+    Poll(#[from] msgx_core::poller::PollError),
+    /// A late-detection round.
+    #[error(transparent)]
+    Detect(#[from] msgx_core::late::DetectError),
+    /// A backfill sweep or a pump step (PostgreSQL).
+    #[error(transparent)]
+    Store(#[from] msgx_core::store::StoreError),
+    /// A schedule-requester step.
+    #[error(transparent)]
+    Outbound(#[from] msgx_core::outbound::OutboundError),
+    /// A dispatch round.
+    #[error(transparent)]
+    Dispatch(#[from] msgx_core::dispatch::DispatchError),
+    /// The dispatcher's producer is out (a round panicked; the supervisor rebuilds it).
+    #[error("the kafka producer is unavailable")]
+    ProducerUnavailable,
 }

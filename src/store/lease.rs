@@ -1,8 +1,9 @@
 //! The single-instance lease (SPEC §8, seed §5.1: two pollers would overwrite W) with a fencing
 //! token. One row, `instance_lease`: the holder renews `expires_at` every `lease.renew_every`
 //! from a dedicated session whose pid it records. Another instance takes the lease when it
-//! expired (the holder froze or lost the store) or when the recorded session is gone (the
-//! holder was killed), and bumps `epoch`: from then on every write of the old holder fails
+//! expired (the holder froze or lost the store) or when the recorded session is gone and no
+//! renewal came for half a ttl (the holder was killed; a live holder whose connection broke
+//! has that long to reconnect and renew), and bumps `epoch`: from then on every write of the old holder fails
 //! (migration 0006, [`super::Store::fenced`]), and its next renewal tells it to stop.
 //!
 //! Time is PostgreSQL's (`clock_timestamp()`): holder and standby compare against one clock.
@@ -61,7 +62,8 @@ const TAKE: &str = "UPDATE instance_lease SET epoch = epoch + 1, holder = $1, \
        expires_at = clock_timestamp() + make_interval(secs => $2), backend_pid = pg_backend_pid() \
      WHERE id = 1 AND (holder IS NULL OR expires_at IS NULL OR backend_pid IS NULL \
        OR expires_at <= clock_timestamp() \
-       OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = instance_lease.backend_pid)) \
+       OR (renewed_at < clock_timestamp() - make_interval(secs => $2 / 2) \
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = instance_lease.backend_pid))) \
      RETURNING epoch";
 
 const RENEW: &str = "UPDATE instance_lease SET renewed_at = clock_timestamp(), \
