@@ -533,3 +533,34 @@ async fn every_event_arrives_in_key_order_on_a_real_broker() {
     assert_per_key_order(&got);
     env.cleanup().await;
 }
+
+/// Graceful shutdown: `Shutdown` is handled after the round in flight, and what the broker
+/// acknowledged is SENT before the actor stops (a deploy does not re-send it).
+#[actix_rt::test]
+async fn shutdown_writes_sent_for_what_was_acknowledged_then_stops() {
+    let env = TestEnv::new("disp_shutdown").await;
+    let cluster = mock(1);
+    let bootstrap = cluster.bootstrap_servers();
+    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
+    seed_events(&env, &keys(30, 5)).await;
+    let addr = Dispatcher::new(
+        env.store.clone(),
+        common::shared(&env.clock),
+        producer(&d),
+        d.cfg.clone(),
+        d.idle_poll,
+    )
+    .start();
+    // One round in flight, the shutdown queued behind it.
+    let round = addr.send(msgx_actors::dispatcher::DispatchNow);
+    let stop = addr.send(msgx_actors::messages::Shutdown {
+        deadline: Instant::now() + Duration::from_secs(10),
+    });
+    let summary = round.await.expect("mailbox").expect("round");
+    assert!(summary.acked > 0, "{summary:?}");
+    stop.await.expect("mailbox").expect("clean stop");
+    assert_eq!(states(&env).await.get("SENT"), Some(&30));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!addr.connected(), "stopped");
+    env.cleanup().await;
+}
