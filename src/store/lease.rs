@@ -107,10 +107,12 @@ async fn timed<T>(
         .map_err(|_| StoreError::LeaseTimeout(limit))?
 }
 
+/// `(epoch, holder, seconds until expiry)`.
+type LeaseRow = (i64, Option<String>, Option<f64>);
+
 /// What the lease row says when our statement matched nothing.
 async fn explain(conn: &mut PgConnection, epoch: i64, holder: &str) -> StoreError {
-    let row: Result<Option<(i64, Option<String>, Option<f64>)>, _> =
-        sqlx::query_as(READ).fetch_optional(&mut *conn).await;
+    let row: Result<Option<LeaseRow>, _> = sqlx::query_as(READ).fetch_optional(&mut *conn).await;
     match row {
         Err(e) => e.into(),
         Ok(None) => StoreError::LeaseTampered("the instance_lease row is missing".into()),
