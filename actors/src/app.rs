@@ -255,7 +255,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
                 let stop = addr.clone().recipient();
                 wiring.update(|r| {
                     r.set_shutdown("pump", stop);
-                    r.pump = Some(addr.clone());
+                    r.pump = Some(addr.clone().recipient());
                     r.watermark.retain(|w| w.connected());
                     r.watermark.push(recipient);
                 });
@@ -333,7 +333,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
             .start();
             let stop = addr.clone().recipient();
             wiring.update(|r| {
-                r.poller = Some(addr.clone());
+                r.poller = Some(addr.clone().recipient());
                 r.set_shutdown("inbox_poller", stop);
             });
             Box::new(move || addr.connected())

@@ -5,11 +5,10 @@ use std::sync::{Arc, RwLock};
 
 use actix::Recipient;
 
-use actix::Addr;
-
-use crate::inbox_poller::InboxPoller;
-use crate::messages::{EventsQueued, HolesReleased, Shutdown, TerminalCommitted, WatermarkMoved};
-use crate::pump::Pump;
+use crate::messages::{
+    EventsQueued, HolesReleased, PollNow, Shutdown, TerminalCommitted, WatermarkMoved,
+};
+use crate::pump::Step;
 
 /// The current receivers.
 #[derive(Default)]
@@ -19,9 +18,9 @@ pub struct Receivers {
     /// Told which hole ids were released.
     pub holes: Vec<Recipient<HolesReleased>>,
     /// The current poller (to ask for a round now).
-    pub poller: Option<Addr<InboxPoller>>,
+    pub poller: Option<Recipient<PollNow>>,
     /// The current pump (tests and the admin surface ask it for a step).
-    pub pump: Option<Addr<Pump>>,
+    pub pump: Option<Recipient<Step>>,
     /// Told when the pump commits a terminal row (the backfill sweeper wakes early).
     pub terminal: Vec<Recipient<TerminalCommitted>>,
     /// Told when the pump commits events (the dispatcher wakes at once).
@@ -79,12 +78,12 @@ impl Wiring {
     }
 
     /// The current poller address, if one runs.
-    pub fn poller(&self) -> Option<Addr<InboxPoller>> {
+    pub fn poller(&self) -> Option<Recipient<PollNow>> {
         self.read().poller.clone()
     }
 
     /// The current pump address, if one runs.
-    pub fn pump(&self) -> Option<Addr<Pump>> {
+    pub fn pump(&self) -> Option<Recipient<Step>> {
         self.read().pump.clone()
     }
 
