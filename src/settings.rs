@@ -57,6 +57,10 @@ pub struct Settings {
     pub http: HttpSettings,
     /// Logging.
     pub log: LogSettings,
+    /// The single-instance lease and the hot standby.
+    pub lease: LeaseSettings,
+    /// Restart intensity and graceful shutdown.
+    pub supervisor: SupervisorSettings,
 }
 
 /// Connection and naming of the shared inbox.
@@ -89,6 +93,12 @@ pub struct InboxSettings {
     pub status_column: String,
     /// Outbound table name (written by the outbound path, created only by the dev fixture).
     pub out_table: String,
+    /// MySQL `net_read_timeout` of our sessions (whole seconds): a stalled read is an error.
+    #[serde(with = "humantime_serde_compat")]
+    pub read_timeout: Duration,
+    /// MySQL `net_write_timeout` of our sessions (whole seconds).
+    #[serde(with = "humantime_serde_compat")]
+    pub write_timeout: Duration,
 }
 
 /// Own PostgreSQL.
@@ -108,6 +118,17 @@ pub struct StoreSettings {
     /// may take a moment to end) before refusing to start.
     #[serde(with = "humantime_serde_compat")]
     pub instance_lock_wait: Duration,
+    /// PostgreSQL `statement_timeout` of our sessions (migrations run without it).
+    #[serde(with = "humantime_serde_compat")]
+    pub statement_timeout: Duration,
+    /// PostgreSQL `lock_timeout`: a lock held by a frozen old instance fails the step instead
+    /// of blocking it for ever.
+    #[serde(with = "humantime_serde_compat")]
+    pub lock_timeout: Duration,
+    /// PostgreSQL `idle_in_transaction_session_timeout`: a session that froze inside a
+    /// transaction (SIGSTOP, a hung client) is ended by the server and its locks released.
+    #[serde(with = "humantime_serde_compat")]
+    pub idle_in_transaction_timeout: Duration,
 }
 
 mod kafka;
@@ -116,6 +137,8 @@ mod outbound;
 pub use outbound::{parse_daily_time, OutboundSettings};
 mod layers;
 pub use layers::DEFAULT_TOML;
+mod reliability;
+pub use reliability::{LeaseSettings, SupervisorSettings, MAX_DURATION};
 
 /// Pipeline rules.
 #[derive(Debug, Clone, Deserialize)]
@@ -454,6 +477,7 @@ impl Settings {
                 format!("`{}` is not `text` or `json`", self.log.format),
             ));
         }
+        reliability::validate(self)?;
         Ok(())
     }
 

@@ -14,6 +14,12 @@ pub use dispatch::{
     DISPATCH_PRODUCER_RECREATED_TOTAL, DISPATCH_PRODUCE_SECONDS, DISPATCH_RETRIES_TOTAL,
     DISPATCH_ROUND_ERRORS_TOTAL, DISPATCH_SENT_TOTAL,
 };
+mod reliability;
+pub use reliability::{
+    lease_renew_failed, lease_standby, lease_tampered, restarts_in_window, supervisor_gave_up,
+    verify_result, LEASE_RENEW_FAILURES_TOTAL, LEASE_TAMPERED, SUPERVISOR_GAVE_UP,
+    SUPERVISOR_RESTARTS_IN_WINDOW, VERIFY_VIOLATIONS,
+};
 mod outbound;
 pub use outbound::{
     outbound_failed, outbound_reconciled, outbound_registered, outbound_sent, outbound_stale,
@@ -168,6 +174,11 @@ pub const ALL: &[&str] = &[
     OUTBOUND_RECONCILED_TOTAL,
     OUTBOUND_REGISTERED_STALE,
     OUTBOUND_ERRORS_TOTAL,
+    SUPERVISOR_RESTARTS_IN_WINDOW,
+    SUPERVISOR_GAVE_UP,
+    LEASE_RENEW_FAILURES_TOTAL,
+    LEASE_TAMPERED,
+    VERIFY_VIOLATIONS,
 ];
 
 /// Histogram buckets (seconds) per histogram, for the Prometheus exporter.
@@ -211,6 +222,7 @@ pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
 pub fn describe() {
     dispatch::describe();
     outbound::describe();
+    reliability::describe();
     describe_gauge!(
         INBOX_WATERMARK,
         "Contiguous watermark W of discovered inbox ids"

@@ -36,6 +36,21 @@ fn bad_config_fails_at_start_naming_the_key() {
             "pipeline.cutover_watermark",
         ),
         ("MSGX_PIPELINE__NO_SUCH_KEY", "1", "no_such_key"),
+        // Absurd durations are refused at start instead of overflowing a time computation.
+        ("MSGX_LATE__WATCH_WINDOW", "300000y", "late.watch_window"),
+        (
+            "MSGX_PROCESSING__RETRY_MAX",
+            "300000y",
+            "processing.retry_max",
+        ),
+        ("MSGX_LEASE__RENEW_EVERY", "8s", "lease.renew_every"),
+        (
+            "MSGX_KAFKA__EXTRA",
+            "enable.idempotence=false",
+            "kafka.extra",
+        ),
+        ("MSGX_KAFKA__EXTRA", "acks=1", "kafka.extra"),
+        ("MSGX_STORE__LOCK_TIMEOUT", "2m", "store.lock_timeout"),
     ] {
         let out = msgx(&["run"], &[(key, value)]);
         assert_eq!(out.status.code(), Some(2), "{key}");
@@ -236,6 +251,7 @@ async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
         .envs(vars.iter().cloned())
         .env("MSGX_HTTP__LISTEN", "127.0.0.1:0")
         .env("MSGX_STORE__INSTANCE_LOCK_WAIT", "1s")
+        .env("MSGX_LEASE__STANDBY", "false")
         .stdin(Stdio::null())
         .output()
         .expect("second instance");

@@ -7,7 +7,7 @@ mod common;
 
 use common::TestEnv;
 use msgx_core::clock::Clock;
-use msgx_core::store::{InstanceLock, Store};
+use msgx_core::store::{InstanceLock, LeaseConfig, Store, StoreError};
 
 async fn fenced_store(env: &TestEnv, lock: &InstanceLock) -> Store {
     Store::connect(&env.settings(&[]).store)
@@ -36,7 +36,9 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
         .await
         .expect("rows");
 
-    let lock_a = InstanceLock::acquire(&env.store).await.expect("lock a");
+    let lock_a = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect("lock a");
     let store_a = fenced_store(&env, &lock_a).await;
     assert_eq!(
         store_a.stamp_attempt(1, now).await.expect("a writes"),
@@ -44,20 +46,25 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
     );
 
     // A's lock session dies (network cut, pg_terminate_backend); its pools live on.
-    sqlx::query(
-        "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_database d \
-           ON d.oid = l.database \
-         WHERE l.locktype = 'advisory' AND l.granted AND d.datname = $1",
-    )
-    .bind(&env.db)
-    .execute(env.store.pool())
-    .await
-    .expect("terminate");
-    let lock_b = InstanceLock::acquire(&env.store).await.expect("lock b");
+    sqlx::query("SELECT pg_terminate_backend(backend_pid) FROM instance_lease")
+        .execute(env.store.pool())
+        .await
+        .expect("terminate");
+    // Half a ttl without a renewal from a session that is gone: taken over before expiry.
+    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+    let lock_b = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect("lock b");
     assert_eq!(lock_b.epoch(), lock_a.epoch() + 1);
     let store_b = fenced_store(&env, &lock_b).await;
 
-    // Every kind of write of A fails as fenced and changes nothing.
+    // The takeover ended A's sessions (their open transactions roll back); A's pools
+    // reconnect with the old epoch, and every kind of write of A fails as fenced and changes
+    // nothing.
+    for _ in 0..3 {
+        let _ = store_a.stamp_attempt(1, now).await;
+        let _ = store_a.seed_cursor(5, now).await;
+    }
     let stamp = store_a.stamp_attempt(1, now).await.expect_err("fenced");
     assert!(stamp.is_fenced(), "{stamp}");
     let bind = store_a
@@ -99,5 +106,119 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
         .is_fenced());
     store_a.pool().close().await;
     store_b.pool().close().await;
+    env.cleanup().await;
+}
+
+fn quick() -> LeaseConfig {
+    LeaseConfig {
+        ttl: std::time::Duration::from_millis(1500),
+        check_timeout: std::time::Duration::from_secs(1),
+    }
+}
+
+/// A frozen holder (alive session, no renewals) is taken over once its lease expired; a live
+/// holder is not; a released lease is free at once.
+#[tokio::test]
+async fn a_frozen_holder_is_taken_over_after_the_ttl_and_a_released_lease_at_once() {
+    let env = TestEnv::new("lease_ttl").await;
+    let a = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect("a");
+    // A renews: B stands by.
+    a.check().await.expect("renew");
+    let refused = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect_err("held");
+    assert!(matches!(refused, StoreError::InstanceLocked), "{refused}");
+    // A freezes (stops renewing, keeps its session): after the ttl B takes over.
+    tokio::time::sleep(std::time::Duration::from_millis(1700)).await;
+    let b = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect("b takes over");
+    assert_eq!(b.epoch(), a.epoch() + 1);
+    // A wakes up: its renewal says it was taken over (it must stop).
+    let lost = a.check().await.expect_err("taken over");
+    assert!(matches!(lost, StoreError::LeaseTakenOver { .. }), "{lost}");
+    // B shuts down gracefully: C gets the lease at once, without waiting for the ttl.
+    b.release().await.expect("release");
+    let c = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect("c at once");
+    assert_eq!(c.epoch(), b.epoch() + 1);
+    c.release().await.expect("release c");
+    env.cleanup().await;
+}
+
+/// A lease row edited by hand makes the holder refuse to act and a standby refuse to take it.
+#[tokio::test]
+async fn a_lease_row_edited_by_hand_is_refused() {
+    let env = TestEnv::new("lease_tamper").await;
+    let a = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect("a");
+    sqlx::query("UPDATE instance_lease SET expires_at = now() + interval '30 days'")
+        .execute(env.store.pool())
+        .await
+        .expect("edit");
+    let standby = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect_err("refused");
+    assert!(matches!(standby, StoreError::LeaseTampered(_)), "{standby}");
+    sqlx::query("UPDATE instance_lease SET holder = 'someone:1'")
+        .execute(env.store.pool())
+        .await
+        .expect("edit holder");
+    let held = a.check().await.expect_err("refuse to act");
+    assert!(matches!(held, StoreError::LeaseTampered(_)), "{held}");
+    sqlx::query("DELETE FROM instance_lease")
+        .execute(env.store.pool())
+        .await
+        .expect("delete");
+    let gone = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect_err("no row");
+    assert!(matches!(gone, StoreError::LeaseTampered(_)), "{gone}");
+    env.cleanup().await;
+}
+
+/// Our sessions carry the statement/lock/idle-in-transaction timeouts of `[store]`.
+#[tokio::test]
+async fn store_sessions_carry_the_configured_timeouts() {
+    let env = TestEnv::new("lease_timeouts").await;
+    let store = Store::connect(
+        &env.settings(&[
+            ("MSGX_STORE__STATEMENT_TIMEOUT", "7s"),
+            ("MSGX_STORE__LOCK_TIMEOUT", "3s"),
+            ("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "11s"),
+        ])
+        .store,
+    )
+    .await
+    .expect("store");
+    let got: (String, String, String) = sqlx::query_as(
+        "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'), \
+         current_setting('idle_in_transaction_session_timeout')",
+    )
+    .fetch_one(store.pool())
+    .await
+    .expect("settings");
+    assert_eq!(got, ("7s".into(), "3s".into(), "11s".into()));
+    // A statement over the limit fails instead of hanging.
+    let slow = Store::connect(
+        &env.settings(&[
+            ("MSGX_STORE__STATEMENT_TIMEOUT", "300ms"),
+            ("MSGX_STORE__LOCK_TIMEOUT", "100ms"),
+        ])
+        .store,
+    )
+    .await
+    .expect("store");
+    let err = sqlx::query("SELECT pg_sleep(2)")
+        .execute(slow.pool())
+        .await
+        .expect_err("timed out");
+    assert!(err.to_string().contains("statement timeout"), "{err}");
+    store.pool().close().await;
+    slow.pool().close().await;
     env.cleanup().await;
 }

@@ -200,3 +200,55 @@ async fn supervisor_rebuilds_a_child_whose_mailbox_closed() {
     let second = current.lock().expect("lock").clone().expect("rebuilt");
     assert!(second.connected());
 }
+
+/// Restart intensity: a child that crashes at once every time is rebuilt up to the limit, then
+/// the supervisor gives up with a fatal condition (the binary exits non-zero) instead of
+/// crash-looping; `/readyz` sees the child down meanwhile.
+#[actix_rt::test]
+async fn a_crash_loop_exceeds_the_restart_intensity_and_is_fatal() {
+    let starts = Arc::new(Mutex::new(0u32));
+    let factory = {
+        let starts = starts.clone();
+        msgx_actors::supervisor::ChildFactory {
+            name: "crashy",
+            start: Box::new(move |_| {
+                let addr = Fragile(starts.clone()).start();
+                addr.do_send(Boom);
+                Box::new(move || addr.connected())
+            }),
+        }
+    };
+    let (fatal, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let health = msgx_actors::health::Health::default();
+    let _sup =
+        msgx_actors::supervisor::Supervisor::new(Wiring::default(), vec![factory], None, fatal)
+            .with_health(health.clone())
+            .with_intensity(msgx_actors::supervisor::Intensity {
+                max_restarts: 2,
+                window: Duration::from_secs(60),
+            })
+            .start();
+    let got = tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .expect("gave up in time")
+        .expect("fatal");
+    assert!(
+        matches!(
+            got,
+            msgx_actors::supervisor::Fatal::RestartIntensity {
+                child: "crashy",
+                restarts: 3,
+                ..
+            }
+        ),
+        "{got:?}"
+    );
+    assert!(
+        got.to_string().contains("restart intensity exceeded"),
+        "{got}"
+    );
+    // Started once, rebuilt twice, then no more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(*starts.lock().expect("lock"), 3);
+    assert_eq!(health.readiness().children_down, vec!["crashy"]);
+}

@@ -11,6 +11,7 @@
 //!   back to PENDING, with the state the operator saw);
 //! - `POST /admin/recover-backfill` (operate) → `Ops::recover_backfill`;
 //! - `POST /admin/events/requeue` (operate) → `Ops::requeue_events`;
+//! - `GET /admin/verify` (read) → `msgx_core::verify` (SPEC §11 invariants; 200, 409, 503);
 //! - `POST /cminmsgs/send` (compat) → `Ops::compat_register`.
 //!
 //! The routes and their bodies are described in `docs/openapi.yaml` (checked by a test).
@@ -236,6 +237,9 @@ pub fn configure(state: AdminState) -> impl FnOnce(&mut web::ServiceConfig) {
                 .service(web::resource("/recover-backfill").route(web::post().to(recover_backfill)))
                 .service(web::resource("/events/requeue").route(web::post().to(requeue_events)))
                 .service(web::resource("/messages/{msg_id}").route(web::get().to(message)))
+                .service(
+                    web::resource("/verify").route(web::get().to(crate::admin_verify::verify)),
+                )
                 .configure(crate::admin_api::configure_admin),
         )
         .service(

@@ -66,6 +66,10 @@ pub struct PipelineDeps {
     pub dispatch: Option<DispatchDeps>,
     /// The daily schedule request (schedule requester); None runs without it.
     pub outbound: Option<msgx_core::outbound::Outbound>,
+    /// The supervisor's restart limit (`[supervisor]`).
+    pub intensity: crate::supervisor::Intensity,
+    /// How often the supervisor renews the lease (`lease.renew_every`).
+    pub lease_every: std::time::Duration,
 }
 
 impl PipelineDeps {
@@ -95,6 +99,11 @@ impl PipelineDeps {
             fatal,
             dispatch: None,
             outbound: None,
+            intensity: crate::supervisor::Intensity {
+                max_restarts: settings.supervisor.max_restarts,
+                window: settings.supervisor.restart_window,
+            },
+            lease_every: settings.lease.renew_every,
         })
     }
 }
@@ -189,7 +198,10 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         fatal,
         dispatch,
         outbound,
+        intensity,
+        lease_every,
     } = deps;
+    let supervisor_health = health.clone();
     let requester = outbound.map(|ob| crate::schedule_requester::child(ob, clock.clone()));
     let dispatcher = dispatch.map(|d| {
         let (store, clock) = (store.clone(), clock.clone());
@@ -212,7 +224,11 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
                 )
                 .start();
                 let recipient = addr.clone().recipient();
-                wiring.update(|r| r.events = vec![recipient]);
+                let stop = addr.clone().recipient();
+                wiring.update(|r| {
+                    r.events = vec![recipient];
+                    r.set_shutdown("dispatcher", stop);
+                });
                 Box::new(move || addr.connected())
             }),
         }
@@ -237,8 +253,10 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
                     .with_drain_window(drain_window)
                     .start();
                 let recipient = addr.clone().recipient();
+                let stop = addr.clone().recipient();
                 wiring.update(|r| {
-                    r.pump = Some(addr.clone());
+                    r.set_shutdown("pump", stop);
+                    r.pump = Some(addr.clone().recipient());
                     r.watermark.retain(|w| w.connected());
                     r.watermark.push(recipient);
                 });
@@ -261,7 +279,11 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
                 )
                 .start();
                 let recipient = addr.clone().recipient();
-                wiring.update(|r| r.holes = vec![recipient]);
+                let stop = addr.clone().recipient();
+                wiring.update(|r| {
+                    r.holes = vec![recipient];
+                    r.set_shutdown("late_detector", stop);
+                });
                 Box::new(move || addr.connected())
             }),
         }
@@ -280,7 +302,11 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
                 )
                 .start();
                 let recipient = addr.clone().recipient();
-                wiring.update(|r| r.terminal = vec![recipient]);
+                let stop = addr.clone().recipient();
+                wiring.update(|r| {
+                    r.terminal = vec![recipient];
+                    r.set_shutdown("backfill_sweeper", stop);
+                });
                 Box::new(move || addr.connected())
             }),
         }
@@ -306,7 +332,11 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
                 health.clone(),
             )
             .start();
-            wiring.update(|r| r.poller = Some(addr.clone()));
+            let stop = addr.clone().recipient();
+            wiring.update(|r| {
+                r.poller = Some(addr.clone().recipient());
+                r.set_shutdown("inbox_poller", stop);
+            });
             Box::new(move || addr.connected())
         }),
     };
@@ -315,7 +345,11 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     children.extend(dispatcher);
     children.extend(requester);
     children.extend([pump, inbox_poller]);
-    Supervisor::new(wiring, children, lock, fatal).start()
+    Supervisor::new(wiring, children, lock, fatal)
+        .with_health(supervisor_health)
+        .with_intensity(intensity)
+        .with_lease_every(lease_every)
+        .start()
 }
 
 /// Connects the stores (migrating PostgreSQL) and builds the inbox adapter.
@@ -331,10 +365,6 @@ pub async fn connect(settings: &Settings) -> anyhow::Result<(Inbox, Store)> {
         &settings.inbox_names()?,
         settings.inbox_timezone()?,
     )?;
-    if settings.late.hole_evidence {
-        // Evidence read from a replica would release holes whose rows are still coming.
-        inbox.check_primary().await?;
-    }
     Ok((inbox, store))
 }
 
@@ -380,7 +410,8 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     Ok(handle)
 }
 
-/// Runs the service until SIGINT/SIGTERM or a fatal condition.
+/// Runs the service until SIGINT/SIGTERM or a fatal condition. `/readyz` answers from the
+/// start (503 while the store is unreachable or this instance stands by for the lease).
 pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     let metrics = install_metrics()?;
     let clock: SharedClock = Arc::new(SystemClock);
@@ -390,8 +421,35 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         table = %settings.inbox.table,
         "msgexchange starting"
     );
-    let (inbox, store) = connect(&settings).await?;
-    let lock = acquire_lock(&store, settings.store.instance_lock_wait).await?;
+    let health = Health::default();
+    health.lease(false);
+    health.waiting(Some("starting".into()));
+    let listen = settings.http.listen.parse()?;
+    // Until the pipeline runs: /metrics, /healthz and /readyz only (no admin surface).
+    let early = crate::http::serve(listen, metrics.clone(), health.clone(), None)
+        .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
+    let early_handle = early.handle();
+    actix_rt::spawn(early);
+    let mut stop = Box::pin(shutdown_signal());
+
+    let Some(store) = crate::lifecycle::connect_store(&settings, &health, &mut stop).await? else {
+        early_handle.stop(true).await;
+        return Ok(());
+    };
+    let inbox = Inbox::new(
+        &settings.inbox,
+        &settings.inbox_names()?,
+        settings.inbox_timezone()?,
+    )?;
+    if settings.late.hole_evidence {
+        // Evidence read from a replica would release holes whose rows are still coming.
+        inbox.check_primary().await?;
+    }
+    let Some(lock) = crate::lifecycle::acquire_lease(&settings, &store, &health, &mut stop).await?
+    else {
+        early_handle.stop(true).await;
+        return Ok(());
+    };
     // From here on every write carries this instance's epoch: once a newer instance takes the
     // lock, our writes fail instead of racing it (migration 0006).
     let store = store
@@ -399,7 +457,9 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         .await
         .context("reconnecting the store with the lease epoch")?;
     telemetry::lease_held(lock.epoch());
+    health.lease(true);
     apply_cutover(&store, &inbox, settings.cutover()?, clock.as_ref()).await?;
+    let verify_inbox = inbox.clone();
     let outbound = msgx_core::outbound::Outbound::from_settings(&settings, &store, &inbox)?;
 
     // Kept alive for the whole run: dropping it stops the embedded brokers.
@@ -409,39 +469,56 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     EventProducer::new(&settings.kafka, &bootstrap).context("kafka producer (section [kafka])")?;
     tracing::info!(brokers = %bootstrap, topic = %settings.kafka.topic, "delivering events to kafka");
 
-    let health = Health::default();
     let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
     let admin_ops = msgx_core::ops::Ops::new(&settings, store.clone(), inbox.clone());
     let admin_clock = clock.clone();
-    let _supervisor = start_pipeline(PipelineDeps {
+    let supervisor = start_pipeline(PipelineDeps {
         health: health.clone(),
-        lock: Some(lock),
+        lock: Some(lock.clone()),
         dispatch: Some(DispatchDeps::new(&settings, &bootstrap)),
         outbound: Some(outbound),
         ..PipelineDeps::from_settings(&settings, inbox, store, clock, fatal_tx)?
     });
-    let listen = settings.http.listen.parse()?;
     let admin = crate::admin::AdminState::from_settings(&settings, admin_ops, admin_clock);
     if admin.is_some() {
         tracing::info!("admin surface enabled under /admin/ and /cminmsgs/send (bearer tokens)");
     }
-    let server = crate::http::serve(listen, metrics, health, admin)
+    let verify = match &admin {
+        Some(a) => Some(crate::verify_cmd::input(
+            &settings,
+            verify_inbox,
+            a.store.clone(),
+            5000,
+            None,
+        )?),
+        None => None,
+    };
+    early_handle.stop(true).await;
+    let server = crate::http::serve_with_verify(listen, metrics, health.clone(), admin, verify)
         .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
     let server_handle = server.handle();
     actix_rt::spawn(server);
+    health.waiting(None);
     tracing::info!(%listen, "serving /metrics, /healthz, /readyz");
 
     let result = tokio::select! {
-        _ = shutdown_signal() => {
-            tracing::info!("shutdown requested");
+        _ = &mut stop => {
+            crate::lifecycle::graceful_shutdown(&settings, &supervisor, &lock, &health).await;
             Ok(())
         }
-        Some(fatal) = fatal_rx.recv() => match fatal {
-            Fatal::LockLost(why) => {
-                telemetry::lease_lost(&why);
-                Err(anyhow::anyhow!("single-instance lock lost: {why}"))
+        Some(fatal) = fatal_rx.recv() => {
+            match &fatal {
+                Fatal::LockLost(why) => telemetry::lease_lost(why),
+                Fatal::LeaseTampered(why) => telemetry::lease_tampered(why),
+                Fatal::RestartIntensity { .. } => {
+                    // Let a standby take over at once instead of after lease.ttl.
+                    if let Err(e) = lock.release().await {
+                        tracing::warn!(error = %e, "could not release the lease");
+                    }
+                }
             }
-        },
+            Err(anyhow::anyhow!("{fatal}"))
+        }
     };
     server_handle.stop(true).await;
     result
@@ -457,23 +534,6 @@ pub fn kafka_bootstrap(k: &KafkaSettings) -> anyhow::Result<(Option<EmbeddedClus
         Ok((Some(cluster), bootstrap))
     } else {
         Ok((None, k.brokers.trim().to_string()))
-    }
-}
-
-/// Waits up to `wait` for the single-instance lock.
-async fn acquire_lock(store: &Store, wait: std::time::Duration) -> anyhow::Result<InstanceLock> {
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        match InstanceLock::acquire(store).await {
-            Ok(lock) => return Ok(lock),
-            Err(msgx_core::store::StoreError::InstanceLocked)
-                if tokio::time::Instant::now() < deadline =>
-            {
-                tracing::warn!("instance lock held elsewhere; waiting");
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
     }
 }
 

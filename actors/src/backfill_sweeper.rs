@@ -19,17 +19,11 @@ use msgx_core::store::{Store, StoreError};
 /// at 500 terminal rows/s that is one batch of ~500 per sweep instead of one sweep per row.
 pub const DEFAULT_WAKE_GAP: Duration = Duration::from_secs(1);
 
-/// The pump committed a terminal state (with its backfill intent): a sweep may come early.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
-#[rtype(result = "()")]
-pub struct TerminalCommitted {
-    /// The row that became terminal.
-    pub msg_id: i64,
-}
+pub use crate::messages::TerminalCommitted;
 
 /// Run one sweep now (the actor's own timer sends it; tests and the admin surface may).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<SweepReport, String>")]
+#[rtype(result = "Result<SweepReport, crate::messages::WorkError>")]
 pub struct SweepNow;
 
 /// The backfill actor.
@@ -105,7 +99,7 @@ impl Actor for BackfillSweeper {
 }
 
 impl Handler<SweepNow> for BackfillSweeper {
-    type Result = AtomicResponse<Self, Result<SweepReport, String>>;
+    type Result = AtomicResponse<Self, Result<SweepReport, crate::messages::WorkError>>;
 
     fn handle(&mut self, _: SweepNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
@@ -119,7 +113,7 @@ impl Handler<SweepNow> for BackfillSweeper {
         let sweep = async move { sweep_once(&inbox, &store, clock.as_ref(), &cfg).await };
         AtomicResponse::new(Box::pin(sweep.into_actor(self).map(|result, act, ctx| {
             act.after_sweep(&result, ctx);
-            result.map_err(|e| e.to_string())
+            result.map_err(crate::messages::WorkError::from)
         })))
     }
 }
@@ -133,3 +127,6 @@ impl Handler<TerminalCommitted> for BackfillSweeper {
         self.schedule(ctx, after, true);
     }
 }
+
+// Stop taking work once the step in flight (if any) has finished.
+crate::stop_on_shutdown!(BackfillSweeper, "backfill_sweeper");

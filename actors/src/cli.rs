@@ -68,6 +68,8 @@ pub enum Command {
     /// Events that could not be delivered to Kafka (DEAD): list them, send them again.
     #[command(subcommand)]
     Events(crate::cli_ops::EventsCommand),
+    /// Check SPEC §11's invariants against the stores (exit 0 ok, 1 violation, 2 error).
+    Verify(crate::verify_cmd::VerifyArgs),
 }
 
 /// Dev tools.

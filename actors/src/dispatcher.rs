@@ -22,17 +22,11 @@ use msgx_core::telemetry;
 /// How often the backlog gauges are refreshed (the count scans the pending index).
 const BACKLOG_EVERY: Duration = Duration::from_secs(5);
 
-/// The pump committed a message that raised events: a round may come now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
-#[rtype(result = "()")]
-pub struct EventsQueued {
-    /// The message whose events were committed.
-    pub msg_id: i64,
-}
+pub use crate::messages::EventsQueued;
 
 /// Run one round now (the actor's own timer sends it; tests may).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<RoundSummary, String>")]
+#[rtype(result = "Result<RoundSummary, crate::messages::WorkError>")]
 pub struct DispatchNow;
 
 /// What a round did, for whoever asked.
@@ -153,14 +147,14 @@ impl Actor for Dispatcher {
 }
 
 impl Handler<DispatchNow> for Dispatcher {
-    type Result = AtomicResponse<Self, Result<RoundSummary, String>>;
+    type Result = AtomicResponse<Self, Result<RoundSummary, crate::messages::WorkError>>;
 
     fn handle(&mut self, _: DispatchNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
         let Some((mut producer, mut state)) = self.producer.take() else {
             // Only possible if a round panicked mid-way; the supervisor rebuilds us.
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(
-                "producer unavailable".to_string()
+                crate::messages::WorkError::ProducerUnavailable,
             ))));
         };
         let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
@@ -191,9 +185,8 @@ impl Handler<DispatchNow> for Dispatcher {
                 act.schedule(ctx, delay, false);
                 act.refresh_backlog(ctx);
                 result
-                    .as_ref()
-                    .map(RoundSummary::from)
-                    .map_err(|e| e.to_string())
+                    .map(|r| RoundSummary::from(&r))
+                    .map_err(crate::messages::WorkError::from)
             },
         )))
     }
@@ -206,5 +199,40 @@ impl Handler<EventsQueued> for Dispatcher {
         // Immediately: latency from commit to ack is what this wake-up is for. Wakes during a
         // round wait in the mailbox and arm one round right after it.
         self.schedule(ctx, Duration::ZERO, true);
+    }
+}
+
+impl Handler<crate::messages::Shutdown> for Dispatcher {
+    type Result = AtomicResponse<Self, Result<(), crate::messages::ShutdownError>>;
+
+    /// Handled after the round in flight (atomic): waits for the acknowledgements still on
+    /// their way, writes SENT/DEAD/failures the last round carries, then stops — so a deploy
+    /// does not re-send what the broker already acknowledged.
+    fn handle(&mut self, _: crate::messages::Shutdown, ctx: &mut Self::Context) -> Self::Result {
+        self.next.cancel(ctx);
+        let store = self.store.clone();
+        let carried = self.producer.take();
+        let finish = async move {
+            let Some((producer, mut state)) = carried else {
+                return Ok(());
+            };
+            // Nothing of ours is queued in librdkafka after a round; this only drains stragglers.
+            let _ = producer.flush(Duration::from_secs(2));
+            let written = msgx_core::dispatch::flush(&store, &mut state).await;
+            match written {
+                Ok((sent, dead)) => {
+                    tracing::info!(sent, dead, "dispatcher wrote its last outcome");
+                    Ok(())
+                }
+                Err(source) => Err(crate::messages::ShutdownError::Store {
+                    actor: "dispatcher",
+                    source,
+                }),
+            }
+        };
+        AtomicResponse::new(Box::pin(finish.into_actor(self).map(|result, _, ctx| {
+            crate::shutdown::stop(ctx, &mut NextRun::default(), "dispatcher");
+            result
+        })))
     }
 }

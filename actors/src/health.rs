@@ -1,6 +1,7 @@
 //! Liveness/readiness facts shared with the HTTP surface.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What `/readyz` reports.
@@ -17,6 +18,37 @@ struct Inner {
     last_ok_unix: AtomicI64,
     /// Why the last round failed.
     last_error: Mutex<Option<String>>,
+    /// Each supervised child: is its mailbox open (the supervisor writes this).
+    children: Mutex<BTreeMap<&'static str, bool>>,
+    /// The lease: 0 = not used (tests), 1 = held, 2 = not held (standby, lost, starting).
+    lease: AtomicU8,
+    /// Why the service is not running its pipeline yet (store unreachable, standing by).
+    waiting: Mutex<Option<String>>,
+}
+
+const LEASE_UNUSED: u8 = 0;
+const LEASE_HELD: u8 = 1;
+const LEASE_NOT_HELD: u8 = 2;
+
+/// What `/readyz` says, with every reason it is not ready.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Readiness {
+    /// All of the below hold.
+    pub ready: bool,
+    /// The last poll round succeeded.
+    pub poll_ok: bool,
+    /// Unix seconds of the last successful poll round.
+    pub last_poll_ok_unix: i64,
+    /// The last poll error.
+    pub error: Option<String>,
+    /// Children whose mailbox is closed (being restarted).
+    pub children_down: Vec<&'static str>,
+    /// Every supervised child with its state.
+    pub children: BTreeMap<&'static str, bool>,
+    /// `Some(false)` while this instance does not hold the lease (standby).
+    pub lease_held: Option<bool>,
+    /// Why the pipeline is not running yet, if it is not.
+    pub waiting: Option<String>,
 }
 
 impl Health {
@@ -54,5 +86,90 @@ impl Health {
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
         )
+    }
+}
+
+impl Health {
+    /// The supervisor's view of one child.
+    pub fn child(&self, name: &'static str, alive: bool) {
+        self.inner
+            .children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, alive);
+    }
+
+    /// This instance holds (or does not hold) the lease; readiness requires it from now on.
+    pub fn lease(&self, held: bool) {
+        let v = if held { LEASE_HELD } else { LEASE_NOT_HELD };
+        self.inner.lease.store(v, Ordering::Relaxed);
+    }
+
+    /// The pipeline is not running yet, and why (`None` once it runs).
+    pub fn waiting(&self, why: Option<String>) {
+        *self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner()) = why;
+    }
+
+    /// Everything `/readyz` reports.
+    pub fn readiness(&self) -> Readiness {
+        let (poll_ok, last_poll_ok_unix, error) = self.snapshot();
+        let children = self
+            .inner
+            .children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let children_down: Vec<&'static str> = children
+            .iter()
+            .filter(|(_, alive)| !**alive)
+            .map(|(n, _)| *n)
+            .collect();
+        let lease_held = match self.inner.lease.load(Ordering::Relaxed) {
+            LEASE_UNUSED => None,
+            v => Some(v == LEASE_HELD),
+        };
+        let waiting = self
+            .inner
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        Readiness {
+            ready: poll_ok
+                && children_down.is_empty()
+                && lease_held != Some(false)
+                && waiting.is_none(),
+            poll_ok,
+            last_poll_ok_unix,
+            error,
+            children_down,
+            children,
+            lease_held,
+            waiting,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_needs_the_poll_every_child_and_the_lease() {
+        let h = Health::default();
+        assert!(!h.readiness().ready, "no round yet");
+        h.poll_ok();
+        h.child("pump", true);
+        assert!(h.readiness().ready);
+        h.child("dispatcher", false);
+        assert_eq!(h.readiness().children_down, vec!["dispatcher"]);
+        assert!(!h.readiness().ready);
+        h.child("dispatcher", true);
+        h.lease(false);
+        assert!(!h.readiness().ready, "standby");
+        h.lease(true);
+        assert!(h.readiness().ready);
+        h.waiting(Some("store unreachable".into()));
+        assert!(!h.readiness().ready);
     }
 }

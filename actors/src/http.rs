@@ -25,9 +25,9 @@ async fn healthz() -> HttpResponse {
 }
 
 async fn readyz(health: web::Data<Health>) -> HttpResponse {
-    let (ready, last_ok, error) = health.snapshot();
-    let body = serde_json::json!({ "ready": ready, "last_poll_ok_unix": last_ok, "error": error });
-    if ready {
+    // Every child, the lease and the last poll round (health::Readiness).
+    let body = health.readiness();
+    if body.ready {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)
@@ -56,6 +56,18 @@ pub fn serve(
     health: Health,
     admin: Option<AdminState>,
 ) -> std::io::Result<actix_web::dev::Server> {
+    serve_with_verify(listen, handle, health, admin, None)
+}
+
+/// [`serve`], with what `GET /admin/verify` reads ([`crate::admin_verify`]).
+pub fn serve_with_verify(
+    listen: SocketAddr,
+    handle: PrometheusHandle,
+    health: Health,
+    admin: Option<AdminState>,
+    verify: Option<msgx_core::verify::VerifyInput>,
+) -> std::io::Result<actix_web::dev::Server> {
+    let verify = verify.map(web::Data::new);
     let handle = web::Data::new(handle);
     let health = web::Data::new(health);
     let server = HttpServer::new(move || {
@@ -66,6 +78,10 @@ pub fn serve(
             .service(web::resource("/metrics").route(web::get().to(metrics)))
             .service(web::resource("/healthz").route(web::get().to(healthz)))
             .service(web::resource("/readyz").route(web::get().to(readyz)));
+        let app = match verify.clone() {
+            Some(v) => app.app_data(v),
+            None => app,
+        };
         match admin.clone() {
             Some(state) => app.configure(crate::admin::configure(state)),
             None => app,

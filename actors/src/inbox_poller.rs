@@ -120,7 +120,7 @@ impl Actor for InboxPoller {
 }
 
 impl Handler<PollNow> for InboxPoller {
-    type Result = AtomicResponse<Self, Result<RoundSummary, String>>;
+    type Result = AtomicResponse<Self, Result<RoundSummary, crate::messages::WorkError>>;
 
     fn handle(&mut self, _: PollNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
@@ -140,7 +140,10 @@ impl Handler<PollNow> for InboxPoller {
                     released: r.advance.first_released().map(|h| (h.first, h.last)),
                     hole_open: r.advance.open_hole.is_some(),
                 })
-                .map_err(|e| e.to_string())
+                .map_err(crate::messages::WorkError::from)
         })))
     }
 }
+
+// Stop taking work once the step in flight (if any) has finished.
+crate::stop_on_shutdown!(InboxPoller, "inbox_poller");

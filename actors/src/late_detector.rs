@@ -27,7 +27,7 @@ use crate::next_run::NextRun;
 /// Run one detection round now (the detector's own timer sends it; tests and the admin
 /// surface may).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<DetectReport, String>")]
+#[rtype(result = "Result<DetectReport, crate::messages::WorkError>")]
 pub struct DetectNow;
 
 /// Run one compensation scan now (the detector's own timer sends it; tests may).
@@ -141,7 +141,7 @@ impl Handler<ScanNow> for LateDetector {
 }
 
 impl Handler<DetectNow> for LateDetector {
-    type Result = AtomicResponse<Self, Result<DetectReport, String>>;
+    type Result = AtomicResponse<Self, Result<DetectReport, crate::messages::WorkError>>;
 
     fn handle(&mut self, _: DetectNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
@@ -154,7 +154,7 @@ impl Handler<DetectNow> for LateDetector {
         let round = async move { detect_once(&inbox, &store, clock.as_ref(), &cfg).await };
         AtomicResponse::new(Box::pin(round.into_actor(self).map(|result, act, ctx| {
             act.after_round(&result, ctx);
-            result.map_err(|e| e.to_string())
+            result.map_err(crate::messages::WorkError::from)
         })))
     }
 }
@@ -169,3 +169,6 @@ impl Handler<HolesReleased> for LateDetector {
         ctx.notify(DetectNow);
     }
 }
+
+// Stop taking work once the step in flight (if any) has finished.
+crate::stop_on_shutdown!(LateDetector, "late_detector");

@@ -17,6 +17,18 @@ fn main() -> std::process::ExitCode {
     };
     init_logging(&settings.log.level, &settings.log.format);
     let system = actix_rt::System::new();
+    if let Some(Command::Verify(args)) = &cli.command {
+        // Exit 1 on a violation, 2 when the check could not run.
+        return match system.block_on(msgx_actors::verify_cmd::run(&settings, args)) {
+            Ok(report) => {
+                std::process::ExitCode::from(msgx_actors::verify_cmd::print(&report, args.json))
+            }
+            Err(e) => {
+                eprintln!("msgexchange: {e:#}");
+                std::process::ExitCode::from(2)
+            }
+        };
+    }
     let result = system.block_on(async move {
         let command = cli.command.take().unwrap_or(Command::Run);
         match command {
@@ -54,6 +66,7 @@ fn main() -> std::process::ExitCode {
             Command::Replay(args) => cli_ops::replay(&settings, &args).await,
             Command::RecoverBackfill(args) => cli_ops::recover_backfill(&settings, &args).await,
             Command::Events(cmd) => cli_ops::events(&settings, &cmd).await,
+            Command::Verify(_) => Ok(()), // handled above (own exit codes)
         }
     });
     match result {

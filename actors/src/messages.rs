@@ -27,7 +27,7 @@ pub struct HolesReleased {
 
 /// Run one poll round now (the poller's own timer sends it; tests and the admin surface may).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<RoundSummary, String>")]
+#[rtype(result = "Result<RoundSummary, WorkError>")]
 pub struct PollNow;
 
 /// What a round did, for whoever asked for it.
@@ -41,4 +41,87 @@ pub struct RoundSummary {
     pub released: Option<(i64, i64)>,
     /// W waits at a young hole.
     pub hole_open: bool,
+}
+
+/// The pump committed a terminal state (with its backfill intent): a sweep may come early
+/// (the backfill sweeper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct TerminalCommitted {
+    /// The row that became terminal.
+    pub msg_id: i64,
+}
+
+/// The pump committed a message that raised events: a round may come now (the dispatcher).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct EventsQueued {
+    /// The message whose events were committed.
+    pub msg_id: i64,
+}
+
+/// Graceful shutdown (SIGTERM/SIGINT), sent by the supervisor to every child, last started
+/// first. The receiver stops taking work, finishes what is in flight (its step runs as an
+/// `AtomicResponse`, so this message is handled only after it), writes what it owes the store
+/// (the dispatcher: SENT for acknowledged events) and stops. Work still running at `deadline`
+/// is abandoned: it rolls back and is redone by the next holder.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<(), ShutdownError>")]
+pub struct Shutdown {
+    /// When the whole service must be gone (`supervisor.shutdown_grace` after the signal).
+    pub deadline: std::time::Instant,
+}
+
+/// Why an actor could not finish its shutdown cleanly (it stops anyway; nothing is lost, the
+/// unwritten part is redone by the next instance).
+#[derive(Debug, thiserror::Error)]
+pub enum ShutdownError {
+    /// Writing what the actor owed the store failed.
+    #[error("{actor}: could not write its last outcome: {source}")]
+    Store {
+        actor: &'static str,
+        #[source]
+        source: msgx_core::store::StoreError,
+    },
+}
+
+/// The supervisor's answer to [`Shutdown`]: which children stopped in time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Children that confirmed their stop.
+    pub stopped: Vec<&'static str>,
+    /// Children that were still busy at the deadline, or failed their last write.
+    pub unclean: Vec<&'static str>,
+}
+
+/// Ask the supervisor to shut the pipeline down (see [`Shutdown`]).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "ShutdownReport")]
+pub struct ShutdownPipeline {
+    /// When the whole service must be gone.
+    pub deadline: std::time::Instant,
+}
+
+/// Why an actor's unit of work (a round, a sweep, a step) failed, as its caller receives it:
+/// the core step's own error, typed, never a string.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkError {
+    /// A poll round.
+    #[error(transparent)]
+    Poll(#[from] msgx_core::poller::PollError),
+    /// A late-detection round.
+    #[error(transparent)]
+    Detect(#[from] msgx_core::late::DetectError),
+    /// A backfill sweep or a pump step (PostgreSQL).
+    #[error(transparent)]
+    Store(#[from] msgx_core::store::StoreError),
+    /// A schedule-requester step.
+    #[error(transparent)]
+    Outbound(#[from] msgx_core::outbound::OutboundError),
+    /// A dispatch round.
+    #[error(transparent)]
+    Dispatch(#[from] msgx_core::dispatch::DispatchError),
+    /// The dispatcher's producer is out (a round panicked; the supervisor rebuilds it).
+    #[error("the kafka producer is unavailable")]
+    ProducerUnavailable,
 }

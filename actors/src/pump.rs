@@ -25,7 +25,7 @@ use crate::wiring::Wiring;
 
 /// Run one pump step now (internal timer; tests may send it).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<StepOutcome, String>")]
+#[rtype(result = "Result<StepOutcome, crate::messages::WorkError>")]
 pub struct Step;
 
 /// Default window of the processing rate (`processing.drain_rate_window`).
@@ -129,7 +129,7 @@ impl Actor for Pump {
 }
 
 impl Handler<Step> for Pump {
-    type Result = AtomicResponse<Self, Result<StepOutcome, String>>;
+    type Result = AtomicResponse<Self, Result<StepOutcome, crate::messages::WorkError>>;
 
     fn handle(&mut self, _: Step, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
@@ -137,7 +137,7 @@ impl Handler<Step> for Pump {
         let step = async move { core.lock().await.step().await };
         AtomicResponse::new(Box::pin(step.into_actor(self).map(|result, act, ctx| {
             act.after_step(&result, ctx);
-            result.map_err(|e| e.to_string())
+            result.map_err(crate::messages::WorkError::from)
         })))
     }
 }
@@ -181,3 +181,6 @@ impl Handler<RefreshBacklog> for Pump {
         )))
     }
 }
+
+// Stop taking work once the step in flight (if any) has finished.
+crate::stop_on_shutdown!(Pump, "pump");

@@ -28,7 +28,7 @@ const MIN_PAUSE: Duration = Duration::from_secs(1);
 
 /// Take one step now (the actor's own timer sends it; tests may).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<DailyReport, String>")]
+#[rtype(result = "Result<DailyReport, crate::messages::WorkError>")]
 pub struct RequestTick;
 
 /// The schedule requester actor.
@@ -104,7 +104,7 @@ impl Actor for ScheduleRequester {
 }
 
 impl Handler<RequestTick> for ScheduleRequester {
-    type Result = AtomicResponse<Self, Result<DailyReport, String>>;
+    type Result = AtomicResponse<Self, Result<DailyReport, crate::messages::WorkError>>;
 
     fn handle(&mut self, _: RequestTick, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
@@ -112,7 +112,7 @@ impl Handler<RequestTick> for ScheduleRequester {
         let step = async move { daily_step(&outbound, clock.now()).await };
         AtomicResponse::new(Box::pin(step.into_actor(self).map(|result, act, ctx| {
             act.after_step(&result, ctx);
-            result.map_err(|e| e.to_string())
+            result.map_err(crate::messages::WorkError::from)
         })))
     }
 }
@@ -121,9 +121,14 @@ impl Handler<RequestTick> for ScheduleRequester {
 pub fn child(outbound: Outbound, clock: SharedClock) -> ChildFactory {
     ChildFactory {
         name: "schedule_requester",
-        start: Box::new(move |_: &Wiring| {
+        start: Box::new(move |wiring: &Wiring| {
             let addr = ScheduleRequester::new(outbound.clone(), clock.clone()).start();
+            let stop = addr.clone().recipient();
+            wiring.update(|r| r.set_shutdown("schedule_requester", stop));
             Box::new(move || addr.connected())
         }),
     }
 }
+
+// Stop taking work once the step in flight (if any) has finished.
+crate::stop_on_shutdown!(ScheduleRequester, "schedule_requester");

@@ -5,13 +5,10 @@ use std::sync::{Arc, RwLock};
 
 use actix::Recipient;
 
-use actix::Addr;
-
-use crate::backfill_sweeper::TerminalCommitted;
-use crate::dispatcher::EventsQueued;
-use crate::inbox_poller::InboxPoller;
-use crate::messages::{HolesReleased, WatermarkMoved};
-use crate::pump::Pump;
+use crate::messages::{
+    EventsQueued, HolesReleased, PollNow, Shutdown, TerminalCommitted, WatermarkMoved,
+};
+use crate::pump::Step;
 
 /// The current receivers.
 #[derive(Default)]
@@ -21,13 +18,24 @@ pub struct Receivers {
     /// Told which hole ids were released.
     pub holes: Vec<Recipient<HolesReleased>>,
     /// The current poller (to ask for a round now).
-    pub poller: Option<Addr<InboxPoller>>,
+    pub poller: Option<Recipient<PollNow>>,
     /// The current pump (tests and the admin surface ask it for a step).
-    pub pump: Option<Addr<Pump>>,
+    pub pump: Option<Recipient<Step>>,
     /// Told when the pump commits a terminal row (the backfill sweeper wakes early).
     pub terminal: Vec<Recipient<TerminalCommitted>>,
     /// Told when the pump commits events (the dispatcher wakes at once).
     pub events: Vec<Recipient<EventsQueued>>,
+    /// Each child's current [`Shutdown`] receiver, by child name (the supervisor's graceful
+    /// shutdown asks them in reverse start order).
+    pub shutdown: Vec<(&'static str, Recipient<Shutdown>)>,
+}
+
+impl Receivers {
+    /// Records (or replaces, after a restart) the shutdown receiver of `child`.
+    pub fn set_shutdown(&mut self, child: &'static str, r: Recipient<Shutdown>) {
+        self.shutdown.retain(|(name, _)| *name != child);
+        self.shutdown.push((child, r));
+    }
 }
 
 /// Shared, swappable wiring.
@@ -70,13 +78,22 @@ impl Wiring {
     }
 
     /// The current poller address, if one runs.
-    pub fn poller(&self) -> Option<Addr<InboxPoller>> {
+    pub fn poller(&self) -> Option<Recipient<PollNow>> {
         self.read().poller.clone()
     }
 
     /// The current pump address, if one runs.
-    pub fn pump(&self) -> Option<Addr<Pump>> {
+    pub fn pump(&self) -> Option<Recipient<Step>> {
         self.read().pump.clone()
+    }
+
+    /// The shutdown receiver of `child`, if it registered one.
+    pub fn shutdown_of(&self, child: &str) -> Option<Recipient<Shutdown>> {
+        self.read()
+            .shutdown
+            .iter()
+            .find(|(name, _)| *name == child)
+            .map(|(_, r)| r.clone())
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Receivers> {

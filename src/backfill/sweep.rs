@@ -293,6 +293,8 @@ async fn mark_batch(
             .await
         {
             Ok(n) if n as usize == group.len() => {
+                // Seed §4 "marking mid-way": the inbox has the marks, PostgreSQL not yet.
+                crate::failpoint::hit("backfill_after_inbox_mark");
                 report.marked += n;
                 report.confirmed.extend_from_slice(&group);
                 write.confirmed.extend_from_slice(&group);

@@ -118,9 +118,25 @@ impl Inbox {
                 url: redact_url(&settings.url),
                 source,
             })?;
+        // Session bounds (whole seconds): a stalled connection or a lock held by someone else
+        // fails the statement on the server too, not only our client-side query_timeout.
+        let session = format!(
+            "SET SESSION net_read_timeout = {}, net_write_timeout = {}, innodb_lock_wait_timeout = {}",
+            settings.read_timeout.as_secs().max(1),
+            settings.write_timeout.as_secs().max(1),
+            settings.query_timeout.as_secs_f64().ceil().max(1.0) as u64,
+        );
         let pool = MySqlPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.connect_timeout)
+            .after_connect(move |conn, _| {
+                let session = session.clone();
+                Box::pin(async move {
+                    use sqlx::Executor as _;
+                    conn.execute(session.as_str()).await?;
+                    Ok(())
+                })
+            })
             .connect_lazy_with(options);
         Ok(Self {
             pool,

@@ -6,7 +6,6 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::{Ops, OpsError};
-use crate::store::INSTANCE_LOCK_KEY;
 
 /// Rows looked at for the processing rate (the newest by processing order).
 const RATE_SAMPLE: i64 = 10_000;
@@ -48,9 +47,13 @@ pub struct WatermarkStatus {
 /// The open hole at W+1.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HoleStatus {
-    /// 0 or 1: W waits at one missing id range at a time.
+    /// Open holes (id ranges above W), each aging on its own.
     pub open: i64,
-    /// When the hole was first seen.
+    /// Ids missing in them.
+    pub missing_ids: i64,
+    /// The first id W waits at, if a hole is open there.
+    pub first_missing: Option<i64>,
+    /// When the oldest open hole was first seen.
     pub oldest_since: Option<DateTime<Utc>>,
     /// Its age.
     pub oldest_age_seconds: Option<f64>,
@@ -182,6 +185,14 @@ impl Ops {
         )
         .fetch_one(pool)
         .await?;
+        let (holes_open, missing_ids, first_missing): (i64, i64, Option<i64>) = sqlx::query_as(
+            "SELECT count(*), COALESCE(sum(last_id - first_id + 1), 0)::bigint, \
+                    min(first_id) FILTER (WHERE first_id = $1 + 1) \
+             FROM inbox_hole",
+        )
+        .bind(w)
+        .fetch_one(pool)
+        .await?;
         let head: Option<HeadTuple> = sqlx::query_as(
             "SELECT msg_id, state, attempts, COALESCE(received_at, enqueued_at), error_class, \
                     error_text, next_attempt_at \
@@ -231,12 +242,14 @@ impl Ops {
             sqlx::query_as("SELECT epoch, holder, acquired_at FROM instance_lease WHERE id = 1")
                 .fetch_one(pool)
                 .await?;
+        // Held = an unexpired lease renewed by a live session (the lease of store/lease.rs).
         let held: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
-             AND objid = $1::bigint::oid AND granted \
-             AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+            "SELECT COALESCE(holder IS NOT NULL AND backend_pid IS NOT NULL \
+                    AND expires_at > clock_timestamp() \
+                    AND EXISTS (SELECT 1 FROM pg_stat_activity a \
+                                WHERE a.pid = instance_lease.backend_pid), false) \
+             FROM instance_lease WHERE id = 1",
         )
-        .bind(INSTANCE_LOCK_KEY)
         .fetch_one(pool)
         .await?;
 
@@ -263,7 +276,9 @@ impl Ops {
                 updated_at,
             },
             holes: HoleStatus {
-                open: i64::from(hole_since.is_some()),
+                open: holes_open,
+                missing_ids,
+                first_missing,
                 oldest_since: hole_since,
                 oldest_age_seconds: age(now, hole_since),
             },
@@ -340,8 +355,12 @@ impl Status {
         );
         let _ = writeln!(
             out,
-            "holes       open={} oldest_age={}",
+            "holes       open={} missing_ids={} waiting_at={} oldest_age={}",
             self.holes.open,
+            self.holes.missing_ids,
+            self.holes
+                .first_missing
+                .map_or_else(|| "-".to_string(), |id| id.to_string()),
             secs(self.holes.oldest_age_seconds)
         );
         match &self.head {

@@ -210,8 +210,7 @@ pub async fn deliver(ob: &Outbound, id: i64, now: DateTime<Utc>) -> Result<Sent,
 /// one PostgreSQL transaction holding its row lock across the `COUTMSGS` statements. Stops at
 /// the first failure (what was completed before it stays completed).
 pub async fn reconcile(ob: &Outbound, now: DateTime<Utc>) -> Result<Vec<Sent>, OutboundError> {
-    let failed_before =
-        now - chrono::Duration::from_std(ob.cfg.failure_grace).unwrap_or(chrono::Duration::zero());
+    let failed_before = crate::clock::minus(now, ob.cfg.failure_grace);
     let mut after = 0;
     let mut done = Vec::new();
     while let Some((tx, row)) = ob.track.lock_next_registered(after, failed_before).await? {

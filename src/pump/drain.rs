@@ -45,7 +45,7 @@ impl DrainEstimator {
             self.samples.clear();
         }
         self.samples.push_back((at, finished));
-        let start = at - chrono::Duration::from_std(self.window).unwrap_or(chrono::Duration::MAX);
+        let start = crate::clock::minus(at, self.window);
         // Keep one sample at or before the window start.
         while self.samples.len() > 2 && self.samples[1].0 <= start {
             self.samples.pop_front();

@@ -153,13 +153,12 @@ impl PumpCore {
         reason: PoisonReason,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let deadline = chrono::Duration::from_std(self.cfg.rules.head_deadline)
-            .unwrap_or(chrono::Duration::MAX);
+        let started_before = crate::clock::minus(now, self.cfg.rules.head_deadline);
         self.store
             .poison(
                 msg_id,
                 self.cfg.rules.max_attempts,
-                now - deadline,
+                started_before,
                 &reason.to_string(),
                 now,
             )
@@ -250,8 +249,12 @@ impl PumpCore {
                     .await
             }
         }
-        self.business(msg_id, attempts, &msg, &msg_type, source)
-            .await
+        let outcome = self
+            .business(msg_id, attempts, &msg, &msg_type, source)
+            .await;
+        // Seed §4 "committed, mark not written" (and events not yet delivered).
+        crate::failpoint::hit("pump_after_business_commit");
+        outcome
     }
 
     async fn business(
@@ -359,7 +362,7 @@ impl PumpCore {
         self.ahead.clear();
         let now = self.clock.now();
         let delay = backoff(attempts, &self.cfg.rules);
-        let next = now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+        let next = crate::clock::plus(now, delay);
         self.store
             .mark_failed(msg_id, class, &detail, next, now)
             .await?;

@@ -101,6 +101,12 @@ impl KafkaSettings {
                     format!("`{k}` is not a property name"),
                 ));
             }
+            if let Some(why) = guarantee_key(k) {
+                return Err(invalid(
+                    "kafka.extra",
+                    format!("`{k}` may not be set here: {why}"),
+                ));
+            }
             out.push((k.to_string(), v.trim().to_string()));
         }
         Ok(out)
@@ -219,6 +225,56 @@ impl DispatchSettings {
         }
         Ok(())
     }
+}
+
+/// Properties `kafka.extra` may not set, with why: they would weaken at-least-once delivery
+/// or per-key order (the producer is always idempotent with `acks=all`), or they are ours.
+const GUARANTEE_KEYS: &[(&str, &str)] = &[
+    ("enable.idempotence", "the producer is always idempotent"),
+    ("acks", "the producer always waits for acks=all"),
+    (
+        "request.required.acks",
+        "the producer always waits for acks=all",
+    ),
+    ("enable.gapless.guarantee", "set by the idempotent producer"),
+    (
+        "max.in.flight.requests.per.connection",
+        "bounded by the idempotent producer (per-key order)",
+    ),
+    (
+        "max.in.flight",
+        "bounded by the idempotent producer (per-key order)",
+    ),
+    (
+        "retries",
+        "librdkafka's retries keep per-key order only as configured here",
+    ),
+    (
+        "message.send.max.retries",
+        "librdkafka's retries keep per-key order only as configured here",
+    ),
+    ("transactional.id", "not a transactional producer"),
+    (
+        "partitioner",
+        "the key → partition mapping keeps per-key order; changing it reorders",
+    ),
+    (
+        "delivery.report.only.error",
+        "SENT is written from the delivery reports",
+    ),
+    ("bootstrap.servers", "use kafka.brokers"),
+    ("metadata.broker.list", "use kafka.brokers"),
+    ("message.timeout.ms", "use kafka.delivery_timeout"),
+    ("delivery.timeout.ms", "use kafka.delivery_timeout"),
+];
+
+/// Why `k` may not be set through `kafka.extra`, if it may not.
+fn guarantee_key(k: &str) -> Option<&'static str> {
+    let k = k.to_ascii_lowercase();
+    GUARANTEE_KEYS
+        .iter()
+        .find(|(name, _)| *name == k)
+        .map(|(_, why)| *why)
 }
 
 fn check_topic(t: &str, key: &'static str) -> Result<(), SettingsError> {
@@ -364,6 +420,24 @@ mod tests {
             let err = k.validate().expect_err(key).to_string();
             assert!(err.contains(key), "{key}: {err}");
             assert!(!err.contains("topsecret"), "{err}");
+        }
+    }
+
+    #[test]
+    fn extra_may_not_weaken_the_delivery_guarantee() {
+        for bad in [
+            "enable.idempotence=false",
+            "acks=1",
+            "socket.keepalive.enable=true; ACKS=0",
+            "request.required.acks=1",
+            "max.in.flight.requests.per.connection=100",
+            "partitioner=random",
+        ] {
+            let mut k = base();
+            k.extra = bad.into();
+            let err = k.validate().expect_err(bad).to_string();
+            assert!(err.contains("kafka.extra"), "{bad}: {err}");
+            assert!(err.contains("may not be set"), "{bad}: {err}");
         }
     }
 

@@ -100,6 +100,8 @@ impl Store {
             .await?;
         }
         replace_holes(&mut tx, round.holes).await?;
+        // Seed §4 "in the inbox, not enqueued": W and its rows are not committed yet.
+        crate::failpoint::hit("poll_before_enqueue_commit");
         tx.commit().await?;
         Ok(inserted)
     }

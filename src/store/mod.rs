@@ -7,6 +7,7 @@ mod enqueue;
 pub mod events;
 mod inspect;
 pub mod late_watch;
+mod lease;
 mod queue;
 pub mod replay;
 mod unseen;
@@ -21,6 +22,7 @@ use crate::settings::{redact_url, StoreSettings};
 pub use business::{BusinessResult, PIPELINE_LOCK_KEY};
 pub use cursor::{SeedOutcome, StoredCursor};
 pub use enqueue::{EnqueueRow, RoundWrite};
+pub use lease::{session_name, InstanceLock, LeaseConfig};
 pub use queue::{Backlog, Binding, HeadRow};
 
 /// Why a store call failed.
@@ -55,6 +57,15 @@ pub enum StoreError {
     /// Cutover seeding refused.
     #[error("cutover seeding refused: {0}")]
     SeedRefused(String),
+    /// A newer instance took the lease over (we froze or lost the store for a whole ttl).
+    #[error("the instance lease was taken over by `{holder}` (epoch {epoch})")]
+    LeaseTakenOver { epoch: i64, holder: String },
+    /// The lease row says something no instance wrote (edited by hand): refuse to act.
+    #[error("the instance_lease row was changed outside msgexchange: {0}; refusing to act")]
+    LeaseTampered(String),
+    /// A lease statement did not answer in time (`lease.check_timeout`).
+    #[error("the instance lease check did not answer within {0:?}")]
+    LeaseTimeout(std::time::Duration),
 }
 
 impl StoreError {
@@ -94,6 +105,20 @@ impl Store {
         if settings.create_database {
             create_database_if_missing(&options).await?;
         }
+        let options = options.options([
+            (
+                "statement_timeout",
+                settings.statement_timeout.as_millis().to_string(),
+            ),
+            (
+                "lock_timeout",
+                settings.lock_timeout.as_millis().to_string(),
+            ),
+            (
+                "idle_in_transaction_session_timeout",
+                settings.idle_in_transaction_timeout.as_millis().to_string(),
+            ),
+        ]);
         // No ping before every checkout: a dead connection fails its statement, which every
         // caller already treats as a store failure; the ping cost a round trip per statement.
         let pool = PgPoolOptions::new()
@@ -102,7 +127,7 @@ impl Store {
             .test_before_acquire(false)
             .connect_with(options)
             .await?;
-        MIGRATOR.run(&pool).await?;
+        migrate_untimed(&pool).await?;
         Ok(Self::with_relaxed(pool))
     }
 
@@ -116,10 +141,12 @@ impl Store {
     /// on each write to our tables fails (SQLSTATE `MXFEN`, [`StoreError::is_fenced`]) once a
     /// newer instance has taken the lock. New pools, same settings; the old ones are closed.
     pub async fn fenced(self, epoch: i64) -> Result<Self, StoreError> {
+        let name = lease::session_name(epoch);
         let epoch = epoch.to_string();
         let options = (*self.pool.connect_options())
             .clone()
-            .options([("msgx.epoch", epoch.as_str())]);
+            .options([("msgx.epoch", epoch.as_str())])
+            .application_name(&name);
         let pool = PgPoolOptions::new()
             .max_connections(self.pool.options().get_max_connections())
             .acquire_timeout(self.pool.options().get_acquire_timeout())
@@ -163,6 +190,18 @@ impl Store {
     }
 }
 
+/// Runs the migrations on one session without our statement/lock timeouts (an index build on
+/// a large table may take longer); the session is closed afterwards, not returned to the pool.
+async fn migrate_untimed(pool: &PgPool) -> Result<(), StoreError> {
+    use sqlx::Executor as _;
+    let mut conn = pool.acquire().await?.detach();
+    conn.execute("SET statement_timeout = 0; SET lock_timeout = 0; SET idle_in_transaction_session_timeout = 0")
+        .await?;
+    MIGRATOR.run(&mut conn).await?;
+    let _ = conn.close().await;
+    Ok(())
+}
+
 /// `CREATE DATABASE` through the maintenance database when the target does not exist.
 async fn create_database_if_missing(target: &PgConnectOptions) -> Result<(), StoreError> {
     let Some(name) = target.get_database().map(str::to_string) else {
@@ -188,77 +227,4 @@ async fn create_database_if_missing(target: &PgConnectOptions) -> Result<(), Sto
     }
     admin.close().await?;
     Ok(())
-}
-
-/// The single-instance lock: a PostgreSQL advisory lock held on a dedicated connection for
-/// the life of the process (two pollers would overwrite W, seed §5.1), and the fencing epoch
-/// taken with it (migration 0006): [`Store::fenced`] makes every write of the instance check
-/// that the epoch is still the current one.
-#[derive(Debug, Clone)]
-pub struct InstanceLock {
-    /// The connection that holds the lock; the lock dies with it.
-    conn: std::sync::Arc<tokio::sync::Mutex<sqlx::PgConnection>>,
-    /// This instance's fencing token.
-    epoch: i64,
-}
-
-/// Advisory lock key: "msgx" in ASCII.
-pub(crate) const INSTANCE_LOCK_KEY: i64 = 0x6d73_6778;
-
-impl InstanceLock {
-    /// Takes the lock or fails with a clear message when another instance holds it.
-    pub async fn acquire(store: &Store) -> Result<Self, StoreError> {
-        let mut conn = store.pool().acquire().await?.detach();
-        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(INSTANCE_LOCK_KEY)
-            .fetch_one(&mut conn)
-            .await?;
-        if !got {
-            return Err(StoreError::InstanceLocked);
-        }
-        // A new epoch fences every earlier holder's connections, whatever state they are in.
-        let host = std::env::var("HOSTNAME")
-            .ok()
-            .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-            .map(|h| h.trim().to_string())
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "?".into());
-        let holder = format!("{host}:{}", std::process::id());
-        let epoch: i64 = sqlx::query_scalar(
-            "UPDATE instance_lease SET epoch = epoch + 1, holder = $1, acquired_at = now() \
-             WHERE id = 1 RETURNING epoch",
-        )
-        .bind(&holder)
-        .fetch_one(&mut conn)
-        .await?;
-        tracing::info!(epoch, holder = %holder, "instance lock taken; lease epoch bumped");
-        Ok(Self {
-            conn: std::sync::Arc::new(tokio::sync::Mutex::new(conn)),
-            epoch,
-        })
-    }
-
-    /// This instance's fencing token (pass it to [`Store::fenced`]).
-    pub fn epoch(&self) -> i64 {
-        self.epoch
-    }
-
-    /// Confirms the lock is still held (its connection is alive and owns it).
-    pub async fn check(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.lock().await;
-        let held: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
-             AND pid = pg_backend_pid() AND objid = $1::bigint::oid AND granted) \
-             AND (SELECT epoch FROM instance_lease WHERE id = 1) = $2",
-        )
-        .bind(INSTANCE_LOCK_KEY)
-        .bind(self.epoch)
-        .fetch_one(&mut *conn)
-        .await?;
-        if held {
-            Ok(())
-        } else {
-            Err(StoreError::InstanceLocked)
-        }
-    }
 }

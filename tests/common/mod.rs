@@ -7,6 +7,7 @@ pub mod kafka;
 pub mod msgs;
 pub mod proxy;
 pub mod service;
+pub mod tansu;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};

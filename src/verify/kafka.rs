@@ -1,0 +1,116 @@
+//! Optional read-back (`verify --kafka`): every SENT event is at the partition/offset the
+//! store recorded, with its own id in `ce_id`. A merge of two ordered streams per partition —
+//! SENT events by offset (pages from PostgreSQL) and the partition read from the beginning —
+//! so memory stays bounded at any size. Reads with its own consumer, never the producer's path.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers;
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+use super::{Finding, VerifyError};
+use crate::store::Store;
+
+/// Where to read.
+#[derive(Debug, Clone)]
+pub struct KafkaCheck {
+    /// `host:port[,…]`.
+    pub bootstrap: String,
+    /// The events topic.
+    pub topic: String,
+    /// Longest wait for one record.
+    pub poll_timeout: Duration,
+}
+
+const RULE: &str = "every SENT event is in Kafka at its recorded partition/offset with its ce_id";
+
+pub(super) fn skipped() -> Finding {
+    let mut f = Finding::new("kafka_readback", RULE);
+    f.skipped = true;
+    f
+}
+
+fn ce_id(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<i64> {
+    let headers = m.headers()?;
+    headers
+        .iter()
+        .find(|h| h.key == "ce_id")
+        .and_then(|h| h.value)
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.parse().ok())
+}
+
+pub(super) async fn run(
+    store: &Store,
+    k: &KafkaCheck,
+    batch: i64,
+    _sent: u64,
+) -> Result<Finding, VerifyError> {
+    let mut f = Finding::new("kafka_readback", RULE);
+    let kerr = |e: rdkafka::error::KafkaError| VerifyError::Kafka(e.to_string());
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &k.bootstrap)
+        .set("group.id", "msgexchange-verify")
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(kerr)?;
+    let meta = consumer
+        .fetch_metadata(Some(&k.topic), Duration::from_secs(10))
+        .map_err(kerr)?;
+    let partitions: Vec<i32> = meta
+        .topics()
+        .iter()
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    for p in partitions {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&k.topic, p, Offset::Beginning)
+            .map_err(kerr)?;
+        consumer.assign(&tpl).map_err(kerr)?;
+        let mut after = -1i64;
+        // The last record read that lies beyond the event being looked for.
+        let mut ahead: Option<(i64, Option<i64>)> = None;
+        loop {
+            let rows: Vec<(i64, i64)> = sqlx::query_as(
+                "SELECT event_id, kafka_offset FROM msg_event \
+                 WHERE state = 'SENT' AND kafka_partition = $1 AND kafka_offset > $2 \
+                 ORDER BY kafka_offset LIMIT $3",
+            )
+            .bind(p)
+            .bind(after)
+            .bind(batch)
+            .fetch_all(store.pool())
+            .await?;
+            let Some(last) = rows.last() else { break };
+            after = last.1;
+            for (event_id, offset) in rows {
+                f.checked += 1;
+                let found = loop {
+                    if let Some((o, id)) = ahead {
+                        if o >= offset {
+                            break (o == offset).then_some(id).flatten();
+                        }
+                    }
+                    let started = Instant::now();
+                    let next = loop {
+                        match consumer.poll(Duration::from_millis(200)) {
+                            Some(Ok(m)) => break Some((m.offset(), ce_id(&m))),
+                            Some(Err(e)) => return Err(kerr(e)),
+                            None if started.elapsed() > k.poll_timeout => break None,
+                            None => {}
+                        }
+                    };
+                    match next {
+                        Some(rec) => ahead = Some(rec),
+                        None => break None,
+                    }
+                };
+                if found != Some(event_id) {
+                    f.violation(event_id);
+                }
+            }
+        }
+    }
+    Ok(f)
+}

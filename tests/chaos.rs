@@ -1,0 +1,553 @@
+//! Reliability under abuse (issue 11): the real `msgexchange` binary against MariaDB,
+//! PostgreSQL and a real Kafka-protocol broker (tansu), fed by the upstream simulator (holes,
+//! late commits, rollbacks, malformed, unknown and duplicate messages), while it is killed
+//! with `kill -9` at random moments and at the failpoints of seed §4, its stores are cut off
+//! through TCP proxies, and the active instance is frozen past its lease while a standby
+//! takes over. Afterwards `msgexchange verify --kafka` passes and an independent consumer sees
+//! every event at least once, in order per key by first sighting.
+//!
+//! CI runs one pass (a few minutes on a small machine); `MSGX_CHAOS_ROUNDS=N` repeats the
+//! disruption schedule N times (a soak, by hand).
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::kafka::{consume, Received};
+use common::proxy::Proxy;
+use common::service::free_port;
+use common::tansu::Tansu;
+use common::TestEnv;
+use rand::Rng;
+
+const TOPIC: &str = "msgx.flight-events";
+const DLQ: &str = "msgx.flight-events.dlq";
+
+/// The service's environment for a chaos run: quick timers, short lease.
+fn service_env(env: &TestEnv, pg: &str, my: &str, kafka: &str) -> Vec<(String, String)> {
+    let mut v = env.binary_env();
+    v.retain(|(k, _)| k != "MSGX_STORE__URL" && k != "MSGX_INBOX__URL");
+    for (k, val) in [
+        ("MSGX_STORE__URL", pg),
+        ("MSGX_INBOX__URL", my),
+        ("MSGX_KAFKA__BROKERS", kafka),
+        ("MSGX_KAFKA__DELIVERY_TIMEOUT", "5s"),
+        ("MSGX_KAFKA__REQUEST_TIMEOUT", "2s"),
+        ("MSGX_STORE__MAX_CONNECTIONS", "4"),
+        ("MSGX_STORE__STATEMENT_TIMEOUT", "10s"),
+        ("MSGX_STORE__LOCK_TIMEOUT", "2s"),
+        ("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "3s"),
+        ("MSGX_LEASE__TTL", "8s"),
+        ("MSGX_LEASE__RENEW_EVERY", "500ms"),
+        ("MSGX_LEASE__CHECK_TIMEOUT", "1s"),
+        ("MSGX_SUPERVISOR__SHUTDOWN_GRACE", "8s"),
+        ("MSGX_PIPELINE__POLL_INTERVAL", "100ms"),
+        ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "2s"),
+        ("MSGX_PROCESSING__IDLE_POLL", "200ms"),
+        ("MSGX_PROCESSING__RETRY_INITIAL", "100ms"),
+        ("MSGX_PROCESSING__RETRY_MAX", "500ms"),
+        ("MSGX_PROCESSING__MAX_ATTEMPTS", "4"),
+        ("MSGX_PROCESSING__HEAD_DEADLINE", "5s"),
+        ("MSGX_BACKFILL__PERIOD", "500ms"),
+        ("MSGX_BACKFILL__RETRY_INITIAL", "200ms"),
+        ("MSGX_BACKFILL__RETRY_MAX", "1s"),
+        ("MSGX_LATE__DETECT_PERIOD", "500ms"),
+        ("MSGX_DISPATCH__IDLE_POLL", "200ms"),
+        ("MSGX_DISPATCH__RETRY_INITIAL", "200ms"),
+        ("MSGX_DISPATCH__RETRY_MAX", "1s"),
+        ("MSGX_OUTBOUND__SCHEDULE_REQUEST_AT", ""),
+        ("MSGX_LOG__LEVEL", "warn"),
+    ] {
+        v.push((k.into(), val.into()));
+    }
+    v
+}
+
+/// One service process with its HTTP port and log file.
+struct Instance {
+    child: Child,
+    port: u16,
+    name: String,
+}
+
+fn log_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join("msgx-chaos");
+    let _ = std::fs::create_dir_all(&d);
+    d
+}
+
+impl Instance {
+    fn spawn(vars: &[(String, String)], name: &str, extra: &[(&str, &str)]) -> Self {
+        let port = free_port();
+        let log = std::fs::File::create(log_dir().join(format!("{name}.log"))).expect("log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+        cmd.arg("run")
+            .envs(vars.iter().cloned())
+            .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        Self {
+            child: cmd.spawn().expect("spawn msgexchange"),
+            port,
+            name: name.to_string(),
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill {sig} {}", self.name);
+    }
+
+    fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Waits for the process to end; its exit status.
+    async fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+
+    async fn ready(&self) -> bool {
+        http_get(self.port, "/readyz")
+            .await
+            .is_ok_and(|r| r.starts_with("HTTP/1.1 200"))
+    }
+
+    async fn metrics(&self) -> String {
+        http_get(self.port, "/metrics").await.unwrap_or_default()
+    }
+
+    async fn wait_ready(&self, limit: Duration) {
+        let start = Instant::now();
+        while !self.ready().await {
+            assert!(
+                start.elapsed() < limit,
+                "{} not ready within {limit:?} (log: {})",
+                self.name,
+                log_dir().join(format!("{}.log", self.name)).display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut buf))
+        .await
+        .map_err(|_| std::io::Error::other("timeout"))??;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// `msgexchange dev simulate-upstream` against the real inbox (upstream is not proxied).
+fn simulator(env: &TestEnv, total: u64, seed: u64) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+        .args([
+            "dev",
+            "simulate-upstream",
+            "--rate",
+            "120",
+            "--connections",
+            "4",
+            "--total",
+            &total.to_string(),
+            "--hold-fraction",
+            "0.05",
+            "--hold-max",
+            "1500ms",
+            "--rollback-fraction",
+            "0.03",
+            "--malformed-fraction",
+            "0.03",
+            "--unknown-type-fraction",
+            "0.005",
+            "--seed",
+            &seed.to_string(),
+        ])
+        .envs(env.binary_env())
+        .env("MSGX_LOG__LEVEL", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("simulator")
+}
+
+/// `msgexchange verify` with these args; (exit code, stdout).
+fn verify(vars: &[(String, String)], args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+        .arg("verify")
+        .args(args)
+        .envs(vars.iter().cloned())
+        .env("MSGX_LOG__LEVEL", "error")
+        .stdin(Stdio::null())
+        .output()
+        .expect("verify");
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Everything visible is enqueued, finished, marked (or abandoned) and delivered.
+async fn settled(env: &TestEnv) -> bool {
+    let max_id: Option<i64> = sqlx::query_scalar("SELECT MAX(CMINMSGS_ID) FROM CMINMSGS")
+        .fetch_one(&env.owner)
+        .await
+        .expect("max id");
+    let (w, _) = env.cursor().await;
+    let open: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM proc_state WHERE state IN ('PENDING','FAILED')) \
+              + (SELECT count(*) FROM proc_state WHERE state IN ('SUCCEEDED','SKIPPED','DEAD') \
+                   AND backfill_at IS NULL AND backfill_abandon_reason IS NULL) \
+              + (SELECT count(*) FROM msg_event WHERE state = 'PENDING')",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .expect("open work");
+    max_id.unwrap_or(0) == w && open == 0
+}
+
+/// Per key, the first sighting of each event id ascends (duplicates allowed after).
+fn assert_per_key_order(records: &[Received]) {
+    let mut by_part: BTreeMap<i32, Vec<&Received>> = BTreeMap::new();
+    for r in records {
+        by_part.entry(r.partition).or_default().push(r);
+    }
+    let mut seen: HashSet<i64> = HashSet::new();
+    let mut last: HashMap<&str, i64> = HashMap::new();
+    for r in by_part.into_values().flatten() {
+        let id = r.ce_id();
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Some(prev) = last.insert(&r.key, id) {
+            assert!(prev < id, "key {} went {prev} then {id}", r.key);
+        }
+    }
+}
+
+/// Waits for a child without blocking the runtime (the proxies run on it).
+async fn wait_child(c: &mut Child) {
+    while c.try_wait().expect("child").is_none() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn proxied(url: &str, from: &str, port: u16) -> String {
+    url.replacen(from, &format!("127.0.0.1:{port}"), 1)
+}
+
+#[tokio::test]
+async fn chaos_nothing_lost_nothing_reordered() {
+    let rounds: usize = std::env::var("MSGX_CHAOS_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let env = TestEnv::new("chaos").await;
+    let broker = Tansu::start();
+    broker.create_topic(TOPIC, 3);
+    broker.create_topic(DLQ, 3);
+    let pg_proxy = Proxy::start("127.0.0.1:5432").await;
+    let my_proxy = Proxy::start("127.0.0.1:3306").await;
+    let vars = service_env(
+        &env,
+        &proxied(&env.pg_url, "127.0.0.1:5432", pg_proxy.port),
+        &proxied(&env.my_url, "127.0.0.1:3306", my_proxy.port),
+        &broker.bootstrap,
+    );
+    let direct = service_env(&env, &env.pg_url, &env.my_url, &broker.bootstrap);
+    let seed: u64 = rand::rng().random_range(1..1_000_000);
+    let per_round = 400u64;
+    let mut rng = rand::rng();
+    let mut n = 0usize;
+    let mut name = |what: &str| {
+        n += 1;
+        format!("{what}-{n}")
+    };
+
+    for round in 0..rounds {
+        // Upstream writes throughout; the second run with the same seed repeats identities
+        // (business duplicates → SKIPPED).
+        let mut sim = simulator(&env, per_round, seed + round as u64);
+
+        // 1. The failpoints of seed §4: each instance aborts at its point once it gets there.
+        for fp in [
+            "poll_before_enqueue_commit",
+            "pump_after_business_commit",
+            "backfill_after_inbox_mark",
+            "dispatch_after_ack",
+        ] {
+            let mut i = Instance::spawn(&vars, &name(fp), &[("MSGEXCHANGE_FAILPOINT", fp)]);
+            match i.exited_within(Duration::from_secs(20)).await {
+                Some(status) => assert!(!status.success(), "{fp}: aborted, not exited 0"),
+                None => i.kill9(), // no work reached the point in time: a plain kill -9
+            }
+        }
+
+        // 2. kill -9 at random moments.
+        for _ in 0..3 {
+            let i = Instance::spawn(&vars, &name("random"), &[]);
+            tokio::time::sleep(Duration::from_millis(rng.random_range(300..3000))).await;
+            i.kill9();
+        }
+
+        // 3. Hot standby and split brain: A active, B waits (not ready, lease 0). A freezes past
+        //    its lease; B takes over; A thaws, finds itself fenced and stops non-zero.
+        let mut a = Instance::spawn(&vars, &name("active"), &[]);
+        a.wait_ready(Duration::from_secs(30)).await;
+        let b = Instance::spawn(&vars, &name("standby"), &[]);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!b.ready().await, "the standby is not ready");
+        assert!(
+            b.metrics().await.contains("msgx_instance_lease_held 0"),
+            "standby reports lease_held 0"
+        );
+        a.signal("-STOP");
+        let frozen = Instant::now();
+        b.wait_ready(Duration::from_secs(20)).await;
+        let took_over = frozen.elapsed();
+        assert!(
+            took_over < Duration::from_secs(15),
+            "takeover took {took_over:?} (lease.ttl 8s)"
+        );
+        a.signal("-CONT");
+        let status = a.exited_within(Duration::from_secs(15)).await;
+        assert!(
+            status.is_some_and(|s| !s.success()),
+            "the thawed old holder stops non-zero: {status:?}"
+        );
+
+        // 4. Store outages: each store's connection cut for a few seconds; B lives through both.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        my_proxy.cut();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        my_proxy.restore();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        pg_proxy.cut();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        pg_proxy.restore();
+        let mut b = b;
+        b.wait_ready(Duration::from_secs(30)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            b.child.try_wait().expect("b").is_none(),
+            "the service lives through store outages shorter than half its lease"
+        );
+        assert!(b.metrics().await.contains("msgx_instance_lease_held 1"));
+
+        // 5. kill -9 of the active: a fresh standby takes over at once (the session is gone).
+        let c = Instance::spawn(&vars, &name("standby"), &[]);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            b.child.try_wait().expect("b").is_none() && !c.ready().await,
+            "a live holder keeps its lease against a new standby"
+        );
+        b.kill9();
+        c.wait_ready(Duration::from_secs(15)).await;
+
+        // 6. Graceful shutdown: SIGTERM → exit 0 within the grace, lease released.
+        wait_child(&mut sim).await;
+        let mut c = c;
+        c.signal("-TERM");
+        let status = c.exited_within(Duration::from_secs(10)).await;
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "SIGTERM exits 0 within shutdown_grace: {status:?}"
+        );
+        let released: bool = sqlx::query_scalar(
+            "SELECT backend_pid IS NULL AND expires_at <= now() FROM instance_lease",
+        )
+        .fetch_one(env.store.pool())
+        .await
+        .expect("lease");
+        assert!(released, "the lease was released at shutdown");
+    }
+    // One duplicate run: the first round's seed again.
+    let mut dup = simulator(&env, 100, seed);
+    wait_child(&mut dup).await;
+
+    // Settle with one clean instance, then check everything.
+    let last = Instance::spawn(&direct, &name("final"), &[]);
+    let start = Instant::now();
+    while !settled(&env).await {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "did not settle (log dir {})",
+            log_dir().display()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let (code, out) = verify(&direct, &["--kafka"]);
+    assert_eq!(code, Some(0), "verify:\n{out}");
+    let skipped: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM proc_state WHERE terminal_reason = 'DUPLICATE'")
+            .fetch_one(env.store.pool())
+            .await
+            .expect("dups");
+    assert!(
+        skipped > 0,
+        "the duplicate run produced business duplicates"
+    );
+
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT event_id FROM msg_event ORDER BY event_id")
+        .fetch_all(env.store.pool())
+        .await
+        .expect("events");
+    assert!(!ids.is_empty(), "the run raised events");
+    let got = consume(&broker.bootstrap, TOPIC, 3, ids.len());
+    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
+    let missing: Vec<i64> = ids
+        .iter()
+        .filter(|i| !unique.contains(i))
+        .copied()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "events never seen by a consumer: {missing:?}"
+    );
+    assert_per_key_order(&got);
+    eprintln!(
+        "chaos: {} events, {} records read ({} duplicates), {} messages",
+        ids.len(),
+        got.len(),
+        got.len() - unique.len(),
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM proc_state")
+            .fetch_one(env.store.pool())
+            .await
+            .unwrap_or(0)
+    );
+    last.kill9();
+    env.cleanup().await;
+}
+
+/// `verify` finds each kind of violation, names it with an example id, and exits 1; a clean
+/// store exits 0; an unreachable store exits 2.
+#[tokio::test]
+async fn verify_reports_each_violation() {
+    let env = TestEnv::new("verify").await;
+    let vars = env.binary_env();
+    let ids = env.insert_rows(5).await;
+    let (code, out) = verify(&vars, &[]);
+    assert_eq!(code, Some(0), "clean: {out}");
+
+    let now = chrono::Utc::now();
+    let q = |sql: &'static str| sqlx::query(sql);
+    sqlx::query("UPDATE inbox_cursor SET w = $1")
+        .bind(ids[4])
+        .execute(env.store.pool())
+        .await
+        .expect("w");
+    // ids[0], ids[1]: SUCCEEDED and marked, but processed in the wrong order (FIFO).
+    // ids[2]: SUCCEEDED, no mark and no intent. ids[3]: PENDING but marked (with a wrong
+    // value) and with an event. ids[4]: not enqueued although ≤ W. 9_999_999: no inbox row.
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at, processed_seq, backfill_at) \
+         VALUES ($1, 'SUCCEEDED', $5, $5, 2, $5), ($2, 'SUCCEEDED', $5, $5, 1, $5), \
+                ($3, 'SUCCEEDED', $5, $5, 3, NULL), ($4, 'PENDING', $5, NULL, NULL, NULL), \
+                (9999999, 'PENDING', $5, NULL, NULL, NULL)",
+    )
+    .bind(ids[0])
+    .bind(ids[1])
+    .bind(ids[2])
+    .bind(ids[3])
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("rows");
+    sqlx::query(
+        "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
+         VALUES ($1, 'FL1', 'FLIGHT_UPDATED', '{}', $2)",
+    )
+    .bind(ids[3])
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("event");
+    sqlx::query(
+        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED', CMINMSGS_DATE_PROCESSED = NOW() \
+         WHERE CMINMSGS_ID IN (?, ?)",
+    )
+    .bind(ids[0])
+    .bind(ids[1])
+    .execute(&env.owner)
+    .await
+    .expect("marks");
+    sqlx::query(
+        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'BOGUS', CMINMSGS_DATE_PROCESSED = NOW() \
+         WHERE CMINMSGS_ID = ?",
+    )
+    .bind(ids[3])
+    .execute(&env.owner)
+    .await
+    .expect("bad mark");
+    q("ALTER TABLE late_watch DISABLE TRIGGER fence")
+        .execute(env.store.pool())
+        .await
+        .expect("unfence");
+
+    let (code, out) = verify(&vars, &["--json", "--batch", "2"]);
+    assert_eq!(code, Some(1), "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let by_name: HashMap<String, &serde_json::Value> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| (f["invariant"].as_str().unwrap_or("").to_string(), f))
+        .collect();
+    for (inv, example) in [
+        ("inbox_covered", ids[4]),
+        ("inbox_row_present", 9_999_999),
+        ("fifo", ids[1]),
+        ("terminal_marked", ids[2]),
+        ("mark_only_terminal", ids[3]),
+        ("mark_value", ids[3]),
+    ] {
+        let f = by_name[inv];
+        assert_eq!(f["violations"], 1, "{inv}: {f}");
+        assert_eq!(f["examples"][0], example, "{inv}: {f}");
+    }
+    assert_eq!(by_name["events_delivered"]["violations"], 1);
+    assert_eq!(by_name["fenced_writes"]["violations"], 1);
+    assert_eq!(by_name["identity_unique"]["violations"], 0);
+    assert_eq!(by_name["kafka_readback"]["skipped"], true);
+    // The text form: one line per invariant.
+    let (_, text) = verify(&vars, &[]);
+    assert!(text.contains("FAIL inbox_covered"), "{text}");
+    assert!(text.contains("OK   identity_unique"), "{text}");
+
+    let mut bad = vars.clone();
+    bad.push((
+        "MSGX_STORE__URL".into(),
+        "postgres://postgres@127.0.0.1:1/nowhere".into(),
+    ));
+    bad.push(("MSGX_STORE__CONNECT_TIMEOUT".into(), "1s".into()));
+    let (code, out) = verify(&bad, &[]);
+    assert_eq!(code, Some(2), "{out}");
+    env.cleanup().await;
+}

