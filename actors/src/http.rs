@@ -49,6 +49,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/cminmsgs/send"),
 ];
 
+/// `/metrics`, `/healthz`, `/readyz` (they need the Prometheus handle and the health as app
+/// data). Resources, so a wrong method is 405, not 404.
+pub fn open_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/metrics").route(web::get().to(metrics)))
+        .service(web::resource("/healthz").route(web::get().to(healthz)))
+        .service(web::resource("/readyz").route(web::get().to(readyz)));
+}
+
 /// Binds and starts the server; the returned handle stops it.
 pub fn serve(
     listen: SocketAddr,
@@ -62,10 +70,7 @@ pub fn serve(
         let app = App::new()
             .app_data(handle.clone())
             .app_data(health.clone())
-            // Resources, so a wrong method is 405, not 404.
-            .service(web::resource("/metrics").route(web::get().to(metrics)))
-            .service(web::resource("/healthz").route(web::get().to(healthz)))
-            .service(web::resource("/readyz").route(web::get().to(readyz)));
+            .configure(open_routes);
         match admin.clone() {
             Some(state) => app.configure(crate::admin::configure(state)),
             None => app,
