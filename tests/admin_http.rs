@@ -975,6 +975,36 @@ fn violation(doc: &Value, schema: &Value, v: &Value, at: &str) -> Option<String>
     None
 }
 
+/// The full paths of the leaf resources in actix's `ResourceMap` debug dump (scopes nest:
+/// `nodes: Some([…]) }` opens and closes a scope; a leaf ends with `nodes: None`).
+fn resource_paths(dump: &str) -> Vec<String> {
+    let mut marks: Vec<(usize, &str)> = Vec::new();
+    for m in [
+        "patterns: Single(\"",
+        "nodes: None",
+        "nodes: Some([",
+        "]) }",
+    ] {
+        marks.extend(dump.match_indices(m));
+    }
+    marks.sort();
+    let (mut stack, mut current, mut out) = (Vec::<String>::new(), String::new(), Vec::new());
+    for (at, mark) in marks {
+        match mark {
+            "nodes: None" => out.push(format!("{}{current}", stack.concat())),
+            "nodes: Some([" => stack.push(current.clone()),
+            "]) }" => {
+                stack.pop();
+            }
+            _ => {
+                let rest = &dump[at + mark.len()..];
+                current = rest[..rest.find('"').unwrap_or(0)].to_string();
+            }
+        }
+    }
+    out
+}
+
 /// The request examples of an operation (`example` or every `examples.*.value`).
 fn request_examples(op: &Value) -> Vec<Value> {
     let media = &op["requestBody"]["content"]["application/json"];
@@ -1013,6 +1043,40 @@ async fn openapi_document_matches_the_real_router() {
     assert_eq!(
         documented, served,
         "every route documented, every documented route listed"
+    );
+    // The router's own resource tree (the same configuration `serve` uses): every path it
+    // serves is documented.
+    let tree = test::init_service(
+        App::new()
+            .configure(msgx_actors::http::open_routes)
+            .configure(configure(state(&env)))
+            .default_service(actix_web::web::to(
+                |req: actix_web::HttpRequest| async move {
+                    actix_web::HttpResponse::Ok().body(format!("{:?}", req.resource_map()))
+                },
+            )),
+    )
+    .await;
+    let dump = test::read_body(
+        test::call_service(
+            &tree,
+            test::TestRequest::get().uri("/no-such-route").to_request(),
+        )
+        .await,
+    )
+    .await;
+    let mut router_paths = resource_paths(&String::from_utf8_lossy(&dump));
+    router_paths.sort();
+    let mut doc_paths: Vec<String> = doc["paths"]
+        .as_object()
+        .expect("paths")
+        .keys()
+        .cloned()
+        .collect();
+    doc_paths.sort();
+    assert_eq!(
+        router_paths, doc_paths,
+        "the router's paths are the documented ones"
     );
 
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new()

@@ -46,8 +46,17 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/admin/replay"),
     ("POST", "/admin/recover-backfill"),
     ("POST", "/admin/events/requeue"),
+    ("GET", "/admin/verify"),
     ("POST", "/cminmsgs/send"),
 ];
+
+/// `/metrics`, `/healthz`, `/readyz` (they need the Prometheus handle and the health as app
+/// data). Resources, so a wrong method is 405, not 404.
+pub fn open_routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::resource("/metrics").route(web::get().to(metrics)))
+        .service(web::resource("/healthz").route(web::get().to(healthz)))
+        .service(web::resource("/readyz").route(web::get().to(readyz)));
+}
 
 /// Binds and starts the server; the returned handle stops it.
 pub fn serve(
@@ -74,10 +83,7 @@ pub fn serve_with_verify(
         let app = App::new()
             .app_data(handle.clone())
             .app_data(health.clone())
-            // Resources, so a wrong method is 405, not 404.
-            .service(web::resource("/metrics").route(web::get().to(metrics)))
-            .service(web::resource("/healthz").route(web::get().to(healthz)))
-            .service(web::resource("/readyz").route(web::get().to(readyz)));
+            .configure(open_routes);
         let app = match verify.clone() {
             Some(v) => app.app_data(v),
             None => app,
