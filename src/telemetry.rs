@@ -14,6 +14,8 @@ pub use dispatch::{
     DISPATCH_PRODUCER_RECREATED_TOTAL, DISPATCH_PRODUCE_SECONDS, DISPATCH_RETRIES_TOTAL,
     DISPATCH_ROUND_ERRORS_TOTAL, DISPATCH_SENT_TOTAL,
 };
+mod pump;
+pub use pump::{pump_group, PUMP_GROUP_SECONDS, PUMP_GROUP_SIZE};
 mod outbound;
 pub use outbound::{
     outbound_failed, outbound_reconciled, outbound_registered, outbound_sent, outbound_stale,
@@ -144,11 +146,14 @@ pub const ALL: &[&str] = &[
     OUTBOUND_RECONCILED_TOTAL,
     OUTBOUND_REGISTERED_STALE,
     OUTBOUND_ERRORS_TOTAL,
+    PUMP_GROUP_SIZE,
+    PUMP_GROUP_SECONDS,
 ];
 
 /// Histogram buckets (seconds) per histogram, for the Prometheus exporter.
 pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
     let mut all = dispatch::histogram_buckets();
+    all.extend(pump::histogram_buckets());
     all.extend(vec![
         (
             INBOX_HOLE_FILL_SECONDS,
@@ -183,6 +188,7 @@ pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
 pub fn describe() {
     dispatch::describe();
     outbound::describe();
+    pump::describe();
     describe_gauge!(
         INBOX_WATERMARK,
         "Contiguous watermark W of discovered inbox ids"

@@ -86,59 +86,12 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<(BusinessResult, Refused), StoreError> {
         let mut tx = self.pool().begin().await?;
-        let (state, current) = lock_and_load(&mut tx, msg_id, load).await?;
-        if !matches!(state.as_deref(), Some("PENDING" | "FAILED")) {
-            tx.rollback().await?;
-            return Ok((BusinessResult::NotUnfinished, Refused::default()));
+        let done = business_in(&mut tx, msg_id, msg_type, load, guarded, plan, now).await?;
+        match done.0 {
+            BusinessResult::NotUnfinished => tx.rollback().await?,
+            BusinessResult::Committed { .. } => tx.commit().await?,
         }
-        let tombstones = if guarded {
-            let mut keys: Vec<String> = load.to_vec();
-            keys.extend(current.keys().cloned());
-            load_tombstones(&mut tx, &keys).await?
-        } else {
-            Tombstones::new()
-        };
-        let GuardedPlan { plan, refused } = plan(&current, &tombstones);
-        if let Some(s) = &plan.snapshot {
-            sqlx::query(
-                "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, request_id, flights, \
-                 created, updated, unchanged, applied_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
-            )
-            .bind(msg_id)
-            .bind(s.date)
-            .bind(&s.kind)
-            .bind(&s.request_id)
-            .bind(serde_json::json!(s.flights))
-            .bind(s.created as i32)
-            .bind(s.updated as i32)
-            .bind(s.unchanged as i32)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            // The answer to one of our outbound requests (SCHD/RESP carrying its RQID): record
-            // the first answering message on the request (REQ_TRACK, migration 0005).
-            if let (true, Some(rqid)) = (s.kind == "RESP", &s.request_id) {
-                sqlx::query(
-                    "UPDATE req_track SET answered_by_msg = $1, answered_at = $2 \
-                     WHERE rqid = $3 AND answered_by_msg IS NULL",
-                )
-                .bind(msg_id)
-                .bind(now)
-                .bind(rqid)
-                .execute(&mut *tx)
-                .await?;
-            }
-        }
-        let stale = (!refused.is_empty()).then(|| refused.to_json());
-        write_outcome(&mut tx, &plan, msg_id, msg_type, stale, now).await?;
-        tx.commit().await?;
-        Ok((
-            BusinessResult::Committed {
-                changes: plan.changes.len(),
-                events: plan.events.len(),
-            },
-            refused,
-        ))
+        Ok(done)
     }
 
     /// Loads flights by id (tests, tools).
@@ -148,6 +101,70 @@ impl Store {
         tx.rollback().await?;
         Ok(flights)
     }
+}
+
+/// The business work of one message inside an open transaction (the caller commits, or rolls
+/// back to its savepoint): lock and load, plan, write. On `NotUnfinished` nothing was written.
+pub(super) async fn business_in(
+    tx: &mut Transaction<'_, Postgres>,
+    msg_id: i64,
+    msg_type: &str,
+    load: &[String],
+    guarded: bool,
+    plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
+    now: DateTime<Utc>,
+) -> Result<(BusinessResult, Refused), StoreError> {
+    let (state, current) = lock_and_load(tx, msg_id, load).await?;
+    if !matches!(state.as_deref(), Some("PENDING" | "FAILED")) {
+        return Ok((BusinessResult::NotUnfinished, Refused::default()));
+    }
+    let tombstones = if guarded {
+        let mut keys: Vec<String> = load.to_vec();
+        keys.extend(current.keys().cloned());
+        load_tombstones(tx, &keys).await?
+    } else {
+        Tombstones::new()
+    };
+    let GuardedPlan { plan, refused } = plan(&current, &tombstones);
+    if let Some(s) = &plan.snapshot {
+        sqlx::query(
+            "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, request_id, flights, \
+             created, updated, unchanged, applied_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+        )
+        .bind(msg_id)
+        .bind(s.date)
+        .bind(&s.kind)
+        .bind(&s.request_id)
+        .bind(serde_json::json!(s.flights))
+        .bind(s.created as i32)
+        .bind(s.updated as i32)
+        .bind(s.unchanged as i32)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        // The answer to one of our outbound requests (SCHD/RESP carrying its RQID): record
+        // the first answering message on the request (REQ_TRACK, migration 0005).
+        if let (true, Some(rqid)) = (s.kind == "RESP", &s.request_id) {
+            sqlx::query(
+                "UPDATE req_track SET answered_by_msg = $1, answered_at = $2 \
+                 WHERE rqid = $3 AND answered_by_msg IS NULL",
+            )
+            .bind(msg_id)
+            .bind(now)
+            .bind(rqid)
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    let stale = (!refused.is_empty()).then(|| refused.to_json());
+    write_outcome(tx, &plan, msg_id, msg_type, stale, now).await?;
+    Ok((
+        BusinessResult::Committed {
+            changes: plan.changes.len(),
+            events: plan.events.len(),
+        },
+        refused,
+    ))
 }
 
 /// The named flights and every code-share of them, locked for the transaction.

@@ -5,6 +5,7 @@ mod business;
 mod cursor;
 mod enqueue;
 pub mod events;
+mod group;
 mod inspect;
 pub mod late_watch;
 mod queue;
@@ -20,6 +21,7 @@ use crate::settings::{redact_url, StoreSettings};
 pub use business::{BusinessResult, PIPELINE_LOCK_KEY};
 pub use cursor::{SeedOutcome, StoredCursor};
 pub use enqueue::{EnqueueRow, RoundWrite};
+pub use group::GroupTx;
 pub use queue::{Backlog, Binding, HeadRow};
 
 /// Why a store call failed.
