@@ -11,8 +11,8 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 use super::outcome::{ErrorClass, Outcome, SingleTerminal};
-use super::stages::{Stage, StageTimes};
 use super::rules::{backoff, decide, HeadDecision, HeadRules, PoisonReason};
+use super::stages::{Stage, StageTimes};
 use crate::clock::SharedClock;
 use crate::codec::{Codec, CodecError, DecodedMessage};
 use crate::flight::{self, GuardedPlan, Refused};
@@ -195,13 +195,12 @@ impl PumpCore {
                 let members: Vec<Member> = group
                     .iter()
                     .filter_map(|row| {
-                        stamped
-                            .iter()
-                            .find(|(id, _)| *id == row.head.msg_id)
-                            .map(|(_, attempts)| Member {
+                        stamped.iter().find(|(id, _)| *id == row.head.msg_id).map(
+                            |(_, attempts)| Member {
                                 row: *row,
                                 attempts: *attempts,
-                            })
+                            },
+                        )
                     })
                     .collect();
                 if members.first().map(|m| m.row.head.msg_id) != Some(head.msg_id) {
@@ -383,7 +382,9 @@ impl PumpCore {
             }
         }
         let t = Instant::now();
-        let result = self.business(tx, msg_id, &msg, &msg_type, m.row.source).await;
+        let result = self
+            .business(tx, msg_id, &msg, &msg_type, m.row.source)
+            .await;
         self.stages.add(Stage::Business, t.elapsed(), 1);
         match result {
             Ok(BusinessResult::Committed { changes, events }) => {
@@ -423,7 +424,10 @@ impl PumpCore {
                 )
             }
             RawMessage::Empty => {
-                return Prepared::Dead(ErrorClass::Malformed, "inbox row has no message text".into())
+                return Prepared::Dead(
+                    ErrorClass::Malformed,
+                    "inbox row has no message text".into(),
+                )
             }
             RawMessage::TooLarge(len) => {
                 let detail = format!(

@@ -42,5 +42,9 @@ pub fn describe() {
 pub fn pump_group(messages: usize, took: Duration) {
     histogram!(PUMP_GROUP_SIZE).record(messages as f64);
     histogram!(PUMP_GROUP_SECONDS).record(took.as_secs_f64());
-    tracing::trace!(messages, took_ms = took.as_secs_f64() * 1e3, "pump group committed");
+    tracing::trace!(
+        messages,
+        took_ms = took.as_secs_f64() * 1e3,
+        "pump group committed"
+    );
 }
