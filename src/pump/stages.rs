@@ -14,9 +14,10 @@ pub enum Stage {
     RawRead,
     /// Decoding the text (CPU only).
     Decode,
-    /// Savepoint and identity binding.
-    Bind,
-    /// Lock and load, plan, write (the business work of one message).
+    /// The message's savepoint.
+    Savepoint,
+    /// Lock and load (with the identity check), plan, write (with the identity binding): the
+    /// business work of one message.
     Business,
     /// Taking back unused stamps and the one commit (the WAL flush).
     Commit,
@@ -29,7 +30,7 @@ impl Stage {
         Stage::Stamp,
         Stage::RawRead,
         Stage::Decode,
-        Stage::Bind,
+        Stage::Savepoint,
         Stage::Business,
         Stage::Commit,
     ];
@@ -41,7 +42,7 @@ impl Stage {
             Stage::Stamp => "stamp",
             Stage::RawRead => "raw_read",
             Stage::Decode => "decode",
-            Stage::Bind => "savepoint+bind",
+            Stage::Savepoint => "savepoint",
             Stage::Business => "business",
             Stage::Commit => "commit",
         }

@@ -1,6 +1,6 @@
 //! One pump step: find the head, decide, and process it together with the ready heads behind
 //! it (group commit): one stamp for the group, raw reads outside any transaction, decode, then
-//! per message a savepoint, the identity binding and the business work or a one-statement
+//! per message a savepoint and the business work (identity bound in it) or a one-statement
 //! terminal state — and one commit for the group.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -18,7 +18,7 @@ use crate::codec::{Codec, CodecError, DecodedMessage};
 use crate::flight::{self, GuardedPlan, Refused};
 use crate::inbox::{Inbox, RawMessage};
 use crate::late::Source;
-use crate::store::{Binding, BusinessResult, GroupTx, HeadRow, Store, StoreError};
+use crate::store::{BusinessResult, GroupTx, HeadRow, Store, StoreError};
 use crate::telemetry;
 
 /// Knobs of the pump.
@@ -353,12 +353,19 @@ impl PumpCore {
         let key = msg.identity_key(self.cfg.identity_with_date, self.cfg.tz);
         let t = Instant::now();
         tx.savepoint().await?;
-        let bound = tx.bind_identity(msg_id, &key).await;
-        self.stages.add(Stage::Bind, t.elapsed(), 1);
-        match bound {
-            Ok(Binding::Bound) => {}
-            Ok(Binding::Duplicate { holder }) => {
-                let detail = format!("identity {key} already bound to message {holder:?}");
+        self.stages.add(Stage::Savepoint, t.elapsed(), 1);
+        let t = Instant::now();
+        let result = self
+            .business(tx, msg_id, &msg, &msg_type, &key, m.row.source)
+            .await;
+        self.stages.add(Stage::Business, t.elapsed(), 1);
+        match result {
+            Ok(BusinessResult::Committed { changes, events }) => {
+                Ok(Outcome::Succeeded { changes, events })
+            }
+            Ok(BusinessResult::NotUnfinished) => Ok(Outcome::FinishedElsewhere),
+            Ok(BusinessResult::Duplicate { holder }) => {
+                let detail = format!("identity {key} already bound to message {:?}", Some(holder));
                 let now = self.clock.now();
                 tx.finish_single(
                     msg_id,
@@ -369,30 +376,10 @@ impl PumpCore {
                     now,
                 )
                 .await?;
-                return Ok(Outcome::Skipped {
+                Ok(Outcome::Skipped {
                     reason: ErrorClass::Duplicate,
                     detail,
-                });
-            }
-            Err(e) => {
-                tx.rollback_message().await?;
-                return self
-                    .fail(tx, msg_id, m.attempts, ErrorClass::Infra, e.to_string())
-                    .await;
-            }
-        }
-        let t = Instant::now();
-        let result = self
-            .business(tx, msg_id, &msg, &msg_type, m.row.source)
-            .await;
-        self.stages.add(Stage::Business, t.elapsed(), 1);
-        match result {
-            Ok(BusinessResult::Committed { changes, events }) => {
-                Ok(Outcome::Succeeded { changes, events })
-            }
-            Ok(BusinessResult::NotUnfinished) => {
-                tx.rollback_message().await?; // the binding too
-                Ok(Outcome::FinishedElsewhere)
+                })
             }
             // Back to the savepoint: retry later, nothing partial of this message remains.
             Err(e) => {
@@ -451,6 +438,7 @@ impl PumpCore {
         msg_id: i64,
         msg: &DecodedMessage,
         msg_type: &str,
+        identity: &str,
         source: Source,
     ) -> Result<BusinessResult, StoreError> {
         let load = flight::flights_to_load(msg);
@@ -463,6 +451,7 @@ impl PumpCore {
                     msg_id,
                     msg_type,
                     &load,
+                    identity,
                     true,
                     |current, tombstones| flight::plan_guarded(msg, msg_id, current, tombstones),
                     now,
@@ -480,6 +469,7 @@ impl PumpCore {
                     msg_id,
                     msg_type,
                     &load,
+                    identity,
                     false,
                     |current, _| GuardedPlan {
                         plan: flight::plan(msg, msg_id, current),

@@ -26,6 +26,12 @@ pub enum BusinessResult {
     },
     /// The row was no longer unfinished (someone else finished it): nothing written.
     NotUnfinished,
+    /// The identity to bind is held by another message (a business duplicate): nothing
+    /// written (group commit binds the identity in the outcome statement).
+    Duplicate {
+        /// The message that holds it.
+        holder: i64,
+    },
 }
 
 impl Store {
@@ -86,9 +92,11 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<(BusinessResult, Refused), StoreError> {
         let mut tx = self.pool().begin().await?;
-        let done = business_in(&mut tx, msg_id, msg_type, load, guarded, plan, now).await?;
+        let done = business_in(&mut tx, msg_id, msg_type, load, None, guarded, plan, now).await?;
         match done.0 {
-            BusinessResult::NotUnfinished => tx.rollback().await?,
+            BusinessResult::NotUnfinished | BusinessResult::Duplicate { .. } => {
+                tx.rollback().await?
+            }
             BusinessResult::Committed { .. } => tx.commit().await?,
         }
         Ok(done)
@@ -104,19 +112,27 @@ impl Store {
 }
 
 /// The business work of one message inside an open transaction (the caller commits, or rolls
-/// back to its savepoint): lock and load, plan, write. On `NotUnfinished` nothing was written.
+/// back to its savepoint): lock and load, plan, write. With `identity`, the identity is checked
+/// in the load (held by another message → `Duplicate`) and bound in the outcome statement:
+/// one row version and one round trip fewer than a binding of its own. On `NotUnfinished` and
+/// `Duplicate` nothing was written.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn business_in(
     tx: &mut Transaction<'_, Postgres>,
     msg_id: i64,
     msg_type: &str,
     load: &[String],
+    identity: Option<&str>,
     guarded: bool,
     plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
     now: DateTime<Utc>,
 ) -> Result<(BusinessResult, Refused), StoreError> {
-    let (state, current) = lock_and_load(tx, msg_id, load).await?;
+    let (state, holder, current) = lock_and_load(tx, msg_id, load, identity).await?;
     if !matches!(state.as_deref(), Some("PENDING" | "FAILED")) {
         return Ok((BusinessResult::NotUnfinished, Refused::default()));
+    }
+    if let Some(holder) = holder {
+        return Ok((BusinessResult::Duplicate { holder }, Refused::default()));
     }
     let tombstones = if guarded {
         let mut keys: Vec<String> = load.to_vec();
@@ -157,7 +173,7 @@ pub(super) async fn business_in(
         }
     }
     let stale = (!refused.is_empty()).then(|| refused.to_json());
-    write_outcome(tx, &plan, msg_id, msg_type, stale, now).await?;
+    write_outcome(tx, &plan, msg_id, msg_type, identity, stale, now).await?;
     Ok((
         BusinessResult::Committed {
             changes: plan.changes.len(),
@@ -209,18 +225,23 @@ async fn lock_and_load(
     tx: &mut Transaction<'_, Postgres>,
     msg_id: i64,
     flids: &[String],
-) -> Result<(Option<String>, BTreeMap<String, Flight>), StoreError> {
+    identity: Option<&str>,
+) -> Result<(Option<String>, Option<i64>, BTreeMap<String, Flight>), StoreError> {
     type Row = (
         String,
+        Option<i64>,
         Option<String>,
         Option<serde_json::Value>,
         Option<serde_json::Value>,
     );
     let rows: Vec<Row> = sqlx::query_as(
-        "WITH p AS (SELECT state FROM proc_state \
+        "WITH p AS (SELECT state, \
+                           (SELECT h.msg_id FROM proc_state h \
+                             WHERE h.identity_key = $4 AND h.msg_id <> $2 LIMIT 1) AS holder \
+                    FROM proc_state \
                     WHERE msg_id = $2 AND (SELECT 1 FROM pg_advisory_xact_lock($1)) = 1 \
                     FOR UPDATE) \
-         SELECT p.state, f.flid, f.fields, f.versions FROM p \
+         SELECT p.state, p.holder, f.flid, f.fields, f.versions FROM p \
          LEFT JOIN LATERAL (SELECT flid, fields, versions FROM flight_state \
                             WHERE flid = ANY($3) OR master_flid = ANY($3) \
                             ORDER BY flid FOR UPDATE) f ON true",
@@ -228,18 +249,20 @@ async fn lock_and_load(
     .bind(PIPELINE_LOCK_KEY)
     .bind(msg_id)
     .bind(flids)
+    .bind(identity)
     .fetch_all(&mut **tx)
     .await?;
     let state = rows.first().map(|r| r.0.clone());
+    let holder = rows.first().and_then(|r| r.1);
     let mut flights = BTreeMap::new();
-    for (_, flid, fields, versions) in rows {
+    for (_, _, flid, fields, versions) in rows {
         let (Some(flid), Some(fields), Some(versions)) = (flid, fields, versions) else {
             continue;
         };
         let (flid, flight) = decode_flight(flid, fields, versions)?;
         flights.insert(flid, flight);
     }
-    Ok((state, flights))
+    Ok((state, holder, flights))
 }
 
 /// The newest delete of each of `flids` (a flight deleted by name or as a code-share), from
@@ -275,6 +298,7 @@ async fn write_outcome(
     plan: &Plan,
     msg_id: i64,
     msg_type: &str,
+    identity: Option<&str>,
     stale: Option<serde_json::Value>,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
@@ -320,7 +344,8 @@ async fn write_outcome(
          UPDATE proc_state SET state = 'SUCCEEDED', error_class = NULL, error_text = NULL, \
                 terminal_reason = NULL, terminal_at = $2, next_attempt_at = NULL, \
                 processed_seq = nextval('proc_order_seq'), backfill_next_at = $2, \
-                msg_type = $3, stale_fields = $4, updated_at = $2 \
+                msg_type = $3, stale_fields = $4, updated_at = $2, \
+                identity_key = COALESCE($13, identity_key) \
          WHERE msg_id = $1",
     )
     .bind(msg_id)
@@ -335,6 +360,7 @@ async fn write_outcome(
     .bind(&ev_key)
     .bind(&ev_type)
     .bind(&ev_payload)
+    .bind(identity)
     .execute(&mut **tx)
     .await?;
     Ok(())

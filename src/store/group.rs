@@ -11,7 +11,7 @@ use sqlx::{Postgres, Transaction};
 
 use super::business::{business_in, PIPELINE_LOCK_KEY};
 use super::queue::{finish_single_on, mark_failed_on, HeadTuple, UNFINISHED};
-use super::{Binding, BusinessResult, HeadRow, Store, StoreError};
+use super::{BusinessResult, HeadRow, Store, StoreError};
 use crate::flight::{Flight, GuardedPlan, Refused, Tombstones};
 use crate::pump::outcome::{ErrorClass, SingleTerminal};
 
@@ -90,44 +90,31 @@ impl GroupTx {
         Ok(())
     }
 
-    /// Binds the identity (unique index: the first binding wins, also against an earlier
-    /// message of this group). On a duplicate the message is rolled back to its savepoint
-    /// before the holder is looked up.
-    pub async fn bind_identity(&mut self, msg_id: i64, key: &str) -> Result<Binding, StoreError> {
-        let bound = sqlx::query(
-            "UPDATE proc_state SET identity_key = $2 WHERE msg_id = $1 \
-             AND identity_key IS DISTINCT FROM $2",
-        )
-        .bind(msg_id)
-        .bind(key)
-        .execute(&mut *self.tx)
-        .await;
-        match bound {
-            Ok(_) => Ok(Binding::Bound),
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
-                self.rollback_message().await?;
-                let holder: Option<i64> =
-                    sqlx::query_scalar("SELECT msg_id FROM proc_state WHERE identity_key = $1")
-                        .bind(key)
-                        .fetch_optional(&mut *self.tx)
-                        .await?;
-                Ok(Binding::Duplicate { holder })
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// The business work of one message (see `Store::commit_business`), not committed.
+    /// The business work of one message (see `Store::commit_business`), not committed,
+    /// binding `identity` in the same statements: `Duplicate` when another message holds it
+    /// (the unique index still guards a race: the statement then fails).
+    #[allow(clippy::too_many_arguments)]
     pub async fn business(
         &mut self,
         msg_id: i64,
         msg_type: &str,
         load: &[String],
+        identity: &str,
         guarded: bool,
         plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
         now: DateTime<Utc>,
     ) -> Result<(BusinessResult, Refused), StoreError> {
-        business_in(&mut self.tx, msg_id, msg_type, load, guarded, plan, now).await
+        business_in(
+            &mut self.tx,
+            msg_id,
+            msg_type,
+            load,
+            Some(identity),
+            guarded,
+            plan,
+            now,
+        )
+        .await
     }
 
     /// A one-statement terminal state (DEAD, SKIPPED) with its backfill intent.

@@ -245,6 +245,7 @@ pub(super) async fn pump_phase(
         "the pump went Idle after {messages} of {total} messages"
     );
     check_store(store, total).await?;
+    print_stages(core.stages(), elapsed);
     took.sort_unstable();
     Ok(PumpRun {
         read_ahead: cfg.read_ahead,
@@ -278,4 +279,29 @@ async fn check_store(store: &Store, total: u64) -> anyhow::Result<()> {
          processed out of MSG_ID order"
     );
     Ok(())
+}
+
+/// Where the real step's time went, as it recorded it itself ([`PumpCore::stages`]).
+fn print_stages(st: &msgx_core::pump::stages::StageTimes, elapsed: Duration) {
+    use msgx_core::pump::stages::Stage;
+    let msgs = st.messages.max(1) as f64;
+    eprintln!(
+        "bench pump: stages recorded by PumpCore: {} groups, {} messages, {:.1} per group; \
+         recorded {:.2}s of {:.2}s",
+        st.groups,
+        st.messages,
+        msgs / st.groups.max(1) as f64,
+        st.total().as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
+    for stage in Stage::ALL {
+        let (t, n) = st.get(stage);
+        eprintln!(
+            "    {:<16} {:>8.3} ms/msg  {:>8} calls  {:>8.3} ms/call",
+            stage.as_str(),
+            t.as_secs_f64() * 1e3 / msgs,
+            n,
+            t.as_secs_f64() * 1e3 / n.max(1) as f64
+        );
+    }
 }
