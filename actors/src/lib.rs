@@ -5,7 +5,6 @@
 pub mod admin;
 pub mod app;
 pub mod backfill_sweeper;
-pub mod bench;
 pub mod cli;
 pub mod dispatcher;
 pub mod health;

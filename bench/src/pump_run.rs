@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use msgx_core::clock::{SharedClock, SystemClock};
 use msgx_core::inbox::Inbox;
+use msgx_core::pump::stages::StageTimes;
 use msgx_core::pump::{Outcome, PumpCore, StepOutcome};
 use msgx_core::settings::Settings;
 use msgx_core::store::Store;
@@ -108,6 +109,8 @@ pub(super) struct PumpRun {
     pub(super) rss_start: Option<f64>,
     /// The bare probe before the first step.
     pub(super) probe_start: Vec<BareRun>,
+    /// Where the time went, as the real step recorded it.
+    pub(super) stages: StageTimes,
 }
 
 impl PumpRun {
@@ -142,8 +145,8 @@ pub(super) async fn pump_phase(
     probe: Probe<'_>,
 ) -> anyhow::Result<PumpRun> {
     let tz = settings.inbox_timezone()?;
-    let cfg = crate::app::pump_config(&settings.processing, tz);
-    let codec = crate::app::codec(&settings.processing, tz);
+    let cfg = msgx_actors::app::pump_config(&settings.processing, tz);
+    let codec = msgx_actors::app::codec(&settings.processing, tz);
     let clock: SharedClock = Arc::new(SystemClock);
     let mut core = PumpCore::new(inbox.clone(), store.clone(), codec, clock, cfg);
     let total = u64::try_from(loaded.max_id - loaded.min_id + 1).context("id range")?;
@@ -245,7 +248,6 @@ pub(super) async fn pump_phase(
         "the pump went Idle after {messages} of {total} messages"
     );
     check_store(store, total).await?;
-    print_stages(core.stages(), elapsed);
     took.sort_unstable();
     Ok(PumpRun {
         read_ahead: cfg.read_ahead,
@@ -259,6 +261,7 @@ pub(super) async fn pump_phase(
         tenths,
         rss_start,
         probe_start,
+        stages: core.stages().clone(),
     })
 }
 
@@ -279,29 +282,4 @@ async fn check_store(store: &Store, total: u64) -> anyhow::Result<()> {
          processed out of MSG_ID order"
     );
     Ok(())
-}
-
-/// Where the real step's time went, as it recorded it itself ([`PumpCore::stages`]).
-fn print_stages(st: &msgx_core::pump::stages::StageTimes, elapsed: Duration) {
-    use msgx_core::pump::stages::Stage;
-    let msgs = st.messages.max(1) as f64;
-    eprintln!(
-        "bench pump: stages recorded by PumpCore: {} groups, {} messages, {:.1} per group; \
-         recorded {:.2}s of {:.2}s",
-        st.groups,
-        st.messages,
-        msgs / st.groups.max(1) as f64,
-        st.total().as_secs_f64(),
-        elapsed.as_secs_f64()
-    );
-    for stage in Stage::ALL {
-        let (t, n) = st.get(stage);
-        eprintln!(
-            "    {:<16} {:>8.3} ms/msg  {:>8} calls  {:>8.3} ms/call",
-            stage.as_str(),
-            t.as_secs_f64() * 1e3 / msgs,
-            n,
-            t.as_secs_f64() * 1e3 / n.max(1) as f64
-        );
-    }
 }

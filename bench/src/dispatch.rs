@@ -1,4 +1,4 @@
-//! `msgexchange bench dispatch`: events per second from a PENDING backlog to Kafka, printed
+//! `msgx-bench dispatch`: events per second from a PENDING backlog to Kafka, printed
 //! next to the two bare ceilings measured in the same run — a bare rdkafka produce loop (same
 //! record size and headers, all in flight at once) and a bare batched
 //! `UPDATE … WHERE event_id = ANY($1)` on PostgreSQL — and commit → SENT latency under a
@@ -38,8 +38,8 @@ use msgx_core::store::Store;
 use super::databases::BenchDbs;
 use super::percentile;
 use super::report::rate;
-use crate::app::{kafka_bootstrap, DispatchDeps};
-use crate::dispatcher::{Dispatcher, EventsQueued};
+use msgx_actors::app::{kafka_bootstrap, DispatchDeps};
+use msgx_actors::dispatcher::{Dispatcher, EventsQueued};
 
 /// Dispatch benchmark knobs.
 #[derive(Debug, Args)]
