@@ -31,6 +31,7 @@
 mod bare;
 mod databases;
 mod dispatch;
+mod e2e;
 mod inbox_load;
 mod mark;
 mod poller_run;
@@ -58,6 +59,7 @@ use report::{print_measured, rate};
 
 pub use databases::with_database;
 pub use dispatch::{dispatch, DispatchBenchArgs};
+pub use e2e::{e2e, E2eBenchArgs};
 pub use mark::{mark, MarkBenchArgs};
 pub use poller_run::rss_mib;
 pub use pump::{pump, PumpBenchArgs};

@@ -40,6 +40,9 @@ enum BenchCommand {
     /// Events per second to Kafka vs a bare produce loop and a bare batched UPDATE; commit →
     /// ack latency under a steady rate, beside a bare produce-latency probe.
     Dispatch(msgx_bench::DispatchBenchArgs),
+    /// The whole service drains an inbox backlog (enqueue, process, mark, deliver): throughput
+    /// per stage per tenth, total time, peak RSS.
+    E2e(msgx_bench::E2eBenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -66,6 +69,7 @@ fn main() -> std::process::ExitCode {
             BenchCommand::Pump(args) => msgx_bench::pump(&settings, &args).await,
             BenchCommand::Mark(args) => msgx_bench::mark(&settings, &args).await,
             BenchCommand::Dispatch(args) => msgx_bench::dispatch(&settings, &args).await,
+            BenchCommand::E2e(args) => msgx_bench::e2e(&settings, &args).await,
         }
     });
     match result {

@@ -39,7 +39,7 @@
 #[path = "pump_bare.rs"]
 mod pump_bare;
 #[path = "pump_load.rs"]
-mod pump_load;
+pub(crate) mod pump_load;
 #[path = "pump_report.rs"]
 mod pump_report;
 #[path = "pump_run.rs"]
@@ -109,7 +109,15 @@ async fn run(settings: &Settings, args: &PumpBenchArgs, dbs: &BenchDbs) -> anyho
         redact_url(&dbs.store_url)
     );
     dbs.inbox_fixture(settings).await?;
-    let loaded = load_messages(&dbs.inbox_url, &names, tz, args.messages, args.seed).await?;
+    let loaded = load_messages(
+        &dbs.inbox_url,
+        &names,
+        tz,
+        args.messages,
+        args.seed,
+        msgx_core::devtools::messages::Mix::well_formed(),
+    )
+    .await?;
     eprintln!(
         "bench pump: inbox loaded: {} messages, {:.1} MiB, in {:.1}s",
         args.messages,
