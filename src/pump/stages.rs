@@ -14,10 +14,14 @@ pub enum Stage {
     RawRead,
     /// Decoding the text (CPU only).
     Decode,
+    /// The group's one load: members' rows locked, identity holders, flights (3 statements).
+    Load,
+    /// The pure rules on the loaded state (CPU only).
+    Plan,
     /// The message's savepoint.
     Savepoint,
-    /// Lock and load (with the identity check), plan, write (with the identity binding): the
-    /// business work of one message.
+    /// The business write of one message (with the identity binding); for a message without
+    /// the group's load also its own lock-and-load and plan.
     Business,
     /// Taking back unused stamps and the one commit (the WAL flush).
     Commit,
@@ -25,11 +29,13 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in order.
-    pub const ALL: [Stage; 7] = [
+    pub const ALL: [Stage; 9] = [
         Stage::Head,
         Stage::Stamp,
         Stage::RawRead,
         Stage::Decode,
+        Stage::Load,
+        Stage::Plan,
         Stage::Savepoint,
         Stage::Business,
         Stage::Commit,
@@ -42,6 +48,8 @@ impl Stage {
             Stage::Stamp => "stamp",
             Stage::RawRead => "raw_read",
             Stage::Decode => "decode",
+            Stage::Load => "group load",
+            Stage::Plan => "plan",
             Stage::Savepoint => "savepoint",
             Stage::Business => "business",
             Stage::Commit => "commit",
@@ -53,7 +61,7 @@ impl Stage {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageTimes {
     /// `(total, calls)` per stage, indexed like [`Stage::ALL`].
-    totals: [(Duration, u64); 7],
+    totals: [(Duration, u64); 9],
     /// Groups committed.
     pub groups: u64,
     /// Messages run in them.

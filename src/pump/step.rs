@@ -18,7 +18,7 @@ use crate::codec::{Codec, CodecError, DecodedMessage};
 use crate::flight::{self, GuardedPlan, Refused};
 use crate::inbox::{Inbox, RawMessage};
 use crate::late::Source;
-use crate::store::{BusinessResult, GroupTx, HeadRow, Store, StoreError};
+use crate::store::{BusinessResult, GroupLoad, GroupTx, HeadRow, Store, StoreError};
 use crate::telemetry;
 
 /// Knobs of the pump.
@@ -296,15 +296,32 @@ impl PumpCore {
         now: DateTime<Utc>,
     ) -> Result<Vec<StepOutcome>, StoreError> {
         let group_started = Instant::now();
+        // Raw texts and decoding first (no I/O: read ahead), up to the first member that
+        // fails there (the group ends with it).
+        let t = Instant::now();
+        let mut prepared = Vec::with_capacity(members.len());
+        for m in members {
+            let p = self.prepare(m.row.head.msg_id);
+            let stop = matches!(p, Prepared::Fail(..));
+            prepared.push(p);
+            if stop {
+                break;
+            }
+        }
+        self.stages
+            .add(Stage::Decode, t.elapsed(), prepared.len() as u64);
         let mut tx = self.store.begin_group().await?;
+        let t = Instant::now();
+        let mut cache = self.load_group(&mut tx, members, &prepared).await?;
+        self.stages.add(Stage::Load, t.elapsed(), 1);
         let mut steps = Vec::with_capacity(members.len());
         let mut ran = 0;
-        for m in members {
+        for (m, p) in members.iter().zip(prepared) {
             if ran > 0 && group_started.elapsed() >= self.cfg.group_max_wait {
                 break;
             }
             let started = Instant::now();
-            let outcome = self.member(&mut tx, m).await?;
+            let outcome = self.member(&mut tx, m, p, &mut cache).await?;
             ran += 1;
             let stop = !outcome.is_terminal();
             steps.push(StepOutcome::Processed {
@@ -334,14 +351,47 @@ impl PumpCore {
         Ok(steps)
     }
 
+    /// One load for the decoded members before the first `LATE` one (those take the guarded
+    /// path with a load of their own); None when there is none.
+    async fn load_group(
+        &self,
+        tx: &mut GroupTx,
+        members: &[Member],
+        prepared: &[Prepared],
+    ) -> Result<Option<GroupLoad>, StoreError> {
+        let (mut ids, mut keys, mut flids) = (Vec::new(), Vec::new(), Vec::<String>::new());
+        for (m, p) in members.iter().zip(prepared) {
+            if m.row.source.is_late() {
+                break;
+            }
+            if let Prepared::Decoded(msg) = p {
+                ids.push(m.row.head.msg_id);
+                keys.push(msg.identity_key(self.cfg.identity_with_date, self.cfg.tz));
+                for f in flight::flights_to_load(msg) {
+                    if !flids.contains(&f) {
+                        flids.push(f);
+                    }
+                }
+            }
+        }
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(tx.load_group(&ids, &keys, &flids).await?))
+    }
+
     /// One member inside the group transaction; returns how it ended (written, not yet
-    /// committed). A `LATE` row (a released hole that committed after all) is applied with
-    /// the ordering guard.
-    async fn member(&mut self, tx: &mut GroupTx, m: &Member) -> Result<Outcome, StoreError> {
+    /// committed). With the group's load it only writes; a `LATE` row (a released hole that
+    /// committed after all) loads for itself and is applied with the ordering guard, and the
+    /// members after it load for themselves too.
+    async fn member(
+        &mut self,
+        tx: &mut GroupTx,
+        m: &Member,
+        prepared: Prepared,
+        cache: &mut Option<GroupLoad>,
+    ) -> Result<Outcome, StoreError> {
         let msg_id = m.row.head.msg_id;
-        let t = Instant::now();
-        let prepared = self.prepare(msg_id);
-        self.stages.add(Stage::Decode, t.elapsed(), 1);
         let msg = match prepared {
             Prepared::Dead(class, detail) => return self.dead(tx, msg_id, class, detail).await,
             Prepared::Fail(class, detail) => {
@@ -351,14 +401,23 @@ impl PumpCore {
         };
         let msg_type = type_label(&msg);
         let key = msg.identity_key(self.cfg.identity_with_date, self.cfg.tz);
-        let t = Instant::now();
-        tx.savepoint().await?;
-        self.stages.add(Stage::Savepoint, t.elapsed(), 1);
-        let t = Instant::now();
-        let result = self
-            .business(tx, msg_id, &msg, &msg_type, &key, m.row.source)
-            .await;
-        self.stages.add(Stage::Business, t.elapsed(), 1);
+        if m.row.source.is_late() {
+            *cache = None;
+        }
+        let result = match cache.as_mut() {
+            Some(load) => self.planned(tx, msg_id, &msg, &msg_type, &key, load).await,
+            None => {
+                let t = Instant::now();
+                tx.savepoint().await?;
+                self.stages.add(Stage::Savepoint, t.elapsed(), 1);
+                let t = Instant::now();
+                let r = self
+                    .business(tx, msg_id, &msg, &msg_type, &key, m.row.source)
+                    .await;
+                self.stages.add(Stage::Business, t.elapsed(), 1);
+                r
+            }
+        };
         match result {
             Ok(BusinessResult::Committed { changes, events }) => {
                 Ok(Outcome::Succeeded { changes, events })
@@ -388,6 +447,46 @@ impl PumpCore {
                     .await
             }
         }
+    }
+
+    /// A member's business work on the group's load: the same checks and rules as its own
+    /// load would give (the load is the store's state, kept current), then its savepoint and
+    /// its one write.
+    async fn planned(
+        &mut self,
+        tx: &mut GroupTx,
+        msg_id: i64,
+        msg: &DecodedMessage,
+        msg_type: &str,
+        key: &str,
+        load: &mut GroupLoad,
+    ) -> Result<BusinessResult, StoreError> {
+        if !matches!(
+            load.states.get(&msg_id).map(String::as_str),
+            Some("PENDING" | "FAILED")
+        ) {
+            return Ok(BusinessResult::NotUnfinished);
+        }
+        if let Some(&holder) = load.holders.get(key).filter(|h| **h != msg_id) {
+            return Ok(BusinessResult::Duplicate { holder });
+        }
+        let t = Instant::now();
+        let current = load.current(&flight::flights_to_load(msg));
+        let plan = flight::plan(msg, msg_id, &current);
+        self.stages.add(Stage::Plan, t.elapsed(), 1);
+        let t = Instant::now();
+        tx.savepoint().await?;
+        self.stages.add(Stage::Savepoint, t.elapsed(), 1);
+        let t = Instant::now();
+        let now = self.clock.now();
+        let written = tx.write_planned(msg_id, msg_type, key, &plan, now).await;
+        self.stages.add(Stage::Business, t.elapsed(), 1);
+        written?;
+        load.apply(msg_id, key, &plan);
+        Ok(BusinessResult::Committed {
+            changes: plan.changes.len(),
+            events: plan.events.len(),
+        })
     }
 
     /// Raw text and decode of a member (no I/O: the text was read ahead).

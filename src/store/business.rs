@@ -142,6 +142,27 @@ pub(super) async fn business_in(
         Tombstones::new()
     };
     let GuardedPlan { plan, refused } = plan(&current, &tombstones);
+    write_plan(tx, msg_id, msg_type, &plan, &refused, identity, now).await?;
+    Ok((
+        BusinessResult::Committed {
+            changes: plan.changes.len(),
+            events: plan.events.len(),
+        },
+        refused,
+    ))
+}
+
+/// Writes a planned outcome: the schedule snapshot (and the answered request), then the flight
+/// rows, events and SUCCEEDED state in one statement ([`write_outcome`]).
+pub(super) async fn write_plan(
+    tx: &mut Transaction<'_, Postgres>,
+    msg_id: i64,
+    msg_type: &str,
+    plan: &Plan,
+    refused: &Refused,
+    identity: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
     if let Some(s) = &plan.snapshot {
         sqlx::query(
             "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, request_id, flights, \
@@ -173,18 +194,11 @@ pub(super) async fn business_in(
         }
     }
     let stale = (!refused.is_empty()).then(|| refused.to_json());
-    write_outcome(tx, &plan, msg_id, msg_type, identity, stale, now).await?;
-    Ok((
-        BusinessResult::Committed {
-            changes: plan.changes.len(),
-            events: plan.events.len(),
-        },
-        refused,
-    ))
+    write_outcome(tx, plan, msg_id, msg_type, identity, stale, now).await
 }
 
 /// The named flights and every code-share of them, locked for the transaction.
-async fn load_flights(
+pub(super) async fn load_flights(
     tx: &mut Transaction<'_, Postgres>,
     flids: &[String],
 ) -> Result<BTreeMap<String, Flight>, StoreError> {
@@ -204,7 +218,7 @@ async fn load_flights(
 }
 
 /// A `flight_state` row as a [`Flight`]; a row that does not decode is corrupt.
-fn decode_flight(
+pub(super) fn decode_flight(
     flid: String,
     fields: serde_json::Value,
     versions: serde_json::Value,

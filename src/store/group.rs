@@ -4,20 +4,65 @@
 //! it still commit with the group. Nothing leaves PostgreSQL before the commit: the dispatcher
 //! and the sweeper only see committed rows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
-use super::business::{business_in, PIPELINE_LOCK_KEY};
+use super::business::{business_in, load_flights, write_plan, PIPELINE_LOCK_KEY};
 use super::queue::{finish_single_on, mark_failed_on, HeadTuple, UNFINISHED};
 use super::{BusinessResult, HeadRow, Store, StoreError};
-use crate::flight::{Flight, GuardedPlan, Refused, Tombstones};
+use crate::flight::{Flight, FlightChange, GuardedPlan, Plan, Refused, Tombstones};
 use crate::pump::outcome::{ErrorClass, SingleTerminal};
 
 /// One open group transaction (pipeline lock held). Dropping it rolls everything back.
 pub struct GroupTx {
     tx: Transaction<'static, Postgres>,
+}
+
+/// What a group's members need from the store, loaded for all of them at once under the
+/// group's locks (the rows locked, then the flights, as a single message's load does) and
+/// kept equal to the store as each member writes ([`GroupLoad::apply`]): each member then costs
+/// its savepoint and its write, not a load of its own.
+#[derive(Debug, Default)]
+pub struct GroupLoad {
+    /// State of each member's row.
+    pub states: HashMap<i64, String>,
+    /// Which message holds each of the members' identities.
+    pub holders: HashMap<String, i64>,
+    /// Every flight any member names, and their code-shares.
+    flights: BTreeMap<String, Flight>,
+}
+
+impl GroupLoad {
+    /// The flights one member's rules see: those it names and their code-shares, exactly what
+    /// its own load would read.
+    pub fn current(&self, load: &[String]) -> BTreeMap<String, Flight> {
+        self.flights
+            .iter()
+            .filter(|(flid, f)| {
+                load.iter().any(|l| l == *flid)
+                    || f.master().is_some_and(|m| load.iter().any(|l| l == m))
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Records what a member wrote (its plan and its identity).
+    pub fn apply(&mut self, msg_id: i64, identity: &str, plan: &Plan) {
+        for change in &plan.changes {
+            match change {
+                FlightChange::Created { after } | FlightChange::Updated { after, .. } => {
+                    self.flights.insert(after.flid.clone(), after.clone());
+                }
+                FlightChange::Deleted { before, .. } => {
+                    self.flights.remove(&before.flid);
+                }
+            }
+        }
+        self.holders.insert(identity.to_string(), msg_id);
+        self.states.insert(msg_id, "SUCCEEDED".into());
+    }
 }
 
 impl std::fmt::Debug for GroupTx {
@@ -156,6 +201,56 @@ impl GroupTx {
         .execute(&mut *self.tx)
         .await?;
         Ok(())
+    }
+
+    /// Locks the members' rows and loads their states, the holders of their identities and
+    /// every flight they name (with code-shares, locked), in three statements for the group.
+    pub async fn load_group(
+        &mut self,
+        ids: &[i64],
+        keys: &[String],
+        flids: &[String],
+    ) -> Result<GroupLoad, StoreError> {
+        let states: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT msg_id, state FROM proc_state WHERE msg_id = ANY($1) ORDER BY msg_id FOR UPDATE",
+        )
+        .bind(ids)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        let holders: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT identity_key, msg_id FROM proc_state WHERE identity_key = ANY($1)",
+        )
+        .bind(keys)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        let flights = load_flights(&mut self.tx, flids).await?;
+        Ok(GroupLoad {
+            states: states.into_iter().collect(),
+            holders: holders.into_iter().collect(),
+            flights,
+        })
+    }
+
+    /// Writes a member's planned outcome (snapshot, flights, events, SUCCEEDED with its
+    /// identity), not committed.
+    pub async fn write_planned(
+        &mut self,
+        msg_id: i64,
+        msg_type: &str,
+        identity: &str,
+        plan: &Plan,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        write_plan(
+            &mut self.tx,
+            msg_id,
+            msg_type,
+            plan,
+            &Refused::default(),
+            Some(identity),
+            now,
+        )
+        .await
     }
 
     /// One synchronous commit for the whole group.

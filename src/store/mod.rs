@@ -21,7 +21,7 @@ use crate::settings::{redact_url, StoreSettings};
 pub use business::{BusinessResult, PIPELINE_LOCK_KEY};
 pub use cursor::{SeedOutcome, StoredCursor};
 pub use enqueue::{EnqueueRow, RoundWrite};
-pub use group::GroupTx;
+pub use group::{GroupLoad, GroupTx};
 pub use queue::{Backlog, Binding, HeadRow};
 
 /// Why a store call failed.
