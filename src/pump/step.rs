@@ -91,6 +91,9 @@ pub struct PumpCore {
     done: VecDeque<StepOutcome>,
     /// Time spent per stage by the real steps (benches read it).
     stages: StageTimes,
+    /// Most members of the next group (≤ `group_max`): what the last group fitted into
+    /// `group_max_wait`, so members are not stamped, read and loaded only to be sent back.
+    group_cap: u32,
 }
 
 /// A group member: its head row and the attempt number just stamped.
@@ -129,6 +132,7 @@ impl PumpCore {
             ahead_error: None,
             done: VecDeque::new(),
             stages: StageTimes::default(),
+            group_cap: cfg.group_max,
         }
     }
 
@@ -226,7 +230,7 @@ impl PumpCore {
             return group;
         }
         for row in &candidates[1..] {
-            if group.len() >= self.cfg.group_max as usize
+            if group.len() >= self.cfg.group_max.min(self.group_cap).max(1) as usize
                 || !fresh(row)
                 || decide(&row.head, now, &self.cfg.rules) != HeadDecision::Process
             {
@@ -337,6 +341,18 @@ impl PumpCore {
                 crate::failpoint::hit("pump_mid_group");
             }
         }
+        for m in &members[..ran] {
+            self.ahead.remove(&m.row.head.msg_id);
+        }
+        // The next group's size: what fitted in group_max_wait, plus a quarter to grow into.
+        self.group_cap = if ran < members.len()
+            && steps.last().is_some_and(
+                |s| matches!(s, StepOutcome::Processed { outcome, .. } if outcome.is_terminal()),
+            ) {
+            (ran + ran / 4 + 1) as u32
+        } else {
+            self.cfg.group_max
+        };
         let t = Instant::now();
         let not_run: Vec<i64> = members[ran..].iter().map(|m| m.row.head.msg_id).collect();
         if !not_run.is_empty() {
@@ -490,8 +506,8 @@ impl PumpCore {
     }
 
     /// Raw text and decode of a member (no I/O: the text was read ahead).
-    fn prepare(&mut self, msg_id: i64) -> Prepared {
-        let raw = match self.ahead.remove(&msg_id) {
+    fn prepare(&self, msg_id: i64) -> Prepared {
+        let raw = match self.ahead.get(&msg_id) {
             Some(raw) => raw,
             None => {
                 let detail = self
@@ -523,7 +539,7 @@ impl PumpCore {
                 return Prepared::Dead(ErrorClass::Malformed, detail);
             }
         };
-        match self.codec.decode(&text) {
+        match self.codec.decode(text) {
             Ok(msg) => Prepared::Decoded(Box::new(msg)),
             Err(CodecError::Malformed(d)) => Prepared::Dead(ErrorClass::Malformed, d),
             Err(CodecError::Unsupported(d)) => Prepared::Fail(ErrorClass::Unsupported, d),
