@@ -488,19 +488,15 @@ fn text_of(spec: &[Gen], i: usize) -> String {
     }
 }
 
+/// `msg_id, state, error_class, attempts, identity_key, msg_type` of a row.
+type RowFacts = (i64, String, Option<String>, i32, Option<String>, Option<String>);
+
 /// Everything the pump decided, comparable across runs: outcomes in order, every row, the
 /// flights and the events.
 #[derive(Debug, PartialEq)]
 struct Snapshot {
     outcomes: Vec<(i64, String, String)>,
-    rows: Vec<(
-        i64,
-        String,
-        Option<String>,
-        i32,
-        Option<String>,
-        Option<String>,
-    )>,
+    rows: Vec<RowFacts>,
     order: Vec<i64>,
     flights: Vec<(String, Option<String>, String, String)>,
     events: Vec<(i64, String, String, String)>,
