@@ -611,3 +611,43 @@ async fn group_commit_outcomes_equal_one_at_a_time_on_random_inboxes() {
         assert_eq!(one, grouped, "seed {seed}: group_max 1 vs 64");
     }
 }
+
+/// The backlog gauges read the partial head index only: exact up to 10,000 unfinished rows,
+/// above that the id span of the unfinished rows; the oldest is the head's time.
+#[tokio::test]
+async fn backlog_gauges_are_exact_when_small_and_the_id_span_when_large() {
+    let env = TestEnv::new("pump_gauges").await;
+    for i in 0..3 {
+        env.insert_message(&flop(i + 1, "F1", &[("GATE", "A1")]))
+            .await;
+    }
+    env.poll(env.poll_cfg(100)).await;
+    let small = env.store.backlog_gauges().await.expect("gauges");
+    assert_eq!(small.unfinished, 3);
+    assert!(small.oldest.is_some());
+    let mut pump = env.pump(&[]);
+    while pump.step().await.expect("step") != StepOutcome::Idle {}
+    let none = env.store.backlog_gauges().await.expect("gauges");
+    assert_eq!((none.unfinished, none.oldest), (0, None));
+
+    // 12,000 unfinished rows with ids 1001..=13000, every third already finished: the gauge
+    // gives the span (an upper bound), the old exact count the truth.
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, enqueued_at, source, state) \
+         SELECT g, now(), 'POLL', CASE WHEN g % 3 = 0 THEN 'DEAD' ELSE 'PENDING' END \
+         FROM generate_series(1001, 13000) g",
+    )
+    .execute(env.store.pool())
+    .await
+    .expect("rows");
+    let large = env.store.backlog_gauges().await.expect("gauges");
+    let exact = env.store.backlog().await.expect("backlog");
+    assert_eq!(exact.unfinished, 8000);
+    assert!(
+        large.unfinished >= exact.unfinished && large.unfinished <= 12_000,
+        "{} vs {}",
+        large.unfinished,
+        exact.unfinished
+    );
+    env.cleanup().await;
+}
