@@ -194,6 +194,12 @@ pub struct ProcessingSettings {
     /// Window of the processing rate behind `msgx_pipeline_estimated_drain_seconds` (G6).
     #[serde(with = "humantime_serde_compat")]
     pub drain_rate_window: Duration,
+    /// Most consecutive ready heads applied in one business transaction (group commit, one
+    /// WAL flush per group); 1 turns grouping off.
+    pub group_max: u32,
+    /// A group takes no further member once it has run this long.
+    #[serde(with = "humantime_serde_compat")]
+    pub group_max_wait: Duration,
 }
 
 impl ProcessingSettings {
@@ -443,6 +449,10 @@ impl Settings {
         if q.flop_subtype_list().is_empty() {
             return Err(invalid("processing.flop_subtypes", "lists no subtype"));
         }
+        if q.group_max == 0 || q.group_max > 1000 {
+            return Err(invalid("processing.group_max", "outside 1..=1000"));
+        }
+        check_nonzero(q.group_max_wait, "processing.group_max_wait")?;
         self.http
             .listen
             .parse::<std::net::SocketAddr>()

@@ -20,6 +20,8 @@ pub use reliability::{
     verify_result, LEASE_RENEW_FAILURES_TOTAL, LEASE_TAMPERED, SUPERVISOR_GAVE_UP,
     SUPERVISOR_RESTARTS_IN_WINDOW, VERIFY_VIOLATIONS,
 };
+mod pump;
+pub use pump::{pump_group, PUMP_GROUP_SECONDS, PUMP_GROUP_SIZE};
 mod outbound;
 pub use outbound::{
     outbound_failed, outbound_reconciled, outbound_registered, outbound_sent, outbound_stale,
@@ -179,11 +181,14 @@ pub const ALL: &[&str] = &[
     LEASE_RENEW_FAILURES_TOTAL,
     LEASE_TAMPERED,
     VERIFY_VIOLATIONS,
+    PUMP_GROUP_SIZE,
+    PUMP_GROUP_SECONDS,
 ];
 
 /// Histogram buckets (seconds) per histogram, for the Prometheus exporter.
 pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
     let mut all = dispatch::histogram_buckets();
+    all.extend(pump::histogram_buckets());
     all.extend(vec![
         (
             INBOX_HOLE_FILL_SECONDS,
@@ -223,6 +228,7 @@ pub fn describe() {
     dispatch::describe();
     outbound::describe();
     reliability::describe();
+    pump::describe();
     describe_gauge!(
         INBOX_WATERMARK,
         "Contiguous watermark W of discovered inbox ids"

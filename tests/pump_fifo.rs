@@ -194,3 +194,99 @@ async fn killed_mid_transaction_reprocesses_exactly_once_in_effect() {
     assert_eq!(attempts, 2, "the killed attempt counted");
     env.cleanup().await;
 }
+
+/// The binary aborted in the middle of a group (`MSGEXCHANGE_FAILPOINT=pump_mid_group`: two
+/// members applied, not committed): nothing of the group is visible, and the next run applies
+/// every message exactly once, in MSG_ID order, with the interrupted members counted once.
+#[tokio::test]
+async fn killed_mid_group_commits_nothing_of_it_and_redoes_the_whole_group() {
+    let env = TestEnv::new("kill_group").await;
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let flid = format!("G{}", i % 4);
+        ids.push(
+            env.insert_message(&common::msgs::flop(
+                100 + i,
+                &flid,
+                &[("GATE", &format!("A{i}"))],
+            ))
+            .await,
+        );
+    }
+    let spawn = |failpoint: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+        cmd.arg("run")
+            .envs(env.binary_env())
+            .env("MSGX_HTTP__LISTEN", "127.0.0.1:0")
+            .env("MSGX_PIPELINE__POLL_INTERVAL", "50ms")
+            .env("MSGX_LOG__LEVEL", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(f) = failpoint {
+            cmd.env("MSGEXCHANGE_FAILPOINT", f);
+        }
+        cmd.spawn().expect("spawn")
+    };
+    let mut svc = spawn(Some("pump_mid_group"));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = svc.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "never reached the failpoint"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(!status.success(), "aborted mid-group: {status:?}");
+    let pool = env.store.pool().clone();
+    let count = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .expect("count")
+        }
+    };
+    assert_eq!(
+        count("SELECT count(*) FROM proc_state WHERE state <> 'PENDING'").await,
+        0,
+        "no member of the aborted group committed"
+    );
+    assert_eq!(count("SELECT count(*) FROM flight_state").await, 0);
+    assert_eq!(count("SELECT count(*) FROM msg_event").await, 0);
+    let stamped = count("SELECT count(*) FROM proc_state WHERE attempts = 1").await;
+    assert!(
+        stamped >= 2,
+        "the group's attempts were stamped before it ran ({stamped})"
+    );
+
+    let mut svc = spawn(None);
+    let start = Instant::now();
+    while count("SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'").await < 20 {
+        assert!(start.elapsed() < Duration::from_secs(60), "not redone");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    svc.kill().expect("kill");
+    svc.wait().expect("reap");
+    assert_eq!(env.processing_order().await, ids, "MSG_ID order");
+    let per_msg: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT msg_id, count(*) FROM msg_event GROUP BY msg_id ORDER BY msg_id")
+            .fetch_all(env.store.pool())
+            .await
+            .expect("events");
+    assert_eq!(per_msg.len(), 20, "every message had its effect");
+    assert!(
+        per_msg.iter().all(|(_, n)| *n == 1),
+        "exactly one effect each: {per_msg:?}"
+    );
+    let max_attempts: i32 = sqlx::query_scalar("SELECT max(attempts) FROM proc_state")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("attempts");
+    assert_eq!(max_attempts, 2, "the aborted attempt counted once, no more");
+    env.cleanup().await;
+}

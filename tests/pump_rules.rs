@@ -539,3 +539,246 @@ async fn dead_record_releases_its_identity_replay_then_resend() {
     );
     env.cleanup().await;
 }
+
+/// One kind of generated inbox message for the group-commit property.
+#[derive(Debug, Clone)]
+enum Gen {
+    Flop(usize, u32),
+    Adft(usize, bool),
+    Fdel(usize),
+    Schedule(Vec<(usize, u32)>),
+    /// The SNDR|TYPE|STYP|SEQN of an earlier message (index): SKIPPED(DUPLICATE).
+    Duplicate(usize),
+    Malformed,
+    Empty,
+    Unknown,
+    /// Flight BOOM: the business transaction fails (trigger) every time → FAILED(INFRA), poison.
+    Boom,
+    /// Purged from the inbox after enqueue: DEAD(MALFORMED) "missing".
+    Purged,
+}
+
+fn generate(seed: u64, n: usize) -> Vec<Gen> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|i| match rng.random_range(0..100) {
+            0..=39 => Gen::Flop(rng.random_range(0..8), rng.random_range(0..50)),
+            40..=49 => Gen::Adft(rng.random_range(0..8), rng.random_bool(0.3)),
+            50..=57 => Gen::Fdel(rng.random_range(0..8)),
+            58..=67 => Gen::Schedule(
+                (0..rng.random_range(1..4))
+                    .map(|_| (rng.random_range(0..8), rng.random_range(0..50)))
+                    .collect(),
+            ),
+            68..=74 if i > 0 => Gen::Duplicate(rng.random_range(0..i)),
+            75..=79 => Gen::Malformed,
+            80..=82 => Gen::Empty,
+            83..=86 => Gen::Unknown,
+            87..=90 => Gen::Boom,
+            91..=93 => Gen::Purged,
+            _ => Gen::Flop(rng.random_range(0..8), rng.random_range(0..50)),
+        })
+        .collect()
+}
+
+/// The message text of `spec[i]` (sequence number = index + 1, so duplicates reuse one).
+fn text_of(spec: &[Gen], i: usize) -> String {
+    let seq = i as i64 + 1;
+    let flid = |f: &usize| format!("F{f}");
+    match &spec[i] {
+        Gen::Flop(f, g) => flop(seq, &flid(f), &[("GATE", &format!("G{g}"))]),
+        Gen::Purged => flop(seq, "PURGED", &[("GATE", "P")]),
+        Gen::Adft(f, shared) => {
+            if *shared {
+                common::msgs::adft(seq, &flid(f), &[("AWCD", "KE"), ("MFID", "F0")])
+            } else {
+                common::msgs::adft(seq, &flid(f), &[("AWCD", "CA"), ("FLNO", "CA1")])
+            }
+        }
+        Gen::Fdel(f) => fdel(seq, &flid(f)),
+        Gen::Schedule(fs) => {
+            let fields: Vec<(String, String)> =
+                fs.iter().map(|(f, g)| (flid(f), format!("S{g}"))).collect();
+            let flights: Vec<(&str, [(&str, &str); 1])> = fields
+                .iter()
+                .map(|(f, g)| (f.as_str(), [("STND", g.as_str())]))
+                .collect();
+            let refs: Vec<(&str, &[(&str, &str)])> =
+                flights.iter().map(|(f, a)| (*f, &a[..])).collect();
+            common::msgs::schedule(seq, &refs)
+        }
+        Gen::Duplicate(of) => {
+            let of_seq = *of as i64 + 1;
+            flop(of_seq, "F1", &[("GATE", "DUP")])
+        }
+        Gen::Malformed => "<MSG><META><SNDR>AODB</SNDR></META>".into(),
+        Gen::Empty => "   ".into(),
+        Gen::Unknown => unknown_type(seq),
+        Gen::Boom => flop(seq, "BOOM", &[("GATE", "B")]),
+    }
+}
+
+/// `msg_id, state, error_class, attempts, identity_key, msg_type` of a row.
+type RowFacts = (i64, String, Option<String>, i32, Option<String>, Option<String>);
+
+/// Everything the pump decided, comparable across runs: outcomes in order, every row, the
+/// flights and the events.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    outcomes: Vec<(i64, String, String)>,
+    rows: Vec<RowFacts>,
+    order: Vec<i64>,
+    flights: Vec<(String, Option<String>, String, String)>,
+    events: Vec<(i64, String, String, String)>,
+    snaps: Vec<(i64, String)>,
+}
+
+/// Runs the inbox to the end; returns what it decided and how many groups it committed.
+async fn run_inbox(spec: &[Gen], group_max: &str) -> (Snapshot, u64) {
+    let env = TestEnv::new("pump_group_prop").await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION boom() RETURNS trigger AS $$ BEGIN \
+           IF NEW.flight_key = 'BOOM' THEN RAISE EXCEPTION 'injected failure'; END IF; \
+           RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER boom BEFORE INSERT ON msg_event FOR EACH ROW EXECUTE FUNCTION boom();",
+    )
+    .execute(env.store.pool())
+    .await
+    .expect("trigger");
+    let mut purge = Vec::new();
+    for i in 0..spec.len() {
+        let id = env.insert_message(&text_of(spec, i)).await;
+        if matches!(spec[i], Gen::Purged) {
+            purge.push(id);
+        }
+    }
+    env.poll(env.poll_cfg(1000)).await;
+    for id in purge {
+        sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
+            .bind(id)
+            .execute(&env.owner)
+            .await
+            .expect("purge as owner");
+    }
+    let mut pump = env.pump(&[
+        ("MSGX_PROCESSING__GROUP_MAX", group_max),
+        ("MSGX_PROCESSING__MAX_ATTEMPTS", "3"),
+        ("MSGX_PROCESSING__READ_AHEAD", "16"),
+    ]);
+    let mut outcomes = Vec::new();
+    for _ in 0..100_000 {
+        match pump.step().await.expect("step") {
+            StepOutcome::Idle => break,
+            StepOutcome::Waiting { until, .. } => {
+                let now = msgx_core::clock::Clock::now(&env.clock);
+                let wait = (until - now).to_std().unwrap_or(Duration::ZERO);
+                env.clock.advance(wait + Duration::from_secs(1));
+            }
+            StepOutcome::Poisoned { msg_id, .. } => {
+                outcomes.push((msg_id, "poisoned".into(), "EXHAUSTED".into()))
+            }
+            StepOutcome::Processed {
+                msg_id, outcome, ..
+            } => outcomes.push((msg_id, outcome.label().into(), outcome.class().into())),
+        }
+    }
+    let pool = env.store.pool();
+    let snap = Snapshot {
+        outcomes,
+        rows: sqlx::query_as(
+            "SELECT msg_id, state, error_class, attempts, identity_key, msg_type \
+             FROM proc_state ORDER BY msg_id",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("rows"),
+        order: env.processing_order().await,
+        flights: sqlx::query_as(
+            "SELECT flid, master_flid, fields::text, versions::text FROM flight_state ORDER BY flid",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("flights"),
+        events: sqlx::query_as(
+            "SELECT msg_id, flight_key, event_type, payload::text FROM msg_event ORDER BY event_id",
+        )
+        .fetch_all(pool)
+        .await
+        .expect("events"),
+        snaps: sqlx::query_as("SELECT msg_id, flights::text FROM schd_snap_log ORDER BY msg_id")
+            .fetch_all(pool)
+            .await
+            .expect("snaps"),
+    };
+    env.cleanup().await;
+    (snap, pump.stages().groups)
+}
+
+/// Group commit changes nothing but the number of commits: on the same random inbox (with
+/// duplicates, malformed, empty, unsupported, purged rows and a business failure that always
+/// fails), `group_max = 1` and `group_max = 64` give the same outcomes in the same order, the
+/// same rows (states, classes, attempts, identities), flights, events and snapshots.
+#[tokio::test]
+async fn group_commit_outcomes_equal_one_at_a_time_on_random_inboxes() {
+    for seed in [1_u64, 2, 3] {
+        let spec = generate(seed, 160);
+        let (one, one_groups) = run_inbox(&spec, "1").await;
+        let (grouped, groups) = run_inbox(&spec, "64").await;
+        eprintln!("seed {seed}: {groups} groups vs {one_groups} one at a time");
+        assert!(
+            groups * 2 < one_groups,
+            "seed {seed}: messages were grouped ({groups} groups vs {one_groups})"
+        );
+        assert!(
+            one.outcomes.iter().any(|o| o.1 == "poisoned")
+                && one.outcomes.iter().any(|o| o.1 == "failed")
+                && one.outcomes.iter().any(|o| o.1 == "skipped")
+                && one.outcomes.iter().any(|o| o.1 == "dead"),
+            "seed {seed}: the inbox has failures, poison, duplicates and dead rows: {:?}",
+            one.outcomes
+        );
+        assert_eq!(one.order.len(), spec.len(), "seed {seed}: all finished");
+        assert_eq!(one, grouped, "seed {seed}: group_max 1 vs 64");
+    }
+}
+
+/// The backlog gauges read the partial head index only: exact up to 10,000 unfinished rows,
+/// above that the id span of the unfinished rows; the oldest is the head's time.
+#[tokio::test]
+async fn backlog_gauges_are_exact_when_small_and_the_id_span_when_large() {
+    let env = TestEnv::new("pump_gauges").await;
+    for i in 0..3 {
+        env.insert_message(&flop(i + 1, "F1", &[("GATE", "A1")]))
+            .await;
+    }
+    env.poll(env.poll_cfg(100)).await;
+    let small = env.store.backlog_gauges().await.expect("gauges");
+    assert_eq!(small.unfinished, 3);
+    assert!(small.oldest.is_some());
+    let mut pump = env.pump(&[]);
+    while pump.step().await.expect("step") != StepOutcome::Idle {}
+    let none = env.store.backlog_gauges().await.expect("gauges");
+    assert_eq!((none.unfinished, none.oldest), (0, None));
+
+    // 12,000 unfinished rows with ids 1001..=13000, every third already finished: the gauge
+    // gives the span (an upper bound), the old exact count the truth.
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, enqueued_at, source, state) \
+         SELECT g, now(), 'POLL', CASE WHEN g % 3 = 0 THEN 'DEAD' ELSE 'PENDING' END \
+         FROM generate_series(1001, 13000) g",
+    )
+    .execute(env.store.pool())
+    .await
+    .expect("rows");
+    let large = env.store.backlog_gauges().await.expect("gauges");
+    let exact = env.store.backlog().await.expect("backlog");
+    assert_eq!(exact.unfinished, 8000);
+    assert!(
+        large.unfinished >= exact.unfinished && large.unfinished <= 12_000,
+        "{} vs {}",
+        large.unfinished,
+        exact.unfinished
+    );
+    env.cleanup().await;
+}

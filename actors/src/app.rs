@@ -170,6 +170,8 @@ pub fn pump_config(p: &ProcessingSettings, tz: chrono_tz::Tz) -> PumpConfig {
         identity_with_date: p.identity_with_date,
         tz,
         read_ahead: p.read_ahead,
+        group_max: p.group_max,
+        group_max_wait: p.group_max_wait,
     }
 }
 

@@ -1,5 +1,5 @@
 //! The `msgexchange` command line: run the service (default), check the configuration, and
-//! the dev/bench tools that act as the DB owner or as upstream.
+//! the dev tools that act as the DB owner or as upstream (benchmarks: the `msgx-bench` binary).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,9 +47,6 @@ pub enum Command {
     /// Tools acting as the DB owner or as upstream (dev, tests, demo). Never for production.
     #[command(subcommand)]
     Dev(DevCommand),
-    /// Benchmarks printing throughput next to the bare limits measured in the same run.
-    #[command(subcommand)]
-    Bench(BenchCommand),
     /// Requests to upstream through the outbound table (reconciles leftovers first).
     #[command(subcommand)]
     Request(crate::request::RequestCommand),
@@ -79,24 +76,6 @@ pub enum DevCommand {
     InboxFixture,
     /// Write realistic upstream messages into the inbox (holds, rollbacks, malformed rows).
     SimulateUpstream(SimArgs),
-}
-
-/// Benchmarks.
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// Enqueue throughput over a backlog vs the bare multi-row INSERT rate into PostgreSQL.
-    Enqueue(crate::bench::EnqueueBenchArgs),
-    /// Pump throughput over a backlog vs the bare single-connection PostgreSQL commit rate.
-    Pump(crate::bench::PumpBenchArgs),
-    /// Backfill marks per second vs the bare single-row UPDATE rate on the inbox; oldest
-    /// unmarked row under steady load.
-    Mark(crate::bench::MarkBenchArgs),
-    /// Events per second to Kafka vs a bare produce loop and a bare batched UPDATE; commit →
-    /// ack latency under a steady rate.
-    Dispatch(crate::bench::DispatchBenchArgs),
-    /// Discovery lag (commit → enqueued) under concurrent writers with rollbacks and held
-    /// commits, per minute, next to the bound max_commit_delay + 2 × poll_interval.
-    Discovery(crate::bench::DiscoveryBenchArgs),
 }
 
 /// Simulator knobs.

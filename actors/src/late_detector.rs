@@ -32,7 +32,7 @@ pub struct DetectNow;
 
 /// Run one compensation scan now (the detector's own timer sends it; tests may).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<ScanReport, String>")]
+#[rtype(result = "Result<ScanReport, crate::messages::WorkError>")]
 pub struct ScanNow;
 
 /// The late detector actor.
@@ -116,7 +116,7 @@ impl Actor for LateDetector {
 }
 
 impl Handler<ScanNow> for LateDetector {
-    type Result = AtomicResponse<Self, Result<ScanReport, String>>;
+    type Result = AtomicResponse<Self, Result<ScanReport, crate::messages::WorkError>>;
 
     fn handle(&mut self, _: ScanNow, ctx: &mut Self::Context) -> Self::Result {
         self.next_scan.cancel(ctx);
@@ -135,7 +135,7 @@ impl Handler<ScanNow> for LateDetector {
                 let period = act.cfg.compensation_period;
                 act.next_scan.arm(ctx, ScanNow, period, false);
             }
-            result.map_err(|e| e.to_string())
+            result.map_err(crate::messages::WorkError::from)
         })))
     }
 }

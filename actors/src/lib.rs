@@ -22,7 +22,6 @@ pub mod admin_verify;
 pub mod app;
 pub mod auth;
 pub mod backfill_sweeper;
-pub mod bench;
 pub mod cli;
 pub mod cli_ops;
 pub mod dispatcher;

@@ -1,7 +1,7 @@
 //! The `msgexchange` binary: the only place errors become `anyhow` and exit codes.
 
 use clap::Parser;
-use msgx_actors::cli::{self, BenchCommand, Cli, Command, DevCommand};
+use msgx_actors::cli::{self, Cli, Command, DevCommand};
 use msgx_actors::cli_ops;
 use tracing_subscriber::EnvFilter;
 
@@ -44,21 +44,6 @@ fn main() -> std::process::ExitCode {
             Command::Dev(DevCommand::InboxFixture) => cli::inbox_fixture(&settings).await,
             Command::Dev(DevCommand::SimulateUpstream(args)) => {
                 cli::simulate_upstream(&settings, &args).await
-            }
-            Command::Bench(BenchCommand::Enqueue(args)) => {
-                msgx_actors::bench::enqueue(&settings, &args).await
-            }
-            Command::Bench(BenchCommand::Pump(args)) => {
-                msgx_actors::bench::pump(&settings, &args).await
-            }
-            Command::Bench(BenchCommand::Mark(args)) => {
-                msgx_actors::bench::mark(&settings, &args).await
-            }
-            Command::Bench(BenchCommand::Dispatch(args)) => {
-                msgx_actors::bench::dispatch(&settings, &args).await
-            }
-            Command::Bench(BenchCommand::Discovery(args)) => {
-                msgx_actors::bench::discovery(&settings, &args).await
             }
             Command::Request(cmd) => msgx_actors::request::run(&settings, &cmd).await,
             Command::Status(args) => cli_ops::status(&settings, &args).await,

@@ -1,8 +1,10 @@
-//! Pump: the single FIFO head, ever. Each `Step` runs one core step
-//! ([`msgx_core::pump::PumpCore::step`]) while the mailbox waits (`AtomicResponse`), so no
-//! second head can interleave. After a step it decides when to step again: at once after
-//! progress, at the FAILED head's due time, or after `idle_poll` — and earlier when the poller
-//! says W moved. No busy loop.
+//! Pump: the single FIFO head, ever. Each `Step` runs one core group
+//! ([`msgx_core::pump::PumpCore::step_group`]: the head and the ready heads behind it, one
+//! commit) while the mailbox waits (`AtomicResponse`), so no second head can interleave. After
+//! a group it decides when to step again: at once after progress (straight into the mailbox,
+//! no timer), at the FAILED head's due time, or after `idle_poll` — and earlier when the poller
+//! says W moved. No busy loop. The backlog gauges are refreshed beside the mailbox, never
+//! between two groups.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +27,7 @@ use crate::wiring::Wiring;
 
 /// Run one pump step now (internal timer; tests may send it).
 #[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<StepOutcome, crate::messages::WorkError>")]
+#[rtype(result = "Result<Vec<StepOutcome>, crate::messages::WorkError>")]
 pub struct Step;
 
 /// Default window of the processing rate (`processing.drain_rate_window`).
@@ -52,12 +54,19 @@ pub struct Pump {
     finished: u64,
     /// The recent processing rate, for the estimated drain time (G6).
     drain: DrainEstimator,
+    /// The store, for the backlog gauges (read without the core's lock).
+    store: msgx_core::store::Store,
+    /// A `Step` is already in the mailbox: an immediate re-step is not queued twice.
+    step_queued: bool,
 }
 
 impl Pump {
     /// A pump; it starts stepping when started.
     pub fn new(core: PumpCore, clock: SharedClock, idle_poll: Duration, wiring: Wiring) -> Self {
+        let store = core.store().clone();
         Self {
+            store,
+            step_queued: false,
             core: Arc::new(Mutex::new(core)),
             clock,
             idle_poll,
@@ -74,40 +83,41 @@ impl Pump {
         self
     }
 
+    /// Steps after `after`; at once means straight into the mailbox (no timer: the timer
+    /// wheel's millisecond granularity would cost up to 1 ms per group), and only once.
     fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration) {
-        self.next.arm(ctx, Step, after, false);
+        if after.is_zero() {
+            self.next.cancel(ctx);
+            if !self.step_queued {
+                self.step_queued = true;
+                ctx.notify(Step);
+            }
+        } else {
+            self.next.arm(ctx, Step, after, false);
+        }
     }
 
-    fn after_step(&mut self, result: &Result<StepOutcome, StoreError>, ctx: &mut Context<Self>) {
+    fn after_group(
+        &mut self,
+        result: &Result<Vec<StepOutcome>, StoreError>,
+        ctx: &mut Context<Self>,
+    ) {
         let delay = match result {
-            Ok(step) => {
-                telemetry::pump_step(step);
-                match step {
-                    StepOutcome::Processed {
-                        msg_id, outcome, ..
-                    } if outcome.is_terminal() => {
-                        self.finished += 1;
-                        if matches!(outcome, Outcome::Succeeded { events, .. } if *events > 0) {
-                            self.wiring.events_queued(EventsQueued { msg_id: *msg_id });
-                        }
-                        self.wiring
-                            .terminal_committed(TerminalCommitted { msg_id: *msg_id });
-                    }
-                    StepOutcome::Poisoned { msg_id, .. } => {
-                        self.finished += 1;
-                        self.wiring
-                            .terminal_committed(TerminalCommitted { msg_id: *msg_id });
-                    }
-                    _ => {}
+            Ok(steps) => {
+                let (mut terminal, mut events) = (None, None);
+                let delay = steps
+                    .iter()
+                    .map(|step| self.after_step(step, &mut terminal, &mut events))
+                    .min()
+                    .unwrap_or(self.idle_poll);
+                // One wake-up per group (the newest message), not one per message.
+                if let Some(msg_id) = events {
+                    self.wiring.events_queued(EventsQueued { msg_id });
                 }
-                match step {
-                    StepOutcome::Processed { .. } | StepOutcome::Poisoned { .. } => Duration::ZERO,
-                    StepOutcome::Waiting { until, .. } => (*until - self.clock.now())
-                        .to_std()
-                        .unwrap_or(Duration::ZERO)
-                        .min(self.idle_poll),
-                    StepOutcome::Idle => self.idle_poll,
+                if let Some(msg_id) = terminal {
+                    self.wiring.terminal_committed(TerminalCommitted { msg_id });
                 }
+                delay
             }
             Err(e) => {
                 telemetry::pump_step_failed(e);
@@ -116,6 +126,40 @@ impl Pump {
         };
         self.schedule(ctx, delay);
     }
+
+    /// Metrics of one committed outcome and what to announce; returns when to step again.
+    fn after_step(
+        &mut self,
+        step: &StepOutcome,
+        terminal: &mut Option<i64>,
+        events: &mut Option<i64>,
+    ) -> Duration {
+        telemetry::pump_step(step);
+        match step {
+            StepOutcome::Processed {
+                msg_id, outcome, ..
+            } if outcome.is_terminal() => {
+                self.finished += 1;
+                if matches!(outcome, Outcome::Succeeded { events, .. } if *events > 0) {
+                    *events = Some(*msg_id);
+                }
+                *terminal = Some(*msg_id);
+            }
+            StepOutcome::Poisoned { msg_id, .. } => {
+                self.finished += 1;
+                *terminal = Some(*msg_id);
+            }
+            _ => {}
+        }
+        match step {
+            StepOutcome::Processed { .. } | StepOutcome::Poisoned { .. } => Duration::ZERO,
+            StepOutcome::Waiting { until, .. } => (*until - self.clock.now())
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+                .min(self.idle_poll),
+            StepOutcome::Idle => self.idle_poll,
+        }
+    }
 }
 
 impl Actor for Pump {
@@ -123,20 +167,21 @@ impl Actor for Pump {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         tracing::info!("pump started");
-        ctx.notify(Step);
+        self.schedule(ctx, Duration::ZERO);
         ctx.run_interval(Duration::from_secs(5), |_, ctx| ctx.notify(RefreshBacklog));
     }
 }
 
 impl Handler<Step> for Pump {
-    type Result = AtomicResponse<Self, Result<StepOutcome, crate::messages::WorkError>>;
+    type Result = AtomicResponse<Self, Result<Vec<StepOutcome>, crate::messages::WorkError>>;
 
     fn handle(&mut self, _: Step, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
+        self.step_queued = false;
         let core = self.core.clone();
-        let step = async move { core.lock().await.step().await };
+        let step = async move { core.lock().await.step_group().await };
         AtomicResponse::new(Box::pin(step.into_actor(self).map(|result, act, ctx| {
-            act.after_step(&result, ctx);
+            act.after_group(&result, ctx);
             result.map_err(crate::messages::WorkError::from)
         })))
     }
@@ -152,15 +197,16 @@ impl Handler<WatermarkMoved> for Pump {
 }
 
 impl Handler<RefreshBacklog> for Pump {
-    type Result = AtomicResponse<Self, ()>;
+    type Result = ();
 
-    fn handle(&mut self, _: RefreshBacklog, _: &mut Self::Context) -> Self::Result {
-        let core = self.core.clone();
+    /// Spawned beside the mailbox (not atomic): a slow count never delays a group, and the
+    /// queries are index-backed (`Store::backlog_gauges`), cheap at a million rows.
+    fn handle(&mut self, _: RefreshBacklog, ctx: &mut Self::Context) {
+        let store = self.store.clone();
         let clock = self.clock.clone();
         self.drain.record(clock.now(), self.finished);
         let refresh = async move {
-            let store = core.lock().await.store().clone();
-            match store.backlog().await {
+            match store.backlog_gauges().await {
                 Ok(b) => {
                     let age = b.oldest.and_then(|t| (clock.now() - t).to_std().ok());
                     telemetry::backlog(b.unfinished, age);
@@ -172,13 +218,11 @@ impl Handler<RefreshBacklog> for Pump {
                 }
             }
         };
-        AtomicResponse::new(Box::pin(refresh.into_actor(self).map(
-            |unfinished, act, _| {
-                if let Some(n) = unfinished {
-                    telemetry::drain_estimate(act.drain.estimate(n));
-                }
-            },
-        )))
+        ctx.spawn(refresh.into_actor(self).map(|unfinished, act, _| {
+            if let Some(n) = unfinished {
+                telemetry::drain_estimate(act.drain.estimate(n));
+            }
+        }));
     }
 }
 

@@ -2,11 +2,14 @@
 //!
 //! - [`rules`]: what to do with the head and how long to back off (pure);
 //! - [`outcome`]: how an attempt ended;
-//! - [`step`]: one pump step over the adapters — the actor only decides when to call it.
+//! - [`step`]: one pump step (a group of heads, one commit) over the adapters — the actor only
+//!   decides when to call it;
+//! - [`stages`]: where a step's time goes, recorded by the step itself.
 
 pub mod drain;
 pub mod outcome;
 pub mod rules;
+pub mod stages;
 pub mod step;
 
 pub use outcome::{ErrorClass, Outcome};

@@ -1,8 +1,9 @@
-//! One pump step: find the head, decide, and process it — raw read outside any transaction,
-//! decode, bind identity (own statement), then the business transaction or a one-statement
-//! terminal state.
+//! One pump step: find the head, decide, and process it together with the ready heads behind
+//! it (group commit): one stamp for the group, raw reads outside any transaction, decode, then
+//! per message a savepoint and the business work (identity bound in it) or a one-statement
+//! terminal state — and one commit for the group.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,12 +12,13 @@ use chrono_tz::Tz;
 
 use super::outcome::{ErrorClass, Outcome, SingleTerminal};
 use super::rules::{backoff, decide, HeadDecision, HeadRules, PoisonReason};
+use super::stages::{Stage, StageTimes};
 use crate::clock::SharedClock;
 use crate::codec::{Codec, CodecError, DecodedMessage};
-use crate::flight;
+use crate::flight::{self, GuardedPlan, Refused};
 use crate::inbox::{Inbox, RawMessage};
 use crate::late::Source;
-use crate::store::{Binding, BusinessResult, HeadRow, Store, StoreError};
+use crate::store::{BusinessResult, GroupLoad, GroupTx, HeadRow, Store, StoreError};
 use crate::telemetry;
 
 /// Knobs of the pump.
@@ -32,6 +34,11 @@ pub struct PumpConfig {
     pub tz: Tz,
     /// Raw reads per inbox round trip.
     pub read_ahead: u32,
+    /// Most messages per group (one business transaction, one commit); 1 = no grouping.
+    pub group_max: u32,
+    /// A group takes no new member once it has run this long (bounds the first member's
+    /// commit latency).
+    pub group_max_wait: Duration,
 }
 
 /// What a step did.
@@ -66,8 +73,9 @@ pub enum StepOutcome {
     },
 }
 
-/// The pump's state between steps: only a read-ahead buffer of raw texts (reads have no side
-/// effects, so losing it is harmless).
+/// The pump's state between steps: a read-ahead buffer of raw texts (reads have no side
+/// effects, so losing it is harmless) and the outcomes of a committed group not yet handed out
+/// by [`PumpCore::step`].
 #[derive(Debug)]
 pub struct PumpCore {
     inbox: Inbox,
@@ -77,6 +85,32 @@ pub struct PumpCore {
     cfg: PumpConfig,
     /// Raw texts read ahead, by MSG_ID.
     ahead: BTreeMap<i64, RawMessage>,
+    /// Why the last read-ahead failed (members whose text it did not bring fail with it).
+    ahead_error: Option<String>,
+    /// Committed outcomes not yet returned by `step` (one at a time).
+    done: VecDeque<StepOutcome>,
+    /// Time spent per stage by the real steps (benches read it).
+    stages: StageTimes,
+    /// Most members of the next group (≤ `group_max`): what the last group fitted into
+    /// `group_max_wait`, so members are not stamped, read and loaded only to be sent back.
+    group_cap: u32,
+}
+
+/// A group member: its head row and the attempt number just stamped.
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    row: HeadRow,
+    attempts: i32,
+}
+
+/// What the work outside PostgreSQL (raw read, decode) made of a member.
+enum Prepared {
+    /// A terminal state without business work (DEAD).
+    Dead(ErrorClass, String),
+    /// FAILED with backoff; the group ends here.
+    Fail(ErrorClass, String),
+    /// Decoded: bind the identity, then the business work.
+    Decoded(Box<DecodedMessage>),
 }
 
 impl PumpCore {
@@ -95,6 +129,10 @@ impl PumpCore {
             clock,
             cfg,
             ahead: BTreeMap::new(),
+            ahead_error: None,
+            done: VecDeque::new(),
+            stages: StageTimes::default(),
+            group_cap: cfg.group_max,
         }
     }
 
@@ -103,47 +141,135 @@ impl PumpCore {
         &self.store
     }
 
-    /// One step. A store failure is returned (the actor retries later); everything else is
-    /// recorded on the row.
+    /// Time spent per stage so far (benches).
+    pub fn stages(&self) -> &StageTimes {
+        &self.stages
+    }
+
+    /// One head's outcome: hands out the next outcome of the last committed group, or runs
+    /// the next group ([`PumpCore::step_group`]) and returns its first outcome. A store
+    /// failure is returned (the caller retries later); everything else is recorded on the row.
     pub async fn step(&mut self) -> Result<StepOutcome, StoreError> {
-        let Some(HeadRow {
-            head,
-            since,
-            source,
-        }) = self.store.head().await?
-        else {
+        if let Some(done) = self.done.pop_front() {
+            return Ok(done);
+        }
+        let mut steps = self.step_group().await?.into_iter();
+        let first = steps.next().unwrap_or(StepOutcome::Idle);
+        self.done.extend(steps);
+        Ok(first)
+    }
+
+    /// One group: the head and the consecutive ready heads after it (≤ `group_max`, MSG_ID
+    /// order) in ONE business transaction, each under its own savepoint, one commit. Returns
+    /// at least one outcome, in processing order; all of them are committed.
+    pub async fn step_group(&mut self) -> Result<Vec<StepOutcome>, StoreError> {
+        if !self.done.is_empty() {
+            return Ok(self.done.drain(..).collect());
+        }
+        let t = Instant::now();
+        let limit = self.cfg.group_max.max(self.cfg.read_ahead).max(1);
+        let candidates = self.store.heads(i64::from(limit)).await?;
+        self.stages.add(Stage::Head, t.elapsed(), 1);
+        let Some(first) = candidates.first().copied() else {
             self.ahead.clear();
-            return Ok(StepOutcome::Idle);
+            return Ok(vec![StepOutcome::Idle]);
         };
+        let head = first.head;
         let now = self.clock.now();
         match decide(&head, now, &self.cfg.rules) {
-            HeadDecision::WaitUntil(until) => Ok(StepOutcome::Waiting {
+            HeadDecision::WaitUntil(until) => Ok(vec![StepOutcome::Waiting {
                 msg_id: head.msg_id,
                 until,
-            }),
+            }]),
             HeadDecision::Poison(reason) => {
                 if !self.poison(head.msg_id, reason, now).await? {
-                    return Ok(StepOutcome::Idle); // the row changed meanwhile (a replay): look again
+                    return Ok(vec![StepOutcome::Idle]); // the row changed meanwhile (a replay): look again
                 }
-                Ok(StepOutcome::Poisoned {
+                Ok(vec![StepOutcome::Poisoned {
                     msg_id: head.msg_id,
                     reason: reason.to_string(),
-                })
+                }])
             }
             HeadDecision::Process => {
-                let started = Instant::now();
-                let head_age = (now - since).to_std().unwrap_or(Duration::ZERO);
-                let Some(attempts) = self.store.stamp_attempt(head.msg_id, now).await? else {
-                    return Ok(StepOutcome::Idle); // finished elsewhere meanwhile
-                };
-                let outcome = self.process(head.msg_id, attempts, source).await?;
-                Ok(StepOutcome::Processed {
-                    msg_id: head.msg_id,
-                    outcome,
-                    took: started.elapsed(),
-                    head_age,
-                })
+                let group = self.group_of(&candidates, now);
+                let t = Instant::now();
+                let ids: Vec<i64> = group.iter().map(|r| r.head.msg_id).collect();
+                let stamped = self.store.stamp_attempts(&ids, now).await?;
+                self.stages.add(Stage::Stamp, t.elapsed(), 1);
+                let members: Vec<Member> = group
+                    .iter()
+                    .filter_map(|row| {
+                        stamped.iter().find(|(id, _)| *id == row.head.msg_id).map(
+                            |(_, attempts)| Member {
+                                row: *row,
+                                attempts: *attempts,
+                            },
+                        )
+                    })
+                    .collect();
+                if members.first().map(|m| m.row.head.msg_id) != Some(head.msg_id) {
+                    return Ok(vec![StepOutcome::Idle]); // finished elsewhere meanwhile
+                }
+                let t = Instant::now();
+                self.read_ahead(&candidates, &members).await;
+                self.stages.add(Stage::RawRead, t.elapsed(), 1);
+                self.run_group(&members, now).await
             }
+        }
+    }
+
+    /// The head and the ready heads right behind it: fresh (PENDING, never attempted) rows
+    /// that the rules would process now. A head that was attempted before (it failed, or a
+    /// crash interrupted it — maybe it kills the process) runs alone, so a crash mid-group
+    /// costs the other members one attempt at most and only a killer keeps counting toward
+    /// poison. With `max_attempts` < 2 that one attempt would poison them: groups of one.
+    fn group_of(&self, candidates: &[HeadRow], now: DateTime<Utc>) -> Vec<HeadRow> {
+        let mut group = vec![candidates[0]];
+        let fresh = |r: &HeadRow| !r.head.failed && r.head.attempts == 0;
+        if self.cfg.rules.max_attempts < 2 || !fresh(&candidates[0]) {
+            return group;
+        }
+        for row in &candidates[1..] {
+            if group.len() >= self.cfg.group_max.min(self.group_cap).max(1) as usize
+                || !fresh(row)
+                || decide(&row.head, now, &self.cfg.rules) != HeadDecision::Process
+            {
+                break;
+            }
+            group.push(*row);
+        }
+        group
+    }
+
+    /// Makes sure the raw texts of the members are buffered: one inbox round trip for the
+    /// members not buffered yet and the candidates after them (up to `read_ahead`). Outside
+    /// any PostgreSQL transaction; a failure is kept and fails the first member it left out.
+    async fn read_ahead(&mut self, candidates: &[HeadRow], members: &[Member]) {
+        self.ahead_error = None;
+        let Some(missing) = members
+            .iter()
+            .map(|m| m.row.head.msg_id)
+            .find(|id| !self.ahead.contains_key(id))
+        else {
+            return;
+        };
+        if missing == members[0].row.head.msg_id {
+            self.ahead.clear();
+        }
+        let want = (self.cfg.read_ahead as usize).max(members.len());
+        let ids: Vec<i64> = candidates
+            .iter()
+            .map(|r| r.head.msg_id)
+            .filter(|id| *id >= missing)
+            .take(want)
+            .collect();
+        match self
+            .inbox
+            .raw_messages(&ids, self.cfg.max_message_bytes)
+            .await
+        {
+            Ok(texts) => self.ahead.extend(texts),
+            Err(e) => self.ahead_error = Some(e.to_string()),
         }
     }
 
@@ -165,195 +291,329 @@ impl PumpCore {
             .await
     }
 
-    /// Processes the stamped head; returns how it ended (already written). A `LATE` row
-    /// (a released hole that committed after all) is applied with the ordering guard.
-    async fn process(
+    /// The members one after another in one transaction; stops after a FAILED one or when
+    /// the group has run `group_max_wait`. Members that did not run get their stamp back.
+    async fn run_group(
         &mut self,
-        msg_id: i64,
-        attempts: i32,
-        source: Source,
+        members: &[Member],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<StepOutcome>, StoreError> {
+        let group_started = Instant::now();
+        // Raw texts and decoding first (no I/O: read ahead), up to the first member that
+        // fails there (the group ends with it).
+        let t = Instant::now();
+        let mut prepared = Vec::with_capacity(members.len());
+        for m in members {
+            let p = self.prepare(m.row.head.msg_id);
+            let stop = matches!(p, Prepared::Fail(..));
+            prepared.push(p);
+            if stop {
+                break;
+            }
+        }
+        self.stages
+            .add(Stage::Decode, t.elapsed(), prepared.len() as u64);
+        let mut tx = self.store.begin_group().await?;
+        let t = Instant::now();
+        let mut cache = self.load_group(&mut tx, members, &prepared).await?;
+        self.stages.add(Stage::Load, t.elapsed(), 1);
+        let mut steps = Vec::with_capacity(members.len());
+        let mut ran = 0;
+        for (m, p) in members.iter().zip(prepared) {
+            if ran > 0 && group_started.elapsed() >= self.cfg.group_max_wait {
+                break;
+            }
+            let started = Instant::now();
+            let outcome = self.member(&mut tx, m, p, &mut cache).await?;
+            ran += 1;
+            let stop = !outcome.is_terminal();
+            steps.push(StepOutcome::Processed {
+                msg_id: m.row.head.msg_id,
+                outcome,
+                took: started.elapsed(),
+                head_age: (now - m.row.since).to_std().unwrap_or(Duration::ZERO),
+            });
+            if stop {
+                break;
+            }
+            if ran == 2 {
+                crate::failpoint::hit("pump_mid_group");
+            }
+        }
+        for m in &members[..ran] {
+            self.ahead.remove(&m.row.head.msg_id);
+        }
+        // The next group's size: what fitted in group_max_wait, plus a quarter to grow into.
+        self.group_cap = if ran < members.len()
+            && steps.last().is_some_and(
+                |s| matches!(s, StepOutcome::Processed { outcome, .. } if outcome.is_terminal()),
+            ) {
+            (ran + ran / 4 + 1) as u32
+        } else {
+            self.cfg.group_max
+        };
+        let t = Instant::now();
+        let not_run: Vec<i64> = members[ran..].iter().map(|m| m.row.head.msg_id).collect();
+        if !not_run.is_empty() {
+            tx.unstamp(&not_run).await?;
+        }
+        crate::failpoint::hit("pump_group_before_commit");
+        tx.commit().await?;
+        // Seed §4 "committed, mark not written" (and events not yet delivered).
+        crate::failpoint::hit("pump_after_business_commit");
+        self.stages.add(Stage::Commit, t.elapsed(), 1);
+        self.stages.groups += 1;
+        self.stages.messages += ran as u64;
+        telemetry::pump_group(ran, group_started.elapsed());
+        Ok(steps)
+    }
+
+    /// One load for the decoded members before the first `LATE` one (those take the guarded
+    /// path with a load of their own); None when there is none.
+    async fn load_group(
+        &self,
+        tx: &mut GroupTx,
+        members: &[Member],
+        prepared: &[Prepared],
+    ) -> Result<Option<GroupLoad>, StoreError> {
+        let (mut ids, mut keys, mut flids) = (Vec::new(), Vec::new(), Vec::<String>::new());
+        for (m, p) in members.iter().zip(prepared) {
+            if m.row.source.is_late() {
+                break;
+            }
+            if let Prepared::Decoded(msg) = p {
+                ids.push(m.row.head.msg_id);
+                keys.push(msg.identity_key(self.cfg.identity_with_date, self.cfg.tz));
+                for f in flight::flights_to_load(msg) {
+                    if !flids.contains(&f) {
+                        flids.push(f);
+                    }
+                }
+            }
+        }
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(tx.load_group(&ids, &keys, &flids).await?))
+    }
+
+    /// One member inside the group transaction; returns how it ended (written, not yet
+    /// committed). With the group's load it only writes; a `LATE` row (a released hole that
+    /// committed after all) loads for itself and is applied with the ordering guard, and the
+    /// members after it load for themselves too.
+    async fn member(
+        &mut self,
+        tx: &mut GroupTx,
+        m: &Member,
+        prepared: Prepared,
+        cache: &mut Option<GroupLoad>,
     ) -> Result<Outcome, StoreError> {
-        let raw = match self.raw(msg_id).await {
-            Ok(raw) => raw,
-            Err(detail) => return self.fail(msg_id, attempts, ErrorClass::Infra, detail).await,
-        };
-        let text = match raw {
-            RawMessage::Text(text) => text,
-            RawMessage::Missing => {
-                return self
-                    .dead(
-                        msg_id,
-                        ErrorClass::Malformed,
-                        "inbox row missing when reading the raw message".into(),
-                        None,
-                    )
-                    .await
+        let msg_id = m.row.head.msg_id;
+        let msg = match prepared {
+            Prepared::Dead(class, detail) => return self.dead(tx, msg_id, class, detail).await,
+            Prepared::Fail(class, detail) => {
+                return self.fail(tx, msg_id, m.attempts, class, detail).await
             }
-            RawMessage::Empty => {
-                return self
-                    .dead(
-                        msg_id,
-                        ErrorClass::Malformed,
-                        "inbox row has no message text".into(),
-                        None,
-                    )
-                    .await
-            }
-            RawMessage::TooLarge(len) => {
-                let detail = format!(
-                    "message of {len} bytes exceeds processing.max_message_bytes {}",
-                    self.cfg.max_message_bytes
-                );
-                return self.dead(msg_id, ErrorClass::Malformed, detail, None).await;
-            }
-        };
-        let msg = match self.codec.decode(&text) {
-            Ok(msg) => msg,
-            Err(CodecError::Malformed(d)) => {
-                return self.dead(msg_id, ErrorClass::Malformed, d, None).await
-            }
-            Err(CodecError::Unsupported(d)) => {
-                return self
-                    .fail(msg_id, attempts, ErrorClass::Unsupported, d)
-                    .await
-            }
-            Err(CodecError::Codec(d)) => {
-                return self.fail(msg_id, attempts, ErrorClass::CodecError, d).await
-            }
+            Prepared::Decoded(msg) => msg,
         };
         let msg_type = type_label(&msg);
         let key = msg.identity_key(self.cfg.identity_with_date, self.cfg.tz);
-        match self.store.bind_identity(msg_id, &key).await {
-            Ok(Binding::Bound) => {}
-            Ok(Binding::Duplicate { holder }) => {
-                let detail = format!("identity {key} already bound to message {holder:?}");
-                let now = self.clock.now();
-                self.store
-                    .finish_single(
-                        msg_id,
-                        SingleTerminal::Skipped,
-                        ErrorClass::Duplicate,
-                        &detail,
-                        Some(&msg_type),
-                        now,
-                    )
-                    .await?;
-                return Ok(Outcome::Skipped {
-                    reason: ErrorClass::Duplicate,
-                    detail,
-                });
-            }
-            Err(e) => {
-                return self
-                    .fail(msg_id, attempts, ErrorClass::Infra, e.to_string())
-                    .await
-            }
+        if m.row.source.is_late() {
+            *cache = None;
         }
-        let outcome = self
-            .business(msg_id, attempts, &msg, &msg_type, source)
-            .await;
-        // Seed §4 "committed, mark not written" (and events not yet delivered).
-        crate::failpoint::hit("pump_after_business_commit");
-        outcome
-    }
-
-    async fn business(
-        &mut self,
-        msg_id: i64,
-        attempts: i32,
-        msg: &DecodedMessage,
-        msg_type: &str,
-        source: Source,
-    ) -> Result<Outcome, StoreError> {
-        let load = flight::flights_to_load(msg);
-        let now = self.clock.now();
-        let result = if source.is_late() {
-            // Out of id order by design: newer messages were applied first; the guard keeps
-            // what they wrote and the refusals are recorded on the row.
-            self.store
-                .commit_business_late(
-                    msg_id,
-                    msg_type,
-                    &load,
-                    |current, tombstones| flight::plan_guarded(msg, msg_id, current, tombstones),
-                    now,
-                )
-                .await
-                .map(|(result, refused)| {
-                    if !refused.is_empty() {
-                        let labels = refused.labels();
-                        let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
-                        telemetry::late_stale_fields(msg_id, &labels);
-                    }
-                    result
-                })
-        } else {
-            self.store
-                .commit_business(
-                    msg_id,
-                    msg_type,
-                    &load,
-                    |current| flight::plan(msg, msg_id, current),
-                    now,
-                )
-                .await
+        let result = match cache.as_mut() {
+            Some(load) => self.planned(tx, msg_id, &msg, &msg_type, &key, load).await,
+            None => {
+                let t = Instant::now();
+                tx.savepoint().await?;
+                self.stages.add(Stage::Savepoint, t.elapsed(), 1);
+                let t = Instant::now();
+                let r = self
+                    .business(tx, msg_id, &msg, &msg_type, &key, m.row.source)
+                    .await;
+                self.stages.add(Stage::Business, t.elapsed(), 1);
+                r
+            }
         };
         match result {
             Ok(BusinessResult::Committed { changes, events }) => {
                 Ok(Outcome::Succeeded { changes, events })
             }
             Ok(BusinessResult::NotUnfinished) => Ok(Outcome::FinishedElsewhere),
-            // The whole transaction rolled back: retry later, nothing partial remains.
+            Ok(BusinessResult::Duplicate { holder }) => {
+                let detail = format!("identity {key} already bound to message {:?}", Some(holder));
+                let now = self.clock.now();
+                tx.finish_single(
+                    msg_id,
+                    SingleTerminal::Skipped,
+                    ErrorClass::Duplicate,
+                    &detail,
+                    Some(&msg_type),
+                    now,
+                )
+                .await?;
+                Ok(Outcome::Skipped {
+                    reason: ErrorClass::Duplicate,
+                    detail,
+                })
+            }
+            // Back to the savepoint: retry later, nothing partial of this message remains.
             Err(e) => {
-                self.fail(msg_id, attempts, ErrorClass::Infra, e.to_string())
+                tx.rollback_message().await?;
+                self.fail(tx, msg_id, m.attempts, ErrorClass::Infra, e.to_string())
                     .await
             }
         }
     }
 
-    /// The raw text of the head, from the read-ahead buffer or one batched inbox read.
-    async fn raw(&mut self, msg_id: i64) -> Result<RawMessage, String> {
-        if let Some(raw) = self.ahead.remove(&msg_id) {
-            return Ok(raw);
+    /// A member's business work on the group's load: the same checks and rules as its own
+    /// load would give (the load is the store's state, kept current), then its savepoint and
+    /// its one write.
+    async fn planned(
+        &mut self,
+        tx: &mut GroupTx,
+        msg_id: i64,
+        msg: &DecodedMessage,
+        msg_type: &str,
+        key: &str,
+        load: &mut GroupLoad,
+    ) -> Result<BusinessResult, StoreError> {
+        if !matches!(
+            load.states.get(&msg_id).map(String::as_str),
+            Some("PENDING" | "FAILED")
+        ) {
+            return Ok(BusinessResult::NotUnfinished);
         }
-        self.ahead.clear();
-        let ids = self
-            .store
-            .next_unfinished(msg_id, i64::from(self.cfg.read_ahead))
-            .await
-            .map_err(|e| e.to_string())?;
-        let ids = if ids.first() == Some(&msg_id) {
-            ids
-        } else {
-            vec![msg_id]
+        if let Some(&holder) = load.holders.get(key).filter(|h| **h != msg_id) {
+            return Ok(BusinessResult::Duplicate { holder });
+        }
+        let t = Instant::now();
+        let current = load.current(&flight::flights_to_load(msg));
+        let plan = flight::plan(msg, msg_id, &current);
+        self.stages.add(Stage::Plan, t.elapsed(), 1);
+        let t = Instant::now();
+        tx.savepoint().await?;
+        self.stages.add(Stage::Savepoint, t.elapsed(), 1);
+        let t = Instant::now();
+        let now = self.clock.now();
+        let written = tx.write_planned(msg_id, msg_type, key, &plan, now).await;
+        self.stages.add(Stage::Business, t.elapsed(), 1);
+        written?;
+        load.apply(msg_id, key, &plan);
+        Ok(BusinessResult::Committed {
+            changes: plan.changes.len(),
+            events: plan.events.len(),
+        })
+    }
+
+    /// Raw text and decode of a member (no I/O: the text was read ahead).
+    fn prepare(&self, msg_id: i64) -> Prepared {
+        let raw = match self.ahead.get(&msg_id) {
+            Some(raw) => raw,
+            None => {
+                let detail = self
+                    .ahead_error
+                    .clone()
+                    .unwrap_or_else(|| "raw message not read".into());
+                return Prepared::Fail(ErrorClass::Infra, detail);
+            }
         };
-        let texts = self
-            .inbox
-            .raw_messages(&ids, self.cfg.max_message_bytes)
-            .await
-            .map_err(|e| e.to_string())?;
-        for (id, raw) in texts {
-            self.ahead.insert(id, raw);
+        let text = match raw {
+            RawMessage::Text(text) => text,
+            RawMessage::Missing => {
+                return Prepared::Dead(
+                    ErrorClass::Malformed,
+                    "inbox row missing when reading the raw message".into(),
+                )
+            }
+            RawMessage::Empty => {
+                return Prepared::Dead(
+                    ErrorClass::Malformed,
+                    "inbox row has no message text".into(),
+                )
+            }
+            RawMessage::TooLarge(len) => {
+                let detail = format!(
+                    "message of {len} bytes exceeds processing.max_message_bytes {}",
+                    self.cfg.max_message_bytes
+                );
+                return Prepared::Dead(ErrorClass::Malformed, detail);
+            }
+        };
+        match self.codec.decode(text) {
+            Ok(msg) => Prepared::Decoded(Box::new(msg)),
+            Err(CodecError::Malformed(d)) => Prepared::Dead(ErrorClass::Malformed, d),
+            Err(CodecError::Unsupported(d)) => Prepared::Fail(ErrorClass::Unsupported, d),
+            Err(CodecError::Codec(d)) => Prepared::Fail(ErrorClass::CodecError, d),
         }
-        Ok(self.ahead.remove(&msg_id).unwrap_or(RawMessage::Missing))
+    }
+
+    async fn business(
+        &mut self,
+        tx: &mut GroupTx,
+        msg_id: i64,
+        msg: &DecodedMessage,
+        msg_type: &str,
+        identity: &str,
+        source: Source,
+    ) -> Result<BusinessResult, StoreError> {
+        let load = flight::flights_to_load(msg);
+        let now = self.clock.now();
+        if source.is_late() {
+            // Out of id order by design: newer messages were applied first; the guard keeps
+            // what they wrote and the refusals are recorded on the row.
+            let (result, refused) = tx
+                .business(
+                    msg_id,
+                    msg_type,
+                    &load,
+                    identity,
+                    true,
+                    |current, tombstones| flight::plan_guarded(msg, msg_id, current, tombstones),
+                    now,
+                )
+                .await?;
+            if !refused.is_empty() {
+                let labels = refused.labels();
+                let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+                telemetry::late_stale_fields(msg_id, &labels);
+            }
+            Ok(result)
+        } else {
+            let (result, _) = tx
+                .business(
+                    msg_id,
+                    msg_type,
+                    &load,
+                    identity,
+                    false,
+                    |current, _| GuardedPlan {
+                        plan: flight::plan(msg, msg_id, current),
+                        refused: Refused::default(),
+                    },
+                    now,
+                )
+                .await?;
+            Ok(result)
+        }
     }
 
     async fn dead(
         &self,
+        tx: &mut GroupTx,
         msg_id: i64,
         class: ErrorClass,
         detail: String,
-        msg_type: Option<&str>,
     ) -> Result<Outcome, StoreError> {
         let now = self.clock.now();
-        self.store
-            .finish_single(msg_id, SingleTerminal::Dead, class, &detail, msg_type, now)
+        tx.finish_single(msg_id, SingleTerminal::Dead, class, &detail, None, now)
             .await?;
         Ok(Outcome::Dead { class, detail })
     }
 
     async fn fail(
         &mut self,
+        tx: &mut GroupTx,
         msg_id: i64,
         attempts: i32,
         class: ErrorClass,
@@ -363,9 +623,7 @@ impl PumpCore {
         let now = self.clock.now();
         let delay = backoff(attempts, &self.cfg.rules);
         let next = crate::clock::plus(now, delay);
-        self.store
-            .mark_failed(msg_id, class, &detail, next, now)
-            .await?;
+        tx.mark_failed(msg_id, class, &detail, next, now).await?;
         Ok(Outcome::Failed {
             class,
             detail,

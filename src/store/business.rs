@@ -26,6 +26,12 @@ pub enum BusinessResult {
     },
     /// The row was no longer unfinished (someone else finished it): nothing written.
     NotUnfinished,
+    /// The identity to bind is held by another message (a business duplicate): nothing
+    /// written (group commit binds the identity in the outcome statement).
+    Duplicate {
+        /// The message that holds it.
+        holder: i64,
+    },
 }
 
 impl Store {
@@ -86,59 +92,14 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<(BusinessResult, Refused), StoreError> {
         let mut tx = self.pool().begin().await?;
-        let (state, current) = lock_and_load(&mut tx, msg_id, load).await?;
-        if !matches!(state.as_deref(), Some("PENDING" | "FAILED")) {
-            tx.rollback().await?;
-            return Ok((BusinessResult::NotUnfinished, Refused::default()));
-        }
-        let tombstones = if guarded {
-            let mut keys: Vec<String> = load.to_vec();
-            keys.extend(current.keys().cloned());
-            load_tombstones(&mut tx, &keys).await?
-        } else {
-            Tombstones::new()
-        };
-        let GuardedPlan { plan, refused } = plan(&current, &tombstones);
-        if let Some(s) = &plan.snapshot {
-            sqlx::query(
-                "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, request_id, flights, \
-                 created, updated, unchanged, applied_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
-            )
-            .bind(msg_id)
-            .bind(s.date)
-            .bind(&s.kind)
-            .bind(&s.request_id)
-            .bind(serde_json::json!(s.flights))
-            .bind(s.created as i32)
-            .bind(s.updated as i32)
-            .bind(s.unchanged as i32)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            // The answer to one of our outbound requests (SCHD/RESP carrying its RQID): record
-            // the first answering message on the request (REQ_TRACK, migration 0005).
-            if let (true, Some(rqid)) = (s.kind == "RESP", &s.request_id) {
-                sqlx::query(
-                    "UPDATE req_track SET answered_by_msg = $1, answered_at = $2 \
-                     WHERE rqid = $3 AND answered_by_msg IS NULL",
-                )
-                .bind(msg_id)
-                .bind(now)
-                .bind(rqid)
-                .execute(&mut *tx)
-                .await?;
+        let done = business_in(&mut tx, msg_id, msg_type, load, None, guarded, plan, now).await?;
+        match done.0 {
+            BusinessResult::NotUnfinished | BusinessResult::Duplicate { .. } => {
+                tx.rollback().await?
             }
+            BusinessResult::Committed { .. } => tx.commit().await?,
         }
-        let stale = (!refused.is_empty()).then(|| refused.to_json());
-        write_outcome(&mut tx, &plan, msg_id, msg_type, stale, now).await?;
-        tx.commit().await?;
-        Ok((
-            BusinessResult::Committed {
-                changes: plan.changes.len(),
-                events: plan.events.len(),
-            },
-            refused,
-        ))
+        Ok(done)
     }
 
     /// Loads flights by id (tests, tools).
@@ -150,8 +111,94 @@ impl Store {
     }
 }
 
+/// The business work of one message inside an open transaction (the caller commits, or rolls
+/// back to its savepoint): lock and load, plan, write. With `identity`, the identity is checked
+/// in the load (held by another message → `Duplicate`) and bound in the outcome statement:
+/// one row version and one round trip fewer than a binding of its own. On `NotUnfinished` and
+/// `Duplicate` nothing was written.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn business_in(
+    tx: &mut Transaction<'_, Postgres>,
+    msg_id: i64,
+    msg_type: &str,
+    load: &[String],
+    identity: Option<&str>,
+    guarded: bool,
+    plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
+    now: DateTime<Utc>,
+) -> Result<(BusinessResult, Refused), StoreError> {
+    let (state, holder, current) = lock_and_load(tx, msg_id, load, identity).await?;
+    if !matches!(state.as_deref(), Some("PENDING" | "FAILED")) {
+        return Ok((BusinessResult::NotUnfinished, Refused::default()));
+    }
+    if let Some(holder) = holder {
+        return Ok((BusinessResult::Duplicate { holder }, Refused::default()));
+    }
+    let tombstones = if guarded {
+        let mut keys: Vec<String> = load.to_vec();
+        keys.extend(current.keys().cloned());
+        load_tombstones(tx, &keys).await?
+    } else {
+        Tombstones::new()
+    };
+    let GuardedPlan { plan, refused } = plan(&current, &tombstones);
+    write_plan(tx, msg_id, msg_type, &plan, &refused, identity, now).await?;
+    Ok((
+        BusinessResult::Committed {
+            changes: plan.changes.len(),
+            events: plan.events.len(),
+        },
+        refused,
+    ))
+}
+
+/// Writes a planned outcome: the schedule snapshot (and the answered request), then the flight
+/// rows, events and SUCCEEDED state in one statement ([`write_outcome`]).
+pub(super) async fn write_plan(
+    tx: &mut Transaction<'_, Postgres>,
+    msg_id: i64,
+    msg_type: &str,
+    plan: &Plan,
+    refused: &Refused,
+    identity: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    if let Some(s) = &plan.snapshot {
+        sqlx::query(
+            "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, request_id, flights, \
+             created, updated, unchanged, applied_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+        )
+        .bind(msg_id)
+        .bind(s.date)
+        .bind(&s.kind)
+        .bind(&s.request_id)
+        .bind(serde_json::json!(s.flights))
+        .bind(s.created as i32)
+        .bind(s.updated as i32)
+        .bind(s.unchanged as i32)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        // The answer to one of our outbound requests (SCHD/RESP carrying its RQID): record
+        // the first answering message on the request (REQ_TRACK, migration 0005).
+        if let (true, Some(rqid)) = (s.kind == "RESP", &s.request_id) {
+            sqlx::query(
+                "UPDATE req_track SET answered_by_msg = $1, answered_at = $2 \
+                 WHERE rqid = $3 AND answered_by_msg IS NULL",
+            )
+            .bind(msg_id)
+            .bind(now)
+            .bind(rqid)
+            .execute(&mut **tx)
+            .await?;
+        }
+    }
+    let stale = (!refused.is_empty()).then(|| refused.to_json());
+    write_outcome(tx, plan, msg_id, msg_type, identity, stale, now).await
+}
+
 /// The named flights and every code-share of them, locked for the transaction.
-async fn load_flights(
+pub(super) async fn load_flights(
     tx: &mut Transaction<'_, Postgres>,
     flids: &[String],
 ) -> Result<BTreeMap<String, Flight>, StoreError> {
@@ -171,7 +218,7 @@ async fn load_flights(
 }
 
 /// A `flight_state` row as a [`Flight`]; a row that does not decode is corrupt.
-fn decode_flight(
+pub(super) fn decode_flight(
     flid: String,
     fields: serde_json::Value,
     versions: serde_json::Value,
@@ -192,18 +239,23 @@ async fn lock_and_load(
     tx: &mut Transaction<'_, Postgres>,
     msg_id: i64,
     flids: &[String],
-) -> Result<(Option<String>, BTreeMap<String, Flight>), StoreError> {
+    identity: Option<&str>,
+) -> Result<(Option<String>, Option<i64>, BTreeMap<String, Flight>), StoreError> {
     type Row = (
         String,
+        Option<i64>,
         Option<String>,
         Option<serde_json::Value>,
         Option<serde_json::Value>,
     );
     let rows: Vec<Row> = sqlx::query_as(
-        "WITH p AS (SELECT state FROM proc_state \
+        "WITH p AS (SELECT state, \
+                           (SELECT h.msg_id FROM proc_state h \
+                             WHERE h.identity_key = $4 AND h.msg_id <> $2 LIMIT 1) AS holder \
+                    FROM proc_state \
                     WHERE msg_id = $2 AND (SELECT 1 FROM pg_advisory_xact_lock($1)) = 1 \
                     FOR UPDATE) \
-         SELECT p.state, f.flid, f.fields, f.versions FROM p \
+         SELECT p.state, p.holder, f.flid, f.fields, f.versions FROM p \
          LEFT JOIN LATERAL (SELECT flid, fields, versions FROM flight_state \
                             WHERE flid = ANY($3) OR master_flid = ANY($3) \
                             ORDER BY flid FOR UPDATE) f ON true",
@@ -211,18 +263,20 @@ async fn lock_and_load(
     .bind(PIPELINE_LOCK_KEY)
     .bind(msg_id)
     .bind(flids)
+    .bind(identity)
     .fetch_all(&mut **tx)
     .await?;
     let state = rows.first().map(|r| r.0.clone());
+    let holder = rows.first().and_then(|r| r.1);
     let mut flights = BTreeMap::new();
-    for (_, flid, fields, versions) in rows {
+    for (_, _, flid, fields, versions) in rows {
         let (Some(flid), Some(fields), Some(versions)) = (flid, fields, versions) else {
             continue;
         };
         let (flid, flight) = decode_flight(flid, fields, versions)?;
         flights.insert(flid, flight);
     }
-    Ok((state, flights))
+    Ok((state, holder, flights))
 }
 
 /// The newest delete of each of `flids` (a flight deleted by name or as a code-share), from
@@ -258,6 +312,7 @@ async fn write_outcome(
     plan: &Plan,
     msg_id: i64,
     msg_type: &str,
+    identity: Option<&str>,
     stale: Option<serde_json::Value>,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
@@ -303,7 +358,8 @@ async fn write_outcome(
          UPDATE proc_state SET state = 'SUCCEEDED', error_class = NULL, error_text = NULL, \
                 terminal_reason = NULL, terminal_at = $2, next_attempt_at = NULL, \
                 processed_seq = nextval('proc_order_seq'), backfill_next_at = $2, \
-                msg_type = $3, stale_fields = $4, updated_at = $2 \
+                msg_type = $3, stale_fields = $4, updated_at = $2, \
+                identity_key = COALESCE($13, identity_key) \
          WHERE msg_id = $1",
     )
     .bind(msg_id)
@@ -318,6 +374,7 @@ async fn write_outcome(
     .bind(&ev_key)
     .bind(&ev_type)
     .bind(&ev_payload)
+    .bind(identity)
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -5,6 +5,7 @@ mod business;
 mod cursor;
 mod enqueue;
 pub mod events;
+mod group;
 mod inspect;
 pub mod late_watch;
 mod lease;
@@ -23,6 +24,7 @@ pub use business::{BusinessResult, PIPELINE_LOCK_KEY};
 pub use cursor::{SeedOutcome, StoredCursor};
 pub use enqueue::{EnqueueRow, RoundWrite};
 pub use lease::{session_name, InstanceLock, LeaseConfig};
+pub use group::{GroupLoad, GroupTx};
 pub use queue::{Backlog, Binding, HeadRow};
 
 /// Why a store call failed.

@@ -2,6 +2,7 @@
 //! the one-statement terminal states (non-business, poison).
 
 use chrono::{DateTime, Utc};
+use sqlx::{Executor, Postgres};
 
 use super::{Store, StoreError};
 use crate::late::Source;
@@ -40,10 +41,10 @@ pub enum Binding {
     },
 }
 
-const UNFINISHED: &str = "state IN ('PENDING', 'FAILED')";
+pub(super) const UNFINISHED: &str = "state IN ('PENDING', 'FAILED')";
 
 /// `msg_id, state, attempts, next_attempt_at, processing_started_at, since, source`.
-type HeadTuple = (
+pub(super) type HeadTuple = (
     i64,
     String,
     i32,
@@ -65,23 +66,7 @@ impl Store {
         ))
         .fetch_optional(self.pool())
         .await?;
-        row.map(|(msg_id, state, attempts, next, started, since, source)| {
-            let source = Source::from_db(&source).ok_or_else(|| {
-                StoreError::Corrupt(format!("proc_state {msg_id}: source {source:?}"))
-            })?;
-            Ok(HeadRow {
-                head: Head {
-                    msg_id,
-                    failed: state == "FAILED",
-                    attempts,
-                    next_attempt_at: next,
-                    processing_started_at: started,
-                },
-                since,
-                source,
-            })
-        })
-        .transpose()
+        row.map(head_row).transpose()
     }
 
     /// Up to `limit` unfinished ids ≤ W from `from` on (the raw read-ahead window).
@@ -129,19 +114,7 @@ impl Store {
         next_attempt_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(&format!(
-            "UPDATE proc_state SET state = 'FAILED', error_class = $2, error_text = $3, \
-                    next_attempt_at = $4, updated_at = $5 \
-             WHERE msg_id = $1 AND {UNFINISHED}"
-        ))
-        .bind(msg_id)
-        .bind(class.as_str())
-        .bind(truncate(detail))
-        .bind(next_attempt_at)
-        .bind(now)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        mark_failed_on(self.pool(), msg_id, class, detail, next_attempt_at, now).await
     }
 
     /// A non-business terminal state (MALFORMED, SKIPPED, EXHAUSTED…) in ONE statement that
@@ -155,22 +128,7 @@ impl Store {
         msg_type: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(&format!(
-            "UPDATE proc_state SET state = $2, error_class = $3, error_text = $4, \
-                    terminal_reason = $3, terminal_at = $5, next_attempt_at = NULL, \
-                    processed_seq = nextval('proc_order_seq'), backfill_next_at = $5, \
-                    msg_type = COALESCE($6, msg_type), updated_at = $5 \
-             WHERE msg_id = $1 AND {UNFINISHED}"
-        ))
-        .bind(msg_id)
-        .bind(state.as_str())
-        .bind(class.as_str())
-        .bind(truncate(detail))
-        .bind(now)
-        .bind(msg_type)
-        .execute(self.pool())
-        .await?;
-        Ok(done.rows_affected() == 1)
+        finish_single_on(self.pool(), msg_id, state, class, detail, msg_type, now).await
     }
 
     /// Poison escalation: DEAD(EXHAUSTED) with the backfill intent, in ONE statement that
@@ -240,6 +198,107 @@ impl Store {
         .await?;
         Ok(Backlog { unfinished, oldest })
     }
+
+    /// The backlog gauges from index-backed reads only, cheap at any backlog: an exact count
+    /// up to [`EXACT_BACKLOG_UP_TO`] rows of the partial head index, above that the id span of
+    /// the unfinished rows (`max − min + 1`: in FIFO order the unfinished rows are one run of
+    /// ids, so this overcounts only by the inbox's rolled-back holes); the oldest is the head's
+    /// receive (else enqueue) time.
+    pub async fn backlog_gauges(&self) -> Result<Backlog, StoreError> {
+        let (counted, first, last, oldest): (i64, Option<i64>, Option<i64>, Option<DateTime<Utc>>) =
+            sqlx::query_as(&format!(
+                "SELECT (SELECT count(*) FROM (SELECT 1 FROM proc_state WHERE {UNFINISHED} \
+                                                ORDER BY msg_id LIMIT $1) c), \
+                        (SELECT min(msg_id) FROM proc_state WHERE {UNFINISHED}), \
+                        (SELECT max(msg_id) FROM proc_state WHERE {UNFINISHED}), \
+                        (SELECT COALESCE(received_at, enqueued_at) FROM proc_state \
+                          WHERE {UNFINISHED} ORDER BY msg_id LIMIT 1)"
+            ))
+            .bind(EXACT_BACKLOG_UP_TO)
+            .fetch_one(self.pool())
+            .await?;
+        let unfinished = match (first, last) {
+            (Some(first), Some(last)) if counted >= EXACT_BACKLOG_UP_TO => {
+                (last - first + 1).max(counted)
+            }
+            _ => counted,
+        };
+        Ok(Backlog { unfinished, oldest })
+    }
+}
+
+/// Up to this many unfinished rows the backlog gauge is an exact count.
+pub const EXACT_BACKLOG_UP_TO: i64 = 10_000;
+
+/// A head row as read from `proc_state`.
+pub(super) fn head_row(
+    (msg_id, state, attempts, next, started, since, source): HeadTuple,
+) -> Result<HeadRow, StoreError> {
+    let source = Source::from_db(&source)
+        .ok_or_else(|| StoreError::Corrupt(format!("proc_state {msg_id}: source {source:?}")))?;
+    Ok(HeadRow {
+        head: Head {
+            msg_id,
+            failed: state == "FAILED",
+            attempts,
+            next_attempt_at: next,
+            processing_started_at: started,
+        },
+        since,
+        source,
+    })
+}
+
+/// [`Store::mark_failed`] on any executor (the pool, or a group's transaction).
+pub(super) async fn mark_failed_on<'e>(
+    exec: impl Executor<'e, Database = Postgres>,
+    msg_id: i64,
+    class: ErrorClass,
+    detail: &str,
+    next_attempt_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(&format!(
+        "UPDATE proc_state SET state = 'FAILED', error_class = $2, error_text = $3, \
+                next_attempt_at = $4, updated_at = $5 \
+         WHERE msg_id = $1 AND {UNFINISHED}"
+    ))
+    .bind(msg_id)
+    .bind(class.as_str())
+    .bind(truncate(detail))
+    .bind(next_attempt_at)
+    .bind(now)
+    .execute(exec)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// [`Store::finish_single`] on any executor (the pool, or a group's transaction).
+pub(super) async fn finish_single_on<'e>(
+    exec: impl Executor<'e, Database = Postgres>,
+    msg_id: i64,
+    state: SingleTerminal,
+    class: ErrorClass,
+    detail: &str,
+    msg_type: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(&format!(
+        "UPDATE proc_state SET state = $2, error_class = $3, error_text = $4, \
+                terminal_reason = $3, terminal_at = $5, next_attempt_at = NULL, \
+                processed_seq = nextval('proc_order_seq'), backfill_next_at = $5, \
+                msg_type = COALESCE($6, msg_type), updated_at = $5 \
+         WHERE msg_id = $1 AND {UNFINISHED}"
+    ))
+    .bind(msg_id)
+    .bind(state.as_str())
+    .bind(class.as_str())
+    .bind(truncate(detail))
+    .bind(now)
+    .bind(msg_type)
+    .execute(exec)
+    .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// Error texts are for people; keep rows small.

@@ -8,11 +8,11 @@ use msgx_core::settings::{redact_url, Settings};
 use super::super::databases::BenchDbs;
 use super::super::percentile;
 use super::super::report::rate;
-use super::pump_bare::{BareLimits, BareRun, BareShape, PUMP_TX_STATEMENTS, RELAXED_TX_STATEMENTS};
+use super::pump_bare::{BareLimits, BareRun, BareShape};
 use super::pump_load::Loaded;
 use super::pump_run::PumpRun;
-use super::pump_stages::Stages;
 use super::{Measured, PumpBenchArgs};
+use msgx_core::pump::stages::Stage;
 
 /// Prints the whole report to stdout.
 pub(super) fn print_report(
@@ -41,7 +41,7 @@ pub(super) fn print_report(
     print_bare(args, m);
     print_run(&m.run);
     print_ratios(m);
-    print_stages(&m.stages, &m.run, &m.before, m.test_before_acquire);
+    print_stages(&m.run, &m.before);
     let mut rss = vec![format!("start {}", mib(m.run.rss_start))];
     rss.extend(
         m.run
@@ -246,122 +246,44 @@ fn print_ratios(m: &Measured) {
     }
 }
 
-fn print_stages(s: &Stages, run: &PumpRun, before: &BareLimits, test_before_acquire: bool) {
-    let n = s.messages.max(1);
-    let per = |d: Duration| d.as_secs_f64() * 1e3 / n as f64;
-    let total = s.elapsed.as_secs_f64() * 1e3 / n as f64;
-    let share = |d: Duration| 100.0 * per(d) / total.max(1e-9);
-    let sample = usize::try_from(s.messages).unwrap_or(usize::MAX);
-    let same_in_run: Duration = run.steps.iter().take(sample).sum();
+/// Where the time went, from the timings the real step recorded ([`PumpCore::stages`]).
+///
+/// [`PumpCore::stages`]: msgx_core::pump::PumpCore::stages
+fn print_stages(run: &PumpRun, before: &BareLimits) {
+    let st = &run.stages;
+    let n = st.messages.max(1) as f64;
+    let total = run.elapsed.as_secs_f64() * 1e3 / n;
     println!(
-        "  where the time goes   : the first {} messages reset and replayed stage by stage with \
-         PumpCore::step's own calls: {:.1} msgs/s (the run did the same messages at {:.1} msgs/s)",
-        s.messages,
-        rate(s.messages, s.elapsed),
-        rate(s.messages, same_in_run),
+        "  where the time goes   : recorded by PumpCore itself over the run: {} groups, {:.1} \
+         messages per group (processing.group_max / group_max_wait)",
+        st.groups,
+        n / st.groups.max(1) as f64
     );
-    println!("    stage                             mean ms   share");
-    let row = |label: &str, d: Duration, note: String| {
+    println!("    stage                 mean ms/msg   share   calls   ms/call");
+    for stage in Stage::ALL {
+        let (t, calls) = st.get(stage);
+        let per = t.as_secs_f64() * 1e3 / n;
         println!(
-            "    {label:<33} {:>7.3}  {:>5.1}%  {note}",
-            per(d),
-            share(d)
-        );
-    };
-    let relaxed_note = || {
-        format!(
-            "{RELAXED_TX_STATEMENTS} autocommit statement on the relaxed pool \
-             (synchronous_commit = off): no WAL flush wait"
-        )
-    };
-    let refills = s.refills.max(1);
-    row("head query + decision", s.head, "1 statement".into());
-    row("stamp attempt (relaxed commit)", s.stamp, relaxed_note());
-    row(
-        "read-ahead ids (next_unfinished)",
-        s.ahead_ids,
-        format!(
-            "{} refills, 1 statement and {:.2} ms each, amortised over {:.1} msgs",
-            s.refills,
-            s.ahead_ids.as_secs_f64() * 1e3 / refills as f64,
-            n as f64 / refills as f64
-        ),
-    );
-    row(
-        "raw read, MySQL (raw_messages)",
-        s.raw_read,
-        format!(
-            "{:.2} ms per refill, {:.0} B per message",
-            s.raw_read.as_secs_f64() * 1e3 / refills as f64,
-            s.bytes as f64 / n as f64
-        ),
-    );
-    row("decode (XmlCodec)", s.decode, String::new());
-    row("bind identity (relaxed commit)", s.identity, relaxed_note());
-    row(
-        "business transaction",
-        s.business,
-        format!(
-            "{:.1} statements incl. BEGIN/COMMIT, 1 synchronous commit (WAL flush); pure plan \
-             inside {:.3} ms",
-            s.business_statements as f64 / n as f64,
-            per(s.plan)
-        ),
-    );
-    row(
-        "bench loop (untimed gaps)",
-        s.elapsed.saturating_sub(s.staged()),
-        String::new(),
-    );
-    println!("    {:<33} {total:>7.3}  100.0%", "total");
-    let statements = s.pg_statements as f64 / n as f64;
-    let relaxed = s.relaxed_statements as f64 / n as f64;
-    let business = s.business_statements as f64 / n as f64;
-    let acquires = s.pg_acquires as f64 / n as f64;
-    println!(
-        "    per message: {statements:.2} PostgreSQL statements = round trips ({relaxed:.1} in the \
-         {:.0} relaxed commits, {business:.1} in the business tx, {:.2} head + read-ahead ids), over \
-         {acquires:.2} pool acquires ({}); 1 synchronous commit (WAL flush) + {:.0} relaxed \
-         commits; {:.1} flight rows and {:.1} events",
-        relaxed / f64::from(RELAXED_TX_STATEMENTS),
-        statements - relaxed - business,
-        acquire_ping(test_before_acquire),
-        relaxed / f64::from(RELAXED_TX_STATEMENTS),
-        s.changes as f64 / n as f64,
-        s.events as f64 / n as f64,
-    );
-    let probe = |shape: BareShape| s.probes.iter().find(|r| r.shape == shape);
-    let p50 = |shape: BareShape| {
-        probe(shape).map(|r| percentile(&r.unit_latency, 0.50).as_secs_f64() * 1e3)
-    };
-    let mean = |shape: BareShape| {
-        probe(shape).map(|r| {
-            r.unit_latency.iter().sum::<Duration>().as_secs_f64() * 1e3 / r.units.max(1) as f64
-        })
-    };
-    if let (Some(relaxed_tx), Some(ptx)) = (mean(BareShape::RelaxedTx), mean(BareShape::PumpTx)) {
-        println!(
-            "    bare probes right before the replay (means): relaxed commit {relaxed_tx:.3} ms (cf. \
-             stamp, bind), pump-shaped tx {ptx:.3} ms (cf. business)"
+            "    {:<20} {per:>10.3}  {:>5.1}%  {calls:>6}  {:>8.3}",
+            stage.as_str(),
+            100.0 * per / total.max(1e-9),
+            t.as_secs_f64() * 1e3 / calls.max(1) as f64
         );
     }
-    if let (Some(ptx), Some(rt)) = (p50(BareShape::PumpTx), before.round_trips.as_ref()) {
-        let rt = percentile(&rt.select_one, 0.50).as_secs_f64() * 1e3;
-        let more = (statements - f64::from(PUMP_TX_STATEMENTS)).max(0.0);
-        let floor = ptx + more * rt;
+    let rest = run.elapsed.saturating_sub(st.total());
+    println!(
+        "    {:<20} {:>10.3}  {:>5.1}%",
+        "outside the stages",
+        rest.as_secs_f64() * 1e3 / n,
+        100.0 * rest.as_secs_f64() * 1e3 / n / total.max(1e-9)
+    );
+    println!("    {:<20} {total:>10.3}  100.0%", "total");
+    if let Some(rt) = before.round_trips.as_ref() {
         println!(
-            "    floor of this shape from the probes' p50s: pump-shaped tx {ptx:.2} + {more:.1} \
-             more statements ({relaxed:.0} of them relaxed commits) × one round trip {rt:.3} = \
-             {floor:.2} ms/msg ({:.0} msgs/s)",
-            1e3 / floor.max(1e-9),
+            "    one round trip (SELECT 1, held connection) p50 {:.3} ms: the savepoint stage is \
+             one round trip",
+            percentile(&rt.select_one, 0.50).as_secs_f64() * 1e3
         );
-        if let Some(relaxed_tx) = p50(BareShape::RelaxedTx) {
-            println!(
-                "      (check: the relaxed commit probe's p50 {relaxed_tx:.3} ms is {:.1} round trips; \
-                 the floor counts it as {RELAXED_TX_STATEMENTS})",
-                relaxed_tx / rt.max(1e-9),
-            );
-        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! `msgexchange bench pump`: pump throughput (messages/s) over a backlog of realistic
+//! `msgx-bench pump`: pump throughput (messages/s) over a backlog of realistic
 //! well-formed messages, printed next to the bare single-connection PostgreSQL commit rate
 //! measured in the same run, on the same database (issue: aim for at least 40 % of the bare
 //! `BEGIN; UPDATE; COMMIT` rate with `synchronous_commit` on). Not a timed test: it prints
@@ -24,29 +24,26 @@
 //!    each a relaxed commit, then that transaction: one synchronous commit, two relaxed
 //!    ones), plus one round trip and one pool
 //!    acquire (the store pool's: no ping before checkout);
-//! 3. the real thing: `PumpCore::step()` (SystemClock) until Idle; every outcome must be
+//! 3. the real thing: `PumpCore::step()` (SystemClock, groups as configured) until Idle; every outcome must be
 //!    SUCCEEDED, in MSG_ID order. Short bare probes run before it and after every tenth (pump
 //!    paused), so the ratio is time-matched although the disk's flush time drifts on a shared
 //!    machine;
 //! 4. the bare transaction and the pump-shaped transaction again (the two runs bracket the
 //!    pump, so drift on a shared machine shows);
-//! 5. where the time goes: flight state emptied, the first `--sample` rows reset to PENDING,
-//!    and replayed with the same public store/inbox/codec/flight calls `PumpCore::step` makes,
-//!    in the same order, each stage timed apart, next to bare probes taken just before.
+//! 5. where the time goes: the stage timings `PumpCore` recorded itself during phase 3
+//!    (`PumpCore::stages`: no copy of the step here).
 //!
 //! This file orchestrates; phase 1 lives in `pump_load`, 2 and 4 in `pump_bare`, 3 in
-//! `pump_run`, 5 in `pump_stages`, the printed report in `pump_report`.
+//! `pump_run`, the printed report in `pump_report`.
 
 #[path = "pump_bare.rs"]
 mod pump_bare;
 #[path = "pump_load.rs"]
-mod pump_load;
+pub(crate) mod pump_load;
 #[path = "pump_report.rs"]
 mod pump_report;
 #[path = "pump_run.rs"]
 mod pump_run;
-#[path = "pump_stages.rs"]
-mod pump_stages;
 
 use std::time::Duration;
 
@@ -62,7 +59,6 @@ use pump_bare::{bare_shape, round_trips, BareLimits, BareShape, BareTables};
 use pump_load::{enqueue_all, load_messages};
 use pump_report::print_report;
 use pump_run::{pump_phase, Probe};
-use pump_stages::stage_breakdown;
 
 /// Pump benchmark knobs.
 #[derive(Debug, Args)]
@@ -82,9 +78,6 @@ pub struct PumpBenchArgs {
     /// Most transactions (messages, for the pump-shaped message) per bare measurement.
     #[arg(long, default_value_t = 5_000)]
     pub bare_tx: u64,
-    /// Messages replayed stage by stage for "where the time goes" (the first ones).
-    #[arg(long, default_value_t = 2_000)]
-    pub sample: u64,
 }
 
 /// Runs the pump benchmark.
@@ -116,7 +109,15 @@ async fn run(settings: &Settings, args: &PumpBenchArgs, dbs: &BenchDbs) -> anyho
         redact_url(&dbs.store_url)
     );
     dbs.inbox_fixture(settings).await?;
-    let loaded = load_messages(&dbs.inbox_url, &names, tz, args.messages, args.seed).await?;
+    let loaded = load_messages(
+        &dbs.inbox_url,
+        &names,
+        tz,
+        args.messages,
+        args.seed,
+        msgx_core::devtools::messages::Mix::well_formed(),
+    )
+    .await?;
     eprintln!(
         "bench pump: inbox loaded: {} messages, {:.1} MiB, in {:.1}s",
         args.messages,
@@ -149,10 +150,8 @@ struct Measured {
     before: BareLimits,
     /// The bare transaction and the pump-shaped transaction after the pump.
     after: BareLimits,
-    /// The pump run.
+    /// The pump run (with the stage timings the real step recorded).
     run: pump_run::PumpRun,
-    /// Where the time goes.
-    stages: pump_stages::Stages,
 }
 
 /// Facts about the PostgreSQL server the numbers come from.
@@ -182,7 +181,7 @@ async fn measure(
     let enqueue = enqueue_all(
         inbox,
         store,
-        crate::app::poll_config(&settings.pipeline),
+        msgx_actors::app::poll_config(&settings.pipeline),
         loaded,
     )
     .await
@@ -197,7 +196,7 @@ async fn measure(
     let tables = BareTables::create(pool, args.messages).await?;
     let result = measure_with_tables(inbox, store, settings, args, loaded, &tables).await;
     tables.drop_all().await?;
-    let (before, after, run, stages) = result?;
+    let (before, after, run) = result?;
     Ok(Measured {
         server,
         test_before_acquire: pool.options().get_test_before_acquire(),
@@ -205,12 +204,11 @@ async fn measure(
         before,
         after,
         run,
-        stages,
     })
 }
 
-/// Phases 2 to 5, with the bare scratch tables in place throughout (the probes between the
-/// pump's tenths and before the replay use them too).
+/// Phases 2 to 4, with the bare scratch tables in place throughout (the probes between the
+/// pump's tenths use them too).
 async fn measure_with_tables(
     inbox: &Inbox,
     store: &Store,
@@ -218,12 +216,7 @@ async fn measure_with_tables(
     args: &PumpBenchArgs,
     loaded: &pump_load::Loaded,
     tables: &BareTables,
-) -> anyhow::Result<(
-    BareLimits,
-    BareLimits,
-    pump_run::PumpRun,
-    pump_stages::Stages,
-)> {
+) -> anyhow::Result<(BareLimits, BareLimits, pump_run::PumpRun)> {
     let pool = store.pool();
     let mut before = BareLimits::default();
     for shape in BareShape::ALL {
@@ -254,10 +247,7 @@ async fn measure_with_tables(
         );
         after.shapes.push(r);
     }
-
-    let sample = args.sample.min(args.messages);
-    let stages = stage_breakdown(inbox, store, settings, loaded, sample, probe).await?;
-    Ok((before, after, run, stages))
+    Ok((before, after, run))
 }
 
 /// `synchronous_commit`, `fsync` and the version of the server.

@@ -1,4 +1,8 @@
-//! `msgexchange bench enqueue`: poller enqueue throughput over a large backlog, printed next to
+//! msgx-bench: the benchmarks of msgexchange, in their own workspace member so the production
+//! binary carries none of them (`msgx-bench enqueue|pump|mark|dispatch`). Each prints its
+//! figures next to the bare limits measured in the same run, on the same servers.
+//!
+//! `msgx-bench enqueue`: poller enqueue throughput over a large backlog, printed next to
 //! the bare PostgreSQL insert rate measured in the same run, on the same servers (issue: aim
 //! for at least 50 % of the bare rate, with flat memory). Not a timed test: it prints numbers.
 //!
@@ -28,6 +32,7 @@ mod bare;
 mod databases;
 mod discovery;
 mod dispatch;
+mod e2e;
 mod inbox_load;
 mod mark;
 mod poller_run;
@@ -56,6 +61,7 @@ use report::{print_measured, rate};
 pub use databases::with_database;
 pub use discovery::{discovery, DiscoveryBenchArgs};
 pub use dispatch::{dispatch, DispatchBenchArgs};
+pub use e2e::{e2e, E2eBenchArgs};
 pub use mark::{mark, MarkBenchArgs};
 pub use poller_run::rss_mib;
 pub use pump::{pump, PumpBenchArgs};
@@ -178,7 +184,7 @@ async fn measure(
     checkpoint(pool).await;
     let cfg = PollConfig {
         claim_batch,
-        ..crate::app::poll_config(&settings.pipeline)
+        ..msgx_actors::app::poll_config(&settings.pipeline)
     };
     let poll = poll_phase(inbox, store, cfg, load).await?;
     // Measured again after the poller: the two bracket it, so drift during the run shows.

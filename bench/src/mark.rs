@@ -1,4 +1,4 @@
-//! `msgexchange bench mark`: backfill marks per second over a backlog of terminal rows,
+//! `msgx-bench mark`: backfill marks per second over a backlog of terminal rows,
 //! printed next to the bare single-row autocommit `UPDATE` rate on the inbox server measured
 //! in the same run (issue: aim for at least 20× thanks to batching), and how old the oldest
 //! unmarked terminal row gets under a steady stream of terminal rows. Not a timed test: it
@@ -51,7 +51,7 @@ use super::databases::BenchDbs;
 use super::inbox_load::{load_inbox, Loaded};
 use super::percentile;
 use super::report::rate;
-use crate::backfill_sweeper::{BackfillSweeper, TerminalCommitted, DEFAULT_WAKE_GAP};
+use msgx_actors::backfill_sweeper::{BackfillSweeper, TerminalCommitted, DEFAULT_WAKE_GAP};
 
 /// Mark benchmark knobs.
 #[derive(Debug, Args)]

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use msgx_core::clock::{SharedClock, SystemClock};
 use msgx_core::inbox::Inbox;
+use msgx_core::pump::stages::StageTimes;
 use msgx_core::pump::{Outcome, PumpCore, StepOutcome};
 use msgx_core::settings::Settings;
 use msgx_core::store::Store;
@@ -108,6 +109,8 @@ pub(super) struct PumpRun {
     pub(super) rss_start: Option<f64>,
     /// The bare probe before the first step.
     pub(super) probe_start: Vec<BareRun>,
+    /// Where the time went, as the real step recorded it.
+    pub(super) stages: StageTimes,
 }
 
 impl PumpRun {
@@ -142,8 +145,8 @@ pub(super) async fn pump_phase(
     probe: Probe<'_>,
 ) -> anyhow::Result<PumpRun> {
     let tz = settings.inbox_timezone()?;
-    let cfg = crate::app::pump_config(&settings.processing, tz);
-    let codec = crate::app::codec(&settings.processing, tz);
+    let cfg = msgx_actors::app::pump_config(&settings.processing, tz);
+    let codec = msgx_actors::app::codec(&settings.processing, tz);
     let clock: SharedClock = Arc::new(SystemClock);
     let mut core = PumpCore::new(inbox.clone(), store.clone(), codec, clock, cfg);
     let total = u64::try_from(loaded.max_id - loaded.min_id + 1).context("id range")?;
@@ -258,6 +261,7 @@ pub(super) async fn pump_phase(
         tenths,
         rss_start,
         probe_start,
+        stages: core.stages().clone(),
     })
 }
 

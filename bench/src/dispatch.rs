@@ -1,4 +1,4 @@
-//! `msgexchange bench dispatch`: events per second from a PENDING backlog to Kafka, printed
+//! `msgx-bench dispatch`: events per second from a PENDING backlog to Kafka, printed
 //! next to the two bare ceilings measured in the same run — a bare rdkafka produce loop (same
 //! record size and headers, all in flight at once) and a bare batched
 //! `UPDATE … WHERE event_id = ANY($1)` on PostgreSQL — and commit → SENT latency under a
@@ -38,8 +38,8 @@ use msgx_core::store::Store;
 use super::databases::BenchDbs;
 use super::percentile;
 use super::report::rate;
-use crate::app::{kafka_bootstrap, DispatchDeps};
-use crate::dispatcher::{Dispatcher, EventsQueued};
+use msgx_actors::app::{kafka_bootstrap, DispatchDeps};
+use msgx_actors::dispatcher::{Dispatcher, EventsQueued};
 
 /// Dispatch benchmark knobs.
 #[derive(Debug, Args)]
@@ -176,7 +176,15 @@ async fn run(
     );
 
     if !args.steady.is_zero() {
-        steady(&store, &deps, args).await?;
+        let lat = steady(&store, &deps, args).await?;
+        let probe = bare_latency_probe(&deps, args).await?;
+        print_latency("bare produce probe    ", args, &probe);
+        println!(
+            "  dispatcher adds       : p50 {:+.1}ms p99 {:+.1}ms over the bare probe at the same rate \
+             (commit → SENT also counts the commit, the round's SELECT and the SENT write)",
+            ms(percentile(&lat, 0.5)) - ms(percentile(&probe, 0.5)),
+            ms(percentile(&lat, 0.99)) - ms(percentile(&probe, 0.99)),
+        );
     }
     store.pool().close().await;
     Ok(())
@@ -318,12 +326,13 @@ async fn bare_update(store: &Store, batch: u32) -> anyhow::Result<f64> {
     Ok(r)
 }
 
-/// Steady phase: commit → SENT under a constant rate with the real actor.
+/// Steady phase: commit → SENT under a constant rate with the real actor; returns the
+/// latencies.
 async fn steady(
     store: &Store,
     deps: &DispatchDeps,
     args: &DispatchBenchArgs,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<Duration>> {
     sqlx::query("VACUUM ANALYZE msg_event")
         .execute(store.pool())
         .await?;
@@ -399,5 +408,78 @@ async fn steady(
         ms(percentile(&lat, 0.999)),
         ms(percentile(&lat, 1.0)),
     );
-    Ok(())
+    Ok(lat)
+}
+
+/// The broker's own latency at the steady rate: a bare producer (same settings: idempotent,
+/// acks, linger) sends records of the same size at `--steady-rate` for the steady phase's
+/// length to the same topic, each timed from `send` to its ack. What commit → SENT shows beyond
+/// this is the dispatcher's (and the store's) share.
+async fn bare_latency_probe(
+    deps: &DispatchDeps,
+    args: &DispatchBenchArgs,
+) -> anyhow::Result<Vec<Duration>> {
+    let producer = EventProducer::new(&deps.kafka, &deps.bootstrap)?;
+    let payload = vec![b'x'; args.payload_bytes];
+    let topic = deps.cfg.topic.clone();
+    let headers = || {
+        cloudevents::to_headers(&[
+            ("ce_type", "bench.probe".to_string()),
+            ("ce_source", deps.cfg.ce_source.clone()),
+        ])
+    };
+    let tick = Duration::from_millis(10);
+    let per_tick = (args.steady_rate as f64 * tick.as_secs_f64()).max(1.0);
+    let total = (args.steady_rate as f64 * args.steady.as_secs_f64()) as u64;
+    let mut interval = tokio::time::interval(tick);
+    let (mut due, mut made) = (0.0f64, 0u64);
+    let mut pending = Vec::with_capacity(total as usize);
+    while made < total {
+        interval.tick().await;
+        due += per_tick;
+        let n = (due.floor() as u64).min(total - made);
+        due -= n as f64;
+        for i in 0..n {
+            let key = format!("FL{:05}", (made + i) % args.keys);
+            let rec = Outgoing {
+                topic: &topic,
+                key: &key,
+                payload: &payload,
+                timestamp_ms: chrono::Utc::now().timestamp_millis(),
+            };
+            let sent = Instant::now();
+            let fut = producer
+                .send(rec, headers())
+                .map_err(|e| anyhow::anyhow!("bare probe send: {e}"))?;
+            pending.push(tokio::spawn(async move {
+                let r = fut.await;
+                (r, sent.elapsed())
+            }));
+        }
+        made += n;
+    }
+    let mut lat = Vec::with_capacity(pending.len());
+    for p in pending {
+        let (r, took) = p.await.context("probe task")?;
+        match r {
+            Ok(Ok(_)) => lat.push(took),
+            Ok(Err((e, _))) => anyhow::bail!("bare probe produce failed: {e}"),
+            Err(_) => anyhow::bail!("bare probe: delivery dropped"),
+        }
+    }
+    lat.sort();
+    Ok(lat)
+}
+
+fn print_latency(label: &str, args: &DispatchBenchArgs, lat: &[Duration]) {
+    println!(
+        "  {label}: {}/s for {:.0}s, {} records; send → ack p50 {:.1}ms p99 {:.1}ms p99.9 {:.1}ms max {:.1}ms",
+        args.steady_rate,
+        args.steady.as_secs_f64(),
+        lat.len(),
+        ms(percentile(lat, 0.5)),
+        ms(percentile(lat, 0.99)),
+        ms(percentile(lat, 0.999)),
+        ms(percentile(lat, 1.0)),
+    );
 }

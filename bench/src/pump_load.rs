@@ -37,21 +37,21 @@ const SEND_STEP_MS: i64 = 300;
 
 /// The loaded backlog.
 #[derive(Debug)]
-pub(super) struct Loaded {
+pub(crate) struct Loaded {
     /// Generating the messages.
-    pub(super) generated_in: Duration,
+    pub(crate) generated_in: Duration,
     /// Loading them.
-    pub(super) elapsed: Duration,
+    pub(crate) elapsed: Duration,
     /// Message text bytes in all.
-    pub(super) bytes: u64,
+    pub(crate) bytes: u64,
     /// Largest message in bytes.
-    pub(super) largest: usize,
+    pub(crate) largest: usize,
     /// Messages per `TYPE` (`TYPE-STYP` for SCHD).
-    pub(super) kinds: BTreeMap<String, u64>,
+    pub(crate) kinds: BTreeMap<String, u64>,
     /// Lowest inbox id (1).
-    pub(super) min_id: i64,
+    pub(crate) min_id: i64,
     /// Highest inbox id (`messages`).
-    pub(super) max_id: i64,
+    pub(crate) max_id: i64,
 }
 
 /// One generated inbox row.
@@ -63,12 +63,13 @@ struct Row {
 /// Generates `messages` well-formed messages (seeded) and bulk-loads them with ids 1..=n.
 /// The messages are generated a statement's worth at a time, under a lock that also hands out
 /// the ids, so memory stays small and the ids follow generation order.
-pub(super) async fn load_messages(
+pub(crate) async fn load_messages(
     url: &str,
     names: &InboxNames,
     tz: Tz,
     messages: u64,
     seed: u64,
+    mix: Mix,
 ) -> anyhow::Result<Loaded> {
     // Send times spread backwards from now, SEND_STEP_MS apart, in generation order.
     let end = utc_to_local(Utc::now(), tz);
@@ -78,7 +79,7 @@ pub(super) async fn load_messages(
         .context("--messages too large")?;
     let source = Mutex::new(Source {
         generator: Generator::new(seed),
-        mix: Mix::well_formed(),
+        mix,
         start: end - chrono::Duration::milliseconds(span),
         next: 0,
         total: messages,
@@ -235,17 +236,17 @@ impl LoadJob<'_> {
 
 /// The enqueue before the pump (not timed).
 #[derive(Debug)]
-pub(super) struct Enqueued {
+pub(crate) struct Enqueued {
     /// proc_state rows afterwards.
-    pub(super) rows: i64,
+    pub(crate) rows: i64,
     /// `poll_once` rounds.
-    pub(super) rounds: u32,
+    pub(crate) rounds: u32,
     /// Wall time.
-    pub(super) elapsed: Duration,
+    pub(crate) elapsed: Duration,
 }
 
 /// `poll_once` until W reaches the inbox head; every row must be in proc_state.
-pub(super) async fn enqueue_all(
+pub(crate) async fn enqueue_all(
     inbox: &Inbox,
     store: &Store,
     cfg: PollConfig,

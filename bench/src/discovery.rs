@@ -1,4 +1,4 @@
-//! `msgexchange bench discovery`: does discovery keep up with a gap-heavy inbox?
+//! `msgx-bench discovery`: does discovery keep up with a gap-heavy inbox?
 //!
 //! Concurrent writers insert into a fresh bench inbox at `--rate` messages per second; a
 //! fraction of their transactions roll back (permanent holes) and a fraction hold their commit
@@ -27,11 +27,12 @@ use rand::{Rng, SeedableRng};
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::Connection;
 
-use super::databases::BenchDbs;
-use super::report::percentile;
-use crate::health::Health;
-use crate::inbox_poller::InboxPoller;
-use crate::wiring::Wiring;
+use msgx_actors::health::Health;
+use msgx_actors::inbox_poller::InboxPoller;
+use msgx_actors::wiring::Wiring;
+
+use crate::databases::BenchDbs;
+use crate::report::percentile;
 
 /// Discovery benchmark knobs.
 #[derive(Debug, Args)]
@@ -118,7 +119,7 @@ async fn run(settings: &Settings, args: &DiscoveryBenchArgs, dbs: &BenchDbs) -> 
     let cfg = msgx_core::poller::PollConfig {
         max_commit_delay: args.max_commit_delay,
         watch_window: settings.late.watch_window,
-        ..crate::app::poll_config(&settings.pipeline)
+        ..msgx_actors::app::poll_config(&settings.pipeline)
     };
     let clock: SharedClock = Arc::new(SystemClock);
     let poller = InboxPoller::new(

@@ -1,0 +1,189 @@
+//! `msgx-bench e2e`: the whole service drains an inbox backlog end to end — enqueue (poller),
+//! process (pump, group commit), mark (backfill sweeper) and deliver (dispatcher, to the
+//! configured Kafka: the embedded mock cluster by default) — started exactly as `run_service`
+//! starts the pipeline. Prints, per stage, the throughput of every tenth of the backlog (is it
+//! flat?), the total time and the peak RSS of this process (the service and the bench share it).
+//! Not a timed test: it prints numbers.
+//!
+//! The backlog is the simulator's message mix (`Mix::default()`) without unknown types: an
+//! UNSUPPORTED head blocks FIFO for its whole retry schedule (minutes, by design), which would
+//! measure the retry policy, not the pipeline. Malformed messages stay in (DEAD at once).
+//!
+//! Fresh databases `msgx_bench_<pid>`, dropped at the end unless `--keep`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use msgx_actors::app::{kafka_bootstrap, start_pipeline, DispatchDeps, PipelineDeps};
+use msgx_core::clock::{SharedClock, SystemClock};
+use msgx_core::devtools::messages::Mix;
+use msgx_core::settings::{redact_url, Settings};
+use msgx_core::store::Store;
+
+use super::databases::BenchDbs;
+use super::pump::pump_load::load_messages;
+use super::rss_mib;
+
+/// End-to-end benchmark knobs.
+#[derive(Debug, Args)]
+pub struct E2eBenchArgs {
+    /// Backlog size: messages in the inbox before the service starts.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub messages: u64,
+    /// Message generator seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Give up after this long.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30m")]
+    pub timeout: Duration,
+    /// Keep the bench databases afterwards.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// The four stages, as counted in the store.
+const STAGES: [&str; 4] = ["enqueued", "processed", "marked", "sent"];
+
+/// Runs the end-to-end benchmark.
+pub async fn e2e(settings: &Settings, args: &E2eBenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.messages > 0, "--messages must be at least 1");
+    let dbs = BenchDbs::fresh(settings).await?;
+    let result = run(settings, args, &dbs).await;
+    dbs.finish(result, args.keep).await
+}
+
+async fn run(settings: &Settings, args: &E2eBenchArgs, dbs: &BenchDbs) -> anyhow::Result<()> {
+    let names = settings.inbox_names()?;
+    let tz = settings.inbox_timezone()?;
+    dbs.inbox_fixture(settings).await?;
+    let mix = Mix {
+        unknown_type: 0.0,
+        ..Mix::default()
+    };
+    let loaded = load_messages(&dbs.inbox_url, &names, tz, args.messages, args.seed, mix).await?;
+    let total = args.messages;
+    println!(
+        "bench e2e: {total} messages (seed {}, simulator mix without unknown types), {:.1} MiB, \
+         loaded in {:.1}s; databases {} and {}",
+        args.seed,
+        loaded.bytes as f64 / (1024.0 * 1024.0),
+        loaded.elapsed.as_secs_f64(),
+        redact_url(&dbs.inbox_url),
+        redact_url(&dbs.store_url)
+    );
+    let store = dbs.store(settings).await?;
+    let inbox = dbs.inbox(settings)?;
+    let (_embedded, bootstrap) = kafka_bootstrap(&settings.kafka)?;
+    println!(
+        "  kafka                 : {}; processing.group_max {}, group_max_wait {:?}; poll_interval {:?}, claim_batch {}; backfill.period {:?}, batch {}; dispatch.batch {}",
+        if settings.kafka.is_embedded() {
+            format!("embedded mock cluster {bootstrap}")
+        } else {
+            bootstrap.clone()
+        },
+        settings.processing.group_max,
+        settings.processing.group_max_wait,
+        settings.pipeline.poll_interval,
+        settings.pipeline.claim_batch,
+        settings.backfill.period,
+        settings.backfill.batch,
+        settings.dispatch.batch,
+    );
+    let clock: SharedClock = Arc::new(SystemClock);
+    let (fatal, _fatal_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut deps = PipelineDeps::from_settings(settings, inbox, store.clone(), clock, fatal)?;
+    deps.dispatch = Some(DispatchDeps::new(settings, &bootstrap));
+    let rss_start = rss_mib();
+    let started = Instant::now();
+    let _supervisor = start_pipeline(deps);
+
+    // (when, [enqueued, processed, marked, sent, events]) every half second.
+    let mut samples: Vec<(Duration, [i64; 5])> = Vec::new();
+    let mut peak_rss = rss_start.unwrap_or(0.0);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = started.elapsed();
+        let c = counts(&store).await?;
+        peak_rss = peak_rss.max(rss_mib().unwrap_or(0.0));
+        samples.push((now, [c.0, c.1, c.2, c.3, c.4]));
+        if c.0 as u64 == total && c.1 as u64 == total && c.2 as u64 == total && c.3 == c.4 {
+            break;
+        }
+        anyhow::ensure!(
+            now < args.timeout,
+            "not drained after {:?}: enqueued {}, processed {}, marked {}, sent {} of {} events",
+            args.timeout,
+            c.0,
+            c.1,
+            c.2,
+            c.3,
+            c.4
+        );
+    }
+    let events_total = samples.last().map_or(0, |s| s.1[4]);
+    // crossed[stage][tenth] = the first sample at which the stage reached (tenth+1)/10.
+    let mut crossed = [[None::<Duration>; 10]; 4];
+    for (stage, row) in crossed.iter_mut().enumerate() {
+        let of = if stage == 3 {
+            events_total as u64
+        } else {
+            total
+        };
+        for (tenth, slot) in row.iter_mut().enumerate() {
+            *slot = samples
+                .iter()
+                .find(|(_, c)| (c[stage] as u64) * 10 >= (tenth as u64 + 1) * of)
+                .map(|(t, _)| *t);
+        }
+    }
+    let elapsed = started.elapsed();
+    println!(
+        "  total                 : {total} messages and {events_total} events enqueued, processed, marked and delivered in {:.1}s ({:.0} msg/s); peak RSS {:.1} MiB (start {:.1})",
+        elapsed.as_secs_f64(),
+        total as f64 / elapsed.as_secs_f64().max(1e-9),
+        peak_rss,
+        rss_start.unwrap_or(0.0)
+    );
+    println!("  per stage, per tenth of its count (units per second in that tenth; sampled every 0.5 s):");
+    for (stage, name) in STAGES.iter().enumerate() {
+        let of = if stage == 3 {
+            events_total.max(0) as f64
+        } else {
+            total as f64
+        };
+        let mut prev = Duration::ZERO;
+        let rates: Vec<String> = crossed[stage]
+            .iter()
+            .map(|t| {
+                let t = t.unwrap_or(elapsed);
+                let dt = t.saturating_sub(prev).as_secs_f64().max(0.5);
+                prev = t;
+                format!("{:.0}", of / 10.0 / dt)
+            })
+            .collect();
+        let first = crossed[stage][0].unwrap_or(elapsed);
+        let last = crossed[stage][9].unwrap_or(elapsed);
+        println!(
+            "    {name:<10}: {}  (first tenth at {:.1}s, all at {:.1}s)",
+            rates.join(" "),
+            first.as_secs_f64(),
+            last.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// `(enqueued, terminal, marked or abandoned, events sent, events)`.
+async fn counts(store: &Store) -> anyhow::Result<(i64, i64, i64, i64, i64)> {
+    Ok(sqlx::query_as(
+        "SELECT (SELECT count(*) FROM proc_state), \
+                (SELECT count(*) FROM proc_state WHERE processed_seq IS NOT NULL), \
+                (SELECT count(*) FROM proc_state \
+                  WHERE backfill_at IS NOT NULL OR backfill_abandon_reason IS NOT NULL), \
+                (SELECT count(*) FROM msg_event WHERE state = 'SENT'), \
+                (SELECT count(*) FROM msg_event)",
+    )
+    .fetch_one(store.pool())
+    .await?)
+}

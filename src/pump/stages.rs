@@ -1,0 +1,104 @@
+//! Where the pump's time goes, recorded by the real step itself (no hand-made copy of it in
+//! the benches): wall time per stage summed over the run, and how many groups and messages.
+
+use std::time::Duration;
+
+/// The stages of a group, in the order they run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The head and the candidates behind it (one index-backed read).
+    Head,
+    /// The attempt stamp of the whole group (one relaxed autocommit statement).
+    Stamp,
+    /// The raw texts from the inbox (one round trip per `read_ahead`; 0 when buffered).
+    RawRead,
+    /// Decoding the text (CPU only).
+    Decode,
+    /// The group's one load: members' rows locked, identity holders, flights (3 statements).
+    Load,
+    /// The pure rules on the loaded state (CPU only).
+    Plan,
+    /// The message's savepoint.
+    Savepoint,
+    /// The business write of one message (with the identity binding); for a message without
+    /// the group's load also its own lock-and-load and plan.
+    Business,
+    /// Taking back unused stamps and the one commit (the WAL flush).
+    Commit,
+}
+
+impl Stage {
+    /// Every stage, in order.
+    pub const ALL: [Stage; 9] = [
+        Stage::Head,
+        Stage::Stamp,
+        Stage::RawRead,
+        Stage::Decode,
+        Stage::Load,
+        Stage::Plan,
+        Stage::Savepoint,
+        Stage::Business,
+        Stage::Commit,
+    ];
+
+    /// Its name in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Head => "head",
+            Stage::Stamp => "stamp",
+            Stage::RawRead => "raw_read",
+            Stage::Decode => "decode",
+            Stage::Load => "group load",
+            Stage::Plan => "plan",
+            Stage::Savepoint => "savepoint",
+            Stage::Business => "business",
+            Stage::Commit => "commit",
+        }
+    }
+}
+
+/// Summed wall time and call count per stage.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StageTimes {
+    /// `(total, calls)` per stage, indexed like [`Stage::ALL`].
+    totals: [(Duration, u64); 9],
+    /// Groups committed.
+    pub groups: u64,
+    /// Messages run in them.
+    pub messages: u64,
+}
+
+impl StageTimes {
+    /// Adds `calls` calls taking `took` in total to `stage`.
+    pub fn add(&mut self, stage: Stage, took: Duration, calls: u64) {
+        let slot = &mut self.totals[stage as usize];
+        slot.0 += took;
+        slot.1 += calls;
+    }
+
+    /// `(total, calls)` of a stage.
+    pub fn get(&self, stage: Stage) -> (Duration, u64) {
+        self.totals[stage as usize]
+    }
+
+    /// The sum over every stage.
+    pub fn total(&self) -> Duration {
+        self.totals.iter().map(|(d, _)| *d).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_per_stage() {
+        let mut t = StageTimes::default();
+        t.add(Stage::Commit, Duration::from_millis(2), 1);
+        t.add(Stage::Commit, Duration::from_millis(3), 1);
+        t.add(Stage::Head, Duration::from_millis(1), 1);
+        assert_eq!(t.get(Stage::Commit), (Duration::from_millis(5), 2));
+        assert_eq!(t.total(), Duration::from_millis(6));
+        assert_eq!(Stage::ALL[Stage::Business as usize], Stage::Business);
+    }
+}

@@ -1,0 +1,261 @@
+//! Group commit (issue 10): the pump applies consecutive heads inside ONE business transaction,
+//! each under its own `SAVEPOINT`, and commits once per group — one WAL flush for many
+//! messages, FIFO intact. A message that fails rolls back to its savepoint; the messages before
+//! it still commit with the group. Nothing leaves PostgreSQL before the commit: the dispatcher
+//! and the sweeper only see committed rows.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use sqlx::{Postgres, Transaction};
+
+use super::business::{business_in, load_flights, write_plan, PIPELINE_LOCK_KEY};
+use super::queue::{finish_single_on, mark_failed_on, HeadTuple, UNFINISHED};
+use super::{BusinessResult, HeadRow, Store, StoreError};
+use crate::flight::{Flight, FlightChange, GuardedPlan, Plan, Refused, Tombstones};
+use crate::pump::outcome::{ErrorClass, SingleTerminal};
+
+/// One open group transaction (pipeline lock held). Dropping it rolls everything back.
+pub struct GroupTx {
+    tx: Transaction<'static, Postgres>,
+}
+
+/// What a group's members need from the store, loaded for all of them at once under the
+/// group's locks (the rows locked, then the flights, as a single message's load does) and
+/// kept equal to the store as each member writes ([`GroupLoad::apply`]): each member then costs
+/// its savepoint and its write, not a load of its own.
+#[derive(Debug, Default)]
+pub struct GroupLoad {
+    /// State of each member's row.
+    pub states: HashMap<i64, String>,
+    /// Which message holds each of the members' identities.
+    pub holders: HashMap<String, i64>,
+    /// Every flight any member names, and their code-shares.
+    flights: BTreeMap<String, Flight>,
+}
+
+impl GroupLoad {
+    /// The flights one member's rules see: those it names and their code-shares, exactly what
+    /// its own load would read.
+    pub fn current(&self, load: &[String]) -> BTreeMap<String, Flight> {
+        self.flights
+            .iter()
+            .filter(|(flid, f)| {
+                load.iter().any(|l| l == *flid)
+                    || f.master().is_some_and(|m| load.iter().any(|l| l == m))
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Records what a member wrote (its plan and its identity).
+    pub fn apply(&mut self, msg_id: i64, identity: &str, plan: &Plan) {
+        for change in &plan.changes {
+            match change {
+                FlightChange::Created { after } | FlightChange::Updated { after, .. } => {
+                    self.flights.insert(after.flid.clone(), after.clone());
+                }
+                FlightChange::Deleted { before, .. } => {
+                    self.flights.remove(&before.flid);
+                }
+            }
+        }
+        self.holders.insert(identity.to_string(), msg_id);
+        self.states.insert(msg_id, "SUCCEEDED".into());
+    }
+}
+
+impl std::fmt::Debug for GroupTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GroupTx")
+    }
+}
+
+impl Store {
+    /// Up to `limit` unfinished rows ≤ W in MSG_ID order: the head first, then the heads it
+    /// would have after each one finishes (partial index `proc_state_head_idx`).
+    pub async fn heads(&self, limit: i64) -> Result<Vec<HeadRow>, StoreError> {
+        let rows: Vec<HeadTuple> = sqlx::query_as(&format!(
+            "SELECT msg_id, state, attempts, next_attempt_at, processing_started_at, \
+                    COALESCE(received_at, enqueued_at), source \
+             FROM proc_state \
+             WHERE {UNFINISHED} AND msg_id <= (SELECT w FROM inbox_cursor WHERE id = 1) \
+             ORDER BY msg_id LIMIT $1"
+        ))
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(super::queue::head_row).collect()
+    }
+
+    /// Starts an attempt of every message of a group in ONE autocommit statement on the
+    /// relaxed pool, before any of them is read: a message that kills the process still counts
+    /// its attempt (as [`Store::stamp_attempt`]). Returns `(msg_id, attempts)` of the rows
+    /// still unfinished, in MSG_ID order.
+    pub async fn stamp_attempts(
+        &self,
+        ids: &[i64],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(i64, i32)>, StoreError> {
+        Ok(sqlx::query_as(&format!(
+            "WITH s AS (UPDATE proc_state SET attempts = attempts + 1, \
+                    processing_started_at = COALESCE(processing_started_at, $2), updated_at = $2 \
+             WHERE msg_id = ANY($1) AND {UNFINISHED} RETURNING msg_id, attempts) \
+             SELECT msg_id, attempts FROM s ORDER BY msg_id"
+        ))
+        .bind(ids)
+        .bind(now)
+        .fetch_all(self.relaxed())
+        .await?)
+    }
+
+    /// BEGIN and the pipeline lock (first, as replay and the backfill confirmation take it).
+    pub async fn begin_group(&self) -> Result<GroupTx, StoreError> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(PIPELINE_LOCK_KEY)
+            .execute(&mut *tx)
+            .await?;
+        Ok(GroupTx { tx })
+    }
+}
+
+impl GroupTx {
+    /// The savepoint of the next message.
+    pub async fn savepoint(&mut self) -> Result<(), StoreError> {
+        sqlx::query("SAVEPOINT m").execute(&mut *self.tx).await?;
+        Ok(())
+    }
+
+    /// Undoes everything of the current message (back to its savepoint).
+    pub async fn rollback_message(&mut self) -> Result<(), StoreError> {
+        sqlx::query("ROLLBACK TO SAVEPOINT m")
+            .execute(&mut *self.tx)
+            .await?;
+        Ok(())
+    }
+
+    /// The business work of one message (see `Store::commit_business`), not committed,
+    /// binding `identity` in the same statements: `Duplicate` when another message holds it
+    /// (the unique index still guards a race: the statement then fails).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn business(
+        &mut self,
+        msg_id: i64,
+        msg_type: &str,
+        load: &[String],
+        identity: &str,
+        guarded: bool,
+        plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
+        now: DateTime<Utc>,
+    ) -> Result<(BusinessResult, Refused), StoreError> {
+        business_in(
+            &mut self.tx,
+            msg_id,
+            msg_type,
+            load,
+            Some(identity),
+            guarded,
+            plan,
+            now,
+        )
+        .await
+    }
+
+    /// A one-statement terminal state (DEAD, SKIPPED) with its backfill intent.
+    pub async fn finish_single(
+        &mut self,
+        msg_id: i64,
+        state: SingleTerminal,
+        class: ErrorClass,
+        detail: &str,
+        msg_type: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        finish_single_on(&mut *self.tx, msg_id, state, class, detail, msg_type, now).await
+    }
+
+    /// FAILED with backoff (the group ends with this message).
+    pub async fn mark_failed(
+        &mut self,
+        msg_id: i64,
+        class: ErrorClass,
+        detail: &str,
+        next_attempt_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        mark_failed_on(&mut *self.tx, msg_id, class, detail, next_attempt_at, now).await
+    }
+
+    /// Takes back the attempt stamped on group members that did not run (the group stopped
+    /// before them): members other than the head are always fresh, so this restores
+    /// `attempts = 0` and no start time — as if they had never been part of the group.
+    pub async fn unstamp(&mut self, ids: &[i64]) -> Result<(), StoreError> {
+        sqlx::query(&format!(
+            "UPDATE proc_state SET attempts = attempts - 1, \
+                    processing_started_at = CASE WHEN attempts = 1 THEN NULL \
+                                                 ELSE processing_started_at END \
+             WHERE msg_id = ANY($1) AND state = 'PENDING' AND attempts > 0 AND {UNFINISHED}"
+        ))
+        .bind(ids)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Locks the members' rows and loads their states, the holders of their identities and
+    /// every flight they name (with code-shares, locked), in three statements for the group.
+    pub async fn load_group(
+        &mut self,
+        ids: &[i64],
+        keys: &[String],
+        flids: &[String],
+    ) -> Result<GroupLoad, StoreError> {
+        let states: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT msg_id, state FROM proc_state WHERE msg_id = ANY($1) ORDER BY msg_id FOR UPDATE",
+        )
+        .bind(ids)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        let holders: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT identity_key, msg_id FROM proc_state WHERE identity_key = ANY($1)",
+        )
+        .bind(keys)
+        .fetch_all(&mut *self.tx)
+        .await?;
+        let flights = load_flights(&mut self.tx, flids).await?;
+        Ok(GroupLoad {
+            states: states.into_iter().collect(),
+            holders: holders.into_iter().collect(),
+            flights,
+        })
+    }
+
+    /// Writes a member's planned outcome (snapshot, flights, events, SUCCEEDED with its
+    /// identity), not committed.
+    pub async fn write_planned(
+        &mut self,
+        msg_id: i64,
+        msg_type: &str,
+        identity: &str,
+        plan: &Plan,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        write_plan(
+            &mut self.tx,
+            msg_id,
+            msg_type,
+            plan,
+            &Refused::default(),
+            Some(identity),
+            now,
+        )
+        .await
+    }
+
+    /// One synchronous commit for the whole group.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
