@@ -15,6 +15,9 @@ use crate::health::Health;
 use crate::messages::ShutdownPipeline;
 use crate::supervisor::Supervisor;
 
+/// Longest pause between two lease attempts of a standby.
+const STANDBY_RETRY: Duration = Duration::from_millis(250);
+
 /// Longest pause between two start-up connection attempts.
 const CONNECT_RETRY_MAX: Duration = Duration::from_secs(30);
 
@@ -107,8 +110,10 @@ pub async fn acquire_lease(
             }
             Err(e) => return Err(e.into()),
         }
+        // Often: a crashed predecessor's session may take a moment to disappear.
+        let retry = settings.lease.renew_every.min(STANDBY_RETRY);
         tokio::select! {
-            _ = tokio::time::sleep(settings.lease.renew_every) => {}
+            _ = tokio::time::sleep(retry) => {}
             _ = &mut *stop => return Ok(None),
         }
     }

@@ -368,9 +368,10 @@ mod tests {
         let t0 = Instant::now();
         assert!(!s.restart_exceeds_limit(t0));
         assert!(!s.restart_exceeds_limit(t0 + Duration::from_secs(1)));
-        // The first fell out of the window: two in 10 s.
-        assert!(!s.restart_exceeds_limit(t0 + Duration::from_secs(11)));
-        assert!(s.restart_exceeds_limit(t0 + Duration::from_secs(12)));
+        // Both fell out of the window: one, then two, then three within 10 s.
+        assert!(!s.restart_exceeds_limit(t0 + Duration::from_secs(12)));
+        assert!(!s.restart_exceeds_limit(t0 + Duration::from_secs(13)));
+        assert!(s.restart_exceeds_limit(t0 + Duration::from_secs(14)));
     }
 
     #[test]
