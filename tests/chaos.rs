@@ -551,3 +551,39 @@ async fn verify_reports_each_violation() {
     assert_eq!(code, Some(2), "{out}");
     env.cleanup().await;
 }
+
+/// A store that is down at start-up is waited for: `/readyz` answers 503 with the reason,
+/// one warning per attempt, no crash loop; once the store is back the service runs.
+#[tokio::test]
+async fn a_store_down_at_start_up_is_waited_for() {
+    let env = TestEnv::new("startup_wait").await;
+    let broker = Tansu::start();
+    let pg_proxy = Proxy::start("127.0.0.1:5432").await;
+    pg_proxy.cut();
+    let vars = service_env(
+        &env,
+        &proxied(&env.pg_url, "127.0.0.1:5432", pg_proxy.port),
+        &env.my_url,
+        &broker.bootstrap,
+    );
+    let mut i = Instance::spawn(&vars, "startup-wait", &[]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        i.child.try_wait().expect("wait").is_none(),
+        "still waiting, not exited"
+    );
+    let ready = http_get(i.port, "/readyz").await.expect("readyz answers");
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    assert!(ready.contains("store unreachable at start-up"), "{ready}");
+    pg_proxy.restore();
+    i.wait_ready(Duration::from_secs(60)).await;
+    let log = std::fs::read_to_string(log_dir().join("startup-wait.log")).unwrap_or_default();
+    let attempts = log
+        .matches("store unreachable at start-up; retrying")
+        .count();
+    assert!(attempts >= 2, "one line per attempt:\n{log}");
+    i.signal("-TERM");
+    let status = i.exited_within(Duration::from_secs(10)).await;
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    env.cleanup().await;
+}

@@ -141,6 +141,8 @@ async fn a_frozen_holder_is_taken_over_after_the_ttl_and_a_released_lease_at_onc
     assert!(matches!(lost, StoreError::LeaseTakenOver { .. }), "{lost}");
     // B shuts down gracefully: C gets the lease at once, without waiting for the ttl.
     b.release().await.expect("release");
+    // A renewal that fires after the release (the supervisor still ticking) renews nothing.
+    b.check().await.expect("no-op after release");
     let c = InstanceLock::acquire_with(&env.store, quick())
         .await
         .expect("c at once");

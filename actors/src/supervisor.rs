@@ -123,7 +123,7 @@ pub struct Supervisor {
     intensity: Intensity,
     /// Recent restarts (for the limit).
     restarts: VecDeque<Instant>,
-    /// Shutting down: no more restarts, no more lease renewals.
+    /// Shutting down (or given up): no more restarts.
     stopping: bool,
     /// A lease renewal is in flight (they never overlap).
     renewing: Arc<AtomicBool>,
@@ -244,7 +244,8 @@ impl Supervisor {
         let Some(lock) = self.lock.clone() else {
             return;
         };
-        if self.stopping || self.renewing.swap(true, Ordering::AcqRel) {
+        // Renewals go on while shutting down: the lease stays ours until it is released.
+        if self.renewing.swap(true, Ordering::AcqRel) {
             return;
         }
         let (fatal, health, renewing) = (

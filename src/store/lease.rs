@@ -56,6 +56,8 @@ struct Inner {
     cfg: LeaseConfig,
     /// When the last renewal succeeded (monotonic, local).
     renewed: std::sync::Mutex<Instant>,
+    /// Given up ([`InstanceLock::release`]): renewals stop.
+    released: std::sync::atomic::AtomicBool,
 }
 
 const TAKE: &str = "UPDATE instance_lease SET epoch = epoch + 1, holder = $1, \
@@ -221,6 +223,7 @@ impl InstanceLock {
                 holder,
                 cfg,
                 renewed: std::sync::Mutex::new(Instant::now()),
+                released: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -241,6 +244,9 @@ impl InstanceLock {
     pub async fn check(&self) -> Result<(), StoreError> {
         let i = &self.inner;
         let mut guard = i.conn.lock().await;
+        if i.released.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         let result = timed(i.cfg.check_timeout, async {
             if guard.is_none() {
                 *guard = Some(PgConnection::connect_with(&i.options).await?);
@@ -279,6 +285,7 @@ impl InstanceLock {
     pub async fn release(&self) -> Result<(), StoreError> {
         let i = &self.inner;
         let mut guard = i.conn.lock().await;
+        i.released.store(true, std::sync::atomic::Ordering::Release);
         let result = timed(i.cfg.check_timeout, async {
             if guard.is_none() {
                 *guard = Some(PgConnection::connect_with(&i.options).await?);
