@@ -301,3 +301,45 @@ async fn the_real_server_answers_garbage_and_keeps_serving() {
     stop.stop(true).await;
     env.cleanup().await;
 }
+
+/// `GET /admin/verify`: the token first; 200 when every invariant holds, 409 with the
+/// findings when one is violated.
+#[actix_rt::test]
+async fn verify_over_http_needs_the_token_and_reports_violations() {
+    let env = TestEnv::new("admin_verify").await;
+    let settings = env.settings(&[]);
+    let input =
+        msgx_actors::verify_cmd::input(&settings, env.inbox.clone(), env.store.clone(), 100, None)
+            .expect("input");
+    let app = test::init_service(
+        App::new()
+            .app_data(actix_web::web::Data::new(input))
+            .configure(configure(state(&env))),
+    )
+    .await;
+    let get = |auth: bool| {
+        let mut req = test::TestRequest::get().uri("/admin/verify");
+        if auth {
+            req = req.insert_header(("Authorization", format!("Bearer {TOKEN}")));
+        }
+        req.to_request()
+    };
+    assert_eq!(test::call_service(&app, get(false)).await.status(), 401);
+    let ok = test::call_service(&app, get(true)).await;
+    assert_eq!(ok.status(), 200);
+    let body: Value = test::read_body_json(ok).await;
+    assert_eq!(body["ok"], true, "{body}");
+    // A processing record without its inbox row.
+    seed(&env).await;
+    let bad = test::call_service(&app, get(true)).await;
+    assert_eq!(bad.status(), 409);
+    let body: Value = test::read_body_json(bad).await;
+    let present = body["report"]["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["invariant"] == "inbox_row_present")
+        .expect("finding");
+    assert_eq!(present["examples"][0], 1, "{present}");
+    env.cleanup().await;
+}

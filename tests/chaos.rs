@@ -336,6 +336,7 @@ async fn chaos_nothing_lost_nothing_reordered() {
             took_over < Duration::from_secs(15),
             "takeover took {took_over:?} (lease.ttl 8s)"
         );
+        eprintln!("chaos: standby took over {took_over:?} after the active froze (lease.ttl 8s)");
         a.signal("-CONT");
         let status = a.exited_within(Duration::from_secs(15)).await;
         assert!(
@@ -369,13 +370,20 @@ async fn chaos_nothing_lost_nothing_reordered() {
             "a live holder keeps its lease against a new standby"
         );
         b.kill9();
+        let killed = Instant::now();
         c.wait_ready(Duration::from_secs(15)).await;
+        eprintln!(
+            "chaos: standby ready {:?} after kill -9 of the active",
+            killed.elapsed()
+        );
 
         // 6. Graceful shutdown: SIGTERM → exit 0 within the grace, lease released.
         wait_child(&mut sim).await;
         let mut c = c;
         c.signal("-TERM");
+        let term = Instant::now();
         let status = c.exited_within(Duration::from_secs(10)).await;
+        eprintln!("chaos: SIGTERM → exit in {:?}", term.elapsed());
         assert!(
             status.is_some_and(|s| s.success()),
             "SIGTERM exits 0 within shutdown_grace: {status:?}"
