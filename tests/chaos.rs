@@ -6,8 +6,8 @@
 //! takes over. Afterwards `msgexchange verify --kafka` passes and an independent consumer sees
 //! every event at least once, in order per key by first sighting.
 //!
-//! CI runs one pass (a few minutes on a small machine); `MSGX_CHAOS_ROUNDS=N` repeats the
-//! disruption schedule N times (a soak, by hand).
+//! CI runs one pass (about a minute on a 2-core machine); `MSGEXCHANGE_CHAOS_ROUNDS=N`
+//! repeats the disruption schedule N times (a soak, by hand).
 
 mod common;
 
@@ -265,7 +265,7 @@ fn proxied(url: &str, from: &str, port: u16) -> String {
 
 #[tokio::test]
 async fn chaos_nothing_lost_nothing_reordered() {
-    let rounds: usize = std::env::var("MSGX_CHAOS_ROUNDS")
+    let rounds: usize = std::env::var("MSGEXCHANGE_CHAOS_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
