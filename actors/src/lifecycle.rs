@@ -37,7 +37,9 @@ pub async fn connect_store(
     stop: &mut (impl Future<Output = ()> + Unpin),
 ) -> anyhow::Result<Option<Store>> {
     let mut wait = Duration::from_secs(1);
-    for attempt in 1u64.. {
+    let mut attempt = 0u64;
+    loop {
+        attempt += 1;
         match Store::connect(&settings.store).await {
             Ok(store) => return Ok(Some(store)),
             Err(StoreError::Db(e)) => {
@@ -66,7 +68,6 @@ pub async fn connect_store(
         }
         wait = (wait * 2).min(CONNECT_RETRY_MAX);
     }
-    unreachable!("the attempt counter does not end")
 }
 
 /// Takes the lease, standing by while another instance holds it (`lease.standby`), or giving
