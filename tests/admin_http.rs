@@ -1331,3 +1331,52 @@ async fn schemathesis_fuzz_finds_no_5xx_and_no_change_without_a_valid_token() {
     common::service::kill9(&mut child);
     env.cleanup().await;
 }
+
+/// `GET /admin/verify`: the token first; 200 when every invariant holds, 409 with the
+/// findings when one is violated.
+#[actix_rt::test]
+async fn verify_over_http_needs_the_token_and_reports_violations() {
+    let env = TestEnv::new("admin_verify").await;
+    let settings = env.settings(&[]);
+    let input =
+        msgx_actors::verify_cmd::input(&settings, env.inbox.clone(), env.store.clone(), 100, None)
+            .expect("input");
+    let app = test::init_service(
+        App::new()
+            .app_data(actix_web::web::Data::new(input))
+            .configure(configure(state(&env))),
+    )
+    .await;
+    let with = |token: Option<&str>| {
+        let mut req = test::TestRequest::get().uri("/admin/verify");
+        if let Some(t) = token {
+            req = req.insert_header(("Authorization", format!("Bearer {t}")));
+        }
+        req.to_request()
+    };
+    let get = |auth: bool| with(auth.then_some(TOKEN));
+    assert_eq!(test::call_service(&app, get(false)).await.status(), 401);
+    assert_eq!(
+        test::call_service(&app, with(Some(COMPAT))).await.status(),
+        403,
+        "verify needs the read scope"
+    );
+    assert_eq!(test::call_service(&app, with(Some(READ))).await.status(), 200);
+    let ok = test::call_service(&app, get(true)).await;
+    assert_eq!(ok.status(), 200);
+    let body: Value = test::read_body_json(ok).await;
+    assert_eq!(body["ok"], true, "{body}");
+    // A processing record without its inbox row.
+    seed(&env).await;
+    let bad = test::call_service(&app, get(true)).await;
+    assert_eq!(bad.status(), 409);
+    let body: Value = test::read_body_json(bad).await;
+    let present = body["report"]["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["invariant"] == "inbox_row_present")
+        .expect("finding");
+    assert_eq!(present["examples"][0], 1, "{present}");
+    env.cleanup().await;
+}

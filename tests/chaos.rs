@@ -6,8 +6,8 @@
 //! takes over. Afterwards `msgexchange verify --kafka` passes and an independent consumer sees
 //! every event at least once, in order per key by first sighting.
 //!
-//! CI runs one pass (a few minutes on a small machine); `MSGX_CHAOS_ROUNDS=N` repeats the
-//! disruption schedule N times (a soak, by hand).
+//! CI runs one pass (about a minute on a 2-core machine); `MSGEXCHANGE_CHAOS_ROUNDS=N`
+//! repeats the disruption schedule N times (a soak, by hand).
 
 mod common;
 
@@ -265,7 +265,7 @@ fn proxied(url: &str, from: &str, port: u16) -> String {
 
 #[tokio::test]
 async fn chaos_nothing_lost_nothing_reordered() {
-    let rounds: usize = std::env::var("MSGX_CHAOS_ROUNDS")
+    let rounds: usize = std::env::var("MSGEXCHANGE_CHAOS_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
@@ -336,6 +336,7 @@ async fn chaos_nothing_lost_nothing_reordered() {
             took_over < Duration::from_secs(15),
             "takeover took {took_over:?} (lease.ttl 8s)"
         );
+        eprintln!("chaos: standby took over {took_over:?} after the active froze (lease.ttl 8s)");
         a.signal("-CONT");
         let status = a.exited_within(Duration::from_secs(15)).await;
         assert!(
@@ -369,13 +370,20 @@ async fn chaos_nothing_lost_nothing_reordered() {
             "a live holder keeps its lease against a new standby"
         );
         b.kill9();
+        let killed = Instant::now();
         c.wait_ready(Duration::from_secs(15)).await;
+        eprintln!(
+            "chaos: standby ready {:?} after kill -9 of the active",
+            killed.elapsed()
+        );
 
         // 6. Graceful shutdown: SIGTERM → exit 0 within the grace, lease released.
         wait_child(&mut sim).await;
         let mut c = c;
         c.signal("-TERM");
+        let term = Instant::now();
         let status = c.exited_within(Duration::from_secs(10)).await;
+        eprintln!("chaos: SIGTERM → exit in {:?}", term.elapsed());
         assert!(
             status.is_some_and(|s| s.success()),
             "SIGTERM exits 0 within shutdown_grace: {status:?}"
@@ -549,5 +557,41 @@ async fn verify_reports_each_violation() {
     bad.push(("MSGX_STORE__CONNECT_TIMEOUT".into(), "1s".into()));
     let (code, out) = verify(&bad, &[]);
     assert_eq!(code, Some(2), "{out}");
+    env.cleanup().await;
+}
+
+/// A store that is down at start-up is waited for: `/readyz` answers 503 with the reason,
+/// one warning per attempt, no crash loop; once the store is back the service runs.
+#[tokio::test]
+async fn a_store_down_at_start_up_is_waited_for() {
+    let env = TestEnv::new("startup_wait").await;
+    let broker = Tansu::start();
+    let pg_proxy = Proxy::start("127.0.0.1:5432").await;
+    pg_proxy.cut();
+    let vars = service_env(
+        &env,
+        &proxied(&env.pg_url, "127.0.0.1:5432", pg_proxy.port),
+        &env.my_url,
+        &broker.bootstrap,
+    );
+    let mut i = Instance::spawn(&vars, "startup-wait", &[]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        i.child.try_wait().expect("wait").is_none(),
+        "still waiting, not exited"
+    );
+    let ready = http_get(i.port, "/readyz").await.expect("readyz answers");
+    assert!(ready.starts_with("HTTP/1.1 503"), "{ready}");
+    assert!(ready.contains("store unreachable at start-up"), "{ready}");
+    pg_proxy.restore();
+    i.wait_ready(Duration::from_secs(60)).await;
+    let log = std::fs::read_to_string(log_dir().join("startup-wait.log")).unwrap_or_default();
+    let attempts = log
+        .matches("store unreachable at start-up; retrying")
+        .count();
+    assert!(attempts >= 2, "one line per attempt:\n{log}");
+    i.signal("-TERM");
+    let status = i.exited_within(Duration::from_secs(10)).await;
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
     env.cleanup().await;
 }

@@ -141,6 +141,8 @@ async fn a_frozen_holder_is_taken_over_after_the_ttl_and_a_released_lease_at_onc
     assert!(matches!(lost, StoreError::LeaseTakenOver { .. }), "{lost}");
     // B shuts down gracefully: C gets the lease at once, without waiting for the ttl.
     b.release().await.expect("release");
+    // A renewal that fires after the release (the supervisor still ticking) renews nothing.
+    b.check().await.expect("no-op after release");
     let c = InstanceLock::acquire_with(&env.store, quick())
         .await
         .expect("c at once");
@@ -220,5 +222,55 @@ async fn store_sessions_carry_the_configured_timeouts() {
     assert!(err.to_string().contains("statement timeout"), "{err}");
     store.pool().close().await;
     slow.pool().close().await;
+    env.cleanup().await;
+}
+
+/// A renewal that hangs (the lease row locked by someone else) fails after
+/// `lease.check_timeout` instead of blocking the supervisor; once the lock is gone the lease
+/// renews again from a fresh session.
+#[tokio::test]
+async fn a_hanging_renewal_times_out_and_the_next_one_succeeds() {
+    let env = TestEnv::new("lease_hang").await;
+    let a = InstanceLock::acquire_with(&env.store, quick())
+        .await
+        .expect("a");
+    let mut tx = env.store.pool().begin().await.expect("begin");
+    sqlx::query("LOCK TABLE instance_lease IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .expect("lock");
+    let started = std::time::Instant::now();
+    let err = a.check().await.expect_err("times out");
+    assert!(matches!(err, StoreError::LeaseTimeout(_)), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    tx.rollback().await.expect("unlock");
+    a.check().await.expect("renews again");
+    env.cleanup().await;
+}
+
+/// The inbox sessions carry the MySQL read/write timeouts and the InnoDB lock wait.
+#[tokio::test]
+async fn inbox_sessions_carry_the_configured_timeouts() {
+    let env = TestEnv::new("inbox_timeouts").await;
+    let s = env.settings(&[
+        ("MSGX_INBOX__READ_TIMEOUT", "17s"),
+        ("MSGX_INBOX__WRITE_TIMEOUT", "19s"),
+        ("MSGX_INBOX__QUERY_TIMEOUT", "4500ms"),
+    ]);
+    let inbox = msgx_core::inbox::Inbox::new(
+        &s.inbox,
+        &s.inbox_names().expect("names"),
+        s.inbox_timezone().expect("tz"),
+    )
+    .expect("inbox");
+    let got: (u64, u64, u64) = sqlx::query_as(
+        "SELECT @@SESSION.net_read_timeout, @@SESSION.net_write_timeout, \
+         @@SESSION.innodb_lock_wait_timeout",
+    )
+    .fetch_one(inbox.pool())
+    .await
+    .expect("variables");
+    assert_eq!(got, (17, 19, 5));
+    inbox.pool().close().await;
     env.cleanup().await;
 }

@@ -252,30 +252,43 @@ async fn check_no_row_passed(env: &TestEnv, round: u32) {
 }
 
 #[tokio::test]
-async fn losing_the_instance_lock_stops_the_service() {
+async fn a_lost_lease_session_is_renewed_but_a_takeover_stops_the_service() {
     let env = TestEnv::new("lock_lost").await;
     env.insert_rows(2).await;
     let mut svc = spawn_service(&env, &[], free_port());
-    let lock_holder = || async {
-        sqlx::query_scalar::<_, i32>(
-            "SELECT l.pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
-             WHERE l.locktype = 'advisory' AND l.granted AND d.datname = $1",
-        )
-        .bind(&env.db)
-        .fetch_optional(env.store.pool())
-        .await
-        .expect("pg_locks")
+    let lease_pid = || async {
+        sqlx::query_scalar::<_, Option<i32>>("SELECT backend_pid FROM instance_lease")
+            .fetch_one(env.store.pool())
+            .await
+            .expect("lease")
     };
-    wait_for("lock taken", Duration::from_secs(30), || async {
-        lock_holder().await.is_some()
+    wait_for("lease taken", Duration::from_secs(30), || async {
+        lease_pid().await.is_some()
     })
     .await;
-    let pid = lock_holder().await.expect("holder");
+    // The renewing session dies (network cut, pg_terminate_backend): a transient failure,
+    // the service reconnects and renews.
+    let pid = lease_pid().await.expect("holder");
     sqlx::query("SELECT pg_terminate_backend($1)")
         .bind(pid)
         .execute(env.store.pool())
         .await
         .expect("terminate");
+    wait_for(
+        "renewed from a new session",
+        Duration::from_secs(10),
+        || async { lease_pid().await.is_some_and(|p| p != pid) },
+    )
+    .await;
+    assert!(svc.try_wait().expect("wait").is_none(), "still running");
+    // Another instance takes the lease over (as after a freeze): this one must stop.
+    sqlx::query(
+        "UPDATE instance_lease SET epoch = epoch + 1, holder = 'elsewhere:1#0', \
+         expires_at = now() + interval '10 seconds', backend_pid = NULL",
+    )
+    .execute(env.store.pool())
+    .await
+    .expect("take over");
     let start = Instant::now();
     let status = loop {
         if let Some(status) = svc.try_wait().expect("wait") {

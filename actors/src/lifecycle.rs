@@ -15,6 +15,9 @@ use crate::health::Health;
 use crate::messages::ShutdownPipeline;
 use crate::supervisor::Supervisor;
 
+/// Longest pause between two lease attempts of a standby.
+const STANDBY_RETRY: Duration = Duration::from_millis(250);
+
 /// Longest pause between two start-up connection attempts.
 const CONNECT_RETRY_MAX: Duration = Duration::from_secs(30);
 
@@ -34,7 +37,9 @@ pub async fn connect_store(
     stop: &mut (impl Future<Output = ()> + Unpin),
 ) -> anyhow::Result<Option<Store>> {
     let mut wait = Duration::from_secs(1);
-    for attempt in 1u64.. {
+    let mut attempt = 0u64;
+    loop {
+        attempt += 1;
         match Store::connect(&settings.store).await {
             Ok(store) => return Ok(Some(store)),
             Err(StoreError::Db(e)) => {
@@ -63,7 +68,6 @@ pub async fn connect_store(
         }
         wait = (wait * 2).min(CONNECT_RETRY_MAX);
     }
-    unreachable!("the attempt counter does not end")
 }
 
 /// Takes the lease, standing by while another instance holds it (`lease.standby`), or giving
@@ -107,8 +111,10 @@ pub async fn acquire_lease(
             }
             Err(e) => return Err(e.into()),
         }
+        // Often: a crashed predecessor's session may take a moment to disappear.
+        let retry = settings.lease.renew_every.min(STANDBY_RETRY);
         tokio::select! {
-            _ = tokio::time::sleep(settings.lease.renew_every) => {}
+            _ = tokio::time::sleep(retry) => {}
             _ = &mut *stop => return Ok(None),
         }
     }

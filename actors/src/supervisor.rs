@@ -123,7 +123,7 @@ pub struct Supervisor {
     intensity: Intensity,
     /// Recent restarts (for the limit).
     restarts: VecDeque<Instant>,
-    /// Shutting down: no more restarts, no more lease renewals.
+    /// Shutting down (or given up): no more restarts.
     stopping: bool,
     /// A lease renewal is in flight (they never overlap).
     renewing: Arc<AtomicBool>,
@@ -244,7 +244,8 @@ impl Supervisor {
         let Some(lock) = self.lock.clone() else {
             return;
         };
-        if self.stopping || self.renewing.swap(true, Ordering::AcqRel) {
+        // Renewals go on while shutting down: the lease stays ours until it is released.
+        if self.renewing.swap(true, Ordering::AcqRel) {
             return;
         }
         let (fatal, health, renewing) = (
@@ -368,9 +369,10 @@ mod tests {
         let t0 = Instant::now();
         assert!(!s.restart_exceeds_limit(t0));
         assert!(!s.restart_exceeds_limit(t0 + Duration::from_secs(1)));
-        // The first fell out of the window: two in 10 s.
-        assert!(!s.restart_exceeds_limit(t0 + Duration::from_secs(11)));
-        assert!(s.restart_exceeds_limit(t0 + Duration::from_secs(12)));
+        // Both fell out of the window: one, then two, then three within 10 s.
+        assert!(!s.restart_exceeds_limit(t0 + Duration::from_secs(12)));
+        assert!(!s.restart_exceeds_limit(t0 + Duration::from_secs(13)));
+        assert!(s.restart_exceeds_limit(t0 + Duration::from_secs(14)));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! from a dedicated session whose pid it records. Another instance takes the lease when it
 //! expired (the holder froze or lost the store) or when the recorded session is gone and no
 //! renewal came for half a ttl (the holder was killed; a live holder whose connection broke
-//! has that long to reconnect and renew), and bumps `epoch`: from then on every write of the old holder fails
+//! has that long to reconnect and renew) — at once when the holder is a process on this host
+//! that no longer runs — and bumps `epoch`: from then on every write of the old holder fails
 //! (migration 0006, [`super::Store::fenced`]), and its next renewal tells it to stop.
 //!
 //! Time is PostgreSQL's (`clock_timestamp()`): holder and standby compare against one clock.
@@ -55,6 +56,8 @@ struct Inner {
     cfg: LeaseConfig,
     /// When the last renewal succeeded (monotonic, local).
     renewed: std::sync::Mutex<Instant>,
+    /// Given up ([`InstanceLock::release`]): renewals stop.
+    released: std::sync::atomic::AtomicBool,
 }
 
 const TAKE: &str = "UPDATE instance_lease SET epoch = epoch + 1, holder = $1, \
@@ -63,8 +66,12 @@ const TAKE: &str = "UPDATE instance_lease SET epoch = epoch + 1, holder = $1, \
      WHERE id = 1 AND (holder IS NULL OR expires_at IS NULL OR backend_pid IS NULL \
        OR expires_at <= clock_timestamp() \
        OR (renewed_at < clock_timestamp() - make_interval(secs => $2 / 2) \
-           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = instance_lease.backend_pid))) \
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = instance_lease.backend_pid)) \
+       OR (holder = $3 AND NOT EXISTS \
+           (SELECT 1 FROM pg_stat_activity a WHERE a.pid = instance_lease.backend_pid))) \
      RETURNING epoch";
+
+const HOLDER: &str = "SELECT holder FROM instance_lease WHERE id = 1";
 
 const RENEW: &str = "UPDATE instance_lease SET renewed_at = clock_timestamp(), \
        expires_at = clock_timestamp() + make_interval(secs => $3), backend_pid = pg_backend_pid() \
@@ -85,13 +92,30 @@ pub fn session_name(epoch: i64) -> String {
     format!("msgexchange e{epoch}")
 }
 
-fn this_holder() -> String {
-    let host = std::env::var("HOSTNAME")
+fn this_host() -> String {
+    std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "?".into());
+        .unwrap_or_else(|| "?".into())
+}
+
+/// `holder` when it names a process on this host that no longer runs (a crashed predecessor
+/// restarted by the process manager): its lease can be taken at once, without waiting for
+/// the half-ttl grace that protects a live holder whose connection broke.
+fn dead_local_holder(holder: &str) -> Option<&str> {
+    let (host, rest) = holder.rsplit_once(':')?;
+    let pid: u32 = rest.split('#').next()?.parse().ok()?;
+    let gone = host == this_host()
+        && pid != std::process::id()
+        && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && std::path::Path::new("/proc/self").exists();
+    gone.then_some(holder)
+}
+
+fn this_holder() -> String {
+    let host = this_host();
     // The sequence tells two acquisitions of one process apart (tests run several).
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -154,9 +178,15 @@ impl InstanceLock {
         let holder = this_holder();
         let (conn, epoch) = timed(cfg.check_timeout, async {
             let mut conn = PgConnection::connect_with(&options).await?;
+            let previous: Option<Option<String>> =
+                sqlx::query_scalar(HOLDER).fetch_optional(&mut conn).await?;
+            let dead = previous
+                .flatten()
+                .and_then(|h| dead_local_holder(&h).map(str::to_string));
             let got: Option<i64> = sqlx::query_scalar(TAKE)
                 .bind(&holder)
                 .bind(cfg.ttl.as_secs_f64())
+                .bind(dead)
                 .fetch_optional(&mut conn)
                 .await?;
             match got {
@@ -193,6 +223,7 @@ impl InstanceLock {
                 holder,
                 cfg,
                 renewed: std::sync::Mutex::new(Instant::now()),
+                released: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -213,6 +244,9 @@ impl InstanceLock {
     pub async fn check(&self) -> Result<(), StoreError> {
         let i = &self.inner;
         let mut guard = i.conn.lock().await;
+        if i.released.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         let result = timed(i.cfg.check_timeout, async {
             if guard.is_none() {
                 *guard = Some(PgConnection::connect_with(&i.options).await?);
@@ -251,6 +285,7 @@ impl InstanceLock {
     pub async fn release(&self) -> Result<(), StoreError> {
         let i = &self.inner;
         let mut guard = i.conn.lock().await;
+        i.released.store(true, std::sync::atomic::Ordering::Release);
         let result = timed(i.cfg.check_timeout, async {
             if guard.is_none() {
                 *guard = Some(PgConnection::connect_with(&i.options).await?);
