@@ -9,8 +9,8 @@ cargo build --workspace
 bin=target/debug/msgexchange
 export MSGX_INBOX__URL=${MSGX_INBOX__URL:-mysql://root@127.0.0.1:3306/msgx_inbox}
 export MSGX_STORE__URL=${MSGX_STORE__URL:-postgres://postgres@127.0.0.1:5432/msgx}
-# Short enough that a newcomer sees permanent holes released within the demo. Every rolled-back
-# id stalls discovery for this long (seed §5.1), so the demo rolls back rarely.
+# Short enough that a newcomer sees permanent holes released within the demo. Rows behind a
+# rolled-back id wait this long (holes seen together wait once, side by side).
 export MSGX_PIPELINE__MAX_COMMIT_DELAY=${MSGX_PIPELINE__MAX_COMMIT_DELAY:-10s}
 # An unknown-type message holds the FIFO head until it is poison; keep that short in the demo.
 export MSGX_PROCESSING__HEAD_DEADLINE=${MSGX_PROCESSING__HEAD_DEADLINE:-30s}

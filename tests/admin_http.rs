@@ -1361,7 +1361,10 @@ async fn verify_over_http_needs_the_token_and_reports_violations() {
         403,
         "verify needs the read scope"
     );
-    assert_eq!(test::call_service(&app, with(Some(READ))).await.status(), 200);
+    assert_eq!(
+        test::call_service(&app, with(Some(READ))).await.status(),
+        200
+    );
     let ok = test::call_service(&app, get(true)).await;
     assert_eq!(ok.status(), 200);
     let body: Value = test::read_body_json(ok).await;

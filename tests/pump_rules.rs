@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::msgs::{fdel, flop, unknown_type};
 use common::proxy::Proxy;
 use common::TestEnv;
+use msgx_core::codec::Codec as _;
 use msgx_core::inbox::Inbox;
 use msgx_core::pump::{ErrorClass, Outcome, StepOutcome};
 
@@ -445,13 +446,32 @@ async fn dead_holder(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore) -> i64
         env.state_of(a).await,
         ("DEAD".into(), Some("EXHAUSTED".into()))
     );
-    let key: Option<String> =
+    // The group-commit pump binds an identity inside the business write, so a message whose
+    // business write never succeeded holds none. A DEAD record with an identity is what an
+    // earlier version (which bound it in a statement of its own) left behind: make one.
+    let key = msgx_core::codec::xml::XmlCodec::new(
+        chrono_tz::Asia::Shanghai,
+        1 << 20,
+        vec!["UPDT".into()],
+    )
+    .decode(&flop(42, "BOOM", &[("GATE", "A1")]))
+    .expect("decodes")
+    .identity_key(false, chrono_tz::Asia::Shanghai);
+    sqlx::query(
+        "UPDATE proc_state SET identity_key = $2 WHERE msg_id = $1 AND identity_key IS NULL",
+    )
+    .bind(a)
+    .bind(&key)
+    .execute(env.store.pool())
+    .await
+    .expect("identity");
+    let bound: Option<String> =
         sqlx::query_scalar("SELECT identity_key FROM proc_state WHERE msg_id = $1")
             .bind(a)
             .fetch_one(env.store.pool())
             .await
             .expect("identity");
-    assert!(key.is_some(), "the DEAD record had bound its identity");
+    assert_eq!(bound, Some(key), "the DEAD record holds its identity");
     sqlx::raw_sql("DROP TRIGGER boom ON msg_event")
         .execute(env.store.pool())
         .await
@@ -620,7 +640,14 @@ fn text_of(spec: &[Gen], i: usize) -> String {
 }
 
 /// `msg_id, state, error_class, attempts, identity_key, msg_type` of a row.
-type RowFacts = (i64, String, Option<String>, i32, Option<String>, Option<String>);
+type RowFacts = (
+    i64,
+    String,
+    Option<String>,
+    i32,
+    Option<String>,
+    Option<String>,
+);
 
 /// Everything the pump decided, comparable across runs: outcomes in order, every row, the
 /// flights and the events.

@@ -237,9 +237,7 @@ pub fn configure(state: AdminState) -> impl FnOnce(&mut web::ServiceConfig) {
                 .service(web::resource("/recover-backfill").route(web::post().to(recover_backfill)))
                 .service(web::resource("/events/requeue").route(web::post().to(requeue_events)))
                 .service(web::resource("/messages/{msg_id}").route(web::get().to(message)))
-                .service(
-                    web::resource("/verify").route(web::get().to(crate::admin_verify::verify)),
-                )
+                .service(web::resource("/verify").route(web::get().to(crate::admin_verify::verify)))
                 .configure(crate::admin_api::configure_admin),
         )
         .service(

@@ -251,7 +251,8 @@ async fn lock_and_load(
     let rows: Vec<Row> = sqlx::query_as(
         "WITH p AS (SELECT state, \
                            (SELECT h.msg_id FROM proc_state h \
-                             WHERE h.identity_key = $4 AND h.msg_id <> $2 LIMIT 1) AS holder \
+                             WHERE h.identity_key = $4 AND h.msg_id <> $2 \
+                               AND h.state <> 'DEAD' LIMIT 1) AS holder \
                     FROM proc_state \
                     WHERE msg_id = $2 AND (SELECT 1 FROM pg_advisory_xact_lock($1)) = 1 \
                     FOR UPDATE) \

@@ -218,7 +218,9 @@ impl GroupTx {
         .fetch_all(&mut *self.tx)
         .await?;
         let holders: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT identity_key, msg_id FROM proc_state WHERE identity_key = ANY($1)",
+            // A DEAD record does not hold its identity (migration 0012).
+            "SELECT identity_key, msg_id FROM proc_state \
+             WHERE identity_key = ANY($1) AND state <> 'DEAD'",
         )
         .bind(keys)
         .fetch_all(&mut *self.tx)

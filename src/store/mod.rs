@@ -23,8 +23,8 @@ use crate::settings::{redact_url, StoreSettings};
 pub use business::{BusinessResult, PIPELINE_LOCK_KEY};
 pub use cursor::{SeedOutcome, StoredCursor};
 pub use enqueue::{EnqueueRow, RoundWrite};
-pub use lease::{session_name, InstanceLock, LeaseConfig};
 pub use group::{GroupLoad, GroupTx};
+pub use lease::{session_name, InstanceLock, LeaseConfig};
 pub use queue::{Backlog, Binding, HeadRow};
 
 /// Why a store call failed.
