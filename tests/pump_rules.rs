@@ -489,7 +489,14 @@ fn text_of(spec: &[Gen], i: usize) -> String {
 }
 
 /// `msg_id, state, error_class, attempts, identity_key, msg_type` of a row.
-type RowFacts = (i64, String, Option<String>, i32, Option<String>, Option<String>);
+type RowFacts = (
+    i64,
+    String,
+    Option<String>,
+    i32,
+    Option<String>,
+    Option<String>,
+);
 
 /// Everything the pump decided, comparable across runs: outcomes in order, every row, the
 /// flights and the events.
