@@ -2,8 +2,9 @@
 //! process (pump, group commit), mark (backfill sweeper) and deliver (dispatcher, to the
 //! configured Kafka: the embedded mock cluster by default) — started exactly as `run_service`
 //! starts the pipeline. Prints, per stage, the throughput of every tenth of the backlog (is it
-//! flat?), the total time and the peak RSS of this process (the service and the bench share it).
-//! Not a timed test: it prints numbers.
+//! flat?), the total time and the peak RSS of this process (the service and the bench share it);
+//! then, per steady offered rate (100, 300, 1,000 msg/s for `--steady` each), inbox commit →
+//! Kafka ack and pump commit → SENT p50/p99. Not a timed test: it prints numbers.
 //!
 //! The backlog is the simulator's message mix (`Mix::default()`) without unknown types: an
 //! UNSUPPORTED head blocks FIFO for its whole retry schedule (minutes, by design), which would
