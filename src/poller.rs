@@ -91,6 +91,34 @@ pub struct PollReport {
     /// next round can already decide it (a rollback is released at once), so it should not
     /// wait a poll interval.
     pub hole_sighted: bool,
+    /// Where the round's time went, recorded by the round itself (benches sum them).
+    pub stages: PollStages,
+}
+
+/// Wall time of each stage of one round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PollStages {
+    /// `Store::read_cursor`.
+    pub read_cursor: Duration,
+    /// The inbox read (ids and receive times above W).
+    pub read_rows: Duration,
+    /// The decision (pure, plus the transaction evidence when on).
+    pub decide: Duration,
+    /// The enqueue transaction (rows + cursor), zero when nothing changed.
+    pub commit: Duration,
+    /// `Inbox::max_id` after a full batch.
+    pub inbox_head: Duration,
+}
+
+impl PollStages {
+    /// Adds another round's stages.
+    pub fn add(&mut self, o: &PollStages) {
+        self.read_cursor += o.read_cursor;
+        self.read_rows += o.read_rows;
+        self.decide += o.decide;
+        self.commit += o.commit;
+        self.inbox_head += o.inbox_head;
+    }
 }
 
 impl PollReport {
@@ -138,9 +166,14 @@ pub async fn poll_once(
     cfg: PollConfig,
 ) -> Result<PollReport, PollError> {
     let started = Instant::now();
+    let mut stages = PollStages::default();
     let stored = store.read_cursor().await?;
+    stages.read_cursor = started.elapsed();
     let before = stored.cursor;
+    let t = Instant::now();
     let rows = read_rows(inbox, before.w, cfg.claim_batch).await?;
+    stages.read_rows = t.elapsed();
+    let t = Instant::now();
     let now = clock.now();
     let Decided {
         rows,
@@ -163,6 +196,7 @@ pub async fn poll_once(
             decide_with_evidence(inbox, before, stored.hole_seen_db_at, rows, now, cfg, ev).await?
         }
     };
+    stages.decide = t.elapsed();
     let batch_full = rows.len() as u64 >= u64::from(cfg.claim_batch);
 
     let enqueue: Vec<EnqueueRow> = rows[..decision.enqueue]
@@ -177,6 +211,7 @@ pub async fn poll_once(
         hole_since: decision.hole_since,
     };
     let unchanged = enqueue.is_empty() && after == before && seen_db_at == stored.hole_seen_db_at;
+    let t = Instant::now();
     let enqueued_new = if unchanged {
         0 // nothing to write: spare the store an empty transaction every second
     } else {
@@ -198,13 +233,16 @@ pub async fn poll_once(
             )
             .await?
     };
+    stages.commit = t.elapsed();
     report_evidence(&decision, before, seen_db_at);
 
+    let t = Instant::now();
     let inbox_head = match (rows.last(), batch_full) {
         (_, true) => inbox.max_id().await.ok().flatten(),
         (Some(last), false) => Some(last.id),
         (None, false) => Some(before.w),
     };
+    stages.inbox_head = t.elapsed();
     let lag = match rows.get(decision.enqueue) {
         Some(waiting) => waiting
             .received_at
@@ -223,6 +261,7 @@ pub async fn poll_once(
         duration: started.elapsed(),
         hole_evidence: evidence,
         hole_sighted: sighted,
+        stages,
     })
 }
 
