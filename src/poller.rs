@@ -107,6 +107,34 @@ pub struct PollReport {
     /// When the hole W waits at becomes due by the timer (from now), so the actor can poll
     /// right then instead of up to a poll interval later.
     pub next_due: Option<Duration>,
+    /// Where the round's time went, recorded by the round itself (benches sum them).
+    pub stages: PollStages,
+}
+
+/// Wall time of each stage of one round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PollStages {
+    /// `Store::read_cursor`.
+    pub read_cursor: Duration,
+    /// The inbox read (ids and receive times above W; the pages read ahead included).
+    pub read_rows: Duration,
+    /// The decision (pure, plus the transaction evidence when on).
+    pub decide: Duration,
+    /// The enqueue transaction (rows + cursor), zero when nothing changed.
+    pub commit: Duration,
+    /// `Inbox::max_id` (after a full batch, or when nothing is above W).
+    pub inbox_head: Duration,
+}
+
+impl PollStages {
+    /// Adds another round's stages.
+    pub fn add(&mut self, o: &PollStages) {
+        self.read_cursor += o.read_cursor;
+        self.read_rows += o.read_rows;
+        self.decide += o.decide;
+        self.commit += o.commit;
+        self.inbox_head += o.inbox_head;
+    }
 }
 
 impl PollReport {
@@ -163,14 +191,19 @@ pub async fn poll_once(
     cfg: PollConfig,
 ) -> Result<PollReport, PollError> {
     let started = Instant::now();
+    let mut stages = PollStages::default();
     let stored = store.read_cursor().await?;
+    stages.read_cursor = started.elapsed();
     let before = stored.cursor;
     check_holes(before.w, &stored.holes).map_err(|source| PollError::CorruptHoles {
         w: before.w,
         source,
     })?;
+    let t = Instant::now();
     let (rows, complete) = read_window(inbox, before.w, cfg).await?;
+    stages.read_rows = t.elapsed();
     let now = clock.now();
+    let t = Instant::now();
     let Decided {
         rows,
         advance: mut decision,
@@ -213,6 +246,7 @@ pub async fn poll_once(
     if cfg.hole_evidence.is_some() && sighted {
         stamp_sightings(inbox, &mut decision.holes).await;
     }
+    stages.decide = t.elapsed();
 
     let enqueue: Vec<EnqueueRow> = rows[..decision.enqueue]
         .iter()
@@ -226,6 +260,7 @@ pub async fn poll_once(
         hole_since: decision.hole_since,
     };
     let unchanged = enqueue.is_empty() && after == before && decision.holes == stored.holes;
+    let t = Instant::now();
     let enqueued_new = if unchanged {
         0 // nothing to write: spare the store an empty transaction every second
     } else {
@@ -242,6 +277,7 @@ pub async fn poll_once(
             })
             .await?
     };
+    stages.commit = t.elapsed();
     report_evidence(&decision);
     if !decision.dropped.is_empty() {
         telemetry::holes_dropped(before.w, &decision.dropped);
@@ -249,6 +285,7 @@ pub async fn poll_once(
 
     // The head: the last row read, or — when nothing is above W — the inbox's own MAX(id), so
     // an inbox that went backwards is seen (never "lag 0" with the head below W).
+    let t = Instant::now();
     let inbox_head = match (rows.last(), batch_full) {
         (_, true) => inbox.max_id().await.ok().flatten(),
         (Some(last), false) => Some(last.id),
@@ -260,6 +297,7 @@ pub async fn poll_once(
             }
         },
     };
+    stages.inbox_head = t.elapsed();
     let regressed = inbox_head.is_some_and(|head| head < decision.w);
     let lag = match rows.get(decision.enqueue) {
         Some(waiting) => waiting
@@ -279,6 +317,7 @@ pub async fn poll_once(
         hole_evidence: evidence,
         hole_sighted: sighted,
         regressed,
+        stages,
         oldest_hole_age: decision_age(after.hole_since, now),
         next_due: decision
             .open_hole

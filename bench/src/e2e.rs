@@ -2,8 +2,9 @@
 //! process (pump, group commit), mark (backfill sweeper) and deliver (dispatcher, to the
 //! configured Kafka: the embedded mock cluster by default) — started exactly as `run_service`
 //! starts the pipeline. Prints, per stage, the throughput of every tenth of the backlog (is it
-//! flat?), the total time and the peak RSS of this process (the service and the bench share it).
-//! Not a timed test: it prints numbers.
+//! flat?), the total time and the peak RSS of this process (the service and the bench share it);
+//! then, per steady offered rate (100, 300, 1,000 msg/s for `--steady` each), inbox commit →
+//! Kafka ack and pump commit → SENT p50/p99. Not a timed test: it prints numbers.
 //!
 //! The backlog is the simulator's message mix (`Mix::default()`) without unknown types: an
 //! UNSUPPORTED head blocks FIFO for its whole retry schedule (minutes, by design), which would
@@ -37,6 +38,10 @@ pub struct E2eBenchArgs {
     /// Give up after this long.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30m")]
     pub timeout: Duration,
+    /// Length of each steady phase after the drain (100, 300 and 1,000 msg/s offered); 0s
+    /// skips them.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
+    pub steady: Duration,
     /// Keep the bench databases afterwards.
     #[arg(long)]
     pub keep: bool,
@@ -171,6 +176,127 @@ async fn run(settings: &Settings, args: &E2eBenchArgs, dbs: &BenchDbs) -> anyhow
             last.as_secs_f64()
         );
     }
+    if !args.steady.is_zero() {
+        let owner = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(4)
+            .connect(&dbs.inbox_url)
+            .await?;
+        for rate in [100u64, 300, 1000] {
+            steady(&owner, &store, &names, tz, rate, args.steady, settings).await?;
+        }
+        owner.close().await;
+    }
+    Ok(())
+}
+
+/// A steady phase: well-formed messages committed into the inbox at `rate` per second (one
+/// autocommit INSERT each, timed on this host's clock after the commit), then, per message,
+/// inbox commit → its last event SENT (`sent_at` is stamped after the broker's ack, so it
+/// bounds the ack from above) and, per event, pump commit → SENT.
+async fn steady(
+    owner: &sqlx::MySqlPool,
+    store: &Store,
+    names: &msgx_core::inbox::names::InboxNames,
+    tz: chrono_tz::Tz,
+    rate: u64,
+    length: Duration,
+    settings: &Settings,
+) -> anyhow::Result<()> {
+    use msgx_core::devtools::messages::Generator;
+    let sql = format!(
+        "INSERT INTO {} ({}, {}) VALUES (?, ?)",
+        names.table, names.received, names.message
+    );
+    // A sender of its own: sequence numbers restart, identities must not collide.
+    let mut generator = Generator::with_sender(rate, format!("ST{rate}"));
+    let mix = Mix::well_formed();
+    let tick = Duration::from_millis(10);
+    let per_tick = rate as f64 * tick.as_secs_f64();
+    let total = (rate as f64 * length.as_secs_f64()) as u64;
+    let mut interval = tokio::time::interval(tick);
+    let (mut due, mut made) = (0.0f64, 0u64);
+    let mut inserts = Vec::with_capacity(total as usize);
+    while made < total {
+        interval.tick().await;
+        due += per_tick;
+        let n = (due.floor() as u64).min(total - made);
+        due -= n as f64;
+        for _ in 0..n {
+            let local = msgx_core::inbox::time::utc_to_local(chrono::Utc::now(), tz);
+            let (_, text) = generator.next_message(&mix, local);
+            let (owner, sql) = (owner.clone(), sql.clone());
+            inserts.push(tokio::spawn(async move {
+                let r = sqlx::query(&sql)
+                    .bind(local)
+                    .bind(text)
+                    .execute(&owner)
+                    .await;
+                r.map(|r| (r.last_insert_id() as i64, chrono::Utc::now()))
+            }));
+        }
+        made += n;
+    }
+    let mut committed = Vec::with_capacity(inserts.len());
+    for i in inserts {
+        committed.push(i.await??);
+    }
+    let ids: Vec<i64> = committed.iter().map(|(id, _)| *id).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (done, pending): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM proc_state WHERE msg_id = ANY($1) \
+                      AND processed_seq IS NOT NULL), \
+                    (SELECT count(*) FROM msg_event WHERE msg_id = ANY($1) AND state <> 'SENT')",
+        )
+        .bind(&ids)
+        .fetch_one(store.pool())
+        .await?;
+        if done as usize == ids.len() && pending == 0 {
+            break;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "steady {rate}/s did not drain");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let per_msg: Vec<(i64, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "SELECT msg_id, max(sent_at) FROM msg_event WHERE msg_id = ANY($1) GROUP BY msg_id",
+    )
+    .bind(&ids)
+    .fetch_all(store.pool())
+    .await?;
+    let at: std::collections::HashMap<i64, chrono::DateTime<chrono::Utc>> =
+        committed.into_iter().collect();
+    let mut inbox_to_ack: Vec<Duration> = per_msg
+        .iter()
+        .filter_map(|(id, sent)| {
+            at.get(id)
+                .map(|c| (*sent - *c).to_std().unwrap_or_default())
+        })
+        .collect();
+    let per_event: Vec<f64> = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM (sent_at - created_at))::float8 FROM msg_event \
+         WHERE msg_id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_all(store.pool())
+    .await?;
+    let mut commit_to_sent: Vec<Duration> = per_event
+        .into_iter()
+        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+        .collect();
+    inbox_to_ack.sort();
+    commit_to_sent.sort();
+    let ms = |v: &[Duration], q: f64| super::percentile(v, q).as_secs_f64() * 1e3;
+    println!(
+        "  steady {rate:>4} msg/s {:.0}s : {} messages; inbox commit → Kafka ack (SENT) p50 {:.0}ms p99 {:.0}ms (aim ≤ poll_interval {:?} + 250 ms); pump commit → SENT p50 {:.1}ms p99 {:.1}ms ({} events)",
+        length.as_secs_f64(),
+        ids.len(),
+        ms(&inbox_to_ack, 0.5),
+        ms(&inbox_to_ack, 0.99),
+        settings.pipeline.poll_interval,
+        ms(&commit_to_sent, 0.5),
+        ms(&commit_to_sent, 0.99),
+        commit_to_sent.len(),
+    );
     Ok(())
 }
 

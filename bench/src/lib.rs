@@ -20,13 +20,11 @@
 //!    measured again after step 4, so the two bracket the poller);
 //! 4. the real thing: `poll_once` in a loop until W reaches the inbox head, with per-round
 //!    latency and RSS samples every 10 % of progress;
-//! 5. where the time goes: the queue is emptied, W rewound, and the rounds replayed with the
-//!    same calls `poll_once` makes, each step timed apart; then once more with the rows made in
-//!    memory, which leaves the store side of a round alone.
+//! 5. where the time goes: the stage timings `poll_once` recorded itself during phase 4
+//!    (`PollReport::stages`, summed), no replay of the round.
 //!
 //! This file orchestrates the phases; the databases live in `databases`, phase 1 in
-//! `inbox_load`, 3 in `bare`, 4 in `poller_run`, 5 in `replay`, and the printed numbers in
-//! `report`.
+//! `inbox_load`, 3 in `bare`, 4 in `poller_run`, and the printed numbers in `report`.
 
 mod bare;
 mod databases;
@@ -37,7 +35,6 @@ mod inbox_load;
 mod mark;
 mod poller_run;
 mod pump;
-mod replay;
 mod report;
 
 use std::borrow::Cow;
@@ -55,7 +52,6 @@ use bare::{bare_phase, BareShape};
 use databases::BenchDbs;
 use inbox_load::{load_inbox, Loaded};
 use poller_run::{poll_phase, PollPhase};
-use replay::{round_breakdown, Breakdown};
 use report::{print_measured, rate};
 
 pub use databases::with_database;
@@ -159,15 +155,11 @@ struct Measured {
     bare_unnest_after: Duration,
     /// Time of the bare VALUES inserts.
     bare_values: Duration,
-    /// The poller phase.
+    /// The poller phase (with the stage timings `poll_once` recorded).
     poll: PollPhase,
-    /// The timed replay of the rounds.
-    breakdown: Breakdown,
-    /// The timed replay of the rounds' store side alone (rows made in memory).
-    store_side: Breakdown,
 }
 
-/// Phases 3 to 5, on the loaded inbox and the fresh store.
+/// Phases 3 and 4, on the loaded inbox and the fresh store.
 async fn measure(
     inbox: &Inbox,
     store: &Store,
@@ -189,15 +181,11 @@ async fn measure(
     let poll = poll_phase(inbox, store, cfg, load).await?;
     // Measured again after the poller: the two bracket it, so drift during the run shows.
     let bare_unnest_after = bare(BareShape::Unnest).await?;
-    let breakdown = round_breakdown(inbox, store, cfg, load, true).await?;
-    let store_side = round_breakdown(inbox, store, cfg, load, false).await?;
     Ok(Measured {
         bare_unnest_before,
         bare_unnest_after,
         bare_values,
         poll,
-        breakdown,
-        store_side,
     })
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use msgx_core::clock::SystemClock;
 use msgx_core::inbox::Inbox;
-use msgx_core::poller::{poll_once, PollConfig};
+use msgx_core::poller::{poll_once, PollConfig, PollStages};
 use msgx_core::store::Store;
 
 use super::Loaded;
@@ -24,6 +24,8 @@ pub(super) struct PollPhase {
     pub(super) proc_state_rows: i64,
     /// RSS samples: start, every 10 % of progress, end.
     pub(super) rss: Vec<(String, Option<f64>)>,
+    /// The rounds' stage timings as `poll_once` recorded them, summed.
+    pub(super) stages: PollStages,
 }
 
 /// `poll_once` until W reaches the inbox head.
@@ -41,6 +43,7 @@ pub(super) async fn poll_phase(
     let mut rss: Vec<(String, Option<f64>)> = Vec::with_capacity(12);
     rss.push(("start".to_string(), rss_mib()));
     let mut enqueued_new: u64 = 0;
+    let mut stages = PollStages::default();
     let mut next_tenth: u64 = 1;
     let mut w = store
         .read_cursor()
@@ -56,6 +59,7 @@ pub(super) async fn poll_phase(
             .with_context(|| format!("poll round {} at W={w}", latencies.len() + 1))?;
         latencies.push(round_started.elapsed());
         enqueued_new += report.enqueued_new;
+        stages.add(&report.stages);
         anyhow::ensure!(
             report.moved(),
             "W did not move from {w} in round {} (read {} rows, inbox head {}); the bench loads \
@@ -95,6 +99,7 @@ pub(super) async fn poll_phase(
         enqueued_new,
         proc_state_rows,
         rss,
+        stages,
     })
 }
 

@@ -48,30 +48,18 @@ pub(super) fn print_measured(
         m.poll.enqueued_new,
         m.poll.proc_state_rows
     );
-    let b = &m.breakdown;
-    let per_round = |d: Duration, rounds: u32| ms(d / rounds.max(1));
-    println!(
-        "  round breakdown       : replay {:.0} rows/s; per round read_cursor {} + rows_after {} \
-         + commit_round {} + max_id {} = {}",
-        rate(args.rows, b.elapsed),
-        per_round(b.read_cursor, b.rounds),
-        per_round(b.rows_after, b.rounds),
-        per_round(b.commit_round, b.rounds),
-        per_round(b.max_id, b.rounds),
-        per_round(
-            b.read_cursor + b.rows_after + b.commit_round + b.max_id,
-            b.rounds
-        ),
-    );
-    let st = &m.store_side;
+    let st = &m.poll.stages;
+    let rounds = m.poll.latencies.len().max(1) as u32;
+    let per_round = |d: Duration| ms(d / rounds);
     let bare_txs = u32::try_from(args.rows.div_ceil(u64::from(claim_batch))).unwrap_or(u32::MAX);
     println!(
-        "  store side alone      : replay {:.0} rows/s; per round read_cursor {} + commit_round {} = {} \
-         (bare UNNEST tx {}; rows made in memory, no inbox reads)",
-        rate(args.rows, st.elapsed),
-        per_round(st.read_cursor, st.rounds),
-        per_round(st.commit_round, st.rounds),
-        per_round(st.read_cursor + st.commit_round, st.rounds),
+        "  round stages          : recorded by poll_once itself, per round: read_cursor {} + \
+         inbox read {} + decide {} + enqueue commit {} + inbox max_id {} (bare UNNEST tx {})",
+        per_round(st.read_cursor),
+        per_round(st.read_rows),
+        per_round(st.decide),
+        per_round(st.commit),
+        per_round(st.inbox_head),
         ms((m.bare_unnest_before + m.bare_unnest_after) / bare_txs.max(1).saturating_mul(2)),
     );
     let rss: Vec<String> = m
