@@ -18,6 +18,7 @@
 
 pub mod admin;
 pub mod admin_api;
+pub mod admin_procedures;
 pub mod admin_verify;
 pub mod app;
 pub mod auth;
