@@ -20,6 +20,8 @@ pub use reliability::{
     verify_result, LEASE_RENEW_FAILURES_TOTAL, LEASE_TAMPERED, SUPERVISOR_GAVE_UP,
     SUPERVISOR_RESTARTS_IN_WINDOW, VERIFY_VIOLATIONS,
 };
+mod procedures;
+pub use procedures::{purge_boundary, PURGE_BOUNDARY_ID, PURGE_BOUNDARY_RECEIVED_TIMESTAMP};
 mod outbound;
 pub use outbound::{
     outbound_failed, outbound_reconciled, outbound_registered, outbound_sent, outbound_stale,
@@ -179,6 +181,8 @@ pub const ALL: &[&str] = &[
     LEASE_RENEW_FAILURES_TOTAL,
     LEASE_TAMPERED,
     VERIFY_VIOLATIONS,
+    PURGE_BOUNDARY_ID,
+    PURGE_BOUNDARY_RECEIVED_TIMESTAMP,
 ];
 
 /// Histogram buckets (seconds) per histogram, for the Prometheus exporter.
@@ -223,6 +227,7 @@ pub fn describe() {
     dispatch::describe();
     outbound::describe();
     reliability::describe();
+    procedures::describe();
     describe_gauge!(
         INBOX_WATERMARK,
         "Contiguous watermark W of discovered inbox ids"

@@ -611,3 +611,87 @@ async fn procedures_over_http_respect_the_scopes() {
     assert_eq!(resp.status(), 409);
     env.cleanup().await;
 }
+
+async fn mark(env: &TestEnv, ids: &[i64]) {
+    for id in ids {
+        sqlx::query("UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED' WHERE CMINMSGS_ID = ?")
+            .bind(id)
+            .execute(&env.owner)
+            .await
+            .expect("mark");
+    }
+}
+
+#[actix_rt::test]
+async fn purge_boundary_watch_moves_up_incrementally() {
+    use actix::Actor as _;
+    use msgx_actors::purge_watch::{PurgeWatch, RefreshBoundary};
+    use msgx_core::ops::{Advance, BoundaryWatch};
+
+    let env = TestEnv::new("proc_boundary").await;
+    let texts: Vec<String> = (1..=5).map(|s| flop(s, &format!("F{s}"), &[])).collect();
+    let ids = insert(&env, 0, &texts).await;
+    let mut watch = BoundaryWatch::default();
+    // Nothing marked: no boundary; it stopped at the first row.
+    let a = watch.advance(&env.inbox, 1_000).await.expect("advance");
+    assert_eq!(
+        (a, watch.boundary),
+        (
+            Advance {
+                rows: 1,
+                caught_up: true
+            },
+            None
+        )
+    );
+    mark(&env, &ids[0..2]).await;
+    let a = watch.advance(&env.inbox, 1_000).await.expect("advance");
+    assert_eq!(
+        a,
+        Advance {
+            rows: 3,
+            caught_up: true
+        }
+    );
+    assert_eq!(watch.boundary, Some((ids[1], Some(utc(1)))));
+    // It reads on from the boundary only: rows 3, 4 (marked) and 5 (not).
+    mark(&env, &ids[2..4]).await;
+    let a = watch.advance(&env.inbox, 1_000).await.expect("advance");
+    assert_eq!(
+        a,
+        Advance {
+            rows: 3,
+            caught_up: true
+        }
+    );
+    assert_eq!(watch.boundary, Some((ids[3], Some(utc(3)))));
+    // The row cap: nothing read, not caught up, boundary kept.
+    let a = watch.advance(&env.inbox, 0).await.expect("advance");
+    assert_eq!(
+        (a, watch.boundary.map(|b| b.0)),
+        (
+            Advance {
+                rows: 0,
+                caught_up: false
+            },
+            Some(ids[3])
+        )
+    );
+    // The same report as purge readiness, and the actor runs the same step.
+    let r = ops(&env)
+        .purge_readiness(&PurgeRequest::default())
+        .await
+        .expect("purge");
+    assert_eq!(r.boundary_id, Some(ids[3]));
+    mark(&env, &ids[4..]).await;
+    let addr = PurgeWatch::new(env.inbox.clone(), Duration::from_secs(3600)).start();
+    // Its first round ran at start (or runs now): every row is marked.
+    let a = addr
+        .send(RefreshBoundary)
+        .await
+        .expect("mailbox")
+        .expect("round");
+    assert!(a.caught_up);
+    assert!(a.rows <= 5, "reads on from the boundary it found: {a:?}");
+    env.cleanup().await;
+}

@@ -11,10 +11,10 @@ use msgx_core::ops::{PurgeRequest, SkipRequest, SurveyRequest};
 
 use crate::admin::{error, ops_error, read_body_pub, unauthorized, AdminState, Scope, MAX_BODY};
 
-fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, HttpResponse> {
+fn query<T: serde::de::DeserializeOwned>(req: &HttpRequest) -> Result<T, Box<HttpResponse>> {
     web::Query::<T>::from_query(req.query_string())
         .map(web::Query::into_inner)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("bad query: {e}")))
+        .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, format!("bad query: {e}"))))
 }
 
 async fn survey(req: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
@@ -23,7 +23,7 @@ async fn survey(req: HttpRequest, state: web::Data<AdminState>) -> HttpResponse 
     }
     let q: SurveyRequest = match query(&req) {
         Ok(q) => q,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match state.ops.survey(&q).await {
         Ok(s) => HttpResponse::Ok().json(s),
@@ -37,7 +37,7 @@ async fn purge_readiness(req: HttpRequest, state: web::Data<AdminState>) -> Http
     }
     let q: PurgeRequest = match query(&req) {
         Ok(q) => q,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match state.ops.purge_readiness(&q).await {
         Ok(s) => HttpResponse::Ok().json(s),

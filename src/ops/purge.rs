@@ -205,3 +205,60 @@ impl PurgeReadiness {
         out
     }
 }
+
+/// Most inbox rows one [`BoundaryWatch::advance`] reads (a first run over a long marked
+/// history catches up over several calls).
+pub const BOUNDARY_MAX_ROWS: u64 = 500_000;
+
+/// The purge boundary, kept up to date incrementally for the `msgx_purge_boundary_id` gauge:
+/// each call reads on from the last boundary until the first unmarked row (marks are never
+/// revoked by us, so the boundary only moves up; a restart starts again from the first row).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BoundaryWatch {
+    /// The boundary found so far: id and DATE_RECEIVED.
+    pub boundary: Option<(i64, Option<DateTime<Utc>>)>,
+}
+
+/// What one advance found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advance {
+    /// Rows read.
+    pub rows: u64,
+    /// True when it stopped at an unmarked row or the inbox end (false: the row cap).
+    pub caught_up: bool,
+}
+
+impl BoundaryWatch {
+    /// Reads on from the boundary (at most `max_rows` rows) and publishes the gauges.
+    pub async fn advance(
+        &mut self,
+        inbox: &crate::inbox::Inbox,
+        max_rows: u64,
+    ) -> Result<Advance, OpsError> {
+        let mut read = 0u64;
+        let caught_up = 'scan: loop {
+            if read >= max_rows {
+                break false;
+            }
+            let after = self.boundary.map_or(0, |b| b.0);
+            let rows = inbox.mark_rows(after, i64::MAX, PURGE_BATCH).await?;
+            if rows.is_empty() {
+                break true;
+            }
+            for r in &rows {
+                read += 1;
+                if !r.marked {
+                    break 'scan true;
+                }
+                self.boundary = Some((r.id, r.received_at));
+            }
+        };
+        if let Some((id, at)) = self.boundary {
+            crate::telemetry::purge_boundary(id, at);
+        }
+        Ok(Advance {
+            rows: read,
+            caught_up,
+        })
+    }
+}
