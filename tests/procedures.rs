@@ -695,3 +695,115 @@ async fn purge_boundary_watch_moves_up_incrementally() {
     assert!(a.rows <= 5, "reads on from the boundary it found: {a:?}");
     env.cleanup().await;
 }
+
+/// The binary's subcommands against this env: `--json` prints the API's document; a refused
+/// skip exits non-zero and changes nothing.
+async fn cli(env: &TestEnv, args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    cmd.args(args).stdin(std::process::Stdio::null());
+    for (k, v) in env.binary_env() {
+        cmd.env(k, v);
+    }
+    cmd.env("MSGX_LOG__LEVEL", "warn");
+    tokio::task::spawn_blocking(move || cmd.output().expect("run msgexchange"))
+        .await
+        .expect("join")
+}
+
+#[tokio::test]
+async fn cli_survey_skip_and_purge_readiness() {
+    let env = TestEnv::new("proc_cli").await;
+    let ids = insert(
+        &env,
+        0,
+        &[flop(1, "F1", &[]), unknown_type(2), fdel(3, "F1")],
+    )
+    .await;
+    discover(&env, ids[2]).await;
+    let (from, to) = (ids[0].to_string(), ids[2].to_string());
+
+    let out = cli(&env, &["survey", "--json"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (v["count"].clone(), v["by_type"].as_array().map(Vec::len)),
+        (json!(3), Some(3))
+    );
+
+    // Beyond W: refused, exit 1, nothing changed.
+    let beyond = (ids[2] + 1).to_string();
+    let out = cli(
+        &env,
+        &[
+            "skip",
+            "--from",
+            &from,
+            "--to",
+            &beyond,
+            "--approver",
+            "a",
+            "--reason",
+            "r",
+            "--ticket",
+            "t",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("above W"));
+    // Without an approver clap refuses (exit 2).
+    let out = cli(
+        &env,
+        &[
+            "skip", "--from", &from, "--to", &to, "--reason", "r", "--ticket", "t",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(audit_count(&env).await, 0);
+    assert!(states(&env).await.iter().all(|s| s.1 == "PENDING"));
+
+    let out = cli(
+        &env,
+        &[
+            "skip",
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--approver",
+            "owner",
+            "--reason",
+            "agreed",
+            "--ticket",
+            "CHG-7",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["skipped"], json!(3));
+    assert_eq!(audit_count(&env).await, 1);
+
+    // The binary stamps the skip with the real clock: the sweep runs after it.
+    env.clock.set(Utc::now() + chrono::Duration::seconds(1));
+    sweep_all(&env).await;
+    let out = cli(&env, &["purge-readiness"]).await;
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("READY") && !text.contains("NOT READY"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("id {}", ids[2])), "{text}");
+    env.cleanup().await;
+}
