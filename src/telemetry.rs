@@ -22,6 +22,8 @@ pub use reliability::{
 };
 mod pump;
 pub use pump::{pump_group, PUMP_GROUP_SECONDS, PUMP_GROUP_SIZE};
+mod procedures;
+pub use procedures::{purge_boundary, PURGE_BOUNDARY_ID, PURGE_BOUNDARY_RECEIVED_TIMESTAMP};
 mod outbound;
 pub use outbound::{
     outbound_failed, outbound_reconciled, outbound_registered, outbound_sent, outbound_stale,
@@ -183,6 +185,8 @@ pub const ALL: &[&str] = &[
     VERIFY_VIOLATIONS,
     PUMP_GROUP_SIZE,
     PUMP_GROUP_SECONDS,
+    PURGE_BOUNDARY_ID,
+    PURGE_BOUNDARY_RECEIVED_TIMESTAMP,
 ];
 
 /// Histogram buckets (seconds) per histogram, for the Prometheus exporter.
@@ -229,6 +233,7 @@ pub fn describe() {
     outbound::describe();
     reliability::describe();
     pump::describe();
+    procedures::describe();
     describe_gauge!(
         INBOX_WATERMARK,
         "Contiguous watermark W of discovered inbox ids"

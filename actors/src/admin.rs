@@ -12,6 +12,8 @@
 //! - `POST /admin/recover-backfill` (operate) → `Ops::recover_backfill`;
 //! - `POST /admin/events/requeue` (operate) → `Ops::requeue_events`;
 //! - `GET /admin/verify` (read) → `msgx_core::verify` (SPEC §11 invariants; 200, 409, 503);
+//! - `GET /admin/survey`, `GET /admin/purge-readiness` (read), `POST /admin/skip` (operate) →
+//!   [`crate::admin_procedures`];
 //! - `POST /cminmsgs/send` (compat) → `Ops::compat_register`.
 //!
 //! The routes and their bodies are described in `docs/openapi.yaml` (checked by a test).
@@ -238,7 +240,8 @@ pub fn configure(state: AdminState) -> impl FnOnce(&mut web::ServiceConfig) {
                 .service(web::resource("/events/requeue").route(web::post().to(requeue_events)))
                 .service(web::resource("/messages/{msg_id}").route(web::get().to(message)))
                 .service(web::resource("/verify").route(web::get().to(crate::admin_verify::verify)))
-                .configure(crate::admin_api::configure_admin),
+                .configure(crate::admin_api::configure_admin)
+                .configure(crate::admin_procedures::configure),
         )
         .service(
             web::scope("/cminmsgs")

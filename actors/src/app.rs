@@ -313,6 +313,19 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
             }),
         }
     };
+    let purge_watch = {
+        let inbox = inbox.clone();
+        ChildFactory {
+            name: "purge_watch",
+            start: Box::new(move |wiring: &Wiring| {
+                let addr =
+                    crate::purge_watch::PurgeWatch::new(inbox.clone(), backfill_period).start();
+                let stop = addr.clone().recipient();
+                wiring.update(|r| r.set_shutdown("purge_watch", stop));
+                Box::new(move || addr.connected())
+            }),
+        }
+    };
     let cfg = PollConfig {
         watch_window: late.watch_window,
         hole_evidence: late.hole_evidence.then_some(HoleEvidenceConfig {
@@ -346,6 +359,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let mut children = vec![late_detector, backfill_sweeper];
     children.extend(dispatcher);
     children.extend(requester);
+    children.push(purge_watch);
     children.extend([pump, inbox_poller]);
     Supervisor::new(wiring, children, lock, fatal)
         .with_health(supervisor_health)

@@ -67,6 +67,16 @@ pub enum Command {
     Events(crate::cli_ops::EventsCommand),
     /// Check SPEC §11's invariants against the stores (exit 0 ok, 1 violation, 2 error).
     Verify(crate::verify_cmd::VerifyArgs),
+    /// Backlog survey (seed §5.3): id range, count, receive-time span and TYPE/STYP
+    /// distribution of the unprocessed backlog, or of an id or receive-time range. Read only.
+    Survey(crate::cli_ops::SurveyArgs),
+    /// Approved skip (seed §5.3): unfinished rows (PENDING/FAILED) of an id range at or below W
+    /// become SKIPPED(APPROVED_SKIP); the sweep then marks them. Needs approver, reason and
+    /// ticket; use --dry-run first. Audited per batch. Never deletes.
+    Skip(crate::cli_ops::SkipArgs),
+    /// Purge readiness (seed §6): are all inbox rows of a range marked; the unmarked ones by
+    /// reason; the purge boundary (highest id and time below which everything is marked).
+    PurgeReadiness(crate::cli_ops::PurgeArgs),
 }
 
 /// Dev tools.

@@ -255,3 +255,137 @@ pub async fn events(settings: &Settings, cmd: &EventsCommand) -> anyhow::Result<
         }
     }
 }
+
+/// `survey`.
+#[derive(Debug, Args)]
+pub struct SurveyArgs {
+    /// First id (inclusive); with --to. Without a range: the unprocessed backlog.
+    #[arg(long, conflicts_with_all = ["received_from", "received_to"])]
+    pub from: Option<i64>,
+    /// Last id (inclusive).
+    #[arg(long)]
+    pub to: Option<i64>,
+    /// Received at or after (RFC 3339, e.g. 2026-11-30T00:00:00Z).
+    #[arg(long)]
+    pub received_from: Option<chrono::DateTime<chrono::Utc>>,
+    /// Received before (RFC 3339).
+    #[arg(long)]
+    pub received_to: Option<chrono::DateTime<chrono::Utc>>,
+    /// Print JSON (the same document as `GET /admin/survey`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `skip`.
+#[derive(Debug, Args)]
+pub struct SkipArgs {
+    /// First id (inclusive).
+    #[arg(long)]
+    pub from: i64,
+    /// Last id (inclusive); must be at or below W.
+    #[arg(long)]
+    pub to: i64,
+    /// Who approved (the DB owner's / operations' representative).
+    #[arg(long)]
+    pub approver: String,
+    /// Why (recorded in the audit log).
+    #[arg(long)]
+    pub reason: String,
+    /// The change or agreement number.
+    #[arg(long)]
+    pub ticket: String,
+    /// Count what would be skipped; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print JSON (the same document as `POST /admin/skip`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `purge-readiness`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Up to this id (inclusive). Without a bound: the whole inbox.
+    #[arg(long, conflicts_with = "received_before")]
+    pub to: Option<i64>,
+    /// Up to the highest id received before this time (RFC 3339).
+    #[arg(long)]
+    pub received_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Print JSON (the same document as `GET /admin/purge-readiness`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `msgexchange survey`: a progress line on stderr every 2 s on long runs.
+pub async fn survey(settings: &Settings, args: &SurveyArgs) -> anyhow::Result<()> {
+    let ops = ops(settings).await?;
+    let req = msgx_core::ops::SurveyRequest {
+        from_id: args.from,
+        to_id: args.to,
+        received_from: args.received_from,
+        received_to: args.received_to,
+    };
+    let started = std::time::Instant::now();
+    let mut last = started;
+    let mut printed = false;
+    let survey = ops
+        .survey_with_progress(&req, &mut |p| {
+            if last.elapsed() >= Duration::from_secs(2) {
+                last = std::time::Instant::now();
+                printed = true;
+                eprint!(
+                    "\rsurvey: {} rows, at id {} of {} ({:.0}s)",
+                    p.rows,
+                    p.at_id,
+                    p.to_id,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        })
+        .await?;
+    if printed {
+        eprintln!();
+    }
+    if args.json {
+        print_json(&survey)
+    } else {
+        print!("{}", survey.render());
+        Ok(())
+    }
+}
+
+/// `msgexchange skip`.
+pub async fn skip(settings: &Settings, args: &SkipArgs) -> anyhow::Result<()> {
+    let ops = ops(settings).await?;
+    let req = msgx_core::ops::SkipRequest {
+        from_id: args.from,
+        to_id: args.to,
+        approver: args.approver.clone(),
+        reason: args.reason.clone(),
+        ticket: args.ticket.clone(),
+        dry_run: args.dry_run,
+    };
+    let report = ops.skip(&req, now()).await?;
+    if args.json {
+        print_json(&report)
+    } else {
+        print!("{}", report.render());
+        Ok(())
+    }
+}
+
+/// `msgexchange purge-readiness`: exit 0 either way (the report says READY or not).
+pub async fn purge_readiness(settings: &Settings, args: &PurgeArgs) -> anyhow::Result<()> {
+    let ops = ops(settings).await?;
+    let req = msgx_core::ops::PurgeRequest {
+        to_id: args.to,
+        received_before: args.received_before,
+    };
+    let report = ops.purge_readiness(&req).await?;
+    if args.json {
+        print_json(&report)
+    } else {
+        print!("{}", report.render());
+        Ok(())
+    }
+}

@@ -47,6 +47,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/admin/recover-backfill"),
     ("POST", "/admin/events/requeue"),
     ("GET", "/admin/verify"),
+    ("GET", "/admin/survey"),
+    ("POST", "/admin/skip"),
+    ("GET", "/admin/purge-readiness"),
     ("POST", "/cminmsgs/send"),
 ];
 

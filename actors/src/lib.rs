@@ -10,6 +10,7 @@
 //! | [`backfill_sweeper::BackfillSweeper`] | `SweepNow`, `TerminalCommitted`, `Shutdown` | — | `backfill::sweep_once` |
 //! | [`dispatcher::Dispatcher`] | `DispatchNow`, `EventsQueued`, `Shutdown` (writes SENT for acks) | — | `dispatch::dispatch_once`, `dispatch::flush` |
 //! | [`schedule_requester::ScheduleRequester`] | `RequestTick`, `Shutdown` | — | `outbound::daily_step` |
+//! | [`purge_watch::PurgeWatch`] | `RefreshBoundary`, `Shutdown` | — | `ops::BoundaryWatch::advance` |
 //! | [`supervisor::Supervisor`] | `ShutdownPipeline` | every child `Shutdown`; `Fatal` to the binary; `Health` | `store::InstanceLock::check` (lease renewal) |
 //!
 //! Every cross-actor message is in [`messages`]; senders find receivers in [`wiring::Wiring`]
@@ -18,6 +19,7 @@
 
 pub mod admin;
 pub mod admin_api;
+pub mod admin_procedures;
 pub mod admin_verify;
 pub mod app;
 pub mod auth;
@@ -33,6 +35,7 @@ pub mod lifecycle;
 pub mod messages;
 pub mod next_run;
 pub mod pump;
+pub mod purge_watch;
 pub mod request;
 pub mod schedule_requester;
 pub mod shutdown;

@@ -51,6 +51,9 @@ fn main() -> std::process::ExitCode {
             Command::Replay(args) => cli_ops::replay(&settings, &args).await,
             Command::RecoverBackfill(args) => cli_ops::recover_backfill(&settings, &args).await,
             Command::Events(cmd) => cli_ops::events(&settings, &cmd).await,
+            Command::Survey(args) => cli_ops::survey(&settings, &args).await,
+            Command::Skip(args) => cli_ops::skip(&settings, &args).await,
+            Command::PurgeReadiness(args) => cli_ops::purge_readiness(&settings, &args).await,
             Command::Verify(_) => Ok(()), // handled above (own exit codes)
         }
     });

@@ -6,6 +6,7 @@ pub mod mark;
 mod meta;
 pub mod names;
 pub mod primary;
+pub mod survey;
 pub mod time;
 
 use std::time::Duration;

@@ -9,7 +9,10 @@
 mod actions;
 mod compat;
 mod inspect;
+mod purge;
+mod skip;
 mod status;
+mod survey;
 
 use std::time::Duration;
 
@@ -19,7 +22,13 @@ pub use actions::{
 };
 pub use compat::{CompatRequest, CompatResult, MAX_COMPAT_ID};
 pub use inspect::{InboxView, Inspection};
+pub use purge::{
+    Advance, BoundaryWatch, PurgeReadiness, PurgeRequest, Unmarked, BOUNDARY_MAX_ROWS, PURGE_BATCH,
+    REASONS,
+};
+pub use skip::{SkipBatch, SkipReport, SkipRequest, ACTION_SKIP, APPROVED_SKIP, SKIP_BATCH};
 pub use status::Status;
+pub use survey::{Progress, Survey, SurveyRequest, TypeCount, SURVEY_BATCH};
 
 use crate::inbox::{Inbox, InboxError};
 use crate::settings::Settings;

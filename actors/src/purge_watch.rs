@@ -1,0 +1,90 @@
+//! PurgeWatch (seed §6, issue 13): keeps the `msgx_purge_boundary_id` gauge (and the boundary
+//! row's receive time) current for the DB owner's purge job. Every `backfill.period` — the
+//! boundary only moves when the sweep marks rows — it reads on from the last boundary to the
+//! first unmarked inbox row ([`msgx_core::ops::BoundaryWatch`]): id, receive time and mark only.
+//! It is a child of its own, so a long first catch-up never delays polling, processing or
+//! marking; when a round hits its row cap it runs the next one at once.
+
+use std::time::Duration;
+
+use actix::{
+    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
+};
+use msgx_core::inbox::Inbox;
+use msgx_core::ops::{Advance, BoundaryWatch, BOUNDARY_MAX_ROWS};
+
+use crate::next_run::NextRun;
+
+/// Advance the boundary now (the actor's own timer sends it; tests may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<Advance, String>")]
+pub struct RefreshBoundary;
+
+/// The purge boundary watcher.
+pub struct PurgeWatch {
+    /// Shared inbox (ids and marks only).
+    inbox: Inbox,
+    /// The boundary so far.
+    watch: BoundaryWatch,
+    /// Pause between rounds.
+    period: Duration,
+    /// The pending timer.
+    next: NextRun,
+}
+
+impl PurgeWatch {
+    /// A watcher; it runs a first round as soon as it is started.
+    pub fn new(inbox: Inbox, period: Duration) -> Self {
+        Self {
+            inbox,
+            watch: BoundaryWatch::default(),
+            period,
+            next: NextRun::default(),
+        }
+    }
+}
+
+impl Actor for PurgeWatch {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::info!(period = ?self.period, "purge boundary watch started");
+        ctx.notify(RefreshBoundary);
+    }
+}
+
+impl Handler<RefreshBoundary> for PurgeWatch {
+    type Result = AtomicResponse<Self, Result<Advance, String>>;
+
+    fn handle(&mut self, _: RefreshBoundary, ctx: &mut Self::Context) -> Self::Result {
+        self.next.cancel(ctx);
+        let inbox = self.inbox.clone();
+        let mut watch = self.watch.clone();
+        let round = async move {
+            let r = watch.advance(&inbox, BOUNDARY_MAX_ROWS).await;
+            (watch, r)
+        };
+        AtomicResponse::new(Box::pin(round.into_actor(self).map(|(watch, r), act, ctx| {
+            act.watch = watch;
+            let again = match &r {
+                Ok(a) => {
+                    tracing::debug!(
+                        rows = a.rows,
+                        boundary = act.watch.boundary.map(|b| b.0),
+                        "purge boundary refreshed"
+                    );
+                    !a.caught_up
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "purge boundary refresh failed; retrying next period");
+                    false
+                }
+            };
+            let after = if again { Duration::ZERO } else { act.period };
+            act.next.arm(ctx, RefreshBoundary, after, false);
+            r.map_err(|e| e.to_string())
+        })))
+    }
+}
+
+crate::stop_on_shutdown!(PurgeWatch, "purge_watch");

@@ -1,0 +1,809 @@
+//! The seed's procedures (§5.3, §6) on the real PostgreSQL and MariaDB: the backlog survey
+//! counts a known inbox exactly; an approved skip refuses without approval or beyond W, waits
+//! for the pipeline lock, audits every batch and leaves rows the normal sweep marks; purge
+//! readiness names every unmarked row's reason and the boundary.
+
+mod common;
+
+use std::time::Duration;
+
+use actix_web::{test, App};
+use chrono::{DateTime, TimeZone, Utc};
+use common::msgs::{fdel, flop, unknown_type};
+use common::TestEnv;
+use msgx_actors::admin::{configure, AdminState, Scope, Tokens};
+use msgx_core::backfill::{sweep_once, SweepConfig};
+use msgx_core::clock::Clock;
+use msgx_core::ops::{
+    Ops, OpsError, PurgeRequest, SkipRequest, SurveyRequest, APPROVED_SKIP, SKIP_BATCH,
+};
+use msgx_core::pump::StepOutcome;
+use serde_json::{json, Value};
+
+const READ: &str = "test-read-token-0123456789";
+const OPERATE: &str = "test-operate-token-0123456789";
+
+fn ops(env: &TestEnv) -> Ops {
+    Ops {
+        store: env.store.clone(),
+        inbox: env.inbox.clone(),
+        drain_window: Duration::from_secs(300),
+    }
+}
+
+/// Airport local receive time of row `i` of a test: 2026-11-30 09:00 + i minutes.
+fn local(i: usize) -> String {
+    (utc(i) + chrono::Duration::hours(8))
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+/// The same in UTC (Asia/Shanghai is UTC+8).
+fn utc(i: usize) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 30, 1, 0, 0)
+        .single()
+        .expect("time")
+        + chrono::Duration::minutes(i as i64)
+}
+
+/// Inserts these messages in one statement, row `k` received at `local(start + k)`.
+async fn insert(env: &TestEnv, start: usize, texts: &[String]) -> Vec<i64> {
+    let values: Vec<String> = texts
+        .iter()
+        .enumerate()
+        .map(|(k, t)| format!("('{}', '{}')", local(start + k), t.replace('\'', "''")))
+        .collect();
+    let r = sqlx::query(&format!(
+        "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES {}",
+        values.join(",")
+    ))
+    .execute(&env.owner)
+    .await
+    .expect("insert");
+    let first = r.last_insert_id() as i64;
+    (first..first + texts.len() as i64).collect()
+}
+
+/// Polls until W reaches `last`.
+async fn discover(env: &TestEnv, last: i64) {
+    for _ in 0..50 {
+        if env.cursor().await.0 >= last {
+            return;
+        }
+        env.poll(env.poll_cfg(2000)).await;
+    }
+    panic!("W did not reach {last}");
+}
+
+async fn sweep_all(env: &TestEnv) {
+    let settings = env.settings(&[]);
+    let cfg = SweepConfig::new(&settings.backfill, &env.names);
+    while sweep_once(&env.inbox, &env.store, &env.clock, &cfg)
+        .await
+        .expect("sweep")
+        .selected
+        > 0
+    {}
+}
+
+async fn audit_count(env: &TestEnv) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM audit_log")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("audit")
+}
+
+/// `(state, terminal_reason)` of every row, by id.
+async fn states(env: &TestEnv) -> Vec<(i64, String, Option<String>)> {
+    sqlx::query_as("SELECT msg_id, state, terminal_reason FROM proc_state ORDER BY msg_id")
+        .fetch_all(env.store.pool())
+        .await
+        .expect("states")
+}
+
+async fn unmarked_inbox(env: &TestEnv) -> Vec<i64> {
+    sqlx::query_scalar(
+        "SELECT CMINMSGS_ID FROM CMINMSGS \
+         WHERE CMINMSGS_STATUS IS NULL OR TRIM(CMINMSGS_STATUS) = '' ORDER BY CMINMSGS_ID",
+    )
+    .fetch_all(&env.owner)
+    .await
+    .expect("marks")
+}
+
+#[tokio::test]
+async fn survey_counts_a_known_inbox() {
+    let env = TestEnv::new("proc_survey").await;
+    let texts = vec![
+        flop(1, "F1", &[("GATE", "A1")]),
+        flop(2, "F2", &[("GATE", "A2")]),
+        flop(3, "F3", &[("GATE", "A3")]),
+        fdel(4, "F9"),
+        fdel(5, "F8"),
+        unknown_type(6),
+        "<MSG/>".to_string(),
+    ];
+    let ids = insert(&env, 0, &texts).await;
+    discover(&env, ids[6]).await;
+    // Two processed: the backlog is the other five plus what comes above W.
+    let mut core = env.pump(&[]);
+    for _ in 0..2 {
+        assert!(matches!(
+            core.step().await.expect("step"),
+            StepOutcome::Processed { .. }
+        ));
+    }
+    assert_eq!(env.state_of(ids[1]).await.0, "SUCCEEDED");
+    let above = insert(&env, 7, &[flop(7, "F7", &[]), unknown_type(8)]).await;
+
+    let mut reports = 0;
+    let s = ops(&env)
+        .survey_with_progress(&SurveyRequest::default(), &mut |_| reports += 1)
+        .await
+        .expect("survey");
+    assert!(reports >= 2, "progress after every batch");
+    assert_eq!(s.scope, "backlog");
+    assert_eq!(s.w, ids[6]);
+    assert_eq!((s.first_id, s.last_id), (Some(ids[2]), Some(above[1])));
+    assert_eq!((s.count, s.at_or_below_w, s.above_w), (7, 5, 2));
+    assert_eq!(s.missing_rows, 0);
+    assert_eq!(
+        (s.received_first, s.received_last),
+        (Some(utc(2)), Some(utc(8)))
+    );
+    let dist: Vec<(String, String, u64)> = s
+        .by_type
+        .iter()
+        .map(|b| (b.msg_type.clone(), b.subtype.clone(), b.count))
+        .collect();
+    assert_eq!(
+        dist,
+        vec![
+            ("FDEL".into(), "".into(), 2),
+            ("FLOP".into(), "UPDT".into(), 2),
+            ("XXXX".into(), "".into(), 2),
+            ("(none)".into(), "".into(), 1),
+        ]
+    );
+
+    // An id range: every inbox row in it, whatever its state.
+    let s = ops(&env)
+        .survey(&SurveyRequest {
+            from_id: Some(ids[0]),
+            to_id: Some(ids[3]),
+            ..Default::default()
+        })
+        .await
+        .expect("survey");
+    assert_eq!((s.scope.as_str(), s.count), ("ids", 4));
+    assert_eq!(s.by_type[0].msg_type, "FLOP");
+    assert_eq!(s.by_type[0].count, 3);
+    // A receive-time range [utc(3), utc(6)): rows 3, 4, 5.
+    let s = ops(&env)
+        .survey(&SurveyRequest {
+            received_from: Some(utc(3)),
+            received_to: Some(utc(6)),
+            ..Default::default()
+        })
+        .await
+        .expect("survey");
+    assert_eq!(
+        (s.count, s.first_id, s.last_id),
+        (3, Some(ids[3]), Some(ids[5]))
+    );
+    // A purged unfinished row is counted as missing, not surveyed.
+    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
+        .bind(ids[2])
+        .execute(&env.owner)
+        .await
+        .expect("purge");
+    let s = ops(&env)
+        .survey(&SurveyRequest::default())
+        .await
+        .expect("survey");
+    assert_eq!((s.count, s.missing_rows), (6, 1));
+    // Bad ranges are refused.
+    for bad in [
+        SurveyRequest {
+            from_id: Some(5),
+            to_id: Some(3),
+            ..Default::default()
+        },
+        SurveyRequest {
+            from_id: Some(1),
+            received_to: Some(utc(1)),
+            ..Default::default()
+        },
+    ] {
+        assert!(matches!(
+            ops(&env).survey(&bad).await,
+            Err(OpsError::Invalid(_))
+        ));
+    }
+    env.cleanup().await;
+}
+
+fn skip_req(from: i64, to: i64) -> SkipRequest {
+    SkipRequest {
+        from_id: from,
+        to_id: to,
+        approver: "owner-wang".into(),
+        reason: "test traffic, agreed with the owner".into(),
+        ticket: "CHG-42".into(),
+        dry_run: false,
+    }
+}
+
+#[tokio::test]
+async fn skip_refuses_without_approval_or_beyond_w() {
+    let env = TestEnv::new("proc_skip_refuse").await;
+    let ids = insert(&env, 0, &[flop(1, "F1", &[]), flop(2, "F2", &[])]).await;
+    discover(&env, ids[1]).await;
+    let above = insert(&env, 2, &[flop(3, "F3", &[])]).await;
+    let before = states(&env).await;
+    let now = env.clock.now();
+    for (field, bad) in [
+        (
+            "approver",
+            SkipRequest {
+                approver: " ".into(),
+                ..skip_req(ids[0], ids[1])
+            },
+        ),
+        (
+            "reason",
+            SkipRequest {
+                reason: "".into(),
+                ..skip_req(ids[0], ids[1])
+            },
+        ),
+        (
+            "ticket",
+            SkipRequest {
+                ticket: "".into(),
+                ..skip_req(ids[0], ids[1])
+            },
+        ),
+    ] {
+        match ops(&env).skip(&bad, now).await {
+            Err(OpsError::Invalid(why)) => assert!(why.contains(field), "{why}"),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        ops(&env).skip(&skip_req(ids[1], ids[0]), now).await,
+        Err(OpsError::Invalid(_))
+    ));
+    match ops(&env).skip(&skip_req(ids[0], above[0]), now).await {
+        Err(OpsError::Conflict(why)) => assert!(why.contains("above W"), "{why}"),
+        other => panic!("beyond W: {other:?}"),
+    }
+    assert_eq!(states(&env).await, before, "nothing changed");
+    assert_eq!(audit_count(&env).await, 0, "nothing audited");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn skip_goes_through_the_gate_is_audited_and_swept() {
+    let env = TestEnv::new("proc_skip").await;
+    let n = SKIP_BATCH as usize + 205;
+    let mut texts = vec![flop(1, "F1", &[]), unknown_type(2)];
+    texts.extend((3..=n as i64).map(|s| flop(s, &format!("F{s}"), &[])));
+    let ids = insert(&env, 0, &texts).await;
+    let (first, last) = (ids[0], ids[n - 1]);
+    discover(&env, last).await;
+    let mut core = env.pump(&[]);
+    for _ in 0..2 {
+        core.step().await.expect("step");
+    }
+    assert_eq!(env.state_of(first).await.0, "SUCCEEDED");
+    assert_eq!(env.state_of(ids[1]).await.0, "FAILED", "the head holds");
+    sweep_all(&env).await;
+    let now = env.clock.now();
+
+    // Dry run: counts, changes and audits nothing.
+    let before = states(&env).await;
+    let dry = ops(&env)
+        .skip(
+            &SkipRequest {
+                dry_run: true,
+                ..skip_req(first, last)
+            },
+            now,
+        )
+        .await
+        .expect("dry run");
+    assert_eq!(
+        (
+            dry.skipped,
+            dry.was_pending,
+            dry.was_failed,
+            dry.already_terminal
+        ),
+        (n as u64 - 1, n as u64 - 2, 1, 1)
+    );
+    assert!(dry.batches.is_empty());
+    assert_eq!(states(&env).await, before);
+    assert_eq!(audit_count(&env).await, 0);
+
+    // The gate: while a business transaction holds the pipeline lock, the skip waits.
+    let mut holder = env.store.pool().begin().await.expect("begin");
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(msgx_core::store::PIPELINE_LOCK_KEY)
+        .execute(&mut *holder)
+        .await
+        .expect("lock");
+    let o = ops(&env);
+    let task = tokio::spawn(async move { o.skip(&skip_req(first, last), now).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!task.is_finished(), "the skip waits for the pipeline lock");
+    assert_eq!(env.state_of(ids[2]).await.0, "PENDING");
+    holder.commit().await.expect("release");
+    let report = task.await.expect("join").expect("skip");
+    assert_eq!(report.skipped, n as u64 - 1);
+    assert_eq!((report.was_pending, report.was_failed), (n as u64 - 2, 1));
+    assert_eq!(report.batches.len(), 2, "bounded batches");
+    assert_eq!(report.batches[0].rows, SKIP_BATCH as u64);
+    assert_eq!(report.batches[1].rows, n as u64 - 1 - SKIP_BATCH as u64);
+    assert_eq!(
+        (report.batches[0].first_id, report.batches[1].last_id),
+        (ids[1], last)
+    );
+
+    // Only the unfinished rows became SKIPPED(APPROVED_SKIP); the processed one is untouched.
+    for (id, state, reason) in states(&env).await {
+        if id == first {
+            assert_eq!((state.as_str(), reason), ("SUCCEEDED", None));
+        } else {
+            assert_eq!(
+                (state.as_str(), reason.as_deref()),
+                ("SKIPPED", Some(APPROVED_SKIP)),
+                "{id}"
+            );
+        }
+    }
+    // One audit row per batch: approver, reason, ticket, the ids.
+    let audit = env.store.audit_entries().await.expect("audit");
+    assert_eq!(audit.len(), 2);
+    let mut audited: Vec<i64> = Vec::new();
+    for (a, b) in audit.iter().zip(&report.batches) {
+        assert_eq!(a.id, b.audit_id);
+        assert_eq!(a.action, "APPROVED_SKIP");
+        assert_eq!(a.actor, "owner-wang");
+        assert_eq!(a.reason, "test traffic, agreed with the owner");
+        assert_eq!(a.ticket.as_deref(), Some("CHG-42"));
+        assert_eq!(a.result["applied"], json!(b.rows));
+        audited.extend(&a.msg_ids);
+    }
+    assert_eq!(audited, ids[1..].to_vec());
+    assert_eq!(
+        audit[0].result["rows"][0]["previous_state"],
+        json!("FAILED")
+    );
+
+    // Again: nothing left to skip, nothing audited.
+    let again = ops(&env)
+        .skip(&skip_req(first, last), now)
+        .await
+        .expect("again");
+    assert_eq!((again.skipped, again.already_terminal), (0, n as u64));
+    assert_eq!(audit_count(&env).await, 2);
+
+    // The pump has no head any more; the normal sweep marks every skipped row.
+    assert_eq!(core.step().await.expect("step"), StepOutcome::Idle);
+    assert_eq!(unmarked_inbox(&env).await.len(), n - 1);
+    sweep_all(&env).await;
+    assert_eq!(unmarked_inbox(&env).await, Vec::<i64>::new());
+    let ready = ops(&env)
+        .purge_readiness(&PurgeRequest::default())
+        .await
+        .expect("purge");
+    assert!(ready.ready);
+    assert_eq!(
+        (ready.rows, ready.marked, ready.boundary_id),
+        (n as u64, n as u64, Some(last))
+    );
+    let inbox_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM CMINMSGS")
+        .fetch_one(&env.owner)
+        .await
+        .expect("count");
+    assert_eq!(inbox_rows, n as i64, "nothing deleted");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn purge_readiness_names_every_reason() {
+    let env = TestEnv::new("proc_purge").await;
+    let texts: Vec<String> = (1..=11).map(|s| flop(s, &format!("F{s}"), &[])).collect();
+    let ids = insert(&env, 0, &texts).await;
+    discover(&env, ids[10]).await;
+    let beyond = insert(&env, 11, &[flop(12, "F12", &[])]).await[0];
+    let now = env.clock.now();
+    let pg = env.store.pool();
+    let set = |sql: &'static str, id: i64| async move {
+        sqlx::query(sql)
+            .bind(id)
+            .bind(now)
+            .execute(pg)
+            .await
+            .expect(sql);
+    };
+    let terminal = "UPDATE proc_state SET state = 'SUCCEEDED', terminal_at = $2 WHERE msg_id = $1";
+    let confirmed = "UPDATE proc_state SET backfill_at = $2 WHERE msg_id = $1";
+    for i in [0, 1, 10] {
+        set(terminal, ids[i]).await;
+        set(confirmed, ids[i]).await;
+    }
+    for i in [0, 1] {
+        sqlx::query("UPDATE CMINMSGS SET CMINMSGS_STATUS = 'Y' WHERE CMINMSGS_ID = ?")
+            .bind(ids[i])
+            .execute(&env.owner)
+            .await
+            .expect("mark");
+    }
+    set(terminal, ids[2]).await; // awaiting the sweep
+                                 // ids[3] stays PENDING.
+    set(
+        "UPDATE proc_state SET state = 'FAILED', next_attempt_at = $2 WHERE msg_id = $1",
+        ids[4],
+    )
+    .await;
+    set(
+        "UPDATE proc_state SET state = 'DEAD', terminal_at = $2, \
+         backfill_abandon_reason = 'MISSING_ROW', backfill_abandoned_at = $2 WHERE msg_id = $1",
+        ids[5],
+    )
+    .await;
+    set(
+        "UPDATE proc_state SET state = 'SKIPPED', terminal_at = $2, \
+         backfill_abandon_reason = 'MAX_ATTEMPTS', backfill_abandoned_at = $2 WHERE msg_id = $1",
+        ids[6],
+    )
+    .await;
+    // ids[7]: a late arrival inside a released hole; ids[8]: never enqueued.
+    set(
+        "DELETE FROM proc_state WHERE msg_id = $1 AND $2::timestamptz IS NOT NULL",
+        ids[7],
+    )
+    .await;
+    set(
+        "DELETE FROM proc_state WHERE msg_id = $1 AND $2::timestamptz IS NOT NULL",
+        ids[8],
+    )
+    .await;
+    sqlx::query(
+        "INSERT INTO late_watch_range (first_id, last_id, released_at, expires_at) \
+         VALUES ($1, $1, $2, $2 + interval '7 days')",
+    )
+    .bind(ids[7])
+    .bind(now)
+    .execute(pg)
+    .await
+    .expect("watch");
+    // ids[9] stays PENDING; ids[10] confirmed but its mark is gone.
+
+    let r = ops(&env)
+        .purge_readiness(&PurgeRequest::default())
+        .await
+        .expect("purge");
+    assert!(!r.ready);
+    assert_eq!(
+        (r.to_id, r.w, r.rows, r.marked),
+        (Some(beyond), ids[10], 12, 2)
+    );
+    assert_eq!(
+        (r.boundary_id, r.boundary_received_at),
+        (Some(ids[1]), Some(utc(1)))
+    );
+    let got: Vec<(String, u64, Vec<i64>)> = r
+        .unmarked
+        .iter()
+        .map(|u| (u.reason.clone(), u.count, u.sample_ids.clone()))
+        .collect();
+    let want: Vec<(String, u64, Vec<i64>)> = vec![
+        ("pending".into(), 2, vec![ids[3], ids[9]]),
+        ("failed".into(), 1, vec![ids[4]]),
+        ("awaiting_sweep".into(), 1, vec![ids[2]]),
+        ("abandoned_missing_row".into(), 1, vec![ids[5]]),
+        ("abandoned_max_attempts".into(), 1, vec![ids[6]]),
+        ("confirmed_mark_gone".into(), 1, vec![ids[10]]),
+        ("released_hole".into(), 1, vec![ids[7]]),
+        ("never_enqueued".into(), 1, vec![ids[8]]),
+        ("beyond_watermark".into(), 1, vec![beyond]),
+    ];
+    assert_eq!(got, want);
+
+    // Up to the boundary it is ready, by id and by receive time.
+    let r = ops(&env)
+        .purge_readiness(&PurgeRequest {
+            to_id: Some(ids[1]),
+            ..Default::default()
+        })
+        .await
+        .expect("purge");
+    assert!(r.ready && r.unmarked.is_empty());
+    assert_eq!((r.rows, r.boundary_id), (2, Some(ids[1])));
+    let r = ops(&env)
+        .purge_readiness(&PurgeRequest {
+            received_before: Some(utc(3)),
+            ..Default::default()
+        })
+        .await
+        .expect("purge");
+    assert_eq!(
+        (r.to_id, r.rows, r.marked, r.ready),
+        (Some(ids[2]), 3, 2, false)
+    );
+    assert!(matches!(
+        ops(&env)
+            .purge_readiness(&PurgeRequest {
+                to_id: Some(1),
+                received_before: Some(utc(1))
+            })
+            .await,
+        Err(OpsError::Invalid(_))
+    ));
+    env.cleanup().await;
+}
+
+fn state(env: &TestEnv) -> AdminState {
+    AdminState {
+        store: env.store.clone(),
+        clock: common::shared(&env.clock),
+        tokens: std::sync::Arc::new(Tokens::with(&[
+            (READ, Scope::Read),
+            (OPERATE, Scope::Operate),
+        ])),
+        ops: ops(env),
+    }
+}
+
+#[actix_rt::test]
+async fn procedures_over_http_respect_the_scopes() {
+    let env = TestEnv::new("proc_http").await;
+    let ids = insert(&env, 0, &[flop(1, "F1", &[]), fdel(2, "F1")]).await;
+    discover(&env, ids[1]).await;
+    let app = test::init_service(App::new().configure(configure(state(&env)))).await;
+    let get = |uri: &str, token: &str| {
+        test::TestRequest::get()
+            .uri(uri)
+            .insert_header(("Authorization", format!("Bearer {token}")))
+            .to_request()
+    };
+    let resp = test::call_service(&app, get("/admin/survey", READ)).await;
+    assert_eq!(resp.status(), 200);
+    let v: Value = test::read_body_json(resp).await;
+    assert_eq!(v["count"], json!(2));
+    let resp = test::call_service(&app, get("/admin/survey?from_id=3&to_id=1", READ)).await;
+    assert_eq!(resp.status(), 400);
+    let resp = test::call_service(&app, get("/admin/purge-readiness", READ)).await;
+    assert_eq!(resp.status(), 200);
+    let v: Value = test::read_body_json(resp).await;
+    assert_eq!(
+        (v["ready"].clone(), v["rows"].clone()),
+        (json!(false), json!(2))
+    );
+
+    let body = json!({"from_id": ids[0], "to_id": ids[1], "approver": "owner-wang",
+                      "reason": "agreed", "ticket": "CHG-1"});
+    let post = |token: &str, body: &Value| {
+        test::TestRequest::post()
+            .uri("/admin/skip")
+            .insert_header(("Authorization", format!("Bearer {token}")))
+            .set_json(body)
+            .to_request()
+    };
+    let resp = test::call_service(&app, post(READ, &body)).await;
+    assert_eq!(resp.status(), 403, "skip needs the operate scope");
+    assert_eq!(env.state_of(ids[0]).await.0, "PENDING");
+    let mut no_approver = body.clone();
+    no_approver["approver"] = json!("");
+    let resp = test::call_service(&app, post(OPERATE, &no_approver)).await;
+    assert_eq!(resp.status(), 400);
+    let resp = test::call_service(&app, post(OPERATE, &body)).await;
+    assert_eq!(resp.status(), 200);
+    let v: Value = test::read_body_json(resp).await;
+    assert_eq!(v["skipped"], json!(2));
+    assert_eq!(env.state_of(ids[1]).await.0, "SKIPPED");
+    let mut beyond = body.clone();
+    beyond["to_id"] = json!(ids[1] + 5);
+    let resp = test::call_service(&app, post(OPERATE, &beyond)).await;
+    assert_eq!(resp.status(), 409);
+    env.cleanup().await;
+}
+
+async fn mark(env: &TestEnv, ids: &[i64]) {
+    for id in ids {
+        sqlx::query("UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED' WHERE CMINMSGS_ID = ?")
+            .bind(id)
+            .execute(&env.owner)
+            .await
+            .expect("mark");
+    }
+}
+
+#[actix_rt::test]
+async fn purge_boundary_watch_moves_up_incrementally() {
+    use actix::Actor as _;
+    use msgx_actors::purge_watch::{PurgeWatch, RefreshBoundary};
+    use msgx_core::ops::{Advance, BoundaryWatch};
+
+    let env = TestEnv::new("proc_boundary").await;
+    let texts: Vec<String> = (1..=5).map(|s| flop(s, &format!("F{s}"), &[])).collect();
+    let ids = insert(&env, 0, &texts).await;
+    let mut watch = BoundaryWatch::default();
+    // Nothing marked: no boundary; it stopped at the first row.
+    let a = watch.advance(&env.inbox, 1_000).await.expect("advance");
+    assert_eq!(
+        (a, watch.boundary),
+        (
+            Advance {
+                rows: 1,
+                caught_up: true
+            },
+            None
+        )
+    );
+    mark(&env, &ids[0..2]).await;
+    let a = watch.advance(&env.inbox, 1_000).await.expect("advance");
+    assert_eq!(
+        a,
+        Advance {
+            rows: 3,
+            caught_up: true
+        }
+    );
+    assert_eq!(watch.boundary, Some((ids[1], Some(utc(1)))));
+    // It reads on from the boundary only: rows 3, 4 (marked) and 5 (not).
+    mark(&env, &ids[2..4]).await;
+    let a = watch.advance(&env.inbox, 1_000).await.expect("advance");
+    assert_eq!(
+        a,
+        Advance {
+            rows: 3,
+            caught_up: true
+        }
+    );
+    assert_eq!(watch.boundary, Some((ids[3], Some(utc(3)))));
+    // The row cap: nothing read, not caught up, boundary kept.
+    let a = watch.advance(&env.inbox, 0).await.expect("advance");
+    assert_eq!(
+        (a, watch.boundary.map(|b| b.0)),
+        (
+            Advance {
+                rows: 0,
+                caught_up: false
+            },
+            Some(ids[3])
+        )
+    );
+    // The same report as purge readiness, and the actor runs the same step.
+    let r = ops(&env)
+        .purge_readiness(&PurgeRequest::default())
+        .await
+        .expect("purge");
+    assert_eq!(r.boundary_id, Some(ids[3]));
+    mark(&env, &ids[4..]).await;
+    let addr = PurgeWatch::new(env.inbox.clone(), Duration::from_secs(3600)).start();
+    // Its first round ran at start (or runs now): every row is marked.
+    let a = addr
+        .send(RefreshBoundary)
+        .await
+        .expect("mailbox")
+        .expect("round");
+    assert!(a.caught_up);
+    assert!(a.rows <= 5, "reads on from the boundary it found: {a:?}");
+    env.cleanup().await;
+}
+
+/// The binary's subcommands against this env: `--json` prints the API's document; a refused
+/// skip exits non-zero and changes nothing.
+async fn cli(env: &TestEnv, args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    cmd.args(args).stdin(std::process::Stdio::null());
+    for (k, v) in env.binary_env() {
+        cmd.env(k, v);
+    }
+    cmd.env("MSGX_LOG__LEVEL", "warn");
+    tokio::task::spawn_blocking(move || cmd.output().expect("run msgexchange"))
+        .await
+        .expect("join")
+}
+
+#[tokio::test]
+async fn cli_survey_skip_and_purge_readiness() {
+    let env = TestEnv::new("proc_cli").await;
+    let ids = insert(
+        &env,
+        0,
+        &[flop(1, "F1", &[]), unknown_type(2), fdel(3, "F1")],
+    )
+    .await;
+    discover(&env, ids[2]).await;
+    let (from, to) = (ids[0].to_string(), ids[2].to_string());
+
+    let out = cli(&env, &["survey", "--json"]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        (v["count"].clone(), v["by_type"].as_array().map(Vec::len)),
+        (json!(3), Some(3))
+    );
+
+    // Beyond W: refused, exit 1, nothing changed.
+    let beyond = (ids[2] + 1).to_string();
+    let out = cli(
+        &env,
+        &[
+            "skip",
+            "--from",
+            &from,
+            "--to",
+            &beyond,
+            "--approver",
+            "a",
+            "--reason",
+            "r",
+            "--ticket",
+            "t",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("above W"));
+    // Without an approver clap refuses (exit 2).
+    let out = cli(
+        &env,
+        &[
+            "skip", "--from", &from, "--to", &to, "--reason", "r", "--ticket", "t",
+        ],
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(audit_count(&env).await, 0);
+    assert!(states(&env).await.iter().all(|s| s.1 == "PENDING"));
+
+    let out = cli(
+        &env,
+        &[
+            "skip",
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--approver",
+            "owner",
+            "--reason",
+            "agreed",
+            "--ticket",
+            "CHG-7",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["skipped"], json!(3));
+    assert_eq!(audit_count(&env).await, 1);
+
+    // The binary stamps the skip with the real clock: the sweep runs after it.
+    env.clock.set(Utc::now() + chrono::Duration::seconds(1));
+    sweep_all(&env).await;
+    let out = cli(&env, &["purge-readiness"]).await;
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("READY") && !text.contains("NOT READY"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("id {}", ids[2])), "{text}");
+    env.cleanup().await;
+}
