@@ -221,8 +221,14 @@ async fn run(settings: &Settings, args: &DiscoveryBenchArgs, dbs: &BenchDbs) -> 
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // The actor stops once its last address is gone.
-    drop(poller);
+    // Stop the poller before the databases go (the typed shutdown every actor handles).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    if let Err(e) = poller
+        .send(msgx_actors::messages::Shutdown { deadline })
+        .await
+    {
+        tracing::warn!(error = %e, "stopping the bench poller");
+    }
 
     let commits = std::mem::take(&mut *commits.lock().unwrap_or_else(|p| p.into_inner()));
     let enqueued: Vec<(i64, DateTime<Utc>, String)> =
