@@ -125,8 +125,9 @@ async fn survey_counts_a_known_inbox() {
     ];
     let ids = insert(&env, 0, &texts).await;
     discover(&env, ids[6]).await;
-    // Two processed: the backlog is the other five plus what comes above W.
-    let mut core = env.pump(&[]);
+    // Two processed (one message per step): the backlog is the other five plus what comes
+    // above W.
+    let mut core = env.pump(&[("MSGX_PROCESSING__GROUP_MAX", "1")]);
     for _ in 0..2 {
         assert!(matches!(
             core.step().await.expect("step"),
