@@ -5,7 +5,7 @@
 //! | actor | handles | tells | core step |
 //! |---|---|---|---|
 //! | [`inbox_poller::InboxPoller`] | `PollNow`, `Shutdown` | pump `WatermarkMoved`, late detector `HolesReleased`; `Health` | `poller::poll_once` |
-//! | [`pump::Pump`] | `Step`, `WatermarkMoved`, `Shutdown` | sweeper `TerminalCommitted`, dispatcher `EventsQueued` | `pump::PumpCore::step` |
+//! | [`pump::Pump`] | `Step`, `WatermarkMoved`, `Shutdown` | sweeper `TerminalCommitted`, dispatcher `EventsQueued` | `pump::PumpCore::step_group` |
 //! | [`late_detector::LateDetector`] | `DetectNow`, `ScanNow`, `HolesReleased`, `Shutdown` | — | `late::detect_once`, `late::compensation_scan` |
 //! | [`backfill_sweeper::BackfillSweeper`] | `SweepNow`, `TerminalCommitted`, `Shutdown` | — | `backfill::sweep_once` |
 //! | [`dispatcher::Dispatcher`] | `DispatchNow`, `EventsQueued`, `Shutdown` (writes SENT for acks) | — | `dispatch::dispatch_once`, `dispatch::flush` |
