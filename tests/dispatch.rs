@@ -24,6 +24,11 @@ const TOPIC: &str = "msgx.flight-events";
 const DLQ: &str = "msgx.flight-events.dlq";
 const PARTITIONS: i32 = 3;
 
+/// A broker taken down and brought back re-listens on its old port: no other test of this
+/// binary may open a listener meanwhile (an ephemeral port handed to a new mock cluster or to
+/// tansu would make librdkafka abort). Tests that stop brokers hold this exclusively.
+static PORTS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 fn mock(brokers: i32) -> MockCluster<'static, DefaultProducerContext> {
     let cluster = MockCluster::new(brokers).expect("mock cluster");
     for t in [TOPIC, DLQ] {
@@ -163,6 +168,7 @@ fn records_in_partition_order(records: &[Received]) -> Vec<&Received> {
 
 #[tokio::test]
 async fn every_event_arrives_in_key_order_with_cloudevents_headers() {
+    let _ports = PORTS.read().await;
     let env = TestEnv::new("disp_all").await;
     let cluster = mock(3);
     let bootstrap = cluster.bootstrap_servers();
@@ -206,6 +212,7 @@ async fn every_event_arrives_in_key_order_with_cloudevents_headers() {
 
 #[tokio::test]
 async fn broker_errors_delay_events_but_lose_none() {
+    let _ports = PORTS.write().await;
     let env = TestEnv::new("disp_errors").await;
     let cluster = mock(3);
     let bootstrap = cluster.bootstrap_servers();
@@ -277,6 +284,7 @@ async fn broker_errors_delay_events_but_lose_none() {
 
 #[tokio::test]
 async fn exhausted_events_go_dead_and_to_the_dead_letter_topic() {
+    let _ports = PORTS.read().await;
     let env = TestEnv::new("disp_dead").await;
     let cluster = mock(1);
     let bootstrap = cluster.bootstrap_servers();
@@ -325,6 +333,7 @@ async fn exhausted_events_go_dead_and_to_the_dead_letter_topic() {
 
 #[tokio::test]
 async fn a_fatal_producer_error_rebuilds_the_producer_and_nothing_is_lost() {
+    let _ports = PORTS.read().await;
     let env = TestEnv::new("disp_fatal").await;
     let cluster = mock(1);
     let bootstrap = cluster.bootstrap_servers();
@@ -349,6 +358,7 @@ async fn a_fatal_producer_error_rebuilds_the_producer_and_nothing_is_lost() {
 
 #[actix_rt::test]
 async fn the_actor_delivers_when_woken_without_busy_polling() {
+    let _ports = PORTS.read().await;
     let env = TestEnv::new("disp_actor").await;
     let cluster = mock(1);
     let bootstrap = cluster.bootstrap_servers();
@@ -439,6 +449,7 @@ async fn drain_and_check(
 
 #[tokio::test]
 async fn one_broker_down_holds_back_only_the_keys_it_leads() {
+    let _ports = PORTS.write().await;
     let env = TestEnv::new("disp_partial").await;
     let cluster = mock(3);
     for p in 0..PARTITIONS {
@@ -475,6 +486,7 @@ async fn one_broker_down_holds_back_only_the_keys_it_leads() {
 
 #[tokio::test]
 async fn a_failed_event_holds_back_the_later_events_of_its_key() {
+    let _ports = PORTS.read().await;
     let env = TestEnv::new("disp_hold").await;
     let cluster = mock(1);
     let bootstrap = cluster.bootstrap_servers();
@@ -505,6 +517,7 @@ async fn a_failed_event_holds_back_the_later_events_of_its_key() {
 /// independent consumer; a second producer generation (a restart) only duplicates.
 #[tokio::test]
 async fn every_event_arrives_in_key_order_on_a_real_broker() {
+    let _ports = PORTS.read().await;
     let env = TestEnv::new("disp_tansu").await;
     let broker = common::tansu::Tansu::start();
     broker.create_topic(TOPIC, PARTITIONS as u32);
@@ -538,6 +551,7 @@ async fn every_event_arrives_in_key_order_on_a_real_broker() {
 /// acknowledged is SENT before the actor stops (a deploy does not re-send it).
 #[actix_rt::test]
 async fn shutdown_writes_sent_for_what_was_acknowledged_then_stops() {
+    let _ports = PORTS.read().await;
     let env = TestEnv::new("disp_shutdown").await;
     let cluster = mock(1);
     let bootstrap = cluster.bootstrap_servers();
