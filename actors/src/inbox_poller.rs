@@ -36,6 +36,10 @@ pub struct InboxPoller {
     next: NextRun,
     /// W after the last good round, only for logs (PostgreSQL holds the truth).
     last_w: Option<i64>,
+    /// When a round last read pages ahead (`pipeline.hole_sight_ahead`). A full window re-polls
+    /// at once; while W waits at a hole those back-to-back rounds read one page, and the pages
+    /// ahead are read again at most once per `poll_interval`.
+    last_read_ahead: Option<std::time::Instant>,
 }
 
 impl InboxPoller {
@@ -59,6 +63,7 @@ impl InboxPoller {
             health,
             next: NextRun::default(),
             last_w: None,
+            last_read_ahead: None,
         }
     }
 
@@ -124,24 +129,32 @@ impl Handler<PollNow> for InboxPoller {
 
     fn handle(&mut self, _: PollNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
-        let (inbox, store, clock, cfg) = (
-            self.inbox.clone(),
-            self.store.clone(),
-            self.clock.clone(),
-            self.cfg,
-        );
+        let ahead_due = self
+            .last_read_ahead
+            .is_none_or(|t| t.elapsed() >= self.poll_interval);
+        let cfg = PollConfig {
+            sight_ahead: if ahead_due { self.cfg.sight_ahead } else { 1 },
+            ..self.cfg
+        };
+        let page = cfg.claim_batch.max(1) as usize;
+        let (inbox, store, clock) = (self.inbox.clone(), self.store.clone(), self.clock.clone());
         let round = async move { poll_once(&inbox, &store, clock.as_ref(), cfg).await };
-        AtomicResponse::new(Box::pin(round.into_actor(self).map(|result, act, ctx| {
-            act.after_round(&result, ctx);
-            result
-                .map(|r| RoundSummary {
-                    w: r.advance.w,
-                    enqueued: r.enqueued_new,
-                    released: r.advance.first_released().map(|h| (h.first, h.last)),
-                    hole_open: r.advance.open_hole.is_some(),
-                })
-                .map_err(crate::messages::WorkError::from)
-        })))
+        AtomicResponse::new(Box::pin(round.into_actor(self).map(
+            move |result, act, ctx| {
+                if result.as_ref().is_ok_and(|r| r.read > page) {
+                    act.last_read_ahead = Some(std::time::Instant::now());
+                }
+                act.after_round(&result, ctx);
+                result
+                    .map(|r| RoundSummary {
+                        w: r.advance.w,
+                        enqueued: r.enqueued_new,
+                        released: r.advance.first_released().map(|h| (h.first, h.last)),
+                        hole_open: r.advance.open_hole.is_some(),
+                    })
+                    .map_err(crate::messages::WorkError::from)
+            },
+        )))
     }
 }
 
