@@ -14,9 +14,11 @@
 //!
 //! Without the privilege, or when a read fails, the round follows the timer rule.
 //!
-//! Every round also checks the inbox head against W: a head below W (or rows vanishing above
-//! it) is an **id regression** — the inbox went backwards (a table rotation without the
-//! `AUTO_INCREMENT` seed, a restore): counted, logged at ERROR, never reported as "lag 0".
+//! Every round also checks the inbox head against W: a head below W (or an empty table) whose
+//! next `AUTO_INCREMENT` id is at or below W is an **id regression** — the inbox went backwards
+//! (a table rotation without the `AUTO_INCREMENT` seed, a restore): counted, logged at ERROR,
+//! never reported as "lag 0". Newest rows purged by the DB owner (the next id still above W)
+//! are not.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -100,7 +102,8 @@ pub struct PollReport {
     /// clock: the next round can already decide it (a rollback is released at once), so it
     /// should not wait a poll interval.
     pub hole_sighted: bool,
-    /// The inbox head is below W: the inbox went backwards (id regression).
+    /// The inbox went backwards (id regression): its head is below W and its next
+    /// `AUTO_INCREMENT` id is at or below W (new rows would reuse ids W already passed).
     pub regressed: bool,
     /// Age of the oldest open hole by this round's clock.
     pub oldest_hole_age: Option<Duration>,
@@ -290,15 +293,27 @@ pub async fn poll_once(
         (_, true) => inbox.max_id().await.ok().flatten(),
         (Some(last), false) => Some(last.id),
         (None, false) => match inbox.max_id().await {
-            Ok(head) => Some(head.unwrap_or(0)),
+            Ok(head) => head,
             Err(e) => {
                 tracing::warn!(error = %e, watermark = before.w, "reading the inbox head failed");
                 None
             }
         },
     };
+    // A head below W (or an empty table) is a regression only when the table will hand out
+    // ids W already passed: the DB owner purging the newest rows is not one.
+    let regressed = match inbox_head {
+        Some(head) if head >= decision.w => false,
+        head => match inbox.next_auto_increment().await {
+            Ok(Some(next)) => next <= decision.w,
+            Ok(None) => head.is_some(),
+            Err(e) => {
+                tracing::warn!(error = %e, watermark = decision.w, "reading the inbox AUTO_INCREMENT failed");
+                head.is_some()
+            }
+        },
+    };
     stages.inbox_head = t.elapsed();
-    let regressed = inbox_head.is_some_and(|head| head < decision.w);
     let lag = match rows.get(decision.enqueue) {
         Some(waiting) => waiting
             .received_at

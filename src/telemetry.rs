@@ -334,10 +334,18 @@ pub fn describe() {
 pub fn poll_round(report: &crate::poller::PollReport) {
     let a = &report.advance;
     gauge!(INBOX_WATERMARK).set(a.w as f64);
-    if let Some(head) = report.inbox_head {
-        gauge!(INBOX_HEAD_ID).set(head as f64);
-        // Negative when the inbox head is below W (id regression): never a reassuring 0.
-        gauge!(INBOX_LAG_IDS).set((head - a.w) as f64);
+    match report.inbox_head {
+        Some(head) => {
+            gauge!(INBOX_HEAD_ID).set(head as f64);
+            // Negative when the inbox head is below W (id regression, or the DB owner purged
+            // the newest rows): never a reassuring 0 then.
+            gauge!(INBOX_LAG_IDS).set((head - a.w) as f64);
+        }
+        // An empty table (purged) with the next id above W: caught up.
+        None if !report.regressed && report.lag == Some(Duration::ZERO) => {
+            gauge!(INBOX_LAG_IDS).set(0.0);
+        }
+        None => {}
     }
     if let Some(lag) = report.lag {
         gauge!(INBOX_LAG_SECONDS).set(lag.as_secs_f64());

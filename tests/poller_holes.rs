@@ -308,6 +308,25 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
     let cfg = env.poll_cfg(100);
     let ids = env.insert_rows(5).await;
     env.poll(cfg).await;
+    // The DB owner purges the newest (processed) rows: the head falls below W, but the next
+    // id is still above it: no regression, caught up.
+    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID >= ?")
+        .bind(ids[3])
+        .execute(&env.owner)
+        .await
+        .expect("purge");
+    let r = env.poll(cfg).await;
+    assert!(!r.regressed, "a purge is no regression: {:?}", r.inbox_head);
+    assert_eq!(r.lag, Some(Duration::ZERO));
+    sqlx::query("DELETE FROM CMINMSGS")
+        .execute(&env.owner)
+        .await
+        .expect("purge all");
+    let r = env.poll(cfg).await;
+    assert!(
+        !r.regressed && r.inbox_head.is_none(),
+        "an empty table after a purge"
+    );
     // The DB owner rotates the table without seeding AUTO_INCREMENT: ids restart low.
     sqlx::query("DELETE FROM CMINMSGS")
         .execute(&env.owner)

@@ -1,6 +1,7 @@
 //! The shared MySQL inbox adapter. It reads rows and, in later stages, writes only the
 //! processed-mark columns: no DDL, no DELETE, ever (the DB owner's tables, SPEC §0).
 
+mod auto_increment;
 pub mod evidence;
 pub mod mark;
 mod meta;
