@@ -246,7 +246,9 @@ pub async fn poll_once(
         }
     };
     let batch_full = !complete;
-    if cfg.hole_evidence.is_some() && sighted {
+    // Every hole not yet sighted on the server clock gets its sighting, wherever it lies (a
+    // hole further on, seen while W waits at an older one, is decided on its own sighting).
+    if cfg.hole_evidence.is_some() {
         stamp_sightings(inbox, &mut decision.holes).await;
     }
     stages.decide = t.elapsed();
