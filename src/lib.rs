@@ -17,6 +17,7 @@
 //! - [`ops`]: operator operations shared by the admin API and the CLI (status, inspect,
 //!   audited replay/recovery/requeue, the compat entry).
 //! - [`outbound`]: requests to upstream via COUTMSGS, tracked in REQ_TRACK (never twice).
+//! - [`retention`]: the housekeeping job (PROC_STATE → PROC_STATE_HST, expiring our tables).
 //! - [`failpoint`]: named crash points for kill-style crash tests (`MSGEXCHANGE_FAILPOINT`).
 //! - [`verify`]: SPEC §11's invariants read back from the stores (`msgexchange verify`).
 //! - [`devtools`]: acting as the DB owner and as upstream, for dev, tests and benchmarks.
@@ -37,6 +38,7 @@ pub mod ops;
 pub mod outbound;
 pub mod poller;
 pub mod pump;
+pub mod retention;
 pub mod settings;
 pub mod store;
 pub mod telemetry;

@@ -61,6 +61,8 @@ pub struct Settings {
     pub lease: LeaseSettings,
     /// Restart intensity and graceful shutdown.
     pub supervisor: SupervisorSettings,
+    /// How long our own records are kept (the housekeeping actor).
+    pub retention: RetentionSettings,
 }
 
 /// Connection and naming of the shared inbox.
@@ -139,6 +141,8 @@ mod layers;
 pub use layers::DEFAULT_TOML;
 mod reliability;
 pub use reliability::{LeaseSettings, SupervisorSettings, MAX_DURATION};
+mod retention;
+pub use retention::RetentionSettings;
 
 /// Pipeline rules.
 #[derive(Debug, Clone, Deserialize)]
@@ -369,6 +373,7 @@ impl Settings {
         self.kafka.validate()?;
         self.dispatch.validate()?;
         self.outbound.validate()?;
+        self.retention.validate()?;
         let p = &self.pipeline;
         check_nonzero(p.poll_interval, "pipeline.poll_interval")?;
         check_nonzero(p.max_commit_delay, "pipeline.max_commit_delay")?;

@@ -24,6 +24,12 @@ mod pump;
 pub use pump::{pump_group, PUMP_GROUP_SECONDS, PUMP_GROUP_SIZE};
 mod procedures;
 pub use procedures::{purge_boundary, PURGE_BOUNDARY_ID, PURGE_BOUNDARY_RECEIVED_TIMESTAMP};
+mod housekeeping;
+pub use housekeeping::{
+    retention_archived, retention_deleted, retention_failed, retention_job, table_rows,
+    RETENTION_ARCHIVED_TOTAL, RETENTION_DELETED_TOTAL, RETENTION_ERRORS_TOTAL,
+    RETENTION_JOB_SECONDS, RETENTION_LAST_SUCCESS_TIMESTAMP, STORE_TABLE_ROWS,
+};
 mod outbound;
 pub use outbound::{
     outbound_failed, outbound_reconciled, outbound_registered, outbound_sent, outbound_stale,
@@ -187,12 +193,19 @@ pub const ALL: &[&str] = &[
     PUMP_GROUP_SECONDS,
     PURGE_BOUNDARY_ID,
     PURGE_BOUNDARY_RECEIVED_TIMESTAMP,
+    RETENTION_ARCHIVED_TOTAL,
+    RETENTION_DELETED_TOTAL,
+    RETENTION_JOB_SECONDS,
+    RETENTION_ERRORS_TOTAL,
+    RETENTION_LAST_SUCCESS_TIMESTAMP,
+    STORE_TABLE_ROWS,
 ];
 
 /// Histogram buckets (seconds) per histogram, for the Prometheus exporter.
 pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
     let mut all = dispatch::histogram_buckets();
     all.extend(pump::histogram_buckets());
+    all.extend(housekeeping::histogram_buckets());
     all.extend(vec![
         (
             INBOX_HOLE_FILL_SECONDS,
@@ -234,6 +247,7 @@ pub fn describe() {
     reliability::describe();
     pump::describe();
     procedures::describe();
+    housekeeping::describe();
     describe_gauge!(
         INBOX_WATERMARK,
         "Contiguous watermark W of discovered inbox ids"

@@ -70,11 +70,33 @@ pub struct PipelineDeps {
     pub intensity: crate::supervisor::Intensity,
     /// How often the supervisor renews the lease (`lease.renew_every`).
     pub lease_every: std::time::Duration,
+    /// Retention (the housekeeper); None runs without it.
+    pub housekeeping: Option<HousekeepingDeps>,
+}
+
+/// What the housekeeper needs (`[retention]`).
+#[derive(Debug, Clone)]
+pub struct HousekeepingDeps {
+    /// Retention periods and pace.
+    pub cfg: msgx_core::retention::RetentionConfig,
+    /// `retention.period`.
+    pub period: std::time::Duration,
+}
+
+impl HousekeepingDeps {
+    /// From the settings; None when `retention.enabled` is false.
+    pub fn from_settings(settings: &Settings) -> Option<Self> {
+        let r = &settings.retention;
+        r.enabled.then(|| Self {
+            cfg: msgx_core::retention::RetentionConfig::from_settings(r),
+            period: r.period,
+        })
+    }
 }
 
 impl PipelineDeps {
     /// The deps every pipeline has, from the settings: no lock, no dispatcher, no outbound
-    /// requester, fresh health and wiring (the service sets those it runs; tests keep them off).
+    /// requester, no housekeeper, fresh health and wiring (the service sets those it runs; tests keep them off).
     pub fn from_settings(
         settings: &Settings,
         inbox: Inbox,
@@ -104,6 +126,7 @@ impl PipelineDeps {
                 window: settings.supervisor.restart_window,
             },
             lease_every: settings.lease.renew_every,
+            housekeeping: None,
         })
     }
 }
@@ -202,6 +225,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         outbound,
         intensity,
         lease_every,
+        housekeeping,
     } = deps;
     let supervisor_health = health.clone();
     let requester = outbound.map(|ob| crate::schedule_requester::child(ob, clock.clone()));
@@ -326,6 +350,27 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
             }),
         }
     };
+    let housekeeper = housekeeping.map(|h| {
+        let (store, clock) = (store.clone(), clock.clone());
+        ChildFactory {
+            name: "housekeeper",
+            start: Box::new(move |wiring: &Wiring| {
+                let addr = crate::housekeeper::Housekeeper::new(
+                    store.clone(),
+                    clock.clone(),
+                    h.cfg.clone(),
+                    h.period,
+                )
+                .start();
+                let stop = addr.clone().recipient();
+                wiring.update(|r| {
+                    r.housekeeper = Some(addr.clone().recipient());
+                    r.set_shutdown("housekeeper", stop);
+                });
+                Box::new(move || addr.connected())
+            }),
+        }
+    });
     let cfg = PollConfig {
         watch_window: late.watch_window,
         hole_evidence: late.hole_evidence.then_some(HoleEvidenceConfig {
@@ -360,6 +405,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     children.extend(dispatcher);
     children.extend(requester);
     children.push(purge_watch);
+    children.extend(housekeeper);
     children.extend([pump, inbox_poller]);
     Supervisor::new(wiring, children, lock, fatal)
         .with_health(supervisor_health)
@@ -493,6 +539,7 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         lock: Some(lock.clone()),
         dispatch: Some(DispatchDeps::new(&settings, &bootstrap)),
         outbound: Some(outbound),
+        housekeeping: HousekeepingDeps::from_settings(&settings),
         ..PipelineDeps::from_settings(&settings, inbox, store, clock, fatal_tx)?
     });
     let admin = crate::admin::AdminState::from_settings(&settings, admin_ops, admin_clock);

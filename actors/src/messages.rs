@@ -125,3 +125,20 @@ pub enum WorkError {
     #[error("the kafka producer is unavailable")]
     ProducerUnavailable,
 }
+
+/// Start a housekeeping (retention) job now unless one is running (the housekeeper's own timer
+/// sends it every `retention.period`; tests and tools may). Answers whether a job started.
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "bool")]
+pub struct HousekeepNow;
+
+/// Run the next batch of the job in progress (the housekeeper sends it to itself after
+/// `retention.batch_pause`, so its mailbox — and a [`Shutdown`] — waits one batch at most).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "()")]
+pub struct HousekeepingStep;
+
+/// The last finished housekeeping job and how many jobs finished so far (tests, tools).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "(u64, Option<msgx_core::retention::JobReport>)")]
+pub struct LastHousekeeping;

@@ -6,7 +6,8 @@ use std::sync::{Arc, RwLock};
 use actix::Recipient;
 
 use crate::messages::{
-    EventsQueued, HolesReleased, PollNow, Shutdown, TerminalCommitted, WatermarkMoved,
+    EventsQueued, HolesReleased, HousekeepNow, PollNow, Shutdown, TerminalCommitted,
+    WatermarkMoved,
 };
 use crate::pump::Step;
 
@@ -25,6 +26,8 @@ pub struct Receivers {
     pub terminal: Vec<Recipient<TerminalCommitted>>,
     /// Told when the pump commits events (the dispatcher wakes at once).
     pub events: Vec<Recipient<EventsQueued>>,
+    /// The current housekeeper (tests and tools start a retention job now).
+    pub housekeeper: Option<Recipient<HousekeepNow>>,
     /// Each child's current [`Shutdown`] receiver, by child name (the supervisor's graceful
     /// shutdown asks them in reverse start order).
     pub shutdown: Vec<(&'static str, Recipient<Shutdown>)>,
@@ -85,6 +88,11 @@ impl Wiring {
     /// The current pump address, if one runs.
     pub fn pump(&self) -> Option<Recipient<Step>> {
         self.read().pump.clone()
+    }
+
+    /// The current housekeeper address, if one runs.
+    pub fn housekeeper(&self) -> Option<Recipient<HousekeepNow>> {
+        self.read().housekeeper.clone()
     }
 
     /// The shutdown receiver of `child`, if it registered one.

@@ -76,7 +76,7 @@ impl Ops {
             .fetch_one(self.store.pool())
             .await?;
         let row: Option<(String, String)> =
-            sqlx::query_as("SELECT state, source FROM proc_state WHERE msg_id = $1")
+            sqlx::query_as("SELECT state, source FROM proc_state_all WHERE msg_id = $1")
                 .bind(id)
                 .fetch_optional(self.store.pool())
                 .await?;

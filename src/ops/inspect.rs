@@ -108,6 +108,8 @@ impl Inspection {
             "backfill_error",
             "stale_fields",
             "updated_at",
+            // true: moved to PROC_STATE_HST by retention (migration 0014).
+            "archived",
         ] {
             let _ = writeln!(out, "  {key:<24}{}", get(key));
         }

@@ -132,7 +132,9 @@ impl Ops {
                 (Vec::new(), Vec::new())
             } else {
                 let states: Vec<StateRow> = sqlx::query_as(
-                    "SELECT msg_id, state, backfill_at, backfill_abandon_reason FROM proc_state \
+                    // Archived rows (migration 0014) keep their reason: an abandoned row past the
+                    // grace is still "abandoned", never "never enqueued".
+                    "SELECT msg_id, state, backfill_at, backfill_abandon_reason FROM proc_state_all \
                      WHERE msg_id = ANY($1)",
                 )
                 .bind(&unmarked)

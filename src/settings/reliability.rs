@@ -127,6 +127,9 @@ fn durations(s: &Settings) -> Vec<(&'static str, Duration)> {
         ("supervisor.restart_window", s.supervisor.restart_window),
         ("supervisor.shutdown_grace", s.supervisor.shutdown_grace),
     ]
+    .into_iter()
+    .chain(s.retention.durations())
+    .collect()
 }
 
 /// Checks the reliability sections and the bound of every duration.

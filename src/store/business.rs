@@ -231,7 +231,9 @@ pub(super) fn decode_flight(
 }
 
 /// In ONE statement, in this order: the pipeline lock, the message's row (locked), and the
-/// named flights with their code-shares (locked, in FLID order). The lock is an InitPlan
+/// named flights with their code-shares (locked, in FLID order). The identity's holder may be
+/// live or archived (PROC_STATE_HST, migration 0014): one statement, one snapshot, so a holder
+/// moving between the two tables is seen in exactly one. The lock is an InitPlan
 /// evaluated before the row is scanned, so the lock order is the same as replay's and the
 /// backfill confirmation's (pipeline lock first). Returns the row's state (None when the row
 /// does not exist; the flights are then not loaded) and the flights.
@@ -250,9 +252,12 @@ async fn lock_and_load(
     );
     let rows: Vec<Row> = sqlx::query_as(
         "WITH p AS (SELECT state, \
-                           (SELECT h.msg_id FROM proc_state h \
-                             WHERE h.identity_key = $4 AND h.msg_id <> $2 \
-                               AND h.state <> 'DEAD' LIMIT 1) AS holder \
+                           COALESCE((SELECT h.msg_id FROM proc_state h \
+                                      WHERE h.identity_key = $4 AND h.msg_id <> $2 \
+                                        AND h.state <> 'DEAD' LIMIT 1), \
+                                    (SELECT a.msg_id FROM proc_state_hst a \
+                                      WHERE a.identity_key = $4 AND a.msg_id <> $2 \
+                                        AND a.state <> 'DEAD' LIMIT 1)) AS holder \
                     FROM proc_state \
                     WHERE msg_id = $2 AND (SELECT 1 FROM pg_advisory_xact_lock($1)) = 1 \
                     FOR UPDATE) \

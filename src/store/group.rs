@@ -218,8 +218,12 @@ impl GroupTx {
         .fetch_all(&mut *self.tx)
         .await?;
         let holders: Vec<(String, i64)> = sqlx::query_as(
-            // A DEAD record does not hold its identity (migration 0012).
+            // A DEAD record does not hold its identity (migration 0012); an archived one
+            // does (migration 0014). One statement: a holder being archived meanwhile is
+            // seen in exactly one of the tables.
             "SELECT identity_key, msg_id FROM proc_state \
+             WHERE identity_key = ANY($1) AND state <> 'DEAD' \
+             UNION ALL SELECT identity_key, msg_id FROM proc_state_hst \
              WHERE identity_key = ANY($1) AND state <> 'DEAD'",
         )
         .bind(keys)

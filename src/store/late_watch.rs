@@ -179,6 +179,7 @@ impl Store {
         let inserted: Vec<i64> = sqlx::query_scalar(
             "INSERT INTO proc_state (msg_id, enqueued_at, source, state) \
              SELECT id, $2, 'LATE', 'PENDING' FROM UNNEST($1::bigint[]) AS id \
+             WHERE NOT EXISTS (SELECT 1 FROM proc_state_hst h WHERE h.msg_id = id) \
              ON CONFLICT (msg_id) DO NOTHING RETURNING msg_id",
         )
         .bind(&ids)

@@ -11,6 +11,7 @@ pub mod late_watch;
 mod lease;
 mod queue;
 pub mod replay;
+pub mod retention;
 mod unseen;
 
 use std::str::FromStr;

@@ -165,6 +165,21 @@ impl Store {
         // Relaxed commit (relaxed pool), as for the stamp: the binding is durable no later than
         // the business transaction that follows it; if a crash loses it, the next attempt
         // binds again.
+        // An archived holder (PROC_STATE_HST, migration 0014) is outside the unique index:
+        // checked first. Archived rows never come back, so no race widens this.
+        let archived: Option<i64> = sqlx::query_scalar(
+            "SELECT msg_id FROM proc_state_hst WHERE identity_key = $1 AND state <> 'DEAD' \
+             AND msg_id <> $2",
+        )
+        .bind(key)
+        .bind(msg_id)
+        .fetch_optional(self.pool())
+        .await?;
+        if let Some(holder) = archived {
+            return Ok(Binding::Duplicate {
+                holder: Some(holder),
+            });
+        }
         let bound = sqlx::query(
             "UPDATE proc_state SET identity_key = $2 WHERE msg_id = $1 \
              AND identity_key IS DISTINCT FROM $2",

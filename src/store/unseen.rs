@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use super::{Store, StoreError};
 
 impl Store {
-    /// The receive time recorded at enqueue for each of `ids` that has a `PROC_STATE` row.
+    /// The receive time recorded at enqueue for each of `ids` that has a `PROC_STATE` row,
+    /// live or archived (`proc_state_all`, migration 0014: an archived row was enqueued).
     pub async fn received_of(
         &self,
         ids: &[i64],
@@ -14,21 +15,21 @@ impl Store {
             return Ok(Default::default());
         }
         let rows: Vec<(i64, Option<DateTime<Utc>>)> =
-            sqlx::query_as("SELECT msg_id, received_at FROM proc_state WHERE msg_id = ANY($1)")
+            sqlx::query_as("SELECT msg_id, received_at FROM proc_state_all WHERE msg_id = ANY($1)")
                 .bind(ids)
                 .fetch_all(self.pool())
                 .await?;
         Ok(rows.into_iter().collect())
     }
 
-    /// The ids among `ids` that have no `PROC_STATE` row.
+    /// The ids among `ids` that have no `PROC_STATE` row, live or archived.
     pub async fn not_enqueued(&self, ids: &[i64]) -> Result<Vec<i64>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         Ok(sqlx::query_scalar(
             "SELECT i FROM UNNEST($1::bigint[]) AS i \
-             WHERE NOT EXISTS (SELECT 1 FROM proc_state p WHERE p.msg_id = i) ORDER BY i",
+             WHERE NOT EXISTS (SELECT 1 FROM proc_state_all p WHERE p.msg_id = i) ORDER BY i",
         )
         .bind(ids)
         .fetch_all(self.pool())
@@ -48,6 +49,7 @@ impl Store {
         let mut inserted: Vec<i64> = sqlx::query_scalar(
             "INSERT INTO proc_state (msg_id, enqueued_at, source, state) \
              SELECT id, $2, 'LATE', 'PENDING' FROM UNNEST($1::bigint[]) AS id \
+             WHERE NOT EXISTS (SELECT 1 FROM proc_state_hst h WHERE h.msg_id = id) \
              ON CONFLICT (msg_id) DO NOTHING RETURNING msg_id",
         )
         .bind(ids)

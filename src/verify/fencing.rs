@@ -19,6 +19,7 @@ const FENCED: &[&str] = &[
     "inbox_hole",
     "late_watch_range",
     "inbox_unseen",
+    "proc_state_hst",
 ];
 
 pub(super) async fn run(store: &Store) -> Result<Finding, VerifyError> {

@@ -13,7 +13,8 @@ pub(super) async fn run(store: &Store, batch: i64) -> Result<Finding, VerifyErro
     let mut prev: Option<String> = None;
     loop {
         let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT identity_key, msg_id FROM proc_state \
+            // Live and archived records together (migration 0014).
+            "SELECT identity_key, msg_id FROM proc_state_all \
              WHERE identity_key IS NOT NULL AND identity_key > $1 \
              ORDER BY identity_key, msg_id LIMIT $2",
         )

@@ -52,7 +52,7 @@ pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>,
             sqlx::query_as::<_, (i64, Option<String>, bool)>(
                 "SELECT u.id, p.state, COALESCE((SELECT l.last_id >= u.id FROM late_watch_range l \
                    WHERE l.first_id <= u.id ORDER BY l.first_id DESC LIMIT 1), false) \
-             FROM UNNEST($1::bigint[]) AS u(id) LEFT JOIN proc_state p ON p.msg_id = u.id",
+             FROM UNNEST($1::bigint[]) AS u(id) LEFT JOIN proc_state_all p ON p.msg_id = u.id",
             )
             .bind(&ids)
             .fetch_all(input.store.pool())

@@ -1,0 +1,809 @@
+//! Retention (issue 13 item 5) on the real PostgreSQL and MariaDB: which PROC_STATE rows move
+//! to PROC_STATE_HST (condition by condition), a crash mid-batch loses or doubles nothing,
+//! identity de-duplication and "enqueued" hold across the archive, the other tables expire in
+//! batches, the late-arrival guard works after old events are gone, and a large archive job
+//! beside the pump and the sweeper does not stretch the sweep period.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use common::msgs::{fdel, flop};
+use common::TestEnv;
+use msgx_actors::app::{start_pipeline, HousekeepingDeps, PipelineDeps};
+use msgx_actors::messages::HousekeepNow;
+use msgx_actors::wiring::Wiring;
+use msgx_core::backfill::{sweep_once, SweepConfig};
+use msgx_core::clock::{Clock, SharedClock, SystemClock};
+use msgx_core::pump::{PumpCore, StepOutcome};
+use msgx_core::retention::{run_job, JobReport, RetentionConfig};
+use msgx_core::settings::Settings;
+use msgx_core::store::Binding;
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+fn cfg(env: &TestEnv, extra: &[(&str, &str)]) -> RetentionConfig {
+    let mut all = vec![("MSGX_RETENTION__BATCH_PAUSE", "0s")];
+    all.extend_from_slice(extra);
+    RetentionConfig::from_settings(&env.settings(&all).retention)
+}
+
+fn ago(env: &TestEnv, days: i64) -> DateTime<Utc> {
+    env.clock.now() - chrono::Duration::days(days)
+}
+
+async fn job(env: &TestEnv, cfg: &RetentionConfig) -> JobReport {
+    let report = run_job(&env.store, &env.clock, cfg).await;
+    assert!(report.errors.is_empty(), "job errors: {:?}", report.errors);
+    report
+}
+
+/// One PROC_STATE row as the pipeline would leave it.
+#[derive(Clone, Copy)]
+struct Row {
+    id: i64,
+    state: &'static str,
+    terminal_days_ago: Option<i64>,
+    marked: bool,
+    abandoned_days_ago: Option<i64>,
+}
+
+impl Row {
+    fn done(id: i64, days: i64) -> Self {
+        Self {
+            id,
+            state: "SUCCEEDED",
+            terminal_days_ago: Some(days),
+            marked: true,
+            abandoned_days_ago: None,
+        }
+    }
+}
+
+async fn put(env: &TestEnv, r: Row) {
+    let terminal = r.terminal_days_ago.map(|d| ago(env, d));
+    let abandoned = r.abandoned_days_ago.map(|d| ago(env, d));
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, state, enqueued_at, received_at, attempts, terminal_at, \
+             processed_seq, identity_key, backfill_next_at, backfill_at, backfill_attempts, \
+             backfill_abandon_reason, backfill_abandoned_at, msg_type) \
+         VALUES ($1, $2, $3, $3, 1, $4, CASE WHEN $4 IS NULL THEN NULL ELSE nextval('proc_order_seq') END, \
+                 'AODB|FLOP|UPDT|' || $1, $4, CASE WHEN $5 THEN $4 END, \
+                 CASE WHEN $6::timestamptz IS NULL THEN 0 ELSE 10 END, \
+                 CASE WHEN $6::timestamptz IS NULL THEN NULL ELSE 'MAX_ATTEMPTS' END, $6, 'FLOP/UPDT')",
+    )
+    .bind(r.id)
+    .bind(r.state)
+    .bind(terminal.unwrap_or_else(|| ago(env, 400)))
+    .bind(terminal)
+    .bind(r.marked)
+    .bind(abandoned)
+    .execute(env.store.pool())
+    .await
+    .expect("insert proc_state");
+}
+
+async fn ids(env: &TestEnv, table: &str) -> BTreeSet<i64> {
+    sqlx::query_scalar::<_, i64>(&format!("SELECT msg_id FROM {table}"))
+        .fetch_all(env.store.pool())
+        .await
+        .expect("ids")
+        .into_iter()
+        .collect()
+}
+
+async fn count(env: &TestEnv, sql: &str) -> i64 {
+    sqlx::query_scalar(sql)
+        .fetch_one(env.store.pool())
+        .await
+        .expect("count")
+}
+
+/// Every row of proc_state and proc_state_hst as JSON without `archived_at`, by id.
+async fn snapshot(env: &TestEnv) -> Vec<serde_json::Value> {
+    sqlx::query_scalar(
+        "SELECT to_jsonb(a) - 'archived' FROM proc_state_all a ORDER BY msg_id",
+    )
+    .fetch_all(env.store.pool())
+    .await
+    .expect("snapshot")
+}
+
+#[tokio::test]
+async fn archive_conditions_one_by_one() {
+    let env = TestEnv::new("hk_cond").await;
+    // retention.proc_state = 90d, abandoned_grace = 30d (defaults).
+    let moves = [
+        Row::done(1, 100),
+        Row {
+            state: "SKIPPED",
+            ..Row::done(2, 100)
+        },
+        Row {
+            state: "DEAD",
+            ..Row::done(3, 100)
+        },
+        // Abandoned (never marked) 40 days ago: past the grace.
+        Row {
+            state: "DEAD",
+            marked: false,
+            abandoned_days_ago: Some(40),
+            ..Row::done(4, 100)
+        },
+    ];
+    let stays = [
+        // Non-terminal rows never move, however old.
+        Row {
+            state: "PENDING",
+            terminal_days_ago: None,
+            marked: false,
+            ..Row::done(10, 0)
+        },
+        Row {
+            state: "FAILED",
+            terminal_days_ago: None,
+            marked: false,
+            ..Row::done(11, 0)
+        },
+        // Terminal and old but not marked (the sweep still owes the mark).
+        Row {
+            marked: false,
+            ..Row::done(12, 100)
+        },
+        // Marked but young.
+        Row::done(13, 89),
+        // Abandoned inside the grace.
+        Row {
+            marked: false,
+            abandoned_days_ago: Some(20),
+            ..Row::done(14, 100)
+        },
+        // Old and marked, but with a PENDING event, a DEAD event, a young schedule snapshot.
+        Row::done(15, 100),
+        Row::done(16, 100),
+        Row::done(17, 100),
+        // Old and marked, with a kept FLIGHT_DELETED tombstone.
+        Row::done(18, 100),
+    ];
+    for r in moves.iter().chain(&stays) {
+        put(&env, *r).await;
+    }
+    // Old and marked with an old SENT event: the event expires first in the job, then the
+    // row moves in the same job.
+    put(&env, Row::done(5, 100)).await;
+    let old = ago(&env, 100);
+    for (msg, state, ty) in [
+        (5, "SENT", "FLIGHT_UPDATED"),
+        (15, "PENDING", "FLIGHT_UPDATED"),
+        (16, "DEAD", "FLIGHT_UPDATED"),
+        (18, "SENT", "FLIGHT_DELETED"),
+    ] {
+        sqlx::query(
+            "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, state, created_at, sent_at) \
+             VALUES ($1, 'F1', $3, jsonb_build_object('sent_at', $4::timestamptz), $2, $4, \
+                     CASE WHEN $2 = 'SENT' THEN $4 END)",
+        )
+        .bind(msg as i64)
+        .bind(state)
+        .bind(ty)
+        .bind(old)
+        .execute(env.store.pool())
+        .await
+        .expect("event");
+    }
+    sqlx::query(
+        "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, flights, created, updated, \
+         unchanged, applied_at) VALUES (17, '2026-11-30', 'DNLD', '[]', 0, 0, 0, $1)",
+    )
+    .bind(ago(&env, 10))
+    .execute(env.store.pool())
+    .await
+    .expect("snapshot");
+    let before = snapshot(&env).await;
+
+    let report = job(&env, &cfg(&env, &[])).await;
+    assert_eq!(report.archived, 5, "{report:?}");
+    assert_eq!(ids(&env, "proc_state_hst").await, BTreeSet::from([1, 2, 3, 4, 5]));
+    let live: BTreeSet<i64> = stays.iter().map(|r| r.id).collect();
+    assert_eq!(ids(&env, "proc_state").await, live);
+    // Moved as they were: every column the same, only the table changed.
+    assert_eq!(snapshot(&env).await, before);
+    let stamped = count(
+        &env,
+        "SELECT count(*) FROM proc_state_hst WHERE archived_at IS NOT NULL",
+    )
+    .await;
+    assert_eq!(stamped, 5);
+    // A second job finds nothing more.
+    assert_eq!(job(&env, &cfg(&env, &[])).await.archived, 0);
+    // The row counts show on the sizes (estimates after ANALYZE).
+    sqlx::query("ANALYZE proc_state_hst")
+        .execute(env.store.pool())
+        .await
+        .expect("analyze");
+    let sizes = job(&env, &cfg(&env, &[])).await.sizes;
+    assert!(
+        sizes.iter().any(|(t, n)| t == "proc_state_hst" && *n == 5),
+        "{sizes:?}"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_crash_mid_batch_loses_or_doubles_nothing() {
+    let env = TestEnv::new("hk_crash").await;
+    for id in 1..=2500 {
+        put(&env, Row::done(id, 100)).await;
+    }
+    let before = snapshot(&env).await;
+    let c = cfg(&env, &[("MSGX_RETENTION__BATCH", "1000")]);
+    // The delete of a batch fails after its copy: (a) the session is killed (a crash of the
+    // connection mid-transaction), (b) the statement errors (an aborted transaction).
+    for body in [
+        "PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5); RETURN NULL;",
+        "RAISE EXCEPTION 'injected failure between copy and delete';",
+    ] {
+        sqlx::query(&format!(
+            "CREATE OR REPLACE FUNCTION hk_crash() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN IF (SELECT count(*) FROM proc_state_hst) >= 1000 THEN {body} END IF; \
+             RETURN NULL; END $$"
+        ))
+        .execute(env.store.pool())
+        .await
+        .expect("crash function");
+        sqlx::query(
+            "CREATE OR REPLACE TRIGGER hk_crash BEFORE DELETE ON proc_state \
+             FOR EACH STATEMENT EXECUTE FUNCTION hk_crash()",
+        )
+        .execute(env.store.pool())
+        .await
+        .expect("crash trigger");
+        let report = run_job(&env.store, &env.clock, &c).await;
+        // The first batch committed; the second one failed after its copy and rolled back.
+        assert_eq!(report.archived, 1000, "{body}: {report:?}");
+        assert_eq!(report.errors.len(), 1, "{report:?}");
+        assert_eq!(report.errors[0].0, "proc_state");
+        let hst = ids(&env, "proc_state_hst").await;
+        let live = ids(&env, "proc_state").await;
+        assert_eq!(hst.len(), 1000, "{body}: the failed batch's copy is gone");
+        assert!(hst.is_disjoint(&live), "no row in both tables");
+        assert_eq!(hst.len() + live.len(), 2500, "no row lost");
+        assert_eq!(snapshot(&env).await, before);
+        // Start over for the second variant.
+        sqlx::query("DROP TRIGGER hk_crash ON proc_state")
+            .execute(env.store.pool())
+            .await
+            .expect("drop trigger");
+        sqlx::query(
+            "WITH m AS (DELETE FROM proc_state_hst RETURNING *) \
+             INSERT INTO proc_state SELECT msg_id, state, source, received_at, enqueued_at, \
+                 attempts, next_attempt_at, error_class, error_text, processing_started_at, \
+                 terminal_reason, terminal_at, identity_key, backfill_next_at, backfill_at, \
+                 backfill_attempts, backfill_abandon_reason, backfill_abandoned_at, updated_at, \
+                 processed_seq, msg_type, stale_fields, backfill_error FROM m",
+        )
+        .execute(env.store.pool())
+        .await
+        .expect("restore");
+        assert_eq!(snapshot(&env).await, before);
+    }
+    // Without the failure the rerun moves every row exactly once.
+    let report = job(&env, &c).await;
+    assert_eq!(report.archived, 2500);
+    assert_eq!(ids(&env, "proc_state").await.len(), 0);
+    assert_eq!(ids(&env, "proc_state_hst").await.len(), 2500);
+    assert_eq!(snapshot(&env).await, before);
+    env.cleanup().await;
+}
+
+async fn discover(env: &TestEnv, last: i64) {
+    for _ in 0..50 {
+        if env.cursor().await.0 >= last {
+            return;
+        }
+        env.poll(env.poll_cfg(2000)).await;
+    }
+    panic!("W did not reach {last}");
+}
+
+async fn sweep_all(env: &TestEnv) {
+    let settings = env.settings(&[]);
+    let cfg = SweepConfig::new(&settings.backfill, &env.names);
+    while sweep_once(&env.inbox, &env.store, &env.clock, &cfg)
+        .await
+        .expect("sweep")
+        .selected
+        > 0
+    {}
+}
+
+/// Steps the pump until idle; returns each processed id with its outcome label.
+async fn drain(pump: &mut PumpCore) -> Vec<(i64, String)> {
+    let mut done = Vec::new();
+    loop {
+        match pump.step().await.expect("step") {
+            StepOutcome::Idle => return done,
+            StepOutcome::Processed {
+                msg_id, outcome, ..
+            } => done.push((msg_id, format!("{outcome:?}"))),
+            other => panic!("unexpected step {other:?}"),
+        }
+    }
+}
+
+/// What the dispatcher would write after the broker's ack.
+async fn deliver_all(env: &TestEnv) {
+    sqlx::query(
+        "UPDATE msg_event SET state = 'SENT', sent_at = $1, kafka_partition = 0, \
+         kafka_offset = event_id WHERE state = 'PENDING'",
+    )
+    .bind(env.clock.now())
+    .execute(env.store.pool())
+    .await
+    .expect("deliver");
+}
+
+async fn gate_of(env: &TestEnv, flid: &str) -> Option<String> {
+    let f = env.store.flights(&[flid.to_string()]).await.expect("flights");
+    f.get(flid).map(|f| {
+        serde_json::to_value(f).expect("json")["fields"]["GATE"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    })
+}
+
+#[tokio::test]
+async fn identity_dedup_and_enqueued_hold_across_the_archive() {
+    let env = TestEnv::new("hk_dedup").await;
+    let mut pump = env.pump(&[]);
+    let first = env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await;
+    let other = env.insert_message(&flop(2, "F2", &[("GATE", "B1")])).await;
+    discover(&env, other).await;
+    assert_eq!(drain(&mut pump).await.len(), 2);
+    deliver_all(&env).await;
+    sweep_all(&env).await;
+    env.clock.advance(100 * DAY);
+    let report = job(&env, &cfg(&env, &[])).await;
+    assert_eq!(report.deleted.get("msg_event"), Some(&2), "{report:?}");
+    assert_eq!(report.archived, 2, "{report:?}");
+    assert_eq!(ids(&env, "proc_state_hst").await, BTreeSet::from([first, other]));
+
+    // 1. The same message sent again (same SNDR|TYPE|STYP|SEQN), the pump's group path.
+    let again = env.insert_message(&flop(1, "F1", &[("GATE", "A9")])).await;
+    // 2. Once more, as a LATE row (the guarded path, its own load).
+    let late = env.insert_message(&flop(1, "F1", &[("GATE", "A8")])).await;
+    let w = env.cursor().await.0;
+    assert_eq!(
+        env.store
+            .enqueue_unseen(&[late], w, env.clock.now())
+            .await
+            .expect("late"),
+        vec![late]
+    );
+    discover(&env, late).await;
+    let done = drain(&mut pump).await;
+    assert_eq!(done.len(), 2, "{done:?}");
+    for id in [again, late] {
+        let (state, class) = env.state_of(id).await;
+        assert_eq!(
+            (state.as_str(), class.as_deref()),
+            ("SKIPPED", Some("DUPLICATE")),
+            "{id}"
+        );
+        let detail: String =
+            sqlx::query_scalar("SELECT error_text FROM proc_state WHERE msg_id = $1")
+                .bind(id)
+                .fetch_one(env.store.pool())
+                .await
+                .expect("detail");
+        assert!(detail.contains(&format!("Some({first})")), "{detail}");
+    }
+    assert_eq!(gate_of(&env, "F1").await.as_deref(), Some("A1"));
+    // 3. The binding statement of its own says the same.
+    let third = env.insert_message(&flop(2, "F2", &[("GATE", "B9")])).await;
+    discover(&env, third).await;
+    match env.store.bind_identity(third, "AODB|FLOP|UPDT|2").await {
+        Ok(Binding::Duplicate { holder }) => assert_eq!(holder, Some(other)),
+        other => panic!("expected a duplicate, got {other:?}"),
+    }
+    drain(&mut pump).await;
+    assert_eq!(env.state_of(third).await.0, "SKIPPED");
+
+    // "Enqueued" means live or archived: the compensation scan does not enqueue the archived
+    // rows again, and verify finds every inbox row covered.
+    sweep_all(&env).await;
+    let settings = env.settings(&[("MSGX_LATE__COMPENSATION_WINDOW", "1000")]);
+    let scan = msgx_core::late::DetectConfig::from_settings(&settings)
+        .expect("cfg")
+        .scan();
+    let scanned = msgx_core::late::compensation_scan(&env.inbox, &env.store, &env.clock, &scan)
+        .await
+        .expect("scan");
+    assert!(scanned.checked >= 5, "{scanned:?}");
+    assert!(scanned.enqueued.is_empty(), "{scanned:?}");
+    assert!(ids(&env, "proc_state").await.is_disjoint(&ids(&env, "proc_state_hst").await));
+    let verify = msgx_core::verify::verify(&msgx_core::verify::VerifyInput {
+        inbox: env.inbox.clone(),
+        names: env.names.clone(),
+        store: env.store.clone(),
+        mark_value: settings.backfill.mark_value.clone(),
+        batch: 100,
+        kafka: None,
+    })
+    .await
+    .expect("verify");
+    assert!(verify.ok(), "{:#?}", verify.lines());
+    // Inspect shows an archived record, marked as such.
+    let view = env
+        .store
+        .message_view(first)
+        .await
+        .expect("view")
+        .expect("archived record shown");
+    assert_eq!(view["archived"], serde_json::json!(true));
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn other_tables_expire_in_batches() {
+    let env = TestEnv::new("hk_expire").await;
+    // Referenced records: 1 old (keeps its rows' FKs), young ones for the kept rows.
+    for id in 1..=3 {
+        put(&env, Row::done(id, 1)).await;
+    }
+    let (old, young) = (ago(&env, 400), ago(&env, 1));
+    let pool = env.store.pool();
+    let run = |sql: &'static str, n: i64, at: DateTime<Utc>| async move {
+        sqlx::query(sql)
+            .bind(n)
+            .bind(at)
+            .execute(pool)
+            .await
+            .expect(sql);
+    };
+    let snap = "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, flights, created, updated, \
+                unchanged, applied_at) SELECT 1, '2026-11-30', 'DNLD', '[]', 0, 0, 0, $2 \
+                FROM generate_series(1, $1)";
+    run(snap, 2500, old).await;
+    run(snap, 7, young).await;
+    let event = "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, state, created_at, \
+                 sent_at) SELECT 2, 'F' || g, 'FLIGHT_UPDATED', '{}', 'SENT', $2, $2 \
+                 FROM generate_series(1, $1) g";
+    run(event, 2100, old).await;
+    run(event, 3, young).await;
+    // Never deleted by retention: PENDING and DEAD events, FLIGHT_DELETED tombstones.
+    run(
+        "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, state, created_at, sent_at) \
+         SELECT 2, 'K' || g, CASE WHEN g = 3 THEN 'FLIGHT_DELETED' ELSE 'FLIGHT_UPDATED' END, \
+                '{}', (ARRAY['PENDING', 'DEAD', 'SENT'])[g], $2, CASE WHEN g = 3 THEN $2 END \
+         FROM generate_series(1, $1) g",
+        3,
+        old,
+    )
+    .await;
+    let audit = "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
+                 SELECT $2, 'ops', 'replay', 'test', '{1}', '{}' FROM generate_series(1, $1)";
+    run(audit, 1500, old).await;
+    run(audit, 2, young).await;
+    run(
+        "INSERT INTO late_watch (msg_id, released_at, expires_at, detected_at) \
+         SELECT 1000 + g, $2, $2, CASE WHEN g % 2 = 0 THEN $2 END FROM generate_series(1, $1) g",
+        1200,
+        old,
+    )
+    .await;
+    run(
+        "INSERT INTO late_watch (msg_id, released_at, expires_at, detected_at) \
+         SELECT 9000 + g, $2, $2 + interval '7 days', $2 FROM generate_series(1, $1) g",
+        4,
+        young,
+    )
+    .await;
+    run(
+        "INSERT INTO late_watch_range (first_id, last_id, released_at, expires_at) \
+         SELECT 100000 + 10 * g, 100000 + 10 * g + 5, $2, $2 FROM generate_series(1, $1) g",
+        1100,
+        old,
+    )
+    .await;
+    run(
+        "INSERT INTO late_watch_range (first_id, last_id, released_at, expires_at) \
+         SELECT 900000 + 10 * g, 900000 + 10 * g + 5, $2, $2 + interval '7 days' \
+         FROM generate_series(1, $1) g",
+        5,
+        young,
+    )
+    .await;
+
+    // Batches of 1000, at most 2 per table and job: the rest waits for the next job.
+    let c = cfg(
+        &env,
+        &[
+            ("MSGX_RETENTION__BATCH", "1000"),
+            ("MSGX_RETENTION__MAX_BATCHES", "2"),
+        ],
+    );
+    let first = job(&env, &c).await;
+    let deleted = |r: &JobReport, t: &str| r.deleted.get(t).copied().unwrap_or(0);
+    assert_eq!(deleted(&first, "schd_snap_log"), 2000, "{first:?}");
+    assert_eq!(deleted(&first, "msg_event"), 2000);
+    assert_eq!(deleted(&first, "audit_log"), 1500);
+    assert_eq!(deleted(&first, "late_watch"), 1200);
+    assert_eq!(deleted(&first, "late_watch_range"), 1100);
+    let second = job(&env, &c).await;
+    assert_eq!(deleted(&second, "schd_snap_log"), 500, "{second:?}");
+    assert_eq!(deleted(&second, "msg_event"), 100);
+    assert_eq!(deleted(&second, "audit_log"), 0);
+    let third = job(&env, &c).await;
+    assert!(third.deleted.values().all(|n| *n == 0), "{third:?}");
+    // What is left: the young rows and the kept events.
+    assert_eq!(count(&env, "SELECT count(*) FROM schd_snap_log").await, 7);
+    assert_eq!(count(&env, "SELECT count(*) FROM audit_log").await, 2);
+    assert_eq!(count(&env, "SELECT count(*) FROM late_watch").await, 4);
+    assert_eq!(count(&env, "SELECT count(*) FROM late_watch_range").await, 5);
+    let events: Vec<(String, String)> = sqlx::query_as(
+        "SELECT state, event_type FROM msg_event ORDER BY event_id",
+    )
+    .fetch_all(env.store.pool())
+    .await
+    .expect("events");
+    assert_eq!(events.len(), 6, "{events:?}");
+    assert_eq!(
+        events.iter().filter(|(s, _)| s == "SENT").count(),
+        4,
+        "3 young SENT + the tombstone: {events:?}"
+    );
+    assert!(events.contains(&("PENDING".into(), "FLIGHT_UPDATED".into())));
+    assert!(events.contains(&("DEAD".into(), "FLIGHT_UPDATED".into())));
+    assert!(events.contains(&("SENT".into(), "FLIGHT_DELETED".into())));
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_late_guard_works_after_old_events_are_gone() {
+    let env = TestEnv::new("hk_guard").await;
+    let mut pump = env.pump(&[]);
+    // F1's gate set by SEQN 10; F2 created then deleted.
+    env.insert_message(&flop(10, "F1", &[("GATE", "A2")])).await;
+    env.insert_message(&flop(11, "F2", &[("GATE", "B1")])).await;
+    let deleted = env.insert_message(&fdel(12, "F2")).await;
+    discover(&env, deleted).await;
+    assert_eq!(drain(&mut pump).await.len(), 3);
+    deliver_all(&env).await;
+    sweep_all(&env).await;
+    env.clock.advance(100 * DAY);
+    let report = job(&env, &cfg(&env, &[])).await;
+    // Every event but the FLIGHT_DELETED tombstone is gone; the rows without events moved.
+    let left: Vec<String> = sqlx::query_scalar("SELECT event_type FROM msg_event")
+        .fetch_all(env.store.pool())
+        .await
+        .expect("events");
+    assert_eq!(left, vec!["FLIGHT_DELETED".to_string()], "{report:?}");
+    assert_eq!(report.archived, 2, "{report:?}");
+    assert_eq!(ids(&env, "proc_state").await, BTreeSet::from([deleted]));
+
+    // Late arrivals older than what is applied (SEQN 5, 6 carry earlier send times).
+    let late_f1 = env.insert_message(&flop(5, "F1", &[("GATE", "A1")])).await;
+    let late_f2 = env.insert_message(&flop(6, "F2", &[("GATE", "B0")])).await;
+    let w = env.cursor().await.0;
+    env.store
+        .enqueue_unseen(&[late_f1, late_f2], w, env.clock.now())
+        .await
+        .expect("late");
+    discover(&env, late_f2).await;
+    assert_eq!(drain(&mut pump).await.len(), 2);
+    // The field versions live with the flight, the tombstone is kept: neither is overtaken.
+    assert_eq!(gate_of(&env, "F1").await.as_deref(), Some("A2"));
+    assert_eq!(gate_of(&env, "F2").await, None, "a deleted flight stays deleted");
+    let stale: Option<serde_json::Value> =
+        sqlx::query_scalar("SELECT stale_fields FROM proc_state WHERE msg_id = $1")
+            .bind(late_f1)
+            .fetch_one(env.store.pool())
+            .await
+            .expect("stale");
+    assert!(stale.is_some(), "the refused field is reported");
+    env.cleanup().await;
+}
+
+#[test]
+fn retention_settings_are_validated_naming_the_key() {
+    let toml = common::default_toml();
+    let base = [
+        ("MSGX_STORE__URL", "postgres://x@127.0.0.1/x"),
+        ("MSGX_INBOX__URL", "mysql://x@127.0.0.1/x"),
+    ];
+    for (key, value, named) in [
+        ("MSGX_RETENTION__PROC_STATE", "0s", "retention.proc_state"),
+        ("MSGX_RETENTION__SCHD_SNAP_LOG", "0s", "retention.schd_snap_log"),
+        ("MSGX_RETENTION__BATCH", "0", "retention.batch"),
+        ("MSGX_RETENTION__BATCH", "60000", "retention.batch"),
+        ("MSGX_RETENTION__BATCH_PAUSE", "5m", "retention.batch_pause"),
+        ("MSGX_RETENTION__AUDIT_LOG", "20y", "retention.audit_log"),
+    ] {
+        let mut env = base.to_vec();
+        env.push((key, value));
+        let err = Settings::load_with_env(&toml, &env).expect_err(key).to_string();
+        assert!(err.contains(named), "{key}={value}: {err}");
+    }
+    let ok = Settings::load_with_env(&toml, &base).expect("defaults are valid");
+    assert_eq!(ok.retention.schd_snap_log, 90 * DAY, "the seed's 90 days");
+}
+
+/// Distinct sweep times (each sweep stamps its rows with one `now`) of the rows marked in
+/// `[from, to)`, and the gaps between consecutive sweeps.
+async fn sweep_gaps(env: &TestEnv, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<Duration> {
+    let at: Vec<DateTime<Utc>> = sqlx::query_scalar(
+        "SELECT DISTINCT backfill_at FROM proc_state \
+         WHERE backfill_at >= $1 AND backfill_at < $2 AND msg_id < 10000000 ORDER BY 1",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_all(env.store.pool())
+    .await
+    .expect("sweeps");
+    at.windows(2)
+        .map(|w| (w[1] - w[0]).to_std().unwrap_or_default())
+        .collect()
+}
+
+/// Longest time from a message's terminal state to its mark, among those marked in the window.
+async fn mark_latency(env: &TestEnv, from: DateTime<Utc>, to: DateTime<Utc>) -> Duration {
+    let ms: f64 = sqlx::query_scalar(
+        "SELECT COALESCE(max(EXTRACT(EPOCH FROM backfill_at - terminal_at)) * 1000, 0)::float8 \
+         FROM proc_state WHERE backfill_at >= $1 AND backfill_at < $2 AND msg_id < 10000000",
+    )
+    .bind(from)
+    .bind(to)
+    .fetch_one(env.store.pool())
+    .await
+    .expect("latency");
+    Duration::from_millis(ms as u64)
+}
+
+fn max(gaps: &[Duration]) -> Duration {
+    gaps.iter().copied().max().unwrap_or_default()
+}
+
+#[actix_rt::test]
+async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
+    let env = TestEnv::new("hk_large").await;
+    let settings = env.settings(&[
+        ("MSGX_PIPELINE__POLL_INTERVAL", "50ms"),
+        ("MSGX_PROCESSING__IDLE_POLL", "50ms"),
+        ("MSGX_BACKFILL__PERIOD", "500ms"),
+        ("MSGX_RETENTION__BATCH", "1000"),
+        ("MSGX_RETENTION__BATCH_PAUSE", "20ms"),
+    ]);
+    const ARCHIVABLE: i64 = 80_000;
+    // Old, terminal, marked rows far above the inbox's ids (the real clock: they are 200
+    // days old now).
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, state, enqueued_at, received_at, attempts, terminal_at, \
+             processed_seq, backfill_next_at, backfill_at, msg_type, identity_key) \
+         SELECT 10000000 + g, 'SUCCEEDED', t, t, 1, t, nextval('proc_order_seq'), t, t, \
+                'FLOP/UPDT', 'OLD|FLOP|UPDT|' || g \
+         FROM generate_series(1, $1) g, (SELECT now() - interval '200 days' AS t) c",
+    )
+    .bind(ARCHIVABLE)
+    .execute(env.store.pool())
+    .await
+    .expect("archivable rows");
+    sqlx::query("ANALYZE proc_state")
+        .execute(env.store.pool())
+        .await
+        .expect("analyze");
+
+    let clock: SharedClock = Arc::new(SystemClock);
+    let wiring = Wiring::default();
+    let (fatal, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let _sup = start_pipeline(PipelineDeps {
+        wiring: wiring.clone(),
+        housekeeping: HousekeepingDeps::from_settings(&settings),
+        ..PipelineDeps::from_settings(
+            &settings,
+            env.inbox.clone(),
+            env.store.clone(),
+            clock.clone(),
+            fatal,
+        )
+        .expect("pipeline deps")
+    });
+    // Upstream: 40 messages a second for as long as the test runs.
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let owner = env.owner.clone();
+    let tz = env.tz;
+    let feeder = tokio::spawn(async move {
+        let mut seq = 100_000i64;
+        let mut tick = tokio::time::interval(Duration::from_millis(25));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop_rx.changed() => return seq,
+            }
+            seq += 1;
+            let text = flop(seq, &format!("L{}", seq % 40), &[("GATE", "G1")]);
+            let _ = sqlx::query(
+                "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (?, ?)",
+            )
+            .bind(msgx_core::inbox::time::utc_to_local(Utc::now(), tz))
+            .bind(text)
+            .execute(&owner)
+            .await;
+        }
+    });
+
+    // Phase A: the pipeline alone.
+    tokio::time::sleep(Duration::from_secs(3)).await; // warm-up
+    let a_from = Utc::now();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let a_to = Utc::now();
+
+    // Phase B: the same traffic with the archive job running beside it.
+    let housekeeper = wiring.housekeeper().expect("housekeeper running");
+    let started = Instant::now();
+    assert!(housekeeper.send(HousekeepNow).await.expect("mailbox"), "a job started");
+    let b_from = Utc::now();
+    let archived = loop {
+        let n = count(&env, "SELECT count(*) FROM proc_state_hst").await;
+        if n == ARCHIVABLE || started.elapsed() > Duration::from_secs(240) {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let job_took = started.elapsed();
+    let b_to = Utc::now();
+    tokio::time::sleep(Duration::from_secs(2)).await; // the last rows get their marks
+    let _ = stop_tx.send(true);
+    let fed = feeder.await.expect("feeder") - 100_000;
+
+    assert_eq!(archived, ARCHIVABLE, "the job archived everything");
+    let (gaps_a, gaps_b) = (
+        sweep_gaps(&env, a_from, a_to).await,
+        sweep_gaps(&env, b_from, b_to).await,
+    );
+    let (lat_a, lat_b) = (
+        mark_latency(&env, a_from, a_to).await,
+        mark_latency(&env, b_from, b_to).await,
+    );
+    let mean = |g: &[Duration]| g.iter().sum::<Duration>() / g.len().max(1) as u32;
+    eprintln!(
+        "fed {fed} messages; archive job: {ARCHIVABLE} rows in {job_took:?}; \
+         sweep gaps without the job: n={} mean={:?} max={:?}, mark latency max {lat_a:?}; \
+         with the job: n={} mean={:?} max={:?}, mark latency max {lat_b:?}",
+        gaps_a.len(),
+        mean(&gaps_a),
+        max(&gaps_a),
+        gaps_b.len(),
+        mean(&gaps_b),
+        max(&gaps_b),
+    );
+    assert!(gaps_a.len() >= 10 && gaps_b.len() >= 5, "sweeps were seen");
+    assert!(
+        job_took >= Duration::from_secs(2),
+        "the job ran long enough to overlap sweeps: {job_took:?}"
+    );
+    // The sweep keeps its period (500 ms, woken early by the pump) while the job runs: the
+    // longest gap stays within the period plus a second of slack on a shared 2-core machine.
+    let bound = max(&gaps_a).max(Duration::from_millis(500)) + Duration::from_secs(1);
+    assert!(
+        max(&gaps_b) <= bound,
+        "longest sweep gap with the job {:?} > {bound:?}",
+        max(&gaps_b)
+    );
+    assert!(
+        lat_b <= lat_a.max(Duration::from_millis(500)) + Duration::from_secs(1),
+        "mark latency with the job {lat_b:?} vs {lat_a:?}"
+    );
+    // Nothing unfinished piles up: the pump kept processing.
+    let unfinished = count(
+        &env,
+        "SELECT count(*) FROM proc_state WHERE state IN ('PENDING', 'FAILED')",
+    )
+    .await;
+    assert!(unfinished < 100, "{unfinished} unfinished after the run");
+    env.cleanup().await;
+}
