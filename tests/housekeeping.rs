@@ -104,12 +104,10 @@ async fn count(env: &TestEnv, sql: &str) -> i64 {
 
 /// Every row of proc_state and proc_state_hst as JSON without `archived_at`, by id.
 async fn snapshot(env: &TestEnv) -> Vec<serde_json::Value> {
-    sqlx::query_scalar(
-        "SELECT to_jsonb(a) - 'archived' FROM proc_state_all a ORDER BY msg_id",
-    )
-    .fetch_all(env.store.pool())
-    .await
-    .expect("snapshot")
+    sqlx::query_scalar("SELECT to_jsonb(a) - 'archived' FROM proc_state_all a ORDER BY msg_id")
+        .fetch_all(env.store.pool())
+        .await
+        .expect("snapshot")
 }
 
 #[tokio::test]
@@ -206,7 +204,10 @@ async fn archive_conditions_one_by_one() {
 
     let report = job(&env, &cfg(&env, &[])).await;
     assert_eq!(report.archived, 5, "{report:?}");
-    assert_eq!(ids(&env, "proc_state_hst").await, BTreeSet::from([1, 2, 3, 4, 5]));
+    assert_eq!(
+        ids(&env, "proc_state_hst").await,
+        BTreeSet::from([1, 2, 3, 4, 5])
+    );
     let live: BTreeSet<i64> = stays.iter().map(|r| r.id).collect();
     assert_eq!(ids(&env, "proc_state").await, live);
     // Moved as they were: every column the same, only the table changed.
@@ -248,7 +249,7 @@ async fn a_crash_mid_batch_loses_or_doubles_nothing() {
     ] {
         sqlx::query(&format!(
             "CREATE OR REPLACE FUNCTION hk_crash() RETURNS trigger LANGUAGE plpgsql AS $$ \
-             BEGIN IF (SELECT count(*) FROM proc_state_hst) >= 1000 THEN {body} END IF; \
+             BEGIN IF (SELECT count(*) FROM proc_state_hst) > 1000 THEN {body} END IF; \
              RETURN NULL; END $$"
         ))
         .execute(env.store.pool())
@@ -347,7 +348,11 @@ async fn deliver_all(env: &TestEnv) {
 }
 
 async fn gate_of(env: &TestEnv, flid: &str) -> Option<String> {
-    let f = env.store.flights(&[flid.to_string()]).await.expect("flights");
+    let f = env
+        .store
+        .flights(&[flid.to_string()])
+        .await
+        .expect("flights");
     f.get(flid).map(|f| {
         serde_json::to_value(f).expect("json")["fields"]["GATE"]
             .as_str()
@@ -368,9 +373,13 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
     sweep_all(&env).await;
     env.clock.advance(100 * DAY);
     let report = job(&env, &cfg(&env, &[])).await;
-    assert_eq!(report.deleted.get("msg_event"), Some(&2), "{report:?}");
+    assert!(report.deleted.get("msg_event") >= Some(&2), "{report:?}");
+    assert_eq!(count(&env, "SELECT count(*) FROM msg_event").await, 0);
     assert_eq!(report.archived, 2, "{report:?}");
-    assert_eq!(ids(&env, "proc_state_hst").await, BTreeSet::from([first, other]));
+    assert_eq!(
+        ids(&env, "proc_state_hst").await,
+        BTreeSet::from([first, other])
+    );
 
     // 1. The same message sent again (same SNDR|TYPE|STYP|SEQN), the pump's group path.
     let again = env.insert_message(&flop(1, "F1", &[("GATE", "A9")])).await;
@@ -425,7 +434,9 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
         .expect("scan");
     assert!(scanned.checked >= 5, "{scanned:?}");
     assert!(scanned.enqueued.is_empty(), "{scanned:?}");
-    assert!(ids(&env, "proc_state").await.is_disjoint(&ids(&env, "proc_state_hst").await));
+    assert!(ids(&env, "proc_state")
+        .await
+        .is_disjoint(&ids(&env, "proc_state_hst").await));
     let verify = msgx_core::verify::verify(&msgx_core::verify::VerifyInput {
         inbox: env.inbox.clone(),
         names: env.names.clone(),
@@ -465,12 +476,14 @@ async fn other_tables_expire_in_batches() {
             .await
             .expect(sql);
     };
-    let snap = "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, flights, created, updated, \
+    let snap =
+        "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, flights, created, updated, \
                 unchanged, applied_at) SELECT 1, '2026-11-30', 'DNLD', '[]', 0, 0, 0, $2 \
                 FROM generate_series(1, $1)";
     run(snap, 2500, old).await;
     run(snap, 7, young).await;
-    let event = "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, state, created_at, \
+    let event =
+        "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, state, created_at, \
                  sent_at) SELECT 2, 'F' || g, 'FLIGHT_UPDATED', '{}', 'SENT', $2, $2 \
                  FROM generate_series(1, $1) g";
     run(event, 2100, old).await;
@@ -544,13 +557,15 @@ async fn other_tables_expire_in_batches() {
     assert_eq!(count(&env, "SELECT count(*) FROM schd_snap_log").await, 7);
     assert_eq!(count(&env, "SELECT count(*) FROM audit_log").await, 2);
     assert_eq!(count(&env, "SELECT count(*) FROM late_watch").await, 4);
-    assert_eq!(count(&env, "SELECT count(*) FROM late_watch_range").await, 5);
-    let events: Vec<(String, String)> = sqlx::query_as(
-        "SELECT state, event_type FROM msg_event ORDER BY event_id",
-    )
-    .fetch_all(env.store.pool())
-    .await
-    .expect("events");
+    assert_eq!(
+        count(&env, "SELECT count(*) FROM late_watch_range").await,
+        5
+    );
+    let events: Vec<(String, String)> =
+        sqlx::query_as("SELECT state, event_type FROM msg_event ORDER BY event_id")
+            .fetch_all(env.store.pool())
+            .await
+            .expect("events");
     assert_eq!(events.len(), 6, "{events:?}");
     assert_eq!(
         events.iter().filter(|(s, _)| s == "SENT").count(),
@@ -563,15 +578,34 @@ async fn other_tables_expire_in_batches() {
     env.cleanup().await;
 }
 
+/// Inserts `text` under an explicit inbox id (as a late commit of an allocated id would).
+async fn insert_at(env: &TestEnv, id: i64, text: &str) {
+    sqlx::query(
+        "INSERT INTO CMINMSGS (CMINMSGS_ID, CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) \
+         VALUES (?, ?, ?)",
+    )
+    .bind(id)
+    .bind(msgx_core::inbox::time::utc_to_local(Utc::now(), env.tz))
+    .bind(text)
+    .execute(&env.owner)
+    .await
+    .expect("insert at id");
+}
+
 #[tokio::test]
 async fn the_late_guard_works_after_old_events_are_gone() {
     let env = TestEnv::new("hk_guard").await;
     let mut pump = env.pump(&[]);
-    // F1's gate set by SEQN 10; F2 created then deleted.
-    env.insert_message(&flop(10, "F1", &[("GATE", "A2")])).await;
-    env.insert_message(&flop(11, "F2", &[("GATE", "B1")])).await;
-    let deleted = env.insert_message(&fdel(12, "F2")).await;
-    discover(&env, deleted).await;
+    // W starts at 10: ids 1..=10 count as released; rows 11..13 are processed normally.
+    env.store
+        .seed_cursor(10, env.clock.now())
+        .await
+        .expect("seed");
+    // F1's gate set by message 11; F2 created by 12, deleted by 13.
+    insert_at(&env, 11, &flop(10, "F1", &[("GATE", "A2")])).await;
+    insert_at(&env, 12, &flop(11, "F2", &[("GATE", "B1")])).await;
+    insert_at(&env, 13, &fdel(12, "F2")).await;
+    discover(&env, 13).await;
     assert_eq!(drain(&mut pump).await.len(), 3);
     deliver_all(&env).await;
     sweep_all(&env).await;
@@ -584,24 +618,31 @@ async fn the_late_guard_works_after_old_events_are_gone() {
         .expect("events");
     assert_eq!(left, vec!["FLIGHT_DELETED".to_string()], "{report:?}");
     assert_eq!(report.archived, 2, "{report:?}");
-    assert_eq!(ids(&env, "proc_state").await, BTreeSet::from([deleted]));
+    assert_eq!(ids(&env, "proc_state").await, BTreeSet::from([13]));
 
-    // Late arrivals older than what is applied (SEQN 5, 6 carry earlier send times).
-    let late_f1 = env.insert_message(&flop(5, "F1", &[("GATE", "A1")])).await;
-    let late_f2 = env.insert_message(&flop(6, "F2", &[("GATE", "B0")])).await;
+    // Late arrivals below W (ids 5 and 6 commit now), enqueued as LATE as the compensation
+    // scan does; the guard orders by MSG_ID, so both are older than what is applied.
+    insert_at(&env, 5, &flop(5, "F1", &[("GATE", "A1")])).await;
+    insert_at(&env, 6, &flop(6, "F2", &[("GATE", "B0")])).await;
     let w = env.cursor().await.0;
-    env.store
-        .enqueue_unseen(&[late_f1, late_f2], w, env.clock.now())
-        .await
-        .expect("late");
-    discover(&env, late_f2).await;
+    assert_eq!(
+        env.store
+            .enqueue_unseen(&[5, 6], w, env.clock.now())
+            .await
+            .expect("late"),
+        vec![5, 6]
+    );
     assert_eq!(drain(&mut pump).await.len(), 2);
-    // The field versions live with the flight, the tombstone is kept: neither is overtaken.
+    // The field versions live with the flight and the tombstone is kept: the late messages
+    // do not overtake, though the events of messages 11 and 12 are gone.
     assert_eq!(gate_of(&env, "F1").await.as_deref(), Some("A2"));
-    assert_eq!(gate_of(&env, "F2").await, None, "a deleted flight stays deleted");
+    assert_eq!(
+        gate_of(&env, "F2").await,
+        None,
+        "a deleted flight stays deleted"
+    );
     let stale: Option<serde_json::Value> =
-        sqlx::query_scalar("SELECT stale_fields FROM proc_state WHERE msg_id = $1")
-            .bind(late_f1)
+        sqlx::query_scalar("SELECT stale_fields FROM proc_state WHERE msg_id = 5")
             .fetch_one(env.store.pool())
             .await
             .expect("stale");
@@ -618,7 +659,11 @@ fn retention_settings_are_validated_naming_the_key() {
     ];
     for (key, value, named) in [
         ("MSGX_RETENTION__PROC_STATE", "0s", "retention.proc_state"),
-        ("MSGX_RETENTION__SCHD_SNAP_LOG", "0s", "retention.schd_snap_log"),
+        (
+            "MSGX_RETENTION__SCHD_SNAP_LOG",
+            "0s",
+            "retention.schd_snap_log",
+        ),
         ("MSGX_RETENTION__BATCH", "0", "retention.batch"),
         ("MSGX_RETENTION__BATCH", "60000", "retention.batch"),
         ("MSGX_RETENTION__BATCH_PAUSE", "5m", "retention.batch_pause"),
@@ -626,7 +671,9 @@ fn retention_settings_are_validated_naming_the_key() {
     ] {
         let mut env = base.to_vec();
         env.push((key, value));
-        let err = Settings::load_with_env(&toml, &env).expect_err(key).to_string();
+        let err = Settings::load_with_env(&toml, &env)
+            .expect_err(key)
+            .to_string();
         assert!(err.contains(named), "{key}={value}: {err}");
     }
     let ok = Settings::load_with_env(&toml, &base).expect("defaults are valid");
@@ -745,7 +792,10 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
     // Phase B: the same traffic with the archive job running beside it.
     let housekeeper = wiring.housekeeper().expect("housekeeper running");
     let started = Instant::now();
-    assert!(housekeeper.send(HousekeepNow).await.expect("mailbox"), "a job started");
+    assert!(
+        housekeeper.send(HousekeepNow).await.expect("mailbox"),
+        "a job started"
+    );
     let b_from = Utc::now();
     let archived = loop {
         let n = count(&env, "SELECT count(*) FROM proc_state_hst").await;
@@ -787,8 +837,9 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
         "the job ran long enough to overlap sweeps: {job_took:?}"
     );
     // The sweep keeps its period (500 ms, woken early by the pump) while the job runs: the
-    // longest gap stays within the period plus a second of slack on a shared 2-core machine.
-    let bound = max(&gaps_a).max(Duration::from_millis(500)) + Duration::from_secs(1);
+    // longest gap stays within the longest gap without it (or the period) plus 500 ms of
+    // slack on a shared 2-core machine (measured: 505 ms without, 504 ms with the job).
+    let bound = max(&gaps_a).max(Duration::from_millis(500)) + Duration::from_millis(500);
     assert!(
         max(&gaps_b) <= bound,
         "longest sweep gap with the job {:?} > {bound:?}",

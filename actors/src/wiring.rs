@@ -6,8 +6,7 @@ use std::sync::{Arc, RwLock};
 use actix::Recipient;
 
 use crate::messages::{
-    EventsQueued, HolesReleased, HousekeepNow, PollNow, Shutdown, TerminalCommitted,
-    WatermarkMoved,
+    EventsQueued, HolesReleased, HousekeepNow, PollNow, Shutdown, TerminalCommitted, WatermarkMoved,
 };
 use crate::pump::Step;
 

@@ -77,9 +77,8 @@ pub enum Task {
     Sizes,
 }
 
-/// The job list, in order. Events go before the archive would need them gone: a row with
-/// events left is not archived, so SENT events expire first in a job... and their rows move
-/// in the next one.
+/// The job list, in order. A row with events or a schedule snapshot left is not archived, so
+/// those expire first: their rows move in the same job.
 pub const TASKS: [Task; 7] = [
     Task::Expire(Expiring::MsgEventSent),
     Task::Expire(Expiring::SchdSnapLog),

@@ -70,7 +70,11 @@ pub fn retention_deleted(table: &'static str, rows: u64) {
 /// A table's part of a job failed.
 pub fn retention_failed(table: &'static str, error: &str) {
     counter!(RETENTION_ERRORS_TOTAL, "table" => table).increment(1);
-    tracing::warn!(table, error, "retention step failed; retried at the next job");
+    tracing::warn!(
+        table,
+        error,
+        "retention step failed; retried at the next job"
+    );
 }
 
 /// A job ended after `took`; `clean` when no table failed (`at`: Unix seconds).
