@@ -189,10 +189,9 @@ impl Job {
             Task::Expire(table) => store
                 .expire_batch(table, before(self.now, cfg.keep(table)), cfg.batch)
                 .await
-                .map(|n| {
+                .inspect(|n| {
                     *self.report.deleted.entry(table.table()).or_default() += n;
-                    telemetry::retention_deleted(table.table(), n);
-                    n
+                    telemetry::retention_deleted(table.table(), *n);
                 }),
             Task::Sizes => store.table_estimates().await.map(|sizes| {
                 for (t, n) in &sizes {
