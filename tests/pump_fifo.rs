@@ -196,10 +196,21 @@ async fn killed_mid_transaction_reprocesses_exactly_once_in_effect() {
 }
 
 /// The binary aborted in the middle of a group (`MSGEXCHANGE_FAILPOINT=pump_mid_group`: two
-/// members applied, not committed): nothing of the group is visible, and the next run applies
+/// members planned, not committed): nothing of the group is visible, and the next run applies
 /// every message exactly once, in MSG_ID order, with the interrupted members counted once.
 #[tokio::test]
 async fn killed_mid_group_commits_nothing_of_it_and_redoes_the_whole_group() {
+    killed_in_group_at("pump_mid_group").await;
+}
+
+/// As above, aborted after the group's outcome statement was written and before its commit
+/// (`pump_group_before_commit`): the written batch is rolled back with the connection.
+#[tokio::test]
+async fn killed_after_the_batch_write_before_commit_redoes_the_whole_group() {
+    killed_in_group_at("pump_group_before_commit").await;
+}
+
+async fn killed_in_group_at(failpoint: &'static str) {
     let env = TestEnv::new("kill_group").await;
     let mut ids = Vec::new();
     for i in 0..20 {
@@ -228,7 +239,7 @@ async fn killed_mid_group_commits_nothing_of_it_and_redoes_the_whole_group() {
         }
         cmd.spawn().expect("spawn")
     };
-    let mut svc = spawn(Some("pump_mid_group"));
+    let mut svc = spawn(Some(failpoint));
     let start = Instant::now();
     let status = loop {
         if let Some(s) = svc.try_wait().expect("wait") {

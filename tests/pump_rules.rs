@@ -656,7 +656,7 @@ struct Snapshot {
     outcomes: Vec<(i64, String, String)>,
     rows: Vec<RowFacts>,
     order: Vec<i64>,
-    flights: Vec<(String, Option<String>, String, String)>,
+    flights: Vec<(String, Option<String>, String, String, i64, i64)>,
     events: Vec<(i64, String, String, String)>,
     snaps: Vec<(i64, String)>,
 }
@@ -722,7 +722,8 @@ async fn run_inbox(spec: &[Gen], group_max: &str) -> (Snapshot, u64) {
         .expect("rows"),
         order: env.processing_order().await,
         flights: sqlx::query_as(
-            "SELECT flid, master_flid, fields::text, versions::text FROM flight_state ORDER BY flid",
+            "SELECT flid, master_flid, fields::text, versions::text, created_by_msg, \
+                    updated_by_msg FROM flight_state ORDER BY flid",
         )
         .fetch_all(pool)
         .await
@@ -745,7 +746,9 @@ async fn run_inbox(spec: &[Gen], group_max: &str) -> (Snapshot, u64) {
 /// Group commit changes nothing but the number of commits: on the same random inbox (with
 /// duplicates, malformed, empty, unsupported, purged rows and a business failure that always
 /// fails), `group_max = 1` and `group_max = 64` give the same outcomes in the same order, the
-/// same rows (states, classes, attempts, identities), flights, events and snapshots.
+/// same rows (states, classes, attempts, identities), flights (with who created and last
+/// updated them), events and snapshots. The failure sits in batches of planned members, so the
+/// batch statement's fallback (members one by one) is part of every run.
 #[tokio::test]
 async fn group_commit_outcomes_equal_one_at_a_time_on_random_inboxes() {
     for seed in [1_u64, 2, 3] {
@@ -806,6 +809,70 @@ async fn backlog_gauges_are_exact_when_small_and_the_id_span_when_large() {
         "{} vs {}",
         large.unfinished,
         exact.unfinished
+    );
+    env.cleanup().await;
+}
+
+/// The dispatcher's backlog gauge reads the partial pending index only: exact up to 10,000
+/// pending events, above that the event-id span; the oldest is the lowest pending event's
+/// creation; the next retry comes from the backoff index.
+#[tokio::test]
+async fn event_backlog_is_exact_when_small_and_the_id_span_when_large() {
+    let env = TestEnv::new("event_gauges").await;
+    for i in 0..3 {
+        env.insert_message(&flop(i + 1, "F1", &[("GATE", &format!("A{i}"))]))
+            .await;
+    }
+    env.poll(env.poll_cfg(100)).await;
+    let mut pump = env.pump(&[]);
+    while pump.step().await.expect("step") != StepOutcome::Idle {}
+    let pool = env.store.pool();
+    let now = chrono::Utc::now();
+    let small = env.store.event_backlog(now).await.expect("backlog");
+    let (count, first_created): (i64, chrono::DateTime<chrono::Utc>) =
+        sqlx::query_as("SELECT count(*), min(created_at) FROM msg_event WHERE state = 'PENDING'")
+            .fetch_one(pool)
+            .await
+            .expect("truth");
+    assert_eq!(small.pending, count);
+    assert!(count >= 3);
+    assert_eq!(small.oldest, Some(first_created));
+    assert_eq!(small.next_retry, None);
+
+    // 12,000 more, every third already SENT, one backing off until later.
+    sqlx::query(
+        "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at, state) \
+         SELECT (SELECT min(msg_id) FROM proc_state), 'K' || g, 'T', '{}', now(), \
+                CASE WHEN g % 3 = 0 THEN 'SENT' ELSE 'PENDING' END \
+         FROM generate_series(1, 12000) g",
+    )
+    .execute(pool)
+    .await
+    .expect("events");
+    let retry_at = now + chrono::Duration::seconds(30);
+    sqlx::query(
+        "UPDATE msg_event SET next_attempt_at = $1 \
+         WHERE event_id = (SELECT max(event_id) FROM msg_event WHERE state = 'PENDING')",
+    )
+    .bind(retry_at)
+    .execute(pool)
+    .await
+    .expect("backoff");
+    let large = env.store.event_backlog(now).await.expect("backlog");
+    let exact: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE state = 'PENDING'")
+        .fetch_one(pool)
+        .await
+        .expect("count");
+    assert_eq!(exact, count + 8000);
+    assert!(
+        large.pending >= exact && large.pending <= count + 12_000,
+        "{} vs {exact}",
+        large.pending
+    );
+    assert_eq!(large.oldest, Some(first_created));
+    assert_eq!(
+        large.next_retry.map(|t| t.timestamp_micros()),
+        Some(retry_at.timestamp_micros())
     );
     env.cleanup().await;
 }

@@ -18,10 +18,11 @@ pub enum Stage {
     Load,
     /// The pure rules on the loaded state (CPU only).
     Plan,
-    /// The message's savepoint.
+    /// A savepoint of a message written on its own (a batch's savepoint counts as business).
     Savepoint,
-    /// The business write of one message (with the identity binding); for a message without
-    /// the group's load also its own lock-and-load and plan.
+    /// The business writes: one outcome statement per batch of planned members (its time
+    /// spread over them), or one message's own write (with the identity binding; for a
+    /// message without the group's load also its own lock-and-load and plan).
     Business,
     /// Taking back unused stamps and the one commit (the WAL flush).
     Commit,

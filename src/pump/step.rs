@@ -1,7 +1,8 @@
 //! One pump step: find the head, decide, and process it together with the ready heads behind
 //! it (group commit): one stamp for the group, raw reads outside any transaction, decode, then
-//! per message a savepoint and the business work (identity bound in it) or a one-statement
-//! terminal state — and one commit for the group.
+//! the members planned on the group's load written by one outcome statement per batch (the
+//! others: a savepoint and their own write, or a one-statement terminal state) — and one
+//! commit for the group.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::codec::{Codec, CodecError, DecodedMessage};
 use crate::flight::{self, GuardedPlan, Refused};
 use crate::inbox::{Inbox, RawMessage};
 use crate::late::Source;
+use crate::store::batch::{self, PlannedWrite};
 use crate::store::{BusinessResult, GroupLoad, GroupTx, HeadRow, Store, StoreError};
 use crate::telemetry;
 
@@ -101,6 +103,38 @@ pub struct PumpCore {
 struct Member {
     row: HeadRow,
     attempts: i32,
+}
+
+/// How a member is written (see [`PumpCore::route`]).
+enum Route {
+    /// Planned on the group's load: joins the batch (written alone when it carries a
+    /// schedule snapshot).
+    Planned(PlannedWrite),
+    /// Its identity is held by another message: SKIPPED(DUPLICATE).
+    Duplicate {
+        holder: i64,
+        msg_type: String,
+        key: String,
+    },
+    /// No longer unfinished in the load: nothing to write.
+    Elsewhere,
+    /// Writes on its own: DEAD, FAILED, or business work with its own load.
+    Own(Prepared),
+}
+
+/// Planned members waiting for their one outcome statement, with where their provisional
+/// step is and their attempt number (for a FAILED outcome in the fallback).
+#[derive(Default)]
+struct Batch {
+    writes: Vec<PlannedWrite>,
+    members: Vec<(usize, i32)>,
+}
+
+impl Batch {
+    fn push(&mut self, step: usize, attempts: i32, write: PlannedWrite) {
+        self.writes.push(write);
+        self.members.push((step, attempts));
+    }
 }
 
 /// What the work outside PostgreSQL (raw read, decode) made of a member.
@@ -292,7 +326,10 @@ impl PumpCore {
     }
 
     /// The members one after another in one transaction; stops after a FAILED one or when
-    /// the group has run `group_max_wait`. Members that did not run get their stamp back.
+    /// the group has run `group_max_wait`. Members planned on the group's load are written
+    /// together by one outcome statement per batch; the others (DEAD, FAILED, duplicates, LATE
+    /// rows, schedules) write on their own, after the batch before them. Members that did not
+    /// run get their stamp back.
     async fn run_group(
         &mut self,
         members: &[Member],
@@ -318,28 +355,69 @@ impl PumpCore {
         let mut cache = self.load_group(&mut tx, members, &prepared).await?;
         self.stages.add(Stage::Load, t.elapsed(), 1);
         let mut steps = Vec::with_capacity(members.len());
-        let mut ran = 0;
+        let mut pending = Batch::default();
+        let mut stopped = false;
         for (m, p) in members.iter().zip(prepared) {
-            if ran > 0 && group_started.elapsed() >= self.cfg.group_max_wait {
+            if !steps.is_empty() && group_started.elapsed() >= self.cfg.group_max_wait {
                 break;
             }
             let started = Instant::now();
-            let outcome = self.member(&mut tx, m, p, &mut cache).await?;
-            ran += 1;
+            let msg_id = m.row.head.msg_id;
+            let outcome = match self.route(m, p, &mut cache) {
+                Route::Elsewhere => Outcome::FinishedElsewhere,
+                Route::Planned(w) if w.plan.snapshot.is_none() => {
+                    if !batch::joins(&pending.writes, &w.plan)
+                        && self.flush(&mut tx, &mut pending, &mut steps).await?
+                    {
+                        stopped = true;
+                        break;
+                    }
+                    let outcome = Outcome::Succeeded {
+                        changes: w.plan.changes.len(),
+                        events: w.plan.events.len(),
+                    };
+                    pending.push(steps.len(), m.attempts, w);
+                    outcome
+                }
+                route => {
+                    if self.flush(&mut tx, &mut pending, &mut steps).await? {
+                        stopped = true;
+                        break;
+                    }
+                    match route {
+                        Route::Planned(w) => self.write_alone(&mut tx, &w, m.attempts).await?,
+                        Route::Duplicate {
+                            holder,
+                            msg_type,
+                            key,
+                        } => {
+                            self.duplicate(&mut tx, msg_id, holder, &msg_type, &key)
+                                .await?
+                        }
+                        Route::Own(p) => self.member(&mut tx, m, p).await?,
+                        Route::Elsewhere => Outcome::FinishedElsewhere,
+                    }
+                }
+            };
             let stop = !outcome.is_terminal();
             steps.push(StepOutcome::Processed {
-                msg_id: m.row.head.msg_id,
+                msg_id,
                 outcome,
                 took: started.elapsed(),
                 head_age: (now - m.row.since).to_std().unwrap_or(Duration::ZERO),
             });
             if stop {
+                stopped = true;
                 break;
             }
-            if ran == 2 {
+            if steps.len() == 2 {
                 crate::failpoint::hit("pump_mid_group");
             }
         }
+        if !stopped {
+            self.flush(&mut tx, &mut pending, &mut steps).await?;
+        }
+        let ran = steps.len();
         for m in &members[..ran] {
             self.ahead.remove(&m.row.head.msg_id);
         }
@@ -366,6 +444,142 @@ impl PumpCore {
         self.stages.messages += ran as u64;
         telemetry::pump_group(ran, group_started.elapsed());
         Ok(steps)
+    }
+
+    /// Writes the pending batch in one statement. When that statement fails (a constraint, a
+    /// trigger), its members are written one by one under their own savepoints, exactly as
+    /// without batching: the first that fails takes its FAILED outcome, the group ends with
+    /// it (`steps` cut after it) and `true` is returned.
+    async fn flush(
+        &mut self,
+        tx: &mut GroupTx,
+        batch: &mut Batch,
+        steps: &mut Vec<StepOutcome>,
+    ) -> Result<bool, StoreError> {
+        if batch.writes.is_empty() {
+            return Ok(false);
+        }
+        let Batch { writes, members } = std::mem::take(batch);
+        let t = Instant::now();
+        let written = tx.write_batch(&writes).await?;
+        self.stages
+            .add(Stage::Business, t.elapsed(), writes.len() as u64);
+        let Err(e) = written else {
+            return Ok(false);
+        };
+        tracing::warn!(
+            error = %e,
+            members = writes.len(),
+            first = writes[0].msg_id,
+            "batch outcome statement failed; writing its members one by one"
+        );
+        for (w, (step, attempts)) in writes.iter().zip(members) {
+            let outcome = self.write_alone(tx, w, attempts).await?;
+            if !outcome.is_terminal() {
+                if let Some(StepOutcome::Processed { outcome: o, .. }) = steps.get_mut(step) {
+                    *o = outcome;
+                }
+                steps.truncate(step + 1);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// A planned member written on its own under its savepoint; a failure rolls back to it
+    /// and the member is FAILED (retried later, nothing partial remains).
+    async fn write_alone(
+        &mut self,
+        tx: &mut GroupTx,
+        w: &PlannedWrite,
+        attempts: i32,
+    ) -> Result<Outcome, StoreError> {
+        let t = Instant::now();
+        tx.savepoint().await?;
+        self.stages.add(Stage::Savepoint, t.elapsed(), 1);
+        let t = Instant::now();
+        let written = tx
+            .write_planned(w.msg_id, &w.msg_type, &w.identity, &w.plan, w.now)
+            .await;
+        self.stages.add(Stage::Business, t.elapsed(), 1);
+        match written {
+            Ok(()) => Ok(Outcome::Succeeded {
+                changes: w.plan.changes.len(),
+                events: w.plan.events.len(),
+            }),
+            Err(e) => {
+                tx.rollback_message().await?;
+                self.fail(tx, w.msg_id, attempts, ErrorClass::Infra, e.to_string())
+                    .await
+            }
+        }
+    }
+
+    /// A business duplicate: SKIPPED(DUPLICATE), naming the holder of its identity.
+    async fn duplicate(
+        &mut self,
+        tx: &mut GroupTx,
+        msg_id: i64,
+        holder: i64,
+        msg_type: &str,
+        key: &str,
+    ) -> Result<Outcome, StoreError> {
+        let detail = format!("identity {key} already bound to message {:?}", Some(holder));
+        let now = self.clock.now();
+        tx.finish_single(
+            msg_id,
+            SingleTerminal::Skipped,
+            ErrorClass::Duplicate,
+            &detail,
+            Some(msg_type),
+            now,
+        )
+        .await?;
+        Ok(Outcome::Skipped {
+            reason: ErrorClass::Duplicate,
+            detail,
+        })
+    }
+
+    /// How a member is written, decided on the group's load without I/O: a decoded member
+    /// that is not `LATE` is checked (still unfinished, identity free) and planned on the
+    /// load, which then holds its changes for the members after it.
+    fn route(&mut self, m: &Member, prepared: Prepared, cache: &mut Option<GroupLoad>) -> Route {
+        let msg_id = m.row.head.msg_id;
+        if m.row.source.is_late() {
+            // A LATE row loads for itself (guarded path), and so do the members after it.
+            *cache = None;
+        }
+        let (Prepared::Decoded(msg), Some(load)) = (&prepared, cache.as_mut()) else {
+            return Route::Own(prepared);
+        };
+        if !matches!(
+            load.states.get(&msg_id).map(String::as_str),
+            Some("PENDING" | "FAILED")
+        ) {
+            return Route::Elsewhere;
+        }
+        let msg_type = type_label(msg);
+        let key = msg.identity_key(self.cfg.identity_with_date, self.cfg.tz);
+        if let Some(&holder) = load.holders.get(&key).filter(|h| **h != msg_id) {
+            return Route::Duplicate {
+                holder,
+                msg_type,
+                key,
+            };
+        }
+        let t = Instant::now();
+        let current = load.current(&flight::flights_to_load(msg));
+        let plan = flight::plan(msg, msg_id, &current);
+        load.apply(msg_id, &key, &plan);
+        self.stages.add(Stage::Plan, t.elapsed(), 1);
+        Route::Planned(PlannedWrite {
+            msg_id,
+            msg_type,
+            identity: key,
+            plan,
+            now: self.clock.now(),
+        })
     }
 
     /// One load for the decoded members before the first `LATE` one (those take the guarded
@@ -397,16 +611,14 @@ impl PumpCore {
         Ok(Some(tx.load_group(&ids, &keys, &flids).await?))
     }
 
-    /// One member inside the group transaction; returns how it ended (written, not yet
-    /// committed). With the group's load it only writes; a `LATE` row (a released hole that
-    /// committed after all) loads for itself and is applied with the ordering guard, and the
-    /// members after it load for themselves too.
+    /// A member that writes on its own inside the group transaction (DEAD, FAILED, or the
+    /// business work with a load of its own: `LATE` rows are applied with the ordering
+    /// guard); returns how it ended (written, not yet committed).
     async fn member(
         &mut self,
         tx: &mut GroupTx,
         m: &Member,
         prepared: Prepared,
-        cache: &mut Option<GroupLoad>,
     ) -> Result<Outcome, StoreError> {
         let msg_id = m.row.head.msg_id;
         let msg = match prepared {
@@ -418,44 +630,21 @@ impl PumpCore {
         };
         let msg_type = type_label(&msg);
         let key = msg.identity_key(self.cfg.identity_with_date, self.cfg.tz);
-        if m.row.source.is_late() {
-            *cache = None;
-        }
-        let result = match cache.as_mut() {
-            Some(load) => self.planned(tx, msg_id, &msg, &msg_type, &key, load).await,
-            None => {
-                let t = Instant::now();
-                tx.savepoint().await?;
-                self.stages.add(Stage::Savepoint, t.elapsed(), 1);
-                let t = Instant::now();
-                let r = self
-                    .business(tx, msg_id, &msg, &msg_type, &key, m.row.source)
-                    .await;
-                self.stages.add(Stage::Business, t.elapsed(), 1);
-                r
-            }
-        };
+        let t = Instant::now();
+        tx.savepoint().await?;
+        self.stages.add(Stage::Savepoint, t.elapsed(), 1);
+        let t = Instant::now();
+        let result = self
+            .business(tx, msg_id, &msg, &msg_type, &key, m.row.source)
+            .await;
+        self.stages.add(Stage::Business, t.elapsed(), 1);
         match result {
             Ok(BusinessResult::Committed { changes, events }) => {
                 Ok(Outcome::Succeeded { changes, events })
             }
             Ok(BusinessResult::NotUnfinished) => Ok(Outcome::FinishedElsewhere),
             Ok(BusinessResult::Duplicate { holder }) => {
-                let detail = format!("identity {key} already bound to message {:?}", Some(holder));
-                let now = self.clock.now();
-                tx.finish_single(
-                    msg_id,
-                    SingleTerminal::Skipped,
-                    ErrorClass::Duplicate,
-                    &detail,
-                    Some(&msg_type),
-                    now,
-                )
-                .await?;
-                Ok(Outcome::Skipped {
-                    reason: ErrorClass::Duplicate,
-                    detail,
-                })
+                self.duplicate(tx, msg_id, holder, &msg_type, &key).await
             }
             // Back to the savepoint: retry later, nothing partial of this message remains.
             Err(e) => {
@@ -464,46 +653,6 @@ impl PumpCore {
                     .await
             }
         }
-    }
-
-    /// A member's business work on the group's load: the same checks and rules as its own
-    /// load would give (the load is the store's state, kept current), then its savepoint and
-    /// its one write.
-    async fn planned(
-        &mut self,
-        tx: &mut GroupTx,
-        msg_id: i64,
-        msg: &DecodedMessage,
-        msg_type: &str,
-        key: &str,
-        load: &mut GroupLoad,
-    ) -> Result<BusinessResult, StoreError> {
-        if !matches!(
-            load.states.get(&msg_id).map(String::as_str),
-            Some("PENDING" | "FAILED")
-        ) {
-            return Ok(BusinessResult::NotUnfinished);
-        }
-        if let Some(&holder) = load.holders.get(key).filter(|h| **h != msg_id) {
-            return Ok(BusinessResult::Duplicate { holder });
-        }
-        let t = Instant::now();
-        let current = load.current(&flight::flights_to_load(msg));
-        let plan = flight::plan(msg, msg_id, &current);
-        self.stages.add(Stage::Plan, t.elapsed(), 1);
-        let t = Instant::now();
-        tx.savepoint().await?;
-        self.stages.add(Stage::Savepoint, t.elapsed(), 1);
-        let t = Instant::now();
-        let now = self.clock.now();
-        let written = tx.write_planned(msg_id, msg_type, key, &plan, now).await;
-        self.stages.add(Stage::Business, t.elapsed(), 1);
-        written?;
-        load.apply(msg_id, key, &plan);
-        Ok(BusinessResult::Committed {
-            changes: plan.changes.len(),
-            events: plan.events.len(),
-        })
     }
 
     /// Raw text and decode of a member (no I/O: the text was read ahead).

@@ -51,7 +51,7 @@ pub struct SendFailure {
 /// The dispatch backlog, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventBacklog {
-    /// PENDING events.
+    /// PENDING events: exact up to 10,000, above that the id span of the pending events.
     pub pending: i64,
     /// Creation time of the oldest PENDING event.
     pub oldest: Option<DateTime<Utc>>,
@@ -172,17 +172,41 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Pending count, oldest pending, next retry (metrics; the count scans the pending index).
+    /// Pending count, oldest pending, next retry (metrics). Index-bounded at any backlog:
+    /// exact up to `EXACT_BACKLOG_UP_TO` (10,000) pending events (read from the partial pending
+    /// index), above that the event-id span of the pending events (an upper bound: events
+    /// delivered out of id order lie inside it); the oldest is the lowest pending event's
+    /// creation (event ids are assigned under the pipeline lock in processing order); the next
+    /// retry comes from the small backoff index.
     pub async fn event_backlog(&self, now: DateTime<Utc>) -> Result<EventBacklog, StoreError> {
-        let (pending, oldest, next_retry): (i64, Option<DateTime<Utc>>, Option<DateTime<Utc>>) =
-            sqlx::query_as(
-                "SELECT count(*), min(created_at), \
-                        min(next_attempt_at) FILTER (WHERE next_attempt_at > $1) \
-                 FROM msg_event WHERE state = 'PENDING'",
-            )
-            .bind(now)
-            .fetch_one(self.pool())
-            .await?;
+        type Row = (
+            i64,
+            Option<i64>,
+            Option<i64>,
+            Option<DateTime<Utc>>,
+            Option<DateTime<Utc>>,
+        );
+        let (counted, first, last, oldest, next_retry): Row = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM (SELECT 1 FROM msg_event WHERE state = 'PENDING' \
+                                            ORDER BY event_id LIMIT $2) c), \
+                    (SELECT min(event_id) FROM msg_event WHERE state = 'PENDING'), \
+                    (SELECT max(event_id) FROM msg_event WHERE state = 'PENDING'), \
+                    (SELECT created_at FROM msg_event WHERE state = 'PENDING' \
+                      ORDER BY event_id LIMIT 1), \
+                    (SELECT min(next_attempt_at) FROM msg_event \
+                      WHERE state = 'PENDING' AND next_attempt_at IS NOT NULL \
+                        AND next_attempt_at > $1)",
+        )
+        .bind(now)
+        .bind(super::queue::EXACT_BACKLOG_UP_TO)
+        .fetch_one(self.pool())
+        .await?;
+        let pending = match (first, last) {
+            (Some(first), Some(last)) if counted >= super::queue::EXACT_BACKLOG_UP_TO => {
+                (last - first + 1).max(counted)
+            }
+            _ => counted,
+        };
         Ok(EventBacklog {
             pending,
             oldest,

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
+use super::batch::{write_batch, PlannedWrite};
 use super::business::{business_in, load_flights, write_plan, PIPELINE_LOCK_KEY};
 use super::queue::{finish_single_on, mark_failed_on, HeadTuple, UNFINISHED};
 use super::{BusinessResult, HeadRow, Store, StoreError};
@@ -257,6 +258,26 @@ impl GroupTx {
             now,
         )
         .await
+    }
+
+    /// The planned outcomes of consecutive members in ONE statement (see [`super::batch`]),
+    /// under a savepoint of their own. `Ok(Err(e))`: the statement failed and everything of
+    /// the batch was rolled back to that savepoint (the caller writes the members one by one
+    /// to find the one that fails); `Err`: the store failed around it (the group fails).
+    pub async fn write_batch(
+        &mut self,
+        batch: &[PlannedWrite],
+    ) -> Result<Result<(), StoreError>, StoreError> {
+        sqlx::query("SAVEPOINT b").execute(&mut *self.tx).await?;
+        match write_batch(&mut self.tx, batch).await {
+            Ok(()) => Ok(Ok(())),
+            Err(e) => {
+                sqlx::query("ROLLBACK TO SAVEPOINT b")
+                    .execute(&mut *self.tx)
+                    .await?;
+                Ok(Err(e))
+            }
+        }
     }
 
     /// One synchronous commit for the whole group.

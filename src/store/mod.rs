@@ -1,6 +1,7 @@
 //! Our own PostgreSQL: schema by migrations at start-up, the discovery cursor and the queue.
 
 pub mod backfill;
+pub mod batch;
 mod business;
 mod cursor;
 mod enqueue;
