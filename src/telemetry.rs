@@ -111,11 +111,7 @@ impl Def {
     }
 
     /// Several labels; every combination of their values occurs.
-    pub fn labels_product(
-        mut self,
-        keys: &[&'static str],
-        values: &[&[&'static str]],
-    ) -> Self {
+    pub fn labels_product(mut self, keys: &[&'static str], values: &[&[&'static str]]) -> Self {
         let mut combos: Vec<Vec<&'static str>> = vec![vec![]];
         for vs in values {
             combos = combos

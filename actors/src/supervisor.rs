@@ -391,12 +391,11 @@ mod tests {
         for file in ["app.rs", "schedule_requester.rs"] {
             let text = std::fs::read_to_string(dir.join(file)).expect("readable");
             for part in text.split("ChildFactory {").skip(1) {
-                let name = part
-                    .split("name:")
-                    .nth(1)
-                    .and_then(|r| r.split(',').next())
-                    .expect("ChildFactory has a name")
-                    .trim();
+                // A struct literal (not `-> ChildFactory {` of a function) starts with its name.
+                let Some(rest) = part.trim_start().strip_prefix("name:") else {
+                    continue;
+                };
+                let name = rest.split(',').next().expect("name").trim();
                 let konst = name.strip_prefix("telemetry::").unwrap_or_else(|| {
                     panic!("{file}: child named {name}, not telemetry::CHILD_*")
                 });
