@@ -23,6 +23,7 @@
 //! - [`devtools`]: acting as the DB owner and as upstream, for dev, tests and benchmarks.
 
 pub mod backfill;
+pub mod backlog;
 pub mod backoff;
 pub mod clock;
 pub mod codec;
@@ -44,3 +45,6 @@ pub mod store;
 pub mod telemetry;
 pub mod verify;
 pub mod watermark;
+
+#[cfg(test)]
+mod telemetry_labels;

@@ -232,7 +232,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let dispatcher = dispatch.map(|d| {
         let (store, clock) = (store.clone(), clock.clone());
         ChildFactory {
-            name: "dispatcher",
+            name: telemetry::CHILD_DISPATCHER,
             start: Box::new(move |wiring: &Wiring| {
                 let producer = match EventProducer::new(&d.kafka, &d.bootstrap) {
                     Ok(p) => p,
@@ -266,7 +266,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         let idle = processing.idle_poll;
         let drain_window = processing.drain_rate_window;
         ChildFactory {
-            name: "pump",
+            name: telemetry::CHILD_PUMP,
             start: Box::new(move |wiring: &Wiring| {
                 let core = PumpCore::new(
                     inbox.clone(),
@@ -294,7 +294,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
         let period = late.detect_period;
         ChildFactory {
-            name: "late_detector",
+            name: telemetry::CHILD_LATE_DETECTOR,
             start: Box::new(move |wiring: &Wiring| {
                 let addr = LateDetector::new(
                     inbox.clone(),
@@ -317,7 +317,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let backfill_sweeper = {
         let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
         ChildFactory {
-            name: "backfill_sweeper",
+            name: telemetry::CHILD_BACKFILL_SWEEPER,
             start: Box::new(move |wiring: &Wiring| {
                 let addr = BackfillSweeper::new(
                     inbox.clone(),
@@ -340,7 +340,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let purge_watch = {
         let inbox = inbox.clone();
         ChildFactory {
-            name: "purge_watch",
+            name: telemetry::CHILD_PURGE_WATCH,
             start: Box::new(move |wiring: &Wiring| {
                 let addr =
                     crate::purge_watch::PurgeWatch::new(inbox.clone(), backfill_period).start();
@@ -353,7 +353,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let housekeeper = housekeeping.map(|h| {
         let (store, clock) = (store.clone(), clock.clone());
         ChildFactory {
-            name: "housekeeper",
+            name: telemetry::CHILD_HOUSEKEEPER,
             start: Box::new(move |wiring: &Wiring| {
                 let addr = crate::housekeeper::Housekeeper::new(
                     store.clone(),
@@ -365,7 +365,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
                 let stop = addr.clone().recipient();
                 wiring.update(|r| {
                     r.housekeeper = Some(addr.clone().recipient());
-                    r.set_shutdown("housekeeper", stop);
+                    r.set_shutdown(telemetry::CHILD_HOUSEKEEPER, stop);
                 });
                 Box::new(move || addr.connected())
             }),
@@ -380,7 +380,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     };
     let interval = pipeline.poll_interval;
     let inbox_poller = ChildFactory {
-        name: "inbox_poller",
+        name: telemetry::CHILD_INBOX_POLLER,
         start: Box::new(move |wiring: &Wiring| {
             let addr = InboxPoller::new(
                 inbox.clone(),
@@ -468,7 +468,7 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.to_string()), &buckets)?;
     }
     let handle = builder.install_recorder()?;
-    telemetry::describe();
+    telemetry::register();
     Ok(handle)
 }
 

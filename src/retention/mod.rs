@@ -258,3 +258,27 @@ pub async fn run_job(
     }
     job.report
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `table` label the job emits is registered at start-up (telemetry cannot import
+    /// the store's lists: it is a leaf).
+    #[test]
+    fn retention_tables_are_registered_label_values() {
+        for task in TASKS {
+            assert!(
+                telemetry::RETENTION_ERROR_TABLES.contains(&table_of(task)),
+                "{task:?}"
+            );
+            if let Task::Expire(t) = task {
+                assert!(telemetry::RETENTION_TABLES.contains(&t.table()), "{t:?}");
+            }
+        }
+        assert_eq!(
+            crate::store::retention::SIZED_TABLES.as_slice(),
+            telemetry::SIZED_TABLES
+        );
+    }
+}

@@ -172,6 +172,22 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// The earliest retry of a PENDING event due after `now` (the dispatcher wakes for it;
+    /// read from the small backoff index).
+    pub async fn next_event_retry(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let (next,): (Option<DateTime<Utc>>,) = sqlx::query_as(
+            "SELECT min(next_attempt_at) FROM msg_event \
+             WHERE state = 'PENDING' AND next_attempt_at IS NOT NULL AND next_attempt_at > $1",
+        )
+        .bind(now)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(next)
+    }
+
     /// Pending count, oldest pending, next retry (metrics). Index-bounded at any backlog:
     /// exact up to `EXACT_BACKLOG_UP_TO` (10,000) pending events (read from the partial pending
     /// index), above that the event-id span of the pending events (an upper bound: events
