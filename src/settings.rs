@@ -61,6 +61,8 @@ pub struct Settings {
     pub lease: LeaseSettings,
     /// Restart intensity and graceful shutdown.
     pub supervisor: SupervisorSettings,
+    /// Raw-text retention: the DB owner's (`r_keep`) and our own copy (`raw_copy`).
+    pub retention: RetentionSettings,
 }
 
 /// Connection and naming of the shared inbox.
@@ -139,6 +141,8 @@ mod layers;
 pub use layers::DEFAULT_TOML;
 mod reliability;
 pub use reliability::{LeaseSettings, SupervisorSettings, MAX_DURATION};
+mod retention;
+pub use retention::RetentionSettings;
 
 /// Pipeline rules.
 #[derive(Debug, Clone, Deserialize)]
@@ -488,6 +492,7 @@ impl Settings {
             ));
         }
         reliability::validate(self)?;
+        retention::validate(self)?;
         Ok(())
     }
 
@@ -686,6 +691,36 @@ mod tests {
         assert!(e.contains("http.listen"), "{e}");
         let e = err_of(&[("MSGX_PIPELINE__POLL_INTERVAL", "0s")]);
         assert!(e.contains("pipeline.poll_interval"), "{e}");
+    }
+
+    #[test]
+    fn r_may_not_exceed_the_owners_retention() {
+        let s = Settings::load_with_env(&default_toml(), &[]).expect("defaults");
+        assert!(
+            !s.retention.raw_copy,
+            "off by default (docs/open-questions.md Q6/Q7)"
+        );
+        assert!(s.backfill.overdue_after <= s.retention.r_keep);
+        let e = err_of(&[("MSGX_BACKFILL__OVERDUE_AFTER", "40d")]);
+        assert!(
+            e.contains("`backfill.overdue_after`") && e.contains("retention.r_keep"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
+        let e = err_of(&[("MSGX_RETENTION__R_KEEP", "7d")]);
+        assert!(e.contains("backfill.overdue_after"), "{e}");
+        Settings::load_with_env(
+            &default_toml(),
+            &[
+                ("MSGX_BACKFILL__OVERDUE_AFTER", "40d"),
+                ("MSGX_RETENTION__R_KEEP", "60d"),
+            ],
+        )
+        .expect("R ≤ R_keep");
+        let e = err_of(&[("MSGX_RETENTION__REPLAY_WINDOW", "0s")]);
+        assert!(e.contains("retention.replay_window"), "{e}");
+        let e = err_of(&[("MSGX_RETENTION__R_KEEP", "300000y")]);
+        assert!(e.contains("retention.r_keep"), "{e}");
     }
 
     #[test]

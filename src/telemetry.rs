@@ -24,6 +24,12 @@ mod pump;
 pub use pump::{pump_group, PUMP_GROUP_SECONDS, PUMP_GROUP_SIZE};
 mod procedures;
 pub use procedures::{purge_boundary, PURGE_BOUNDARY_ID, PURGE_BOUNDARY_RECEIVED_TIMESTAMP};
+mod raw_copy;
+pub use raw_copy::{
+    raw_copies_purged, raw_copies_written, raw_copy_corrupt, raw_copy_read, replay_source,
+    RAW_COPY_CORRUPT_TOTAL, RAW_COPY_PURGED_TOTAL, RAW_COPY_RAW_BYTES_TOTAL, RAW_COPY_READS_TOTAL,
+    RAW_COPY_STORED_BYTES_TOTAL, RAW_COPY_WRITTEN_TOTAL, REPLAY_SOURCE_TOTAL,
+};
 mod outbound;
 pub use outbound::{
     outbound_failed, outbound_reconciled, outbound_registered, outbound_sent, outbound_stale,
@@ -187,6 +193,13 @@ pub const ALL: &[&str] = &[
     PUMP_GROUP_SECONDS,
     PURGE_BOUNDARY_ID,
     PURGE_BOUNDARY_RECEIVED_TIMESTAMP,
+    RAW_COPY_WRITTEN_TOTAL,
+    RAW_COPY_RAW_BYTES_TOTAL,
+    RAW_COPY_STORED_BYTES_TOTAL,
+    RAW_COPY_READS_TOTAL,
+    RAW_COPY_CORRUPT_TOTAL,
+    RAW_COPY_PURGED_TOTAL,
+    REPLAY_SOURCE_TOTAL,
 ];
 
 /// Histogram buckets (seconds) per histogram, for the Prometheus exporter.
@@ -234,6 +247,7 @@ pub fn describe() {
     reliability::describe();
     pump::describe();
     procedures::describe();
+    raw_copy::describe();
     describe_gauge!(
         INBOX_WATERMARK,
         "Contiguous watermark W of discovered inbox ids"
@@ -620,11 +634,21 @@ pub fn late_stale_fields(msg_id: i64, fields: &[&str]) {
     tracing::warn!(msg_id, fields = ?fields, "late message: fields set by newer messages were not overwritten");
 }
 
-/// An operator replay was applied or refused.
-pub fn replay(msg_id: i64, applied: bool, reason: &str) {
+/// An operator replay was applied or refused; `source`: where an applied replay's raw text is
+/// (`inbox`, `raw_copy`), when checked.
+pub fn replay(msg_id: i64, applied: bool, reason: &str, source: Option<&'static str>) {
     let result = if applied { "applied" } else { "refused" };
     counter!(REPLAY_TOTAL, "result" => result).increment(1);
-    tracing::warn!(msg_id, result, reason, "operator replay");
+    if let (true, Some(source)) = (applied, source) {
+        raw_copy::replay_source(msg_id, source);
+    }
+    tracing::warn!(
+        msg_id,
+        result,
+        reason,
+        source = source.unwrap_or("-"),
+        "operator replay"
+    );
 }
 
 /// A hole decision taken on transaction evidence.
@@ -736,6 +760,13 @@ mod tests {
             }
         }
         assert!(checked > 10, "the files reference our metrics");
+    }
+
+    #[test]
+    fn raw_copy_metrics_are_listed() {
+        for name in raw_copy::NAMES {
+            assert!(ALL.contains(&name), "{name} missing from ALL");
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ const FENCED: &[&str] = &[
     "inbox_hole",
     "late_watch_range",
     "inbox_unseen",
+    "raw_copy",
 ];
 
 pub(super) async fn run(store: &Store) -> Result<Finding, VerifyError> {
