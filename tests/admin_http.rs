@@ -309,7 +309,10 @@ async fn audited_actions_apply_or_refuse_per_row() {
     assert_eq!(v["refused"], 2, "{v}");
     assert_eq!(v["rows"][0]["result"], "applied");
     assert_eq!(v["rows"][0]["previous_state"], "DEAD");
-    assert_eq!(v["rows"][0]["source"], "raw_copy", "the inbox row is gone: {v}");
+    assert_eq!(
+        v["rows"][0]["source"], "raw_copy",
+        "the inbox row is gone: {v}"
+    );
     assert!(v["rows"][1]["reason"]
         .as_str()
         .unwrap_or_default()

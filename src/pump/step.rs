@@ -281,7 +281,7 @@ impl PumpCore {
                     .collect();
                 self.ahead.extend(texts);
                 if !gone.is_empty() {
-                    self.from_copies(&gone).await;
+                    self.read_copies(&gone).await;
                 }
             }
             Err(e) => self.ahead_error = Some(e.to_string()),
@@ -292,7 +292,7 @@ impl PumpCore {
     /// where one exists (a replay after the purge). A copy that does not read back leaves the
     /// row `Missing`; a store failure fails the members like an inbox failure (INFRA), never
     /// "missing".
-    async fn from_copies(&mut self, gone: &[i64]) {
+    async fn read_copies(&mut self, gone: &[i64]) {
         match self
             .store
             .raw_copies(gone, self.cfg.max_message_bytes)

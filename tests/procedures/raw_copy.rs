@@ -288,7 +288,7 @@ async fn a_message_of_several_megabytes_round_trips() {
         .collect();
     let text = flop(1, "BIG", &[("GATE", "H1"), ("PAD", filler.as_str())]);
     assert!(text.len() > 6_000_000);
-    let id = insert(&env, 0, &[text.clone()]).await[0];
+    let id = insert(&env, 0, std::slice::from_ref(&text)).await[0];
     discover(&env, id).await;
     let mut pump = env.pump(&[
         ("MSGX_RETENTION__RAW_COPY", "true"),
