@@ -152,8 +152,7 @@ pub(super) async fn reset_store(store: &Store) -> anyhow::Result<&'static str> {
     sqlx::raw_sql(
         "TRUNCATE proc_state, flight_state, msg_event, schd_snap_log, raw_copy, inbox_hole, \
                   late_watch_range, late_watch, inbox_unseen, audit_log CASCADE; \
-         UPDATE inbox_cursor SET w = 0, hole_since = NULL, seeded_at = NULL WHERE id = 1; \
-         VACUUM ANALYZE proc_state",
+         UPDATE inbox_cursor SET w = 0, hole_since = NULL, seeded_at = NULL WHERE id = 1",
     )
     .execute(store.pool())
     .await
