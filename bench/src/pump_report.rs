@@ -80,11 +80,15 @@ fn print_raw_copy(m: &Measured) {
         );
         let (off, on) = (runs[0], runs[1]);
         let row = |what: &str, a: f64, b: f64, unit: &str| {
+            let change = if a.abs() < 1e-9 {
+                "-".to_string()
+            } else {
+                format!("{:+.1}%", 100.0 * (b - a) / a.abs())
+            };
             println!(
-                "    {what:<34} {:>12} {:>12} {:>+9.1}%",
+                "    {what:<34} {:>12} {:>12} {change:>10}",
                 format!("{a:.2}{unit}"),
                 format!("{b:.2}{unit}"),
-                100.0 * (b - a) / a.abs().max(1e-9)
             );
         };
         row(
