@@ -61,7 +61,8 @@ pub struct Settings {
     pub lease: LeaseSettings,
     /// Restart intensity and graceful shutdown.
     pub supervisor: SupervisorSettings,
-    /// How long our own records are kept (the housekeeping actor).
+    /// How long our own records are kept (the housekeeping actor), and raw-text retention: the
+    /// DB owner's (`r_keep`) and our own copy (`raw_copy`).
     pub retention: RetentionSettings,
 }
 
@@ -493,6 +494,7 @@ impl Settings {
             ));
         }
         reliability::validate(self)?;
+        retention::validate(self)?;
         Ok(())
     }
 
@@ -691,6 +693,36 @@ mod tests {
         assert!(e.contains("http.listen"), "{e}");
         let e = err_of(&[("MSGX_PIPELINE__POLL_INTERVAL", "0s")]);
         assert!(e.contains("pipeline.poll_interval"), "{e}");
+    }
+
+    #[test]
+    fn r_may_not_exceed_the_owners_retention() {
+        let s = Settings::load_with_env(&default_toml(), &[]).expect("defaults");
+        assert!(
+            !s.retention.raw_copy,
+            "off by default (docs/open-questions.md Q6/Q7)"
+        );
+        assert!(s.backfill.overdue_after <= s.retention.r_keep);
+        let e = err_of(&[("MSGX_BACKFILL__OVERDUE_AFTER", "40d")]);
+        assert!(
+            e.contains("`backfill.overdue_after`") && e.contains("retention.r_keep"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
+        let e = err_of(&[("MSGX_RETENTION__R_KEEP", "7d")]);
+        assert!(e.contains("backfill.overdue_after"), "{e}");
+        Settings::load_with_env(
+            &default_toml(),
+            &[
+                ("MSGX_BACKFILL__OVERDUE_AFTER", "40d"),
+                ("MSGX_RETENTION__R_KEEP", "60d"),
+            ],
+        )
+        .expect("R ≤ R_keep");
+        let e = err_of(&[("MSGX_RETENTION__REPLAY_WINDOW", "0s")]);
+        assert!(e.contains("retention.replay_window"), "{e}");
+        let e = err_of(&[("MSGX_RETENTION__R_KEEP", "300000y")]);
+        assert!(e.contains("retention.r_keep"), "{e}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod housekeeping;
 mod inbox;
 mod late;
 mod lease;
+mod raw_copy;
 mod outbound;
 mod procedures;
 mod pump;
@@ -34,6 +35,7 @@ pub use lease::*;
 pub use outbound::*;
 pub use procedures::*;
 pub use pump::*;
+pub use raw_copy::*;
 pub use supervisor::*;
 pub use verify::*;
 
@@ -180,6 +182,7 @@ pub fn defs() -> Vec<Def> {
         admin::defs(),
         procedures::defs(),
         housekeeping::defs(),
+        raw_copy::defs(),
     ]
     .concat()
 }
@@ -259,6 +262,13 @@ pub const ALL: &[&str] = &[
     RETENTION_ERRORS_TOTAL,
     RETENTION_LAST_SUCCESS_TIMESTAMP,
     STORE_TABLE_ROWS,
+    RAW_COPY_WRITTEN_TOTAL,
+    RAW_COPY_RAW_BYTES_TOTAL,
+    RAW_COPY_STORED_BYTES_TOTAL,
+    RAW_COPY_READS_TOTAL,
+    RAW_COPY_CORRUPT_TOTAL,
+    RAW_COPY_PURGED_TOTAL,
+    REPLAY_SOURCE_TOTAL,
 ];
 
 /// Histogram buckets per histogram, for the Prometheus exporter.

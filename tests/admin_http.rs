@@ -96,6 +96,23 @@ async fn seed(env: &TestEnv) {
     .execute(env.store.pool())
     .await
     .expect("events");
+    raw_copies(env, &[1]).await;
+}
+
+/// Our raw copies of these messages (their inbox rows do not exist: the DB owner purged them),
+/// so a replay has raw text to read (issue 13 item 4).
+async fn raw_copies(env: &TestEnv, ids: &[i64]) {
+    let text = "<MSG/>";
+    sqlx::query(
+        "INSERT INTO raw_copy (msg_id, copied_at, raw_bytes, body) \
+         SELECT id, now(), $2, $3 FROM UNNEST($1::bigint[]) AS id",
+    )
+    .bind(ids)
+    .bind(text.len() as i32)
+    .bind(msgx_core::store::raw_copy::compress(text).expect("compress"))
+    .execute(env.store.pool())
+    .await
+    .expect("raw copies");
 }
 
 async fn audit_rows(env: &TestEnv) -> i64 {
@@ -292,6 +309,10 @@ async fn audited_actions_apply_or_refuse_per_row() {
     assert_eq!(v["refused"], 2, "{v}");
     assert_eq!(v["rows"][0]["result"], "applied");
     assert_eq!(v["rows"][0]["previous_state"], "DEAD");
+    assert_eq!(
+        v["rows"][0]["source"], "raw_copy",
+        "the inbox row is gone: {v}"
+    );
     assert!(v["rows"][1]["reason"]
         .as_str()
         .unwrap_or_default()
@@ -617,6 +638,7 @@ async fn replay_refuses_a_row_that_moved_and_dry_runs_change_nothing() {
     .execute(env.store.pool())
     .await
     .expect("rows");
+    raw_copies(&env, &[5, 6, 7, 8, 30]).await;
     let app = test::init_service(App::new().configure(configure(state(&env)))).await;
     let post = |body: Value| {
         test::TestRequest::post()
@@ -781,7 +803,10 @@ async fn cli_and_api_give_the_same_answers() {
         .find(|l| l["fields"]["message"] == "operator replay")
         .unwrap_or_else(|| panic!("a JSON log line for the replay: {logged}"));
     assert_eq!(line["fields"]["msg_id"], 1, "{line}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("1 applied"));
+    assert_eq!(line["fields"]["source"], "raw_copy", "{line}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("1 applied"), "{stdout}");
+    assert!(stdout.contains("raw text from raw_copy"), "{stdout}");
 
     let api: Value =
         test::read_body_json(test::call_service(&app, get("/admin/messages/1")).await).await;

@@ -63,6 +63,30 @@ fn bad_config_fails_at_start_naming_the_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nonexistent"));
 }
 
+/// R ≤ R_keep (seed §5.2, Q6/Q7) at start and in `check-config`: one line naming the key.
+#[test]
+fn r_above_the_owners_retention_is_refused() {
+    let too_long = [("MSGX_BACKFILL__OVERDUE_AFTER", "40d")];
+    for args in [&["run"][..], &["check-config"][..]] {
+        let out = msgx(args, &too_long);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.contains("backfill.overdue_after") && stderr.contains("retention.r_keep"),
+            "{stderr}"
+        );
+    }
+    let out = msgx(
+        &["check-config"],
+        &[too_long[0], ("MSGX_RETENTION__R_KEEP", "60d")],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("r_keep = \"60d\""), "{stdout}");
+    assert!(stdout.contains("raw_copy = false"), "{stdout}");
+}
+
 #[test]
 fn check_config_redacts_passwords() {
     let out = msgx(

@@ -164,7 +164,7 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
             own_store(&env, 2).await,
             msgx_actors::app::codec(&settings.processing, env.tz),
             clock.clone(),
-            msgx_actors::app::pump_config(&settings.processing, env.tz),
+            msgx_actors::app::pump_config(&settings.processing, &settings.retention, env.tz),
         );
         let stop = stop.clone();
         tokio::spawn(async move {

@@ -1,9 +1,12 @@
 //! The seed's procedures (§5.3, §6) on the real PostgreSQL and MariaDB: the backlog survey
 //! counts a known inbox exactly; an approved skip refuses without approval or beyond W, waits
 //! for the pipeline lock, audits every batch and leaves rows the normal sweep marks; purge
-//! readiness names every unmarked row's reason and the boundary.
+//! readiness names every unmarked row's reason and the boundary; the raw copy keeps the
+//! replay window after a purge (`procedures/raw_copy.rs`).
 
 mod common;
+#[path = "procedures/raw_copy.rs"]
+mod raw_copy;
 
 use std::time::Duration;
 

@@ -18,7 +18,8 @@ use msgx_core::late::DetectConfig;
 use msgx_core::poller::{HoleEvidenceConfig, PollConfig};
 use msgx_core::pump::{HeadRules, PumpConfig, PumpCore};
 use msgx_core::settings::{
-    redact_url, KafkaSettings, LateSettings, PipelineSettings, ProcessingSettings, Settings,
+    redact_url, KafkaSettings, LateSettings, PipelineSettings, ProcessingSettings,
+    RetentionSettings, Settings,
 };
 use msgx_core::store::{InstanceLock, SeedOutcome, Store};
 use msgx_core::telemetry;
@@ -44,6 +45,8 @@ pub struct PipelineDeps {
     pub pipeline: PipelineSettings,
     /// Processing knobs.
     pub processing: ProcessingSettings,
+    /// Raw-text retention (the pump writes our raw copy when `raw_copy` is on).
+    pub retention: RetentionSettings,
     /// Airport zone.
     pub tz: chrono_tz::Tz,
     /// Late detection knobs.
@@ -110,6 +113,7 @@ impl PipelineDeps {
             clock,
             pipeline: settings.pipeline.clone(),
             processing: settings.processing.clone(),
+            retention: settings.retention.clone(),
             tz: settings.inbox_timezone()?,
             late: settings.late.clone(),
             late_check: DetectConfig::from_settings(settings)?,
@@ -181,7 +185,11 @@ pub fn poll_config(p: &PipelineSettings) -> PollConfig {
 }
 
 /// The pump knobs from the settings.
-pub fn pump_config(p: &ProcessingSettings, tz: chrono_tz::Tz) -> PumpConfig {
+pub fn pump_config(
+    p: &ProcessingSettings,
+    retention: &RetentionSettings,
+    tz: chrono_tz::Tz,
+) -> PumpConfig {
     PumpConfig {
         rules: HeadRules {
             head_deadline: p.head_deadline,
@@ -195,6 +203,7 @@ pub fn pump_config(p: &ProcessingSettings, tz: chrono_tz::Tz) -> PumpConfig {
         read_ahead: p.read_ahead,
         group_max: p.group_max,
         group_max_wait: p.group_max_wait,
+        raw_copy: retention.raw_copy,
     }
 }
 
@@ -212,6 +221,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         clock,
         pipeline,
         processing,
+        retention,
         tz,
         late,
         late_check,
@@ -262,7 +272,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let pump = {
         let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
         let codec = codec(&processing, tz);
-        let cfg = pump_config(&processing, tz);
+        let cfg = pump_config(&processing, &retention, tz);
         let idle = processing.idle_poll;
         let drain_window = processing.drain_rate_window;
         ChildFactory {

@@ -31,7 +31,12 @@
 //! 4. the bare transaction and the pump-shaped transaction again (the two runs bracket the
 //!    pump, so drift on a shared machine shows);
 //! 5. where the time goes: the stage timings `PumpCore` recorded itself during phase 3
-//!    (`PumpCore::stages`: no copy of the step here).
+//!    (`PumpCore::stages`: no copy of the step here);
+//! 6. with `--raw-copy both` (the default): the store is emptied and the same backlog enqueued
+//!    again (not timed), and phase 3 runs once more with our raw-text copy on
+//!    (`retention.raw_copy`); the two runs are printed side by side — rate, share of the
+//!    time-matched bare rate, latency, the `raw copy` stage, WAL bytes per message and what the
+//!    copies take in the store.
 //!
 //! This file orchestrates; phase 1 lives in `pump_load`, 2 and 4 in `pump_bare`, 3 in
 //! `pump_run`, the printed report in `pump_report`.
@@ -48,7 +53,7 @@ mod pump_run;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use msgx_core::inbox::Inbox;
 use msgx_core::settings::{redact_url, Settings};
 use msgx_core::store::Store;
@@ -78,6 +83,21 @@ pub struct PumpBenchArgs {
     /// Most transactions (messages, for the pump-shaped message) per bare measurement.
     #[arg(long, default_value_t = 5_000)]
     pub bare_tx: u64,
+    /// Our raw-text copy (`retention.raw_copy`): `both` runs the pump twice on the same
+    /// backlog, off then on, and prints them side by side; `off` / `on` run once.
+    #[arg(long, value_enum, default_value_t = RawCopyRuns::Both)]
+    pub raw_copy: RawCopyRuns,
+}
+
+/// Which pump runs `--raw-copy` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RawCopyRuns {
+    /// Off, then on (side by side).
+    Both,
+    /// One run, off.
+    Off,
+    /// One run, on.
+    On,
 }
 
 /// Runs the pump benchmark.
@@ -152,6 +172,10 @@ struct Measured {
     after: BareLimits,
     /// The pump run (with the stage timings the real step recorded).
     run: pump_run::PumpRun,
+    /// `--raw-copy both`: the second run, with the raw copy on.
+    copy_run: Option<pump_run::PumpRun>,
+    /// What the copies take in the store after the run that wrote them.
+    copies: Option<pump_run::CopyFacts>,
 }
 
 /// Facts about the PostgreSQL server the numbers come from.
@@ -196,7 +220,7 @@ async fn measure(
     let tables = BareTables::create(pool, args.messages).await?;
     let result = measure_with_tables(inbox, store, settings, args, loaded, &tables).await;
     tables.drop_all().await?;
-    let (before, after, run) = result?;
+    let (before, after, run, copy_run, copies) = result?;
     Ok(Measured {
         server,
         test_before_acquire: pool.options().get_test_before_acquire(),
@@ -204,6 +228,8 @@ async fn measure(
         before,
         after,
         run,
+        copy_run,
+        copies,
     })
 }
 
@@ -216,7 +242,13 @@ async fn measure_with_tables(
     args: &PumpBenchArgs,
     loaded: &pump_load::Loaded,
     tables: &BareTables,
-) -> anyhow::Result<(BareLimits, BareLimits, pump_run::PumpRun)> {
+) -> anyhow::Result<(
+    BareLimits,
+    BareLimits,
+    pump_run::PumpRun,
+    Option<pump_run::PumpRun>,
+    Option<pump_run::CopyFacts>,
+)> {
     let pool = store.pool();
     let mut before = BareLimits::default();
     for shape in BareShape::ALL {
@@ -234,7 +266,30 @@ async fn measure_with_tables(
         units: args.bare_tx,
     };
     checkpoint(pool).await;
-    let run = pump_phase(inbox, store, settings, loaded, probe).await?;
+    let first_on = args.raw_copy == RawCopyRuns::On;
+    let run = pump_phase(inbox, store, settings, loaded, probe, first_on).await?;
+    let mut copies = None;
+    if first_on {
+        copies = Some(pump_run::copy_facts(store).await?);
+    }
+    let mut copy_run = None;
+    if args.raw_copy == RawCopyRuns::Both {
+        let again = pump_run::reset_store(store).await?;
+        enqueue_all(
+            inbox,
+            store,
+            msgx_actors::app::poll_config(&settings.pipeline),
+            loaded,
+        )
+        .await
+        .context("enqueueing the backlog again")?;
+        eprintln!(
+            "bench pump: store emptied ({again}) and the backlog enqueued again; raw_copy on"
+        );
+        checkpoint(pool).await;
+        copy_run = Some(pump_phase(inbox, store, settings, loaded, probe, true).await?);
+        copies = Some(pump_run::copy_facts(store).await?);
+    }
 
     let mut after = BareLimits::default();
     for shape in [BareShape::Tx, BareShape::PumpTx] {
@@ -247,7 +302,7 @@ async fn measure_with_tables(
         );
         after.shapes.push(r);
     }
-    Ok((before, after, run))
+    Ok((before, after, run, copy_run, copies))
 }
 
 /// `synchronous_commit`, `fsync` and the version of the server.

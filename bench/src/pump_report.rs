@@ -24,8 +24,12 @@ pub(super) fn print_report(
 ) {
     println!(
         "bench pump: {} messages (seed {}, Mix::well_formed), read_ahead {}, store pool {} \
-         connections",
-        args.messages, args.seed, m.run.read_ahead, settings.store.max_connections
+         connections, raw_copy {} (first run)",
+        args.messages,
+        args.seed,
+        m.run.read_ahead,
+        settings.store.max_connections,
+        on_off(m.run.raw_copy)
     );
     println!(
         "  server                : PostgreSQL {}, synchronous_commit={}, fsync={} (as the server \
@@ -51,6 +55,84 @@ pub(super) fn print_report(
             .map(|(i, t)| format!("{}% {}", (i + 1) * 10, mib(t.rss))),
     );
     println!("  RSS MiB (pump run)    : {}", rss.join(", "));
+    print_raw_copy(m);
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// The cost of our raw copy (`retention.raw_copy`): the two runs side by side.
+fn print_raw_copy(m: &Measured) {
+    let runs: Vec<&PumpRun> = std::iter::once(&m.run).chain(m.copy_run.as_ref()).collect();
+    if runs.len() == 2 {
+        println!(
+            "  RAW COPY (retention.raw_copy), the same backlog twice, the store emptied and \
+             re-enqueued between the runs:"
+        );
+        println!(
+            "    {:<34} {:>12} {:>12} {:>10}",
+            "", "off", "on", "on vs off"
+        );
+        let (off, on) = (runs[0], runs[1]);
+        let row = |what: &str, a: f64, b: f64, unit: &str| {
+            let change = if a.abs() < 1e-9 {
+                "-".to_string()
+            } else {
+                format!("{:+.1}%", 100.0 * (b - a) / a.abs())
+            };
+            println!(
+                "    {what:<34} {:>12} {:>12} {change:>10}",
+                format!("{a:.2}{unit}"),
+                format!("{b:.2}{unit}"),
+            );
+        };
+        row(
+            "pump msgs/s",
+            rate(off.messages, off.elapsed),
+            rate(on.messages, on.elapsed),
+            "",
+        );
+        let share = |r: &PumpRun| {
+            100.0 * rate(r.messages, r.elapsed) / r.probe_rate(BareShape::Tx, None).max(1e-9)
+        };
+        row("% of time-matched bare tx/s", share(off), share(on), "%");
+        let p = |r: &PumpRun, q: f64| percentile(&r.took, q).as_secs_f64() * 1e3;
+        row("per message p50", p(off, 0.50), p(on, 0.50), "ms");
+        row("per message p99", p(off, 0.99), p(on, 0.99), "ms");
+        let stage = |r: &PumpRun, st: Stage| {
+            r.stages.get(st).0.as_secs_f64() * 1e3 / r.stages.messages.max(1) as f64
+        };
+        for st in [Stage::RawCopy, Stage::Business, Stage::Commit] {
+            row(
+                &format!("stage {} ms/msg", st.as_str()),
+                stage(off, st),
+                stage(on, st),
+                "",
+            );
+        }
+        if let (Some(a), Some(b)) = (off.wal_bytes, on.wal_bytes) {
+            let per = |w: u64, r: &PumpRun| w as f64 / r.messages.max(1) as f64;
+            row("WAL bytes/msg (server-wide)", per(a, off), per(b, on), "");
+        }
+    }
+    if let Some(c) = &m.copies {
+        let mib = |b: i64| b as f64 / (1024.0 * 1024.0);
+        println!(
+            "    copies in the store          : {} rows, raw {:.1} MiB -> stored {:.1} MiB \
+             ({:.1}% of raw, {:.0} B/msg), raw_copy table with TOAST and index {:.1} MiB",
+            c.rows,
+            mib(c.raw_bytes),
+            mib(c.stored_bytes),
+            100.0 * c.stored_bytes as f64 / c.raw_bytes.max(1) as f64,
+            c.stored_bytes as f64 / c.rows.max(1) as f64,
+            mib(c.table_bytes)
+        );
+    }
 }
 
 fn print_backlog(loaded: &Loaded, m: &Measured) {

@@ -111,6 +111,63 @@ pub(super) struct PumpRun {
     pub(super) probe_start: Vec<BareRun>,
     /// Where the time went, as the real step recorded it.
     pub(super) stages: StageTimes,
+    /// Whether the pump wrote our raw copy (`retention.raw_copy`).
+    pub(super) raw_copy: bool,
+    /// WAL the server wrote during the run, less the bare probes between the tenths
+    /// (server-wide: other sessions on the same server count too).
+    pub(super) wal_bytes: Option<u64>,
+}
+
+/// What the raw copies take in the store after a run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CopyFacts {
+    /// Copies.
+    pub(super) rows: i64,
+    /// Raw text bytes they hold.
+    pub(super) raw_bytes: i64,
+    /// Compressed bytes stored.
+    pub(super) stored_bytes: i64,
+    /// The table with its TOAST and indexes (`pg_total_relation_size`).
+    pub(super) table_bytes: i64,
+}
+
+/// The copies' totals and the table's size.
+pub(super) async fn copy_facts(store: &Store) -> anyhow::Result<CopyFacts> {
+    let (rows, raw_bytes, stored_bytes) = store.raw_copy_totals().await?;
+    let table_bytes: i64 = sqlx::query_scalar("SELECT pg_total_relation_size('raw_copy')")
+        .fetch_one(store.pool())
+        .await
+        .context("raw_copy size")?;
+    Ok(CopyFacts {
+        rows,
+        raw_bytes,
+        stored_bytes,
+        table_bytes,
+    })
+}
+
+/// Empties the store's tables (not the schema) so the same backlog can be enqueued and pumped
+/// again: W back to 0, no rows, no flights, no events, no copies.
+pub(super) async fn reset_store(store: &Store) -> anyhow::Result<&'static str> {
+    sqlx::raw_sql(
+        "TRUNCATE proc_state, flight_state, msg_event, schd_snap_log, raw_copy, inbox_hole, \
+                  late_watch_range, late_watch, inbox_unseen, audit_log CASCADE; \
+         UPDATE inbox_cursor SET w = 0, hole_since = NULL, seeded_at = NULL WHERE id = 1",
+    )
+    .execute(store.pool())
+    .await
+    .context("emptying the store for the second run")?;
+    Ok("TRUNCATE, W = 0")
+}
+
+/// `pg_current_wal_lsn()` as bytes.
+async fn wal_lsn(store: &Store) -> Option<u64> {
+    let lsn: Option<i64> =
+        sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint")
+            .fetch_one(store.pool())
+            .await
+            .ok();
+    lsn.and_then(|v| u64::try_from(v).ok())
 }
 
 impl PumpRun {
@@ -143,9 +200,11 @@ pub(super) async fn pump_phase(
     settings: &Settings,
     loaded: &Loaded,
     probe: Probe<'_>,
+    raw_copy: bool,
 ) -> anyhow::Result<PumpRun> {
     let tz = settings.inbox_timezone()?;
-    let cfg = msgx_actors::app::pump_config(&settings.processing, tz);
+    let mut cfg = msgx_actors::app::pump_config(&settings.processing, &settings.retention, tz);
+    cfg.raw_copy = raw_copy;
     let codec = msgx_actors::app::codec(&settings.processing, tz);
     let clock: SharedClock = Arc::new(SystemClock);
     let mut core = PumpCore::new(inbox.clone(), store.clone(), codec, clock, cfg);
@@ -159,6 +218,9 @@ pub(super) async fn pump_phase(
     let (mut changes, mut events) = (0u64, 0u64);
     let probe_start = probe.run(&PROBE_SHAPES).await?;
     let rss_start = rss_mib();
+    let wal_start = wal_lsn(store).await;
+    // WAL written by the probes between the tenths, taken out of the run's.
+    let mut probe_wal = 0u64;
     let mut tenth = Tenth::empty();
     let mut expected_id = loaded.min_id;
     let mut paused = Duration::ZERO;
@@ -214,7 +276,11 @@ pub(super) async fn pump_phase(
             tenth.elapsed = tenth_started.elapsed();
             tenth.rss = rss_mib();
             let pause = Instant::now();
+            let wal_before = wal_lsn(store).await;
             let bare = probe.run(&PROBE_SHAPES).await?;
+            if let Some((a, b)) = wal_before.zip(wal_lsn(store).await) {
+                probe_wal += b.saturating_sub(a);
+            }
             paused += pause.elapsed();
             let rates: Vec<String> = bare
                 .iter()
@@ -238,6 +304,7 @@ pub(super) async fn pump_phase(
     }
     // The pump's own time: the probes between the tenths do not count.
     let elapsed = started.elapsed() - paused;
+    let wal_end = wal_lsn(store).await;
     tenth.elapsed = tenth_started.elapsed();
     tenth.rss = rss_mib();
     tenth.probe_after = probe.run(&PROBE_SHAPES).await?;
@@ -262,6 +329,10 @@ pub(super) async fn pump_phase(
         rss_start,
         probe_start,
         stages: core.stages().clone(),
+        raw_copy,
+        wal_bytes: wal_start
+            .zip(wal_end)
+            .map(|(a, b)| b.saturating_sub(a).saturating_sub(probe_wal)),
     })
 }
 

@@ -6,6 +6,7 @@ pub mod evidence;
 pub mod mark;
 mod meta;
 pub mod names;
+mod presence;
 pub mod primary;
 pub mod survey;
 pub mod time;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Ops, OpsError};
 use crate::store::replay::{
-    self, AdminReport, Audit, Expect, RowOutcome, REPLAYABLE_CLASSES, REPLAYABLE_STATES,
+    self, AdminReport, Audit, Expect, RawSource, RowOutcome, REPLAYABLE_CLASSES, REPLAYABLE_STATES,
 };
 
 /// Most ids one request may name or select (one transaction holds the pipeline lock for all).
@@ -99,6 +99,10 @@ pub struct RowReport {
     /// Why refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A replay, when applied: where the pump reads the raw text, `inbox` (the row is there)
+    /// or `raw_copy` (the row is gone; our copy, `retention.raw_copy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<&'static str>,
 }
 
 /// What a replay or recovery did (or would do).
@@ -125,6 +129,7 @@ impl ActionReport {
                 RowOutcome::Applied {
                     previous_state,
                     previous_class,
+                    source,
                     ..
                 } => RowReport {
                     msg_id: row.msg_id,
@@ -132,6 +137,7 @@ impl ActionReport {
                     previous_state: Some(previous_state.clone()),
                     previous_class: previous_class.clone(),
                     reason: None,
+                    source: source.map(RawSource::as_str),
                 },
                 RowOutcome::Refused { reason } => RowReport {
                     msg_id: row.msg_id,
@@ -139,6 +145,7 @@ impl ActionReport {
                     previous_state: None,
                     previous_class: None,
                     reason: Some(reason.clone()),
+                    source: None,
                 },
             })
             .collect();
@@ -167,7 +174,7 @@ impl ActionReport {
         for r in &self.rows {
             match r.result {
                 "applied" => out.push_str(&format!(
-                    "{} {} (was {}{})\n",
+                    "{} {} (was {}{}){}\n",
                     r.msg_id,
                     if self.dry_run {
                         "would apply"
@@ -178,6 +185,9 @@ impl ActionReport {
                     r.previous_class
                         .as_deref()
                         .map(|c| format!("({c})"))
+                        .unwrap_or_default(),
+                    r.source
+                        .map(|s| format!(", raw text from {s}"))
                         .unwrap_or_default()
                 )),
                 _ => out.push_str(&format!(
@@ -425,7 +435,13 @@ impl Ops {
             reason: &req.reason,
             ticket: req.ticket.as_deref(),
         };
-        let report = replay::replay_checked(&self.store, &rows, audit, req.dry_run, now).await?;
+        // The raw text: the inbox first (read here, outside the transaction), our raw copy
+        // for the rows it no longer has (looked up in the replay's transaction).
+        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let in_inbox = self.inbox.ids_with_text(&ids).await?;
+        let report =
+            replay::replay_checked(&self.store, &rows, audit, req.dry_run, now, Some(&in_inbox))
+                .await?;
         Ok(ActionReport::from_admin(&report))
     }
 

@@ -24,13 +24,16 @@ pub enum Stage {
     /// spread over them), or one message's own write (with the identity binding; for a
     /// message without the group's load also its own lock-and-load and plan).
     Business,
+    /// Our raw-text copy (`retention.raw_copy`): compressing the members' texts before the
+    /// transaction and their one `INSERT` in it (0 calls when off).
+    RawCopy,
     /// Taking back unused stamps and the one commit (the WAL flush).
     Commit,
 }
 
 impl Stage {
     /// Every stage, in order.
-    pub const ALL: [Stage; 9] = [
+    pub const ALL: [Stage; 10] = [
         Stage::Head,
         Stage::Stamp,
         Stage::RawRead,
@@ -39,6 +42,7 @@ impl Stage {
         Stage::Plan,
         Stage::Savepoint,
         Stage::Business,
+        Stage::RawCopy,
         Stage::Commit,
     ];
 
@@ -53,6 +57,7 @@ impl Stage {
             Stage::Plan => "plan",
             Stage::Savepoint => "savepoint",
             Stage::Business => "business",
+            Stage::RawCopy => "raw copy",
             Stage::Commit => "commit",
         }
     }
@@ -62,7 +67,7 @@ impl Stage {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageTimes {
     /// `(total, calls)` per stage, indexed like [`Stage::ALL`].
-    totals: [(Duration, u64); 9],
+    totals: [(Duration, u64); 10],
     /// Groups committed.
     pub groups: u64,
     /// Messages run in them.

@@ -20,7 +20,9 @@ use crate::flight::{self, GuardedPlan, Refused};
 use crate::inbox::{Inbox, RawMessage};
 use crate::late::Source;
 use crate::store::batch::{self, PlannedWrite};
-use crate::store::{BusinessResult, GroupLoad, GroupTx, HeadRow, Store, StoreError};
+use crate::store::{
+    BusinessResult, GroupLoad, GroupTx, HeadRow, PendingCopy, Store, StoreError, StoredCopy,
+};
 use crate::telemetry;
 
 /// Knobs of the pump.
@@ -41,6 +43,9 @@ pub struct PumpConfig {
     /// A group takes no new member once it has run this long (bounds the first member's
     /// commit latency).
     pub group_max_wait: Duration,
+    /// Write our own compressed copy of each processed message's raw text in the group's
+    /// transaction (`retention.raw_copy`). Copies are read back whatever this says.
+    pub raw_copy: bool,
 }
 
 /// What a step did.
@@ -330,9 +335,67 @@ impl PumpCore {
             .raw_messages(&ids, self.cfg.max_message_bytes)
             .await
         {
-            Ok(texts) => self.ahead.extend(texts),
+            Ok(texts) => {
+                let gone: Vec<i64> = texts
+                    .iter()
+                    .filter(|(_, raw)| *raw == RawMessage::Missing)
+                    .map(|(id, _)| *id)
+                    .collect();
+                self.ahead.extend(texts);
+                if !gone.is_empty() {
+                    self.read_copies(&gone).await;
+                }
+            }
             Err(e) => self.ahead_error = Some(e.to_string()),
         }
+    }
+
+    /// Inbox rows that are gone (the DB owner purged them): their text from our raw copy
+    /// where one exists (a replay after the purge). A copy that does not read back leaves the
+    /// row `Missing`; a store failure fails the members like an inbox failure (INFRA), never
+    /// "missing".
+    async fn read_copies(&mut self, gone: &[i64]) {
+        match self
+            .store
+            .raw_copies(gone, self.cfg.max_message_bytes)
+            .await
+        {
+            Ok(copies) => {
+                for (id, copy) in copies {
+                    match copy {
+                        StoredCopy::Found(raw) => {
+                            if let RawMessage::Text(text) = &raw {
+                                telemetry::raw_copy_read(id, text.len() as u64);
+                            }
+                            self.ahead.insert(id, raw);
+                        }
+                        StoredCopy::Corrupt(error) => telemetry::raw_copy_corrupt(id, &error),
+                    }
+                }
+            }
+            Err(e) => {
+                for id in gone {
+                    self.ahead.remove(id);
+                }
+                self.ahead_error = Some(format!("reading raw copies: {e}"));
+            }
+        }
+    }
+
+    /// The copies of the members' raw texts (compressed here, outside the transaction), when
+    /// `raw_copy` is on.
+    fn copies_of(&self, members: &[Member]) -> Result<Vec<PendingCopy>, StoreError> {
+        let mut copies = Vec::new();
+        if !self.cfg.raw_copy {
+            return Ok(copies);
+        }
+        for m in members {
+            let id = m.row.head.msg_id;
+            if let Some(RawMessage::Text(text)) = self.ahead.get(&id) {
+                copies.extend(PendingCopy::of(id, text)?);
+            }
+        }
+        Ok(copies)
     }
 
     async fn poison(
@@ -378,6 +441,9 @@ impl PumpCore {
         }
         self.stages
             .add(Stage::Decode, t.elapsed(), prepared.len() as u64);
+        let t = Instant::now();
+        let copies = self.copies_of(&members[..prepared.len()])?;
+        let mut copy_time = t.elapsed();
         let mut tx = self.store.begin_group().await?;
         let t = Instant::now();
         let mut cache = self.load_group(&mut tx, members, &prepared).await?;
@@ -458,6 +524,18 @@ impl PumpCore {
         } else {
             self.cfg.group_max
         };
+        // The copies of the members that ran, in the transaction that records their outcome:
+        // committed with it or not at all.
+        let t = Instant::now();
+        let copies: Vec<PendingCopy> = copies
+            .into_iter()
+            .filter(|c| steps.iter().any(|s| recorded(s, c.msg_id)))
+            .collect();
+        tx.write_raw_copies(&copies, now).await?;
+        copy_time += t.elapsed();
+        if self.cfg.raw_copy {
+            self.stages.add(Stage::RawCopy, copy_time, 1);
+        }
         let t = Instant::now();
         let not_run: Vec<i64> = members[ran..].iter().map(|m| m.row.head.msg_id).collect();
         if !not_run.is_empty() {
@@ -471,6 +549,11 @@ impl PumpCore {
         self.stages.groups += 1;
         self.stages.messages += ran as u64;
         telemetry::pump_group(ran, group_started.elapsed());
+        if !copies.is_empty() {
+            let raw: u64 = copies.iter().map(|c| c.raw_bytes as u64).sum();
+            let stored: u64 = copies.iter().map(|c| c.body.len() as u64).sum();
+            telemetry::raw_copies_written(copies.len(), raw, stored);
+        }
         Ok(steps)
     }
 
@@ -807,6 +890,13 @@ impl PumpCore {
             next_attempt_at: next,
         })
     }
+}
+
+/// Whether this step recorded an outcome for `msg_id` in the group (a row another path had
+/// finished meanwhile gets none, and no copy).
+fn recorded(step: &StepOutcome, msg_id: i64) -> bool {
+    matches!(step, StepOutcome::Processed { msg_id: id, outcome, .. }
+        if *id == msg_id && !matches!(outcome, Outcome::FinishedElsewhere))
 }
 
 /// `TYPE` or `TYPE-STYP`, for the row and logs.

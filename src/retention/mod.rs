@@ -29,6 +29,8 @@ pub struct RetentionConfig {
     pub audit_log: Duration,
     /// `retention.late_watch` (detected arrivals and closed watch ranges).
     pub late_watch: Duration,
+    /// `retention.replay_window` (our raw-text copies).
+    pub replay_window: Duration,
     /// Rows per batch.
     pub batch: i64,
     /// Batches per task and job.
@@ -47,6 +49,7 @@ impl RetentionConfig {
             msg_event_sent: s.msg_event_sent,
             audit_log: s.audit_log,
             late_watch: s.late_watch,
+            replay_window: s.replay_window,
             batch: i64::from(s.batch),
             max_batches: s.max_batches,
             batch_pause: s.batch_pause,
@@ -70,23 +73,23 @@ pub enum Task {
     Archive,
     /// Delete the expired rows of a table.
     Expire(Expiring),
-    // RAW COPIES (issue 13 item 4, branch raw-copy) go here: a `RawCopies` task whose batch is
-    // `purge_expired_raw_copies(pool, now - retention.replay_window, cfg.batch)` (rows
-    // deleted), reported under table "raw_copy" like `Expire`. The lead wires it at merge.
+    /// Delete our raw-text copies older than `retention.replay_window` (never the copy of a
+    /// message waiting for the pump again).
+    RawCopies,
     /// Table size estimates for the gauges (one statement, last).
     Sizes,
 }
 
 /// The job list, in order. A row with events or a schedule snapshot left is not archived, so
 /// those expire first: their rows move in the same job.
-pub const TASKS: [Task; 7] = [
+pub const TASKS: [Task; 8] = [
     Task::Expire(Expiring::MsgEventSent),
     Task::Expire(Expiring::SchdSnapLog),
     Task::Archive,
     Task::Expire(Expiring::AuditLog),
     Task::Expire(Expiring::LateWatch),
     Task::Expire(Expiring::LateWatchRange),
-    // RAW COPIES: `Task::RawCopies` goes here (see [`Task`]).
+    Task::RawCopies,
     Task::Sizes,
 ];
 
@@ -130,10 +133,14 @@ fn before(now: DateTime<Utc>, keep: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
+/// The table of our raw-text copies (`store::raw_copy`).
+const RAW_COPY_TABLE: &str = "raw_copy";
+
 fn table_of(task: Task) -> &'static str {
     match task {
         Task::Archive => "proc_state",
         Task::Expire(t) => t.table(),
+        Task::RawCopies => RAW_COPY_TABLE,
         Task::Sizes => "pg_class",
     }
 }
@@ -193,6 +200,16 @@ impl Job {
                     *self.report.deleted.entry(table.table()).or_default() += n;
                     telemetry::retention_deleted(table.table(), *n);
                 }),
+            Task::RawCopies => crate::store::purge_expired_raw_copies(
+                store.pool(),
+                before(self.now, cfg.replay_window),
+                cfg.batch,
+            )
+            .await
+            .inspect(|n| {
+                *self.report.deleted.entry(RAW_COPY_TABLE).or_default() += n;
+                telemetry::retention_deleted(RAW_COPY_TABLE, *n);
+            }),
             Task::Sizes => store.table_estimates().await.map(|sizes| {
                 for (t, n) in &sizes {
                     telemetry::table_rows(t.clone(), *n);
@@ -274,6 +291,9 @@ mod tests {
             );
             if let Task::Expire(t) = task {
                 assert!(telemetry::RETENTION_TABLES.contains(&t.table()), "{t:?}");
+            }
+            if task == Task::RawCopies {
+                assert!(telemetry::RETENTION_TABLES.contains(&RAW_COPY_TABLE));
             }
         }
         assert_eq!(

@@ -84,7 +84,7 @@ impl SupervisorSettings {
 
 /// Every duration key with its value (one list, so none escapes the bound).
 fn durations(s: &Settings) -> Vec<(&'static str, Duration)> {
-    vec![
+    let mut all = vec![
         ("inbox.connect_timeout", s.inbox.connect_timeout),
         ("inbox.query_timeout", s.inbox.query_timeout),
         ("inbox.read_timeout", s.inbox.read_timeout),
@@ -126,10 +126,9 @@ fn durations(s: &Settings) -> Vec<(&'static str, Duration)> {
         ("lease.check_timeout", s.lease.check_timeout),
         ("supervisor.restart_window", s.supervisor.restart_window),
         ("supervisor.shutdown_grace", s.supervisor.shutdown_grace),
-    ]
-    .into_iter()
-    .chain(s.retention.durations())
-    .collect()
+    ];
+    all.extend(s.retention.durations());
+    all
 }
 
 /// Checks the reliability sections and the bound of every duration.

@@ -1,15 +1,18 @@
 //! `[retention]`: how long our own records are kept (seed §8, SPEC §10, issue 13 item 5) and
-//! how the housekeeping job that enforces it paces itself. Every key is a humantime duration
-//! (or a count), validated at start with one line naming the key.
+//! how the housekeeping job that enforces it paces itself; and how long raw text stays
+//! available for a replay (seed §5.2, §6, §9, §12 G10; Q6/Q7/Q9): the DB owner's retention of
+//! marked inbox rows (`r_keep`), and our own compressed copy of each message's raw text
+//! (`raw_copy`, kept for `replay_window`). Every key is a humantime duration (or a count or a
+//! flag), validated at start with one line naming the key.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{check_nonzero, humantime_serde_compat, invalid, SettingsError};
+use super::{check_nonzero, humantime_serde_compat, invalid, Settings, SettingsError};
 
-/// Retention of PROC_STATE, SCHD_SNAP_LOG, MSG_EVENT, AUDIT_LOG and LATE_WATCH, and the pace
-/// of the housekeeping actor that applies it.
+/// Retention of PROC_STATE, SCHD_SNAP_LOG, MSG_EVENT, AUDIT_LOG, LATE_WATCH and the raw-text
+/// copies, the pace of the housekeeping actor that applies it, and the owner's retention.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetentionSettings {
@@ -50,6 +53,20 @@ pub struct RetentionSettings {
     pub batch_pause: Duration,
     /// A job stops after this many batches (the rest waits for the next period).
     pub max_batches: u32,
+    /// R_keep: how long the DB owner keeps an inbox row after it was marked, before purging
+    /// it (Q6/Q7/Q9; the owner's number, not ours). `backfill.overdue_after` (R) must not
+    /// exceed it (seed §5.2: `R ≤ R_keep`, so a row whose mark keeps failing is retried before
+    /// the owner's retention runs out).
+    #[serde(with = "humantime_serde_compat")]
+    pub r_keep: Duration,
+    /// Keep our own compressed copy of each message's raw text, written in the business
+    /// transaction that records its outcome; a replay falls back to it once the inbox row is
+    /// purged (G10: needed where the owner purges on marking).
+    pub raw_copy: bool,
+    /// How long a copy is kept after the pump last wrote it; older copies are deleted in
+    /// batches (`store::raw_copy::purge_expired_raw_copies`).
+    #[serde(with = "humantime_serde_compat")]
+    pub replay_window: Duration,
 }
 
 impl RetentionSettings {
@@ -64,6 +81,8 @@ impl RetentionSettings {
             ("retention.late_watch", self.late_watch),
             ("retention.period", self.period),
             ("retention.batch_pause", self.batch_pause),
+            ("retention.r_keep", self.r_keep),
+            ("retention.replay_window", self.replay_window),
         ]
     }
 
@@ -87,4 +106,26 @@ impl RetentionSettings {
         }
         Ok(())
     }
+}
+
+/// `R ≤ R_keep` and a usable replay window.
+pub(super) fn validate(s: &Settings) -> Result<(), SettingsError> {
+    let r = &s.retention;
+    check_nonzero(r.r_keep, "retention.r_keep")?;
+    check_nonzero(r.replay_window, "retention.replay_window")?;
+    let overdue = s.backfill.overdue_after;
+    if overdue > r.r_keep {
+        return Err(invalid(
+            "backfill.overdue_after",
+            format!(
+                "R = {} exceeds retention.r_keep = {} (the DB owner's retention of marked rows, \
+                 Q6/Q7): R must be at most R_keep (seed §5.2), else a row whose mark keeps \
+                 failing is force-retried only after the owner's retention ran out; lower \
+                 backfill.overdue_after or confirm a longer retention with the DB owner",
+                humantime::format_duration(overdue),
+                humantime::format_duration(r.r_keep)
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -122,6 +122,12 @@ impl Store {
 }
 
 impl GroupTx {
+    /// The transaction's connection, for the statements other store files add to a group
+    /// (`raw_copy`).
+    pub(super) fn conn(&mut self) -> &mut sqlx::PgConnection {
+        &mut self.tx
+    }
+
     /// The savepoint of the next message.
     pub async fn savepoint(&mut self) -> Result<(), StoreError> {
         sqlx::query("SAVEPOINT m").execute(&mut *self.tx).await?;

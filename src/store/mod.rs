@@ -11,6 +11,7 @@ mod inspect;
 pub mod late_watch;
 mod lease;
 mod queue;
+pub mod raw_copy;
 pub mod replay;
 pub mod retention;
 mod unseen;
@@ -28,6 +29,7 @@ pub use enqueue::{EnqueueRow, RoundWrite};
 pub use group::{GroupLoad, GroupTx};
 pub use lease::{session_name, InstanceLock, LeaseConfig};
 pub use queue::{Backlog, Binding, HeadRow};
+pub use raw_copy::{purge_expired_raw_copies, PendingCopy, StoredCopy};
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]

@@ -9,6 +9,13 @@
 //! writes the inbox mark — and records an `audit_log` row with the per-row results before it
 //! commits. The admin surface (HTTP, CLI) calls these later.
 //!
+//! Replay needs the raw text (seed §9): the inbox row first, else our raw copy (`raw_copy`,
+//! issue 13 item 4). The caller that sees the inbox (`ops::Ops::replay`) passes the ids whose
+//! inbox row still holds text; for the others the copy is looked up and share-locked in the
+//! replay's transaction (so the expiry purge cannot take it before the row is PENDING, after
+//! which the purge keeps it), and a row with neither is refused. Each applied row records its
+//! source (`inbox` / `raw_copy`) in the report, the audit row and the log line.
+//!
 //! Replay never touches the inbox: a mark that is already there stays (marks are never
 //! revoked). A replayed row that was marked before is confirmed as "already marked" by the
 //! sweeper once it is terminal again; the audit row says which rows were marked at replay time
@@ -41,6 +48,30 @@ impl From<sqlx::Error> for AdminError {
     }
 }
 
+/// Where a replayed row's raw text will come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawSource {
+    /// The inbox row still holds it.
+    Inbox,
+    /// The inbox row is gone; our raw copy holds it.
+    RawCopy,
+}
+
+impl RawSource {
+    /// `inbox` / `raw_copy` (API, audit, logs, metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Inbox => "inbox",
+            Self::RawCopy => "raw_copy",
+        }
+    }
+}
+
+/// The refusal of a replayable row without raw text.
+pub const NO_RAW_TEXT: &str = "no raw text to replay from: the inbox row is gone (purged) and \
+    there is no raw copy (retention.raw_copy was off when it was processed, or the copy expired \
+    after retention.replay_window)";
+
 /// What an action did to one row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RowOutcome {
@@ -54,6 +85,8 @@ pub enum RowOutcome {
         previous_backfill_at: Option<DateTime<Utc>>,
         /// Abandon reason before.
         previous_abandon: Option<String>,
+        /// A replay: where the pump will read the raw text (None: not checked, or not a replay).
+        source: Option<RawSource>,
     },
     /// Not changed, and why.
     Refused {
@@ -174,19 +207,24 @@ pub async fn replay(
         reason,
         ticket: None,
     };
-    replay_checked(store, &rows, audit, false, now).await
+    replay_checked(store, &rows, audit, false, now, None).await
 }
 
 /// [`replay`] with the state each row was seen in (refused when it moved since), the ticket,
 /// and a dry run (the same transaction, rolled back, not audited). A replayed row also loses
 /// its business identity: the pump binds it again, so a DEAD record whose identity another
 /// record holds by now ends SKIPPED(DUPLICATE) naming the holder (migration 0012).
+///
+/// `in_inbox`: the requested ids whose inbox row still holds text (the caller read the
+/// inbox); any other row replays only from its raw copy, and is refused without one
+/// ([`NO_RAW_TEXT`]). None does not check the source (callers that do not see the inbox).
 pub async fn replay_checked(
     store: &Store,
     rows: &[(i64, Expect)],
     audit: Audit<'_>,
     dry_run: bool,
     now: DateTime<Utc>,
+    in_inbox: Option<&[i64]>,
 ) -> Result<AdminReport, AdminError> {
     let classes = REPLAYABLE_CLASSES
         .iter()
@@ -213,6 +251,7 @@ pub async fn replay_checked(
                AND p.state IN ('DEAD', 'FAILED') AND p.error_class IN ({classes}) \
                AND ($3::text IS NULL OR cur.state = $3) \
                AND ($4::text IS NULL OR cur.error_class = $4) \
+               AND $5::boolean \
              RETURNING p.msg_id \
          ) \
          SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
@@ -226,6 +265,7 @@ pub async fn replay_checked(
         now,
         ACTION_REPLAY,
         &sql,
+        Some(in_inbox),
         |state, class| {
             if !REPLAYABLE_STATES.contains(&state) {
                 format!("state {state} is not replayable (only DEAD or FAILED)")
@@ -295,6 +335,7 @@ pub async fn recover_abandoned_checked(
         now,
         ACTION_RECOVER_BACKFILL,
         sql,
+        None,
         |state, _| {
             if !matches!(state, "SUCCEEDED" | "SKIPPED" | "DEAD") {
                 format!("state {state} is not terminal; there is no backfill to recover")
@@ -309,6 +350,9 @@ pub async fn recover_abandoned_checked(
 /// The shared frame: validate, one transaction under the pipeline lock, one statement per
 /// distinct id (ascending, so two actions lock in the same order), the audit row, commit — or,
 /// for a dry run, roll back without an audit row.
+///
+/// `sources`: Some for a replay (its statement takes `$5`, "the raw text is there"), holding
+/// the ids known to be in the inbox when checked ([`replay_checked`]).
 #[allow(clippy::too_many_arguments)]
 async fn run_action(
     store: &Store,
@@ -318,6 +362,7 @@ async fn run_action(
     now: DateTime<Utc>,
     action: &str,
     sql: &str,
+    sources: Option<Option<&[i64]>>,
     refusal: impl Fn(&str, Option<&str>) -> String,
 ) -> Result<AdminReport, AdminError> {
     let all: Vec<i64> = requested.iter().map(|r| r.0).collect();
@@ -336,13 +381,21 @@ async fn run_action(
             .find(|r| r.0 == msg_id)
             .map(|r| r.1.clone())
             .unwrap_or_default();
-        let locked: Option<Locked> = sqlx::query_as(sql)
+        // A replay's raw text: the inbox, else our copy (share-locked until commit, so the
+        // expiry purge skips it), else none — then the statement does not apply.
+        let source = match sources {
+            Some(Some(in_inbox)) => Some(raw_source(&mut tx, msg_id, in_inbox).await?),
+            _ => None,
+        };
+        let mut query = sqlx::query_as::<_, Locked>(sql)
             .bind(msg_id)
             .bind(now)
             .bind(expect.state.as_deref())
-            .bind(expect.class.as_deref())
-            .fetch_optional(&mut *tx)
-            .await?;
+            .bind(expect.class.as_deref());
+        if sources.is_some() {
+            query = query.bind(!matches!(source, Some(None)));
+        }
+        let locked: Option<Locked> = query.fetch_optional(&mut *tx).await?;
         let outcome = match locked {
             None => RowOutcome::Refused {
                 reason: "no such message".into(),
@@ -352,7 +405,17 @@ async fn run_action(
                 previous_class: class,
                 previous_backfill_at: backfill_at,
                 previous_abandon: abandon,
+                source: source.flatten(),
             },
+            Some((state, class, _, _, false))
+                if matches!(source, Some(None))
+                    && replayable(&state, class.as_deref())
+                    && expect.matches(&state, class.as_deref()) =>
+            {
+                RowOutcome::Refused {
+                    reason: NO_RAW_TEXT.into(),
+                }
+            }
             Some((state, class, _, _, false)) => {
                 let base = refusal(&state, class.as_deref());
                 let now_is = match &class {
@@ -403,8 +466,12 @@ async fn run_action(
     if action == ACTION_REPLAY {
         for r in &rows {
             match &r.outcome {
-                RowOutcome::Applied { .. } => crate::telemetry::replay(r.msg_id, true, why),
-                RowOutcome::Refused { reason } => crate::telemetry::replay(r.msg_id, false, reason),
+                RowOutcome::Applied { source, .. } => {
+                    crate::telemetry::replay(r.msg_id, true, why, source.map(RawSource::as_str))
+                }
+                RowOutcome::Refused { reason } => {
+                    crate::telemetry::replay(r.msg_id, false, reason, None)
+                }
             }
         }
     } else {
@@ -425,6 +492,29 @@ async fn run_action(
         rows,
         dry_run: false,
     })
+}
+
+/// A replay's state and class (the statement's own condition, for the refusal text).
+fn replayable(state: &str, class: Option<&str>) -> bool {
+    REPLAYABLE_STATES.contains(&state) && class.is_some_and(|c| REPLAYABLE_CLASSES.contains(&c))
+}
+
+/// Where a replayed row's raw text is: `Some(Inbox)` when the caller found it in the inbox,
+/// else `Some(RawCopy)` when our copy exists (share-locked in `tx`), else None.
+async fn raw_source(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    msg_id: i64,
+    in_inbox: &[i64],
+) -> Result<Option<RawSource>, sqlx::Error> {
+    if in_inbox.binary_search(&msg_id).is_ok() {
+        return Ok(Some(RawSource::Inbox));
+    }
+    let copy: Option<i64> =
+        sqlx::query_scalar("SELECT msg_id FROM raw_copy WHERE msg_id = $1 FOR KEY SHARE")
+            .bind(msg_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    Ok(copy.map(|_| RawSource::RawCopy))
 }
 
 /// Checks an operator action's request: who and why (trimmed, both required) and the distinct
@@ -493,14 +583,21 @@ fn audit_json(rows: &[RowResult]) -> serde_json::Value {
                 previous_class,
                 previous_backfill_at,
                 previous_abandon,
-            } => json!({
-                "msg_id": r.msg_id,
-                "result": "applied",
-                "previous_state": previous_state,
-                "previous_class": previous_class,
-                "previous_backfill_at": previous_backfill_at.map(|t| t.to_rfc3339()),
-                "previous_abandon_reason": previous_abandon,
-            }),
+                source,
+            } => {
+                let mut row = json!({
+                    "msg_id": r.msg_id,
+                    "result": "applied",
+                    "previous_state": previous_state,
+                    "previous_class": previous_class,
+                    "previous_backfill_at": previous_backfill_at.map(|t| t.to_rfc3339()),
+                    "previous_abandon_reason": previous_abandon,
+                });
+                if let Some(source) = source {
+                    row["source"] = json!(source.as_str());
+                }
+                row
+            }
             RowOutcome::Refused { reason } => json!({
                 "msg_id": r.msg_id,
                 "result": "refused",
@@ -541,5 +638,18 @@ impl Store {
         )
         .fetch_all(self.pool())
         .await?)
+    }
+}
+
+#[cfg(test)]
+mod source_label_tests {
+    use super::RawSource;
+
+    /// Every `source` label a replay emits is registered at start-up.
+    #[test]
+    fn raw_sources_are_registered_label_values() {
+        for s in [RawSource::Inbox, RawSource::RawCopy] {
+            assert!(crate::telemetry::REPLAY_SOURCES.contains(&s.as_str()));
+        }
     }
 }

@@ -91,7 +91,7 @@ impl Expiring {
 }
 
 /// Tables whose size the housekeeping job reports.
-pub const SIZED_TABLES: [&str; 7] = [
+pub const SIZED_TABLES: [&str; 8] = [
     "proc_state",
     "proc_state_hst",
     "schd_snap_log",
@@ -99,6 +99,7 @@ pub const SIZED_TABLES: [&str; 7] = [
     "audit_log",
     "late_watch",
     "late_watch_range",
+    "raw_copy",
 ];
 
 impl Store {

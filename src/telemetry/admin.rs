@@ -19,8 +19,18 @@ pub(super) fn defs() -> Vec<Def> {
 }
 
 /// An operator replay was applied or refused.
-pub fn replay(msg_id: i64, applied: bool, reason: &str) {
+/// `source`: where an applied replay found the raw text (`inbox` or `raw_copy`).
+pub fn replay(msg_id: i64, applied: bool, reason: &str, source: Option<&'static str>) {
     let result = if applied { "applied" } else { "refused" };
     counter!(REPLAY_TOTAL, "result" => result).increment(1);
-    tracing::warn!(msg_id, result, reason, "operator replay");
+    if let (true, Some(source)) = (applied, source) {
+        super::raw_copy::replay_source(msg_id, source);
+    }
+    tracing::warn!(
+        msg_id,
+        result,
+        reason,
+        source = source.unwrap_or("-"),
+        "operator replay"
+    );
 }

@@ -37,6 +37,7 @@ pub const RETENTION_TABLES: &[&str] = &[
     "audit_log",
     "late_watch",
     "late_watch_range",
+    "raw_copy",
 ];
 /// `table` of [`RETENTION_ERRORS_TOTAL`]: those, the archive and the size estimate.
 pub const RETENTION_ERROR_TABLES: &[&str] = &[
@@ -46,6 +47,7 @@ pub const RETENTION_ERROR_TABLES: &[&str] = &[
     "audit_log",
     "late_watch",
     "late_watch_range",
+    "raw_copy",
     "pg_class",
 ];
 /// `table` of [`STORE_TABLE_ROWS`]: the tables whose size is reported.
@@ -57,6 +59,7 @@ pub const SIZED_TABLES: &[&str] = &[
     "audit_log",
     "late_watch",
     "late_watch_range",
+    "raw_copy",
 ];
 
 /// The series of this file.

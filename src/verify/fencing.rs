@@ -20,6 +20,7 @@ const FENCED: &[&str] = &[
     "late_watch_range",
     "inbox_unseen",
     "proc_state_hst",
+    "raw_copy",
 ];
 
 pub(super) async fn run(store: &Store) -> Result<Finding, VerifyError> {

@@ -223,7 +223,7 @@ impl TestEnv {
             self.store.clone(),
             msgx_actors::app::codec(&settings.processing, self.tz),
             shared(&self.clock),
-            msgx_actors::app::pump_config(&settings.processing, self.tz),
+            msgx_actors::app::pump_config(&settings.processing, &settings.retention, self.tz),
         )
     }
 
