@@ -62,8 +62,15 @@ def draw_panel(ax, panel, data, t0, events):
     ymax, inf_seen = 0.0, False
     for target in panel.get("targets", []):
         for series in data["results"].get(target["expr"], []):
-            xs = [(float(t) - t0) / 60 for t, _ in series["values"]]
-            ys = [value(v) for _, v in series["values"]]
+            xs, ys, last = [], [], None
+            for t, v in series["values"]:
+                # A missing sample (target down, series gone) is a gap, as in Grafana.
+                if last is not None and float(t) - last > 1.5 * data["step"]:
+                    xs.append((last - t0) / 60 + data["step"] / 120)
+                    ys.append(math.nan)
+                xs.append((float(t) - t0) / 60)
+                ys.append(value(v))
+                last = float(t)
             inf_seen |= any(math.isinf(float(v)) for _, v in series["values"])
             finite = [y for y in ys if not math.isnan(y)]
             if finite:
@@ -84,6 +91,7 @@ def draw_panel(ax, panel, data, t0, events):
         else:
             notes.append(f"{s['color']} ≥ {s['value']:g}")
     ax.set_ylim(bottom=0, top=top)
+    ax.set_xlim(0, (data["end"] - t0) / 60)
     for i, e in enumerate(events):
         ax.axvline((e["t"] - t0) / 60, color=EVENT_COLOR, linewidth=0.8, linestyle=":")
         ax.text((e["t"] - t0) / 60, 1.0, chr(65 + i), transform=ax.get_xaxis_transform(),
