@@ -124,8 +124,14 @@ impl Prometheus {
         let port = free_port();
         let log = std::fs::File::create(dir.join("prometheus.log")).expect("log");
         let child = Command::new(bin)
-            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--log.level=warn")
             .stdin(Stdio::null())
@@ -173,7 +179,13 @@ impl Prometheus {
     }
 
     /// Range query: its result matrix.
-    async fn query_range(&self, expr: &str, start: f64, end: f64, step: f64) -> Result<Value, String> {
+    async fn query_range(
+        &self,
+        expr: &str,
+        start: f64,
+        end: f64,
+        step: f64,
+    ) -> Result<Value, String> {
         let data = self
             .api(&format!(
                 "/api/v1/query_range?query={}&start={start:.3}&end={end:.3}&step={step}",
@@ -273,7 +285,10 @@ fn rule_queries() -> Vec<Query> {
     let mut out = Vec::new();
     for g in doc["groups"].as_array().expect("groups") {
         for r in g["rules"].as_array().expect("rules") {
-            let name = r["alert"].as_str().or(r["record"].as_str()).expect("rule name");
+            let name = r["alert"]
+                .as_str()
+                .or(r["record"].as_str())
+                .expect("rule name");
             out.push(Query {
                 origin: format!("alerts.yml / {name}"),
                 expr: r["expr"].as_str().expect("expr").trim().to_string(),
@@ -348,7 +363,10 @@ fn every_panel_has_a_unit_and_every_row_named_by_ops2_is_there() {
         "Lease and restarts",
         "Late arrivals",
     ] {
-        assert!(rows.contains(&want), "row {want:?} missing (rows: {rows:?})");
+        assert!(
+            rows.contains(&want),
+            "row {want:?} missing (rows: {rows:?})"
+        );
     }
     let mut ids = BTreeSet::new();
     for p in panels.iter().filter(|p| p["type"] != "row") {
@@ -362,7 +380,10 @@ fn every_panel_has_a_unit_and_every_row_named_by_ops2_is_there() {
             "panel {title:?} has no thresholds"
         );
         assert_eq!(p["datasource"]["uid"], "prometheus", "panel {title:?}");
-        assert!(ids.insert(p["id"].as_i64().expect("id")), "duplicate id in {title:?}");
+        assert!(
+            ids.insert(p["id"].as_i64().expect("id")),
+            "duplicate id in {title:?}"
+        );
     }
 }
 
@@ -370,7 +391,12 @@ fn every_panel_has_a_unit_and_every_row_named_by_ops2_is_there() {
 // The live run.
 
 /// The service's environment: quick timers so a short run exercises holes, retries, marking.
-fn service_env(env: &TestEnv, kafka: &str, port: u16, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+fn service_env(
+    env: &TestEnv,
+    kafka: &str,
+    port: u16,
+    extra: &[(&str, &str)],
+) -> Vec<(String, String)> {
     let mut v = env.binary_env();
     for (k, val) in [
         ("MSGX_KAFKA__BROKERS", kafka),
@@ -481,7 +507,9 @@ async fn evaluate_all(prom: &Prometheus, panels: &[Query], rules: &[Query]) -> F
             }
         }
         match prom.query(&q.expr).await {
-            Err(e) => f.invalid.push(format!("{}: {e}\n      {}", q.origin, q.expr)),
+            Err(e) => f
+                .invalid
+                .push(format!("{}: {e}\n      {}", q.origin, q.expr)),
             // An alert's expression is empty while it does not fire: only panels must show data.
             Ok(r) if r.is_empty() && is_panel => {
                 f.no_series.push(format!("{}: {}", q.origin, q.expr))
@@ -499,7 +527,10 @@ async fn dashboards_and_alerts_live() {
     };
     let panels = panel_queries();
     let rules = rule_queries();
-    assert!(panels.len() > 20 && rules.len() > 10, "dashboards and rules found");
+    assert!(
+        panels.len() > 20 && rules.len() > 10,
+        "dashboards and rules found"
+    );
 
     let env = TestEnv::new("obslive").await;
     let broker = Tansu::start();
@@ -593,8 +624,14 @@ async fn dashboards_and_alerts_live() {
     let mut report = String::new();
     for (what, list) in [
         ("invalid expressions", &findings.invalid),
-        ("metric names the service does not export", &findings.unknown_names),
-        ("panel queries with no series after warm-up", &findings.no_series),
+        (
+            "metric names the service does not export",
+            &findings.unknown_names,
+        ),
+        (
+            "panel queries with no series after warm-up",
+            &findings.no_series,
+        ),
         ("rules not loaded healthy", &unhealthy),
     ] {
         if !list.is_empty() {
@@ -695,14 +732,20 @@ async fn scenario_for_pictures() {
 
     // A hole: an inbox transaction held open past max_commit_delay, then committed (late).
     let (tx, id) = env.open_insert().await;
-    event(&mut events, t0, epoch0, &format!("hole: id {id} held uncommitted"));
+    event(
+        &mut events,
+        t0,
+        epoch0,
+        &format!("hole: id {id} held uncommitted"),
+    );
     sleep_s(35).await;
     tx.commit().await.expect("late commit");
     event(&mut events, t0, epoch0, "hole committed late");
     sleep_s(20).await;
 
     // A poison head: a message of a type nobody knows fails until processing.head_deadline.
-    env.insert_message(&common::msgs::unknown_type(999_999)).await;
+    env.insert_message(&common::msgs::unknown_type(999_999))
+        .await;
     event(&mut events, t0, epoch0, "poison head written");
     sleep_s(45).await;
 
@@ -712,7 +755,17 @@ async fn scenario_for_pictures() {
         .status();
     let _ = service.wait();
     event(&mut events, t0, epoch0, "service stopped");
-    sleep_s(40).await;
+    sleep_s(10).await;
+    // A burst on top while it is down: the backlog the restarted service drains.
+    let mut burst = simulator(
+        &env,
+        "0",
+        "30s",
+        &["--total", "4000", "--hold-fraction", "0"],
+    );
+    let _ = burst.wait();
+    event(&mut events, t0, epoch0, "4000 rows written while down");
+    sleep_s(10).await;
     service = spawn_service(&vars, &log);
     event(&mut events, t0, epoch0, "service restarted");
     wait_ready(port, Duration::from_secs(60), &log).await;
@@ -737,7 +790,10 @@ async fn scenario_for_pictures() {
     });
     std::fs::create_dir_all(out.parent().expect("dir")).expect("out dir");
     std::fs::write(&out, serde_json::to_string(&dump).expect("json")).expect("write dump");
-    eprintln!("query_range data of every panel written to {}", out.display());
+    eprintln!(
+        "query_range data of every panel written to {}",
+        out.display()
+    );
 
     let _ = sim.kill();
     let _ = sim.wait();
@@ -763,13 +819,23 @@ fn compose() -> Value {
 fn listening_ports(svc: &Value) -> BTreeSet<u16> {
     let mut out = BTreeSet::new();
     for p in svc["ports"].as_array().into_iter().flatten() {
-        let s = p.as_str().map(str::to_string).unwrap_or_else(|| p.to_string());
-        if let Some(c) = s.rsplit(':').next().and_then(|c| c.split('/').next()?.parse().ok()) {
+        let s = p
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| p.to_string());
+        if let Some(c) = s
+            .rsplit(':')
+            .next()
+            .and_then(|c| c.split('/').next()?.parse().ok())
+        {
             out.insert(c);
         }
     }
     for p in svc["expose"].as_array().into_iter().flatten() {
-        let s = p.as_str().map(str::to_string).unwrap_or_else(|| p.to_string());
+        let s = p
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| p.to_string());
         if let Ok(c) = s.parse() {
             out.insert(c);
         }
@@ -794,7 +860,10 @@ fn msgx_env(svc: &Value) -> Vec<(String, String)> {
         .flatten()
         .filter(|(k, _)| k.starts_with("MSGX_"))
         .map(|(k, v)| {
-            let v = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+            let v = v
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string());
             (k.clone(), v)
         })
         .collect()
@@ -814,10 +883,20 @@ fn compose_has_every_service_with_health_checks() {
         "prometheus",
         "grafana",
     ] {
-        assert!(services.contains_key(want), "docker-compose.yml: no service {want}");
+        assert!(
+            services.contains_key(want),
+            "docker-compose.yml: no service {want}"
+        );
     }
     // Long-running services are checked; one-shot jobs (fixture, topics, simulator) are not.
-    for long in ["mysql", "postgres", "kafka", "msgexchange", "prometheus", "grafana"] {
+    for long in [
+        "mysql",
+        "postgres",
+        "kafka",
+        "msgexchange",
+        "prometheus",
+        "grafana",
+    ] {
         let t = &services[long]["healthcheck"]["test"];
         assert!(
             t.is_array() || t.is_string(),
@@ -827,7 +906,10 @@ fn compose_has_every_service_with_health_checks() {
     // Every depends_on names a service; a service_healthy one has a healthcheck.
     for (name, svc) in services {
         for (dep, cond) in svc["depends_on"].as_object().into_iter().flatten() {
-            assert!(services.contains_key(dep), "{name} depends on unknown {dep}");
+            assert!(
+                services.contains_key(dep),
+                "{name} depends on unknown {dep}"
+            );
             if cond["condition"] == "service_healthy" {
                 assert!(
                     services[dep]["healthcheck"].is_object(),
@@ -839,7 +921,10 @@ fn compose_has_every_service_with_health_checks() {
     // Kafka in KRaft single-node mode: broker and controller, its own quorum, no ZooKeeper.
     let k = &services["kafka"]["environment"];
     let roles = k["KAFKA_PROCESS_ROLES"].as_str().unwrap_or("");
-    assert!(roles.contains("broker") && roles.contains("controller"), "KRaft roles: {roles}");
+    assert!(
+        roles.contains("broker") && roles.contains("controller"),
+        "KRaft roles: {roles}"
+    );
     assert!(k["KAFKA_CONTROLLER_QUORUM_VOTERS"]
         .as_str()
         .is_some_and(|v| v.starts_with("1@kafka:")));
@@ -877,7 +962,10 @@ fn compose_has_every_service_with_health_checks() {
     for f in prom["rule_files"].as_array().expect("rule_files") {
         let f = f.as_str().expect("rule file");
         let local = f.replace("/etc/prometheus/", "prometheus/");
-        assert!(repo().join(&local).is_file(), "rule file {f} is not in the repo");
+        assert!(
+            repo().join(&local).is_file(),
+            "rule file {f} is not in the repo"
+        );
     }
 }
 
@@ -947,24 +1035,40 @@ fn compose_environment_matches_the_config() {
     let prom = yaml("prometheus/prometheus.yml");
     let mut targets = 0;
     for sc in prom["scrape_configs"].as_array().expect("scrape_configs") {
-        for t in sc["static_configs"][0]["targets"].as_array().expect("targets") {
+        for t in sc["static_configs"][0]["targets"]
+            .as_array()
+            .expect("targets")
+        {
             let (host, port) = host_port(t.as_str().expect("target")).expect("host:port");
-            let svc = services.get(&host).unwrap_or_else(|| panic!("scrape target {host}"));
-            assert!(listening_ports(svc).contains(&port), "{host} does not publish {port}");
+            let svc = services
+                .get(&host)
+                .unwrap_or_else(|| panic!("scrape target {host}"));
+            assert!(
+                listening_ports(svc).contains(&port),
+                "{host} does not publish {port}"
+            );
             let listen = msgx_env(svc)
                 .into_iter()
                 .find(|(k, _)| k == "MSGX_HTTP__LISTEN")
                 .map(|(_, v)| v)
                 .expect("MSGX_HTTP__LISTEN");
-            assert!(listen.ends_with(&format!(":{port}")), "scraped {port}, listens {listen}");
+            assert!(
+                listen.ends_with(&format!(":{port}")),
+                "scraped {port}, listens {listen}"
+            );
             targets += 1;
         }
     }
     assert_eq!(targets, 1);
     let ds = yaml("grafana/provisioning/datasources/prometheus.yml");
-    let url = ds["datasources"][0]["url"].as_str().expect("datasource url");
+    let url = ds["datasources"][0]["url"]
+        .as_str()
+        .expect("datasource url");
     let (host, port) = host_port(url).expect("host:port");
-    assert!(listening_ports(&services[&host]).contains(&port), "datasource {url}");
+    assert!(
+        listening_ports(&services[&host]).contains(&port),
+        "datasource {url}"
+    );
     assert_eq!(
         ds["datasources"][0]["uid"], "prometheus",
         "the dashboards name datasource uid prometheus"
