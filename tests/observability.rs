@@ -761,7 +761,19 @@ async fn scenario_for_pictures() {
         &env,
         "0",
         "30s",
-        &["--total", "4000", "--hold-fraction", "0"],
+        &[
+            "--total",
+            "4000",
+            "--hold-fraction",
+            "0",
+            "--rollback-fraction",
+            "0",
+            "--malformed-fraction",
+            "0",
+            // An unknown type would be a new FAILED head, holding the drain for head_deadline.
+            "--unknown-type-fraction",
+            "0",
+        ],
     );
     let _ = burst.wait();
     event(&mut events, t0, epoch0, "4000 rows written while down");
