@@ -22,6 +22,7 @@
 //! - [`devtools`]: acting as the DB owner and as upstream, for dev, tests and benchmarks.
 
 pub mod backfill;
+pub mod backlog;
 pub mod backoff;
 pub mod clock;
 pub mod codec;
@@ -42,3 +43,6 @@ pub mod store;
 pub mod telemetry;
 pub mod verify;
 pub mod watermark;
+
+#[cfg(test)]
+mod telemetry_labels;

@@ -151,6 +151,49 @@ impl PollReport {
     pub fn poll_again_now(&self) -> bool {
         self.batch_full || !self.advance.released.is_empty() || self.hole_sighted
     }
+
+    /// The round's telemetry event.
+    pub fn event(&self) -> telemetry::PollRound {
+        let a = &self.advance;
+        let released = a
+            .released
+            .iter()
+            .map(|r| {
+                let decision = a
+                    .evidence
+                    .iter()
+                    .find(|(first, _)| *first == r.first)
+                    .map(|(_, d)| *d);
+                telemetry::HoleReleased {
+                    first: r.first,
+                    last: r.last,
+                    why: match decision {
+                        Some(EvidenceDecision::ReleasedEarly) => telemetry::ReleaseWhy::RolledBack,
+                        Some(EvidenceDecision::CapReached) => telemetry::ReleaseWhy::EvidenceCap,
+                        _ => telemetry::ReleaseWhy::Timer,
+                    },
+                }
+            })
+            .collect();
+        telemetry::PollRound {
+            w: a.w,
+            head: self.inbox_head,
+            lag: self.lag,
+            regressed: self.regressed,
+            enqueued: self.enqueued_new,
+            took: self.duration,
+            holes_open: a.holes.len(),
+            missing_ids: a.missing_ids(),
+            oldest_hole_age: self.oldest_hole_age,
+            waiting: a.open_hole.map(|h| telemetry::WaitingHole {
+                first_missing: h.first_missing,
+                next_present: h.next_present,
+                age: h.age,
+            }),
+            fills: a.fills.clone(),
+            released,
+        }
+    }
 }
 
 /// Why a round failed. In every case W stays where it was.
@@ -179,9 +222,9 @@ impl PollError {
     /// Stage label for metrics.
     pub fn stage(&self) -> &'static str {
         match self {
-            Self::Store(_) => "store",
-            Self::Inbox(_) | Self::Unordered { .. } => "inbox",
-            Self::CorruptHoles { .. } => "holes",
+            Self::Store(_) => telemetry::POLL_STAGE_STORE,
+            Self::Inbox(_) | Self::Unordered { .. } => telemetry::POLL_STAGE_INBOX,
+            Self::CorruptHoles { .. } => telemetry::POLL_STAGE_HOLES,
         }
     }
 }
@@ -285,7 +328,8 @@ pub async fn poll_once(
     stages.commit = t.elapsed();
     report_evidence(&decision);
     if !decision.dropped.is_empty() {
-        telemetry::holes_dropped(before.w, &decision.dropped);
+        let dropped: Vec<(i64, i64)> = decision.dropped.iter().map(|h| (h.first, h.last)).collect();
+        telemetry::holes_dropped(before.w, &dropped);
     }
 
     // The head: the last row read, or — when nothing is above W — the inbox's own MAX(id), so

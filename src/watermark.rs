@@ -241,9 +241,9 @@ impl EvidenceDecision {
     /// Metric label (`telemetry::hole_evidence`).
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::ReleasedEarly => "released_early",
-            Self::Held => "held",
-            Self::CapReached => "cap_reached",
+            Self::ReleasedEarly => crate::telemetry::HOLE_RELEASED_EARLY,
+            Self::Held => crate::telemetry::HOLE_HELD,
+            Self::CapReached => crate::telemetry::HOLE_CAP_REACHED,
         }
     }
 }

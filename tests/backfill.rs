@@ -165,7 +165,10 @@ async fn marks_empty_marks_with_owner_value_and_local_processed_time() {
     assert_eq!((r.selected, r.marked, r.already_marked), (5, 5, 0));
     assert_eq!(r.transient(), 0);
     assert!(r.missing.is_empty());
-    assert_eq!(r.backlog.expect("backlog").pending, 0);
+    assert_eq!(
+        env.store.backfill_backlog().await.expect("backlog").pending,
+        0
+    );
     for id in &ids {
         let (status, processed) = mark(&env, *id).await;
         assert_eq!(status.as_deref(), Some("PROCESSED"));

@@ -228,7 +228,13 @@ async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let body = http_get(port, "/metrics").await.unwrap_or_default();
-        if body.contains("msgx_inbox_poll_errors_total{stage=\"inbox\"}") {
+        // Registered at 0 from start-up: wait for the first failed round.
+        let failed = body.lines().any(|l| {
+            l.strip_prefix("msgx_inbox_poll_errors_total{stage=\"inbox\"} ")
+                .and_then(|v| v.parse::<f64>().ok())
+                .is_some_and(|v| v > 0.0)
+        });
+        if failed {
             failing = body;
             break;
         }

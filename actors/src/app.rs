@@ -208,7 +208,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let dispatcher = dispatch.map(|d| {
         let (store, clock) = (store.clone(), clock.clone());
         ChildFactory {
-            name: "dispatcher",
+            name: telemetry::CHILD_DISPATCHER,
             start: Box::new(move |wiring: &Wiring| {
                 let producer = match EventProducer::new(&d.kafka, &d.bootstrap) {
                     Ok(p) => p,
@@ -242,7 +242,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         let idle = processing.idle_poll;
         let drain_window = processing.drain_rate_window;
         ChildFactory {
-            name: "pump",
+            name: telemetry::CHILD_PUMP,
             start: Box::new(move |wiring: &Wiring| {
                 let core = PumpCore::new(
                     inbox.clone(),
@@ -270,7 +270,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
         let period = late.detect_period;
         ChildFactory {
-            name: "late_detector",
+            name: telemetry::CHILD_LATE_DETECTOR,
             start: Box::new(move |wiring: &Wiring| {
                 let addr = LateDetector::new(
                     inbox.clone(),
@@ -293,7 +293,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let backfill_sweeper = {
         let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
         ChildFactory {
-            name: "backfill_sweeper",
+            name: telemetry::CHILD_BACKFILL_SWEEPER,
             start: Box::new(move |wiring: &Wiring| {
                 let addr = BackfillSweeper::new(
                     inbox.clone(),
@@ -316,7 +316,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let purge_watch = {
         let inbox = inbox.clone();
         ChildFactory {
-            name: "purge_watch",
+            name: telemetry::CHILD_PURGE_WATCH,
             start: Box::new(move |wiring: &Wiring| {
                 let addr =
                     crate::purge_watch::PurgeWatch::new(inbox.clone(), backfill_period).start();
@@ -335,7 +335,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     };
     let interval = pipeline.poll_interval;
     let inbox_poller = ChildFactory {
-        name: "inbox_poller",
+        name: telemetry::CHILD_INBOX_POLLER,
         start: Box::new(move |wiring: &Wiring| {
             let addr = InboxPoller::new(
                 inbox.clone(),
@@ -422,7 +422,7 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.to_string()), &buckets)?;
     }
     let handle = builder.install_recorder()?;
-    telemetry::describe();
+    telemetry::register();
     Ok(handle)
 }
 

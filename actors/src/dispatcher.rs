@@ -97,9 +97,9 @@ impl Dispatcher {
         self.next.arm(ctx, DispatchNow, after, only_if_sooner);
     }
 
-    /// Refreshes the backlog gauges at most every [`BACKLOG_EVERY`], and wakes for a retry due
-    /// before the safety-net poll.
-    fn refresh_backlog(&mut self, ctx: &mut Context<Self>) {
+    /// At most every [`BACKLOG_EVERY`], wakes for a retry due before the safety-net poll (the
+    /// backlog gauges come from the pump's one refresh of every backlog).
+    fn wake_for_retry(&mut self, ctx: &mut Context<Self>) {
         if self.backlog_at.is_some_and(|t| t.elapsed() < BACKLOG_EVERY) {
             return;
         }
@@ -108,14 +108,10 @@ impl Dispatcher {
         let idle = self.idle_poll;
         let fut = async move {
             let now = clock.now();
-            match store.event_backlog(now).await {
-                Ok(b) => {
-                    let age = b.oldest.and_then(|o| (now - o).to_std().ok());
-                    telemetry::dispatch_backlog(&b, age);
-                    b.next_retry.and_then(|t| (t - now).to_std().ok())
-                }
+            match store.next_event_retry(now).await {
+                Ok(next) => next.and_then(|t| (t - now).to_std().ok()),
                 Err(e) => {
-                    tracing::warn!(error = %e, "dispatch backlog query failed");
+                    tracing::warn!(error = %e, "dispatch next-retry query failed");
                     None
                 }
             }
@@ -170,7 +166,7 @@ impl Handler<DispatchNow> for Dispatcher {
                 act.producer = Some((producer, state));
                 let delay = match &result {
                     Ok(r) => {
-                        telemetry::dispatch_round(r);
+                        r.event().emit();
                         if r.full || carried || r.producer_recreated.is_some() {
                             Duration::ZERO
                         } else {
@@ -183,7 +179,7 @@ impl Handler<DispatchNow> for Dispatcher {
                     }
                 };
                 act.schedule(ctx, delay, false);
-                act.refresh_backlog(ctx);
+                act.wake_for_retry(ctx);
                 result
                     .map(|r| RoundSummary::from(&r))
                     .map_err(crate::messages::WorkError::from)

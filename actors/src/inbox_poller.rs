@@ -70,7 +70,7 @@ impl InboxPoller {
     fn after_round(&mut self, result: &Result<PollReport, PollError>, ctx: &mut Context<Self>) {
         let again_now = match result {
             Ok(report) => {
-                telemetry::poll_round(report);
+                report.event().emit();
                 self.health.poll_ok();
                 self.last_w = Some(report.advance.w);
                 if report.moved() {

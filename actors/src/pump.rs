@@ -12,6 +12,7 @@ use std::time::Duration;
 use actix::{
     Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
 };
+use msgx_core::backlog;
 use msgx_core::clock::SharedClock;
 use msgx_core::pump::drain::DrainEstimator;
 use msgx_core::pump::{Outcome, PumpCore, StepOutcome};
@@ -134,7 +135,7 @@ impl Pump {
         terminal: &mut Option<i64>,
         events: &mut Option<i64>,
     ) -> Duration {
-        telemetry::pump_step(step);
+        step.event().emit();
         match step {
             StepOutcome::Processed {
                 msg_id, outcome, ..
@@ -199,28 +200,27 @@ impl Handler<WatermarkMoved> for Pump {
 impl Handler<RefreshBacklog> for Pump {
     type Result = ();
 
-    /// Spawned beside the mailbox (not atomic): a slow count never delays a group, and the
-    /// queries are index-backed (`Store::backlog_gauges`), cheap at a million rows.
+    /// The one refresh of every backlog gauge (processing, marking, delivery: `backlog::read`),
+    /// here because the drain estimate needs the pump's finished count. Spawned beside the
+    /// mailbox (not atomic): a slow count never delays a group, and the queries run on the
+    /// partial indexes.
     fn handle(&mut self, _: RefreshBacklog, ctx: &mut Self::Context) {
         let store = self.store.clone();
         let clock = self.clock.clone();
         self.drain.record(clock.now(), self.finished);
         let refresh = async move {
-            match store.backlog_gauges().await {
-                Ok(b) => {
-                    let age = b.oldest.and_then(|t| (clock.now() - t).to_std().ok());
-                    telemetry::backlog(b.unfinished, age);
-                    Some(b.unfinished)
-                }
+            let now = clock.now();
+            match backlog::read(&store, now).await {
+                Ok(b) => Some((b, now)),
                 Err(e) => {
                     telemetry::pump_step_failed(&e);
                     None
                 }
             }
         };
-        ctx.spawn(refresh.into_actor(self).map(|unfinished, act, _| {
-            if let Some(n) = unfinished {
-                telemetry::drain_estimate(act.drain.estimate(n));
+        ctx.spawn(refresh.into_actor(self).map(|read, act, _| {
+            if let Some((b, now)) = read {
+                b.event(now, act.drain.estimate(b.queue.unfinished)).emit();
             }
         }));
     }

@@ -83,7 +83,7 @@ impl ScheduleRequester {
             Err(e @ OutboundError::NotDelivered { .. }) => {
                 tracing::warn!(error = %e, "schedule requester step: insert failed")
             }
-            Err(e) => telemetry::outbound_failed("step", None, e),
+            Err(e) => telemetry::outbound_failed(telemetry::OUTBOUND_STAGE_STEP, None, e),
         }
         self.next.arm(ctx, RequestTick, pause.max(MIN_PAUSE), false);
     }
@@ -120,7 +120,7 @@ impl Handler<RequestTick> for ScheduleRequester {
 /// The supervisor's factory for the requester.
 pub fn child(outbound: Outbound, clock: SharedClock) -> ChildFactory {
     ChildFactory {
-        name: "schedule_requester",
+        name: telemetry::CHILD_SCHEDULE_REQUESTER,
         start: Box::new(move |wiring: &Wiring| {
             let addr = ScheduleRequester::new(outbound.clone(), clock.clone()).start();
             let stop = addr.clone().recipient();

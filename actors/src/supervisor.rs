@@ -381,4 +381,42 @@ mod tests {
         assert_eq!(backoff(1), Duration::from_millis(400));
         assert_eq!(backoff(20), BACKOFF_MAX);
     }
+
+    /// The service's children are named by `telemetry::CHILD_*` (the `child` values of
+    /// `msgx_actor_restarts_total` registered at 0), never by a literal.
+    #[test]
+    fn children_are_named_by_registered_constants() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = 0;
+        for file in ["app.rs", "schedule_requester.rs"] {
+            let text = std::fs::read_to_string(dir.join(file)).expect("readable");
+            for part in text.split("ChildFactory {").skip(1) {
+                // A struct literal (not `-> ChildFactory {` of a function) starts with its name.
+                let Some(rest) = part.trim_start().strip_prefix("name:") else {
+                    continue;
+                };
+                let name = rest.split(',').next().expect("name").trim();
+                let konst = name.strip_prefix("telemetry::").unwrap_or_else(|| {
+                    panic!("{file}: child named {name}, not telemetry::CHILD_*")
+                });
+                let value = match konst {
+                    "CHILD_INBOX_POLLER" => telemetry::CHILD_INBOX_POLLER,
+                    "CHILD_PUMP" => telemetry::CHILD_PUMP,
+                    "CHILD_DISPATCHER" => telemetry::CHILD_DISPATCHER,
+                    "CHILD_LATE_DETECTOR" => telemetry::CHILD_LATE_DETECTOR,
+                    "CHILD_BACKFILL_SWEEPER" => telemetry::CHILD_BACKFILL_SWEEPER,
+                    "CHILD_PURGE_WATCH" => telemetry::CHILD_PURGE_WATCH,
+                    "CHILD_SCHEDULE_REQUESTER" => telemetry::CHILD_SCHEDULE_REQUESTER,
+                    other => panic!("{file}: unknown child constant {other}"),
+                };
+                assert!(telemetry::CHILDREN.contains(&value));
+                found += 1;
+            }
+        }
+        assert_eq!(
+            found,
+            telemetry::CHILDREN.len(),
+            "one factory per registered child"
+        );
+    }
 }

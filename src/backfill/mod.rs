@@ -17,6 +17,4 @@ pub mod rules;
 pub mod sweep;
 
 pub use rules::{AfterFailure, BackfillRules, MissingKind};
-pub use sweep::{
-    sweep_once, SweepConfig, SweepReport, BACKLOG_REFRESH_WHILE_DRAINING, ISOLATION_BUDGET,
-};
+pub use sweep::{sweep_once, SweepConfig, SweepReport, ISOLATION_BUDGET};

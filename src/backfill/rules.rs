@@ -84,8 +84,8 @@ impl MissingKind {
     /// `never_seen` / `purged_before_mark`.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::NeverSeen => "never_seen",
-            Self::PurgedBeforeMark => "purged_before_mark",
+            Self::NeverSeen => crate::telemetry::KIND_NEVER_SEEN,
+            Self::PurgedBeforeMark => crate::telemetry::KIND_PURGED_BEFORE_MARK,
         }
     }
 

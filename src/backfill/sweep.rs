@@ -1,7 +1,6 @@
 //! One backfill sweep over the adapters (the actor only decides when to run the next).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -14,7 +13,7 @@ use crate::inbox::mark::MarkSql;
 use crate::inbox::names::InboxNames;
 use crate::inbox::Inbox;
 use crate::settings::BackfillSettings;
-use crate::store::backfill::{AbandonReason, BackfillBacklog, BackfillRow, SweepWrite};
+use crate::store::backfill::{AbandonReason, BackfillRow, SweepWrite};
 use crate::store::{Store, StoreError};
 use crate::telemetry;
 
@@ -22,11 +21,6 @@ use crate::telemetry;
 /// statement-level error (a trigger, a lock wait): the failing group is split in halves until
 /// the failing rows stand alone, so one bad row does not fail its whole batch.
 pub const ISOLATION_BUDGET: u32 = 64;
-
-/// While a backlog drains (full batches back to back) the backlog gauges are refreshed at most
-/// this often; otherwise after every sweep. The gauge query counts every unmarked row, which
-/// costs as much as a sweep when the backlog is large.
-pub const BACKLOG_REFRESH_WHILE_DRAINING: Duration = Duration::from_secs(1);
 
 /// Everything a sweep needs besides the adapters.
 #[derive(Debug, Clone)]
@@ -41,8 +35,6 @@ pub struct SweepConfig {
     pub marks: MarkSql,
     /// See [`ISOLATION_BUDGET`].
     pub isolation_budget: u32,
-    /// When the backlog gauges were last refreshed (shared by clones).
-    last_backlog: Arc<Mutex<Option<Instant>>>,
 }
 
 impl SweepConfig {
@@ -59,7 +51,6 @@ impl SweepConfig {
             },
             marks: MarkSql::new(names),
             isolation_budget: ISOLATION_BUDGET,
-            last_backlog: Arc::new(Mutex::new(None)),
         }
     }
 }
@@ -89,10 +80,6 @@ pub struct SweepReport {
     pub isolation_statements: u32,
     /// Wall time of the sweep.
     pub took: Duration,
-    /// Backlog after the sweep: refreshed after every sweep, except at most once per
-    /// [`BACKLOG_REFRESH_WHILE_DRAINING`] while full batches drain a backlog (None then, or
-    /// when that query failed; the sweep itself committed).
-    pub backlog: Option<BackfillBacklog>,
 }
 
 impl SweepReport {
@@ -116,8 +103,8 @@ impl SweepReport {
 ///    - no inbox row → abandon `MISSING_ROW` at once, alert with its kind;
 ///    - timeout / connection / statement failure → `attempts + 1`, next try after backoff
 ///      (`BACKFILL_ERROR`), or abandon `MAX_ATTEMPTS` at `max_attempts`, alert;
-/// 5. report to telemetry and refresh the backlog gauges (one query on the partial index; at
-///    most once per [`BACKLOG_REFRESH_WHILE_DRAINING`] while full batches drain a backlog).
+/// 5. report to telemetry (the backlog gauges come from `crate::backlog`, refreshed by the
+///    pump with every other backlog).
 ///
 /// An inbox failure is never "missing" and never fails the sweep: it is recorded on the rows.
 /// A PostgreSQL failure rolls the sweep back and is returned (marks written in the inbox
@@ -146,7 +133,6 @@ pub async fn sweep_once(
         transient_error: None,
         isolation_statements: 0,
         took: Duration::ZERO,
-        backlog: None,
     };
     let mut write = SweepWrite::default();
     if !rows.is_empty() {
@@ -197,7 +183,7 @@ pub async fn sweep_once(
         telemetry::backfill_abandoned(
             *msg_id,
             AbandonReason::MaxAttempts.as_str(),
-            "transient",
+            telemetry::KIND_TRANSIENT,
             &detail,
         );
     }
@@ -215,30 +201,7 @@ pub async fn sweep_once(
         report.transient() as u64,
         report.took,
     );
-    if !backlog_due(cfg, report.selected) {
-        return Ok(report);
-    }
-    match store.backfill_backlog().await {
-        Ok(b) => {
-            let age = b.oldest.and_then(|t| (clock.now() - t).to_std().ok());
-            telemetry::backfill_state(b.pending, age);
-            report.backlog = Some(b);
-        }
-        Err(e) => tracing::warn!(error = %e, "backfill backlog query failed; gauges not refreshed"),
-    }
     Ok(report)
-}
-
-/// The gauges are due after a sweep that was not full, and at least every
-/// [`BACKLOG_REFRESH_WHILE_DRAINING`] while a backlog drains.
-fn backlog_due(cfg: &SweepConfig, selected: usize) -> bool {
-    let mut last = cfg.last_backlog.lock().unwrap_or_else(|p| p.into_inner());
-    let draining = selected >= cfg.batch as usize;
-    if draining && last.is_some_and(|t| t.elapsed() < BACKLOG_REFRESH_WHILE_DRAINING) {
-        return false;
-    }
-    *last = Some(Instant::now());
-    true
 }
 
 /// Steps 2 and 3 for the locked batch: fills `report` and `write` with confirmed and missing

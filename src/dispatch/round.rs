@@ -84,6 +84,27 @@ pub struct RoundReport {
     pub stages: [std::time::Duration; 3],
 }
 
+impl RoundReport {
+    /// The round's telemetry event.
+    pub fn event(&self) -> crate::telemetry::DispatchRound<'_> {
+        crate::telemetry::DispatchRound {
+            selected: self.selected,
+            sent: self.sent,
+            retries: (self.failed + self.dlq_failed) as u64,
+            dead: self.dead,
+            timings: self
+                .timings
+                .iter()
+                .map(|t| (t.produce, t.commit_to_ack))
+                .collect(),
+            failures: &self.failures,
+            dead_events: &self.dead_events,
+            dlq_failed: self.dlq_failed,
+            producer_recreated: self.producer_recreated.as_deref(),
+        }
+    }
+}
+
 enum SendResult {
     Acked(Acked, AckTiming),
     Failed(i64, String),

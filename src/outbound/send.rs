@@ -339,7 +339,7 @@ fn daily_exists(row: TrackRow) -> OutboundError {
 /// Counts, logs and records a failed insert (best effort: the request is REGISTERED either
 /// way; without the record the reconciler just does not wait the grace).
 async fn failed(ob: &Outbound, row: &TrackRow, error: &CoutError, now: DateTime<Utc>) {
-    telemetry::outbound_failed("insert", Some(&row.rqid), error);
+    telemetry::outbound_failed(telemetry::OUTBOUND_STAGE_INSERT, Some(&row.rqid), error);
     if let Err(e) = ob.track.mark_failed(row.id, &error.to_string(), now).await {
         tracing::warn!(rqid = %row.rqid, error = %e, "could not record the failed attempt");
     }

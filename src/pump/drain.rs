@@ -20,6 +20,19 @@ pub enum DrainEstimate {
     Seconds(f64),
 }
 
+impl DrainEstimate {
+    /// As the `msgx_pipeline_estimated_drain_seconds` gauge: 0 when empty, NaN while unknown,
+    /// +Inf when stalled.
+    pub fn seconds(self) -> f64 {
+        match self {
+            Self::Empty => 0.0,
+            Self::Unknown => f64::NAN,
+            Self::Stalled => f64::INFINITY,
+            Self::Seconds(s) => s,
+        }
+    }
+}
+
 /// Finished-message counts over a sliding window.
 #[derive(Debug, Clone)]
 pub struct DrainEstimator {

@@ -94,23 +94,42 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// `succeeded` / `skipped` / `dead` / `failed`, for metrics.
+    /// Metric label: `succeeded`, `skipped`, `finished_elsewhere`, `dead`, `failed`.
     pub fn label(&self) -> &'static str {
-        match self {
-            Self::Succeeded { .. } => "succeeded",
-            Self::Skipped { .. } => "skipped",
-            Self::FinishedElsewhere => "finished_elsewhere",
-            Self::Dead { .. } => "dead",
-            Self::Failed { .. } => "failed",
-        }
+        self.event().outcome()
     }
 
     /// The error class, `none` on success, for metrics.
     pub fn class(&self) -> &'static str {
+        self.event().class()
+    }
+
+    /// The telemetry view of this outcome.
+    pub fn event(&self) -> crate::telemetry::Processed<'_> {
+        use crate::telemetry::Processed;
         match self {
-            Self::Succeeded { .. } | Self::FinishedElsewhere => "none",
-            Self::Skipped { reason, .. } => reason.as_str(),
-            Self::Dead { class, .. } | Self::Failed { class, .. } => class.as_str(),
+            Self::Succeeded { changes, events } => Processed::Succeeded {
+                changes: *changes,
+                events: *events,
+            },
+            Self::FinishedElsewhere => Processed::FinishedElsewhere,
+            Self::Skipped { reason, detail } => Processed::Skipped {
+                reason: reason.as_str(),
+                detail,
+            },
+            Self::Dead { class, detail } => Processed::Dead {
+                class: class.as_str(),
+                detail,
+            },
+            Self::Failed {
+                class,
+                detail,
+                next_attempt_at,
+            } => Processed::Failed {
+                class: class.as_str(),
+                detail,
+                retry_at: *next_attempt_at,
+            },
         }
     }
 

@@ -73,6 +73,34 @@ pub enum StepOutcome {
     },
 }
 
+impl StepOutcome {
+    /// The step's telemetry event.
+    pub fn event(&self) -> telemetry::PumpStep<'_> {
+        match self {
+            Self::Idle => telemetry::PumpStep::Idle,
+            Self::Waiting { msg_id, until } => telemetry::PumpStep::Waiting {
+                msg_id: *msg_id,
+                until: *until,
+            },
+            Self::Poisoned { msg_id, reason } => telemetry::PumpStep::Poisoned {
+                msg_id: *msg_id,
+                reason,
+            },
+            Self::Processed {
+                msg_id,
+                outcome,
+                took,
+                head_age,
+            } => telemetry::PumpStep::Processed {
+                msg_id: *msg_id,
+                outcome: outcome.event(),
+                took: *took,
+                head_age: *head_age,
+            },
+        }
+    }
+}
+
 /// The pump's state between steps: a read-ahead buffer of raw texts (reads have no side
 /// effects, so losing it is harmless) and the outcomes of a committed group not yet handed out
 /// by [`PumpCore::step`].

@@ -32,8 +32,8 @@ impl AbandonReason {
     /// The stored and exported name.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::MissingRow => "MISSING_ROW",
-            Self::MaxAttempts => "MAX_ATTEMPTS",
+            Self::MissingRow => crate::telemetry::ABANDON_MISSING_ROW,
+            Self::MaxAttempts => crate::telemetry::ABANDON_MAX_ATTEMPTS,
         }
     }
 }

@@ -172,6 +172,21 @@ impl Store {
         Ok(done.rows_affected())
     }
 
+    /// The earliest retry of a PENDING event due after `now` (the dispatcher wakes for it).
+    pub async fn next_event_retry(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let (next,): (Option<DateTime<Utc>>,) = sqlx::query_as(
+            "SELECT min(next_attempt_at) FROM msg_event \
+             WHERE state = 'PENDING' AND next_attempt_at > $1",
+        )
+        .bind(now)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(next)
+    }
+
     /// Pending count, oldest pending, next retry (metrics; the count scans the pending index).
     pub async fn event_backlog(&self, now: DateTime<Utc>) -> Result<EventBacklog, StoreError> {
         let (pending, oldest, next_retry): (i64, Option<DateTime<Utc>>, Option<DateTime<Utc>>) =

@@ -2,12 +2,9 @@
 
 use std::time::Duration;
 
-use metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
-};
+use metrics::{counter, histogram};
 
-use crate::dispatch::RoundReport;
-use crate::store::events::EventBacklog;
+use super::Def;
 
 /// PENDING events.
 pub const DISPATCH_PENDING: &str = "msgx_dispatch_pending";
@@ -29,7 +26,7 @@ pub const DISPATCH_PRODUCER_RECREATED_TOTAL: &str = "msgx_dispatch_producer_recr
 pub const DISPATCH_ROUND_ERRORS_TOTAL: &str = "msgx_dispatch_round_errors_total";
 
 /// Buckets for the two latency histograms (the aim is p99 ≤ 50 ms).
-pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
+pub(super) fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
     let latency = vec![
         0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
     ];
@@ -39,75 +36,115 @@ pub fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
     ]
 }
 
-/// HELP lines.
-pub fn describe() {
-    describe_gauge!(DISPATCH_PENDING, "MSG_EVENT rows PENDING delivery");
-    describe_gauge!(
-        DISPATCH_OLDEST_PENDING_SECONDS,
-        Unit::Seconds,
-        "Age of the oldest PENDING event"
-    );
-    describe_counter!(
-        DISPATCH_SENT_TOTAL,
-        "Events acknowledged by Kafka and marked SENT"
-    );
-    describe_counter!(
-        DISPATCH_RETRIES_TOTAL,
-        "Failed event sends (retried after backoff, DLQ when exhausted)"
-    );
-    describe_counter!(
-        DISPATCH_DEAD_TOTAL,
-        "Events copied to the dead-letter topic and marked DEAD"
-    );
-    describe_histogram!(
-        DISPATCH_PRODUCE_SECONDS,
-        Unit::Seconds,
-        "Event queued to the producer → broker ack"
-    );
-    describe_histogram!(
-        DISPATCH_COMMIT_TO_ACK_SECONDS,
-        Unit::Seconds,
-        "Event committed by the pump → broker ack"
-    );
-    describe_counter!(
-        DISPATCH_PRODUCER_RECREATED_TOTAL,
-        "Kafka producers rebuilt after a fatal error"
-    );
-    describe_counter!(
-        DISPATCH_ROUND_ERRORS_TOTAL,
-        "Dispatch rounds that failed (events stay PENDING)"
-    );
+/// The series of this file.
+pub(super) fn defs() -> Vec<Def> {
+    vec![
+        Def::gauge(
+            DISPATCH_PENDING,
+            "events",
+            "MSG_EVENT rows PENDING delivery; NaN before the first backlog refresh",
+        ),
+        Def::gauge(
+            DISPATCH_OLDEST_PENDING_SECONDS,
+            "seconds",
+            "Age of the oldest PENDING event (0 when none); NaN before the first backlog refresh",
+        ),
+        Def::counter(
+            DISPATCH_SENT_TOTAL,
+            "events",
+            "Events acknowledged by Kafka and marked SENT",
+        ),
+        Def::counter(
+            DISPATCH_RETRIES_TOTAL,
+            "sends",
+            "Failed event sends (retried after backoff, DLQ when exhausted)",
+        ),
+        Def::counter(
+            DISPATCH_DEAD_TOTAL,
+            "events",
+            "Events copied to the dead-letter topic and marked DEAD",
+        ),
+        Def::histogram(
+            DISPATCH_PRODUCE_SECONDS,
+            "seconds",
+            "Event queued to the producer to broker ack",
+        ),
+        Def::histogram(
+            DISPATCH_COMMIT_TO_ACK_SECONDS,
+            "seconds",
+            "Event committed by the pump to broker ack",
+        ),
+        Def::counter(
+            DISPATCH_PRODUCER_RECREATED_TOTAL,
+            "producers",
+            "Kafka producers rebuilt after a fatal error",
+        ),
+        Def::counter(
+            DISPATCH_ROUND_ERRORS_TOTAL,
+            "rounds",
+            "Dispatch rounds that failed (events stay PENDING)",
+        ),
+    ]
 }
 
-/// A round ended.
-pub fn dispatch_round(r: &RoundReport) {
-    counter!(DISPATCH_SENT_TOTAL).increment(r.sent);
-    counter!(DISPATCH_RETRIES_TOTAL).increment((r.failed + r.dlq_failed) as u64);
-    counter!(DISPATCH_DEAD_TOTAL).increment(r.dead);
-    for t in &r.timings {
-        histogram!(DISPATCH_PRODUCE_SECONDS).record(t.produce.as_secs_f64());
-        if let Some(c) = t.commit_to_ack {
-            histogram!(DISPATCH_COMMIT_TO_ACK_SECONDS).record(c.as_secs_f64());
+/// A dispatch round ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DispatchRound<'a> {
+    /// Events read.
+    pub selected: usize,
+    /// Marked SENT.
+    pub sent: u64,
+    /// Failed sends (retried), dead-letter copies included.
+    pub retries: u64,
+    /// Marked DEAD.
+    pub dead: u64,
+    /// Per acknowledged event: queue → ack, and commit → ack when known.
+    pub timings: Vec<(Duration, Option<Duration>)>,
+    /// First few failed sends (event id, error).
+    pub failures: &'a [(i64, String)],
+    /// Dead events (event id, last error).
+    pub dead_events: &'a [(i64, String)],
+    /// Dead-letter copies that failed.
+    pub dlq_failed: usize,
+    /// The producer was rebuilt after a fatal error (why).
+    pub producer_recreated: Option<&'a str>,
+}
+
+impl DispatchRound<'_> {
+    /// Metrics and log lines of the round.
+    pub fn emit(&self) {
+        counter!(DISPATCH_SENT_TOTAL).increment(self.sent);
+        counter!(DISPATCH_RETRIES_TOTAL).increment(self.retries);
+        counter!(DISPATCH_DEAD_TOTAL).increment(self.dead);
+        for (produce, commit_to_ack) in &self.timings {
+            histogram!(DISPATCH_PRODUCE_SECONDS).record(produce.as_secs_f64());
+            if let Some(c) = commit_to_ack {
+                histogram!(DISPATCH_COMMIT_TO_ACK_SECONDS).record(c.as_secs_f64());
+            }
         }
-    }
-    for (event_id, error) in &r.failures {
-        tracing::warn!(event_id, error = %error, "event send failed; backing off (later events of its key wait)");
-    }
-    for (event_id, error) in &r.dead_events {
-        tracing::error!(event_id, last_error = %error, alert = true, "event exhausted its attempts: copied to the dead-letter topic, DEAD");
-    }
-    if r.dlq_failed > 0 {
-        tracing::error!(
-            count = r.dlq_failed,
-            "dead-letter copy failed; the events stay PENDING and are retried"
-        );
-    }
-    if let Some(reason) = &r.producer_recreated {
-        counter!(DISPATCH_PRODUCER_RECREATED_TOTAL).increment(1);
-        tracing::error!(reason = %reason, "fatal kafka producer error; producer rebuilt (undelivered events are re-sent, duplicates possible)");
-    }
-    if r.sent > 0 {
-        tracing::debug!(sent = r.sent, selected = r.selected, "events delivered");
+        for (event_id, error) in self.failures {
+            tracing::warn!(event_id, error = %error, "event send failed; backing off (later events of its key wait)");
+        }
+        for (event_id, error) in self.dead_events {
+            tracing::error!(event_id, last_error = %error, alert = true, "event exhausted its attempts: copied to the dead-letter topic, DEAD");
+        }
+        if self.dlq_failed > 0 {
+            tracing::error!(
+                count = self.dlq_failed,
+                "dead-letter copy failed; the events stay PENDING and are retried"
+            );
+        }
+        if let Some(reason) = self.producer_recreated {
+            counter!(DISPATCH_PRODUCER_RECREATED_TOTAL).increment(1);
+            tracing::error!(reason = %reason, "fatal kafka producer error; producer rebuilt (undelivered events are re-sent, duplicates possible)");
+        }
+        if self.sent > 0 {
+            tracing::debug!(
+                sent = self.sent,
+                selected = self.selected,
+                "events delivered"
+            );
+        }
     }
 }
 
@@ -115,10 +152,4 @@ pub fn dispatch_round(r: &RoundReport) {
 pub fn dispatch_failed(error: &dyn std::error::Error) {
     counter!(DISPATCH_ROUND_ERRORS_TOTAL).increment(1);
     tracing::error!(error = %error, "dispatch round failed; events stay PENDING");
-}
-
-/// Backlog gauges.
-pub fn dispatch_backlog(b: &EventBacklog, oldest_age: Option<Duration>) {
-    gauge!(DISPATCH_PENDING).set(b.pending as f64);
-    gauge!(DISPATCH_OLDEST_PENDING_SECONDS).set(oldest_age.map_or(0.0, |d| d.as_secs_f64()));
 }

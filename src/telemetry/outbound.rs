@@ -1,7 +1,9 @@
 //! Outbound metrics (requests into `COUTMSGS`, seed §7), each next to its log line.
 
 use chrono::NaiveDate;
-use metrics::{counter, describe_counter, describe_gauge, gauge};
+use metrics::{counter, gauge};
+
+use super::Def;
 
 /// Requests registered in `REQ_TRACK` (before their `COUTMSGS` insert).
 pub const OUTBOUND_REGISTERED_TOTAL: &str = "msgx_outbound_registered_total";
@@ -16,28 +18,24 @@ pub const OUTBOUND_REGISTERED_STALE: &str = "msgx_outbound_registered_stale";
 /// a schedule requester step, e.g. the floor or the look-up unreadable, PostgreSQL down).
 pub const OUTBOUND_ERRORS_TOTAL: &str = "msgx_outbound_errors_total";
 
-/// HELP lines.
-pub fn describe() {
-    describe_counter!(
-        OUTBOUND_REGISTERED_TOTAL,
-        "Outbound requests registered in REQ_TRACK"
-    );
-    describe_counter!(
-        OUTBOUND_SENT_TOTAL,
-        "Outbound requests inserted into COUTMSGS and marked SENT"
-    );
-    describe_counter!(
-        OUTBOUND_RECONCILED_TOTAL,
-        "REGISTERED outbound requests completed by the reconciler (found / written)"
-    );
-    describe_gauge!(
-        OUTBOUND_REGISTERED_STALE,
-        "Outbound requests REGISTERED for more than a minute"
-    );
-    describe_counter!(
-        OUTBOUND_ERRORS_TOTAL,
-        "Failed outbound statements by stage (the request stays REGISTERED)"
-    );
+/// `stage` of [`OUTBOUND_ERRORS_TOTAL`]: a COUTMSGS insert failed.
+pub const OUTBOUND_STAGE_INSERT: &str = "insert";
+/// `stage`: any other failure of a schedule requester step.
+pub const OUTBOUND_STAGE_STEP: &str = "step";
+/// Every `stage` of [`OUTBOUND_ERRORS_TOTAL`].
+pub const OUTBOUND_STAGES: &[&str] = &[OUTBOUND_STAGE_INSERT, OUTBOUND_STAGE_STEP];
+/// Every `outcome` of [`OUTBOUND_RECONCILED_TOTAL`].
+pub const RECONCILE_OUTCOMES: &[&str] = &["found", "written"];
+
+/// The series of this file.
+pub(super) fn defs() -> Vec<Def> {
+    vec![
+        Def::counter(OUTBOUND_REGISTERED_TOTAL, "requests", "Outbound requests registered in REQ_TRACK"),
+        Def::counter(OUTBOUND_SENT_TOTAL, "requests", "Outbound requests inserted into COUTMSGS and marked SENT"),
+        Def::counter(OUTBOUND_RECONCILED_TOTAL, "requests", "REGISTERED outbound requests completed by the reconciler, by outcome (found / written)").label("outcome", RECONCILE_OUTCOMES),
+        Def::gauge(OUTBOUND_REGISTERED_STALE, "requests", "Outbound requests REGISTERED for more than a minute; NaN before the first reconciler round"),
+        Def::counter(OUTBOUND_ERRORS_TOTAL, "statements", "Failed outbound statements by stage (the request stays REGISTERED)").label("stage", OUTBOUND_STAGES),
+    ]
 }
 
 /// A request was registered (step 1).
@@ -79,22 +77,4 @@ pub fn outbound_failed(stage: &'static str, rqid: Option<&str>, error: &dyn std:
         error = %error,
         "outbound step failed; the request stays REGISTERED and is reconciled later"
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn outbound_names_are_listed_in_all() {
-        for name in [
-            OUTBOUND_REGISTERED_TOTAL,
-            OUTBOUND_SENT_TOTAL,
-            OUTBOUND_RECONCILED_TOTAL,
-            OUTBOUND_REGISTERED_STALE,
-            OUTBOUND_ERRORS_TOTAL,
-        ] {
-            assert!(super::super::ALL.contains(&name), "{name}");
-        }
-    }
 }

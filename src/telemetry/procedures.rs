@@ -1,7 +1,9 @@
 //! Purge boundary metrics (seed §6, issue 13): what the DB owner's purge job reads.
 
 use chrono::{DateTime, Utc};
-use metrics::{describe_gauge, gauge};
+use metrics::gauge;
+
+use super::Def;
 
 /// The highest inbox id at or below which every row is marked (the purge boundary).
 pub const PURGE_BOUNDARY_ID: &str = "msgx_purge_boundary_id";
@@ -9,16 +11,12 @@ pub const PURGE_BOUNDARY_ID: &str = "msgx_purge_boundary_id";
 pub const PURGE_BOUNDARY_RECEIVED_TIMESTAMP: &str =
     "msgx_purge_boundary_received_timestamp_seconds";
 
-/// HELP lines.
-pub fn describe() {
-    describe_gauge!(
-        PURGE_BOUNDARY_ID,
-        "Highest inbox id at or below which every inbox row is marked (purge boundary)"
-    );
-    describe_gauge!(
-        PURGE_BOUNDARY_RECEIVED_TIMESTAMP,
-        "DATE_RECEIVED of the purge boundary row, Unix seconds (0 when unknown)"
-    );
+/// The series of this file.
+pub(super) fn defs() -> Vec<Def> {
+    vec![
+        Def::gauge(PURGE_BOUNDARY_ID, "id", "Highest inbox id at or below which every inbox row is marked (purge boundary); NaN before the first computation"),
+        Def::gauge(PURGE_BOUNDARY_RECEIVED_TIMESTAMP, "Unix seconds", "DATE_RECEIVED of the purge boundary row (0 when unknown); NaN before the first computation"),
+    ]
 }
 
 /// Publishes the boundary.

@@ -1,0 +1,99 @@
+//! Marking metrics (the backfill sweeper writing marks into the inbox), each next to its log
+//! line.
+
+use std::time::Duration;
+
+use metrics::{counter, histogram};
+
+use super::Def;
+
+/// Terminal rows not yet marked in the inbox (and not abandoned).
+pub const BACKFILL_PENDING: &str = "msgx_backfill_pending";
+/// Age of the oldest terminal row not yet marked.
+pub const BACKFILL_OLDEST_UNMARKED_SECONDS: &str = "msgx_backfill_oldest_unmarked_seconds";
+/// Rows confirmed marked, by result (`marked`, `already_marked`).
+pub const BACKFILL_MARKED_TOTAL: &str = "msgx_backfill_marked_total";
+/// Rows abandoned, by reason (`MISSING_ROW`, `MAX_ATTEMPTS`) and kind.
+pub const BACKFILL_ABANDONED_TOTAL: &str = "msgx_backfill_abandoned_total";
+/// Rows whose mark failed transiently (backed off).
+pub const BACKFILL_TRANSIENT_FAILURES_TOTAL: &str = "msgx_backfill_transient_failures_total";
+/// Duration of one sweep.
+pub const BACKFILL_SWEEP_SECONDS: &str = "msgx_backfill_sweep_duration_seconds";
+
+/// `result` of [`BACKFILL_MARKED_TOTAL`].
+pub const MARK_RESULTS: &[&str] = &["marked", "already_marked"];
+/// `reason` of [`BACKFILL_ABANDONED_TOTAL`]: the inbox row is gone (`AbandonReason::MissingRow`).
+pub const ABANDON_MISSING_ROW: &str = "MISSING_ROW";
+/// `reason`: the mark failed `backfill.max_attempts` times (`AbandonReason::MaxAttempts`).
+pub const ABANDON_MAX_ATTEMPTS: &str = "MAX_ATTEMPTS";
+/// `kind` of a MISSING_ROW abandon: we never saw the row (`MissingKind::NeverSeen`).
+pub const KIND_NEVER_SEEN: &str = "never_seen";
+/// `kind`: the row vanished after we read it (`MissingKind::PurgedBeforeMark`).
+pub const KIND_PURGED_BEFORE_MARK: &str = "purged_before_mark";
+/// Every `kind` of a MISSING_ROW abandon.
+pub const MISSING_KINDS: &[&str] = &[KIND_NEVER_SEEN, KIND_PURGED_BEFORE_MARK];
+/// `kind` of a MAX_ATTEMPTS abandon.
+pub const KIND_TRANSIENT: &str = "transient";
+
+/// Every (`reason`, `kind`) pair of [`BACKFILL_ABANDONED_TOTAL`].
+pub fn abandoned_combos() -> Vec<Vec<&'static str>> {
+    let mut all: Vec<Vec<&'static str>> = MISSING_KINDS
+        .iter()
+        .map(|k| vec![ABANDON_MISSING_ROW, *k])
+        .collect();
+    all.push(vec![ABANDON_MAX_ATTEMPTS, KIND_TRANSIENT]);
+    all
+}
+
+/// The series of this file.
+pub(super) fn defs() -> Vec<Def> {
+    vec![
+        Def::gauge(BACKFILL_PENDING, "rows", "Terminal rows not yet marked in the inbox (and not abandoned); NaN before the first backlog refresh"),
+        Def::gauge(BACKFILL_OLDEST_UNMARKED_SECONDS, "seconds", "Age of the oldest terminal row not yet marked (0 when none); NaN before the first backlog refresh"),
+        Def::counter(BACKFILL_MARKED_TOTAL, "rows", "Rows confirmed marked in the inbox, by result").label("result", MARK_RESULTS),
+        Def::counter(BACKFILL_ABANDONED_TOTAL, "rows", "Rows the backfill abandoned (NOT marked; manual reconciliation), by reason and kind").combos(&["reason", "kind"], abandoned_combos()),
+        Def::counter(BACKFILL_TRANSIENT_FAILURES_TOTAL, "rows", "Rows whose inbox mark failed transiently (backed off)"),
+        Def::histogram(BACKFILL_SWEEP_SECONDS, "seconds", "Duration of one backfill sweep"),
+    ]
+}
+
+/// Buckets of this file's histograms.
+pub(super) fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
+    vec![(
+        BACKFILL_SWEEP_SECONDS,
+        vec![
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        ],
+    )]
+}
+
+/// One backfill sweep finished.
+pub fn backfill_swept(marked: u64, already_marked: u64, transient: u64, took: Duration) {
+    counter!(BACKFILL_MARKED_TOTAL, "result" => "marked").increment(marked);
+    counter!(BACKFILL_MARKED_TOTAL, "result" => "already_marked").increment(already_marked);
+    counter!(BACKFILL_TRANSIENT_FAILURES_TOTAL).increment(transient);
+    histogram!(BACKFILL_SWEEP_SECONDS).record(took.as_secs_f64());
+    if marked + already_marked + transient > 0 {
+        tracing::debug!(
+            marked,
+            already_marked,
+            transient,
+            took_ms = took.as_millis() as u64,
+            "backfill sweep"
+        );
+    }
+}
+
+/// A row was abandoned by the backfill: `reason` is `MISSING_ROW` or `MAX_ATTEMPTS`; `kind`
+/// tells a row never seen (a released hole, a compat id) from one purged after we read it.
+pub fn backfill_abandoned(msg_id: i64, reason: &'static str, kind: &'static str, detail: &str) {
+    counter!(BACKFILL_ABANDONED_TOTAL, "reason" => reason, "kind" => kind).increment(1);
+    tracing::error!(
+        msg_id,
+        reason,
+        kind,
+        detail,
+        alert = true,
+        "backfill abandoned; the inbox row is NOT marked (manual reconciliation)"
+    );
+}
