@@ -59,24 +59,29 @@ def rows_of(dashboard):
 def draw_panel(ax, panel, data, t0, events):
     defaults = panel.get("fieldConfig", {}).get("defaults", {})
     unit = defaults.get("unit", "short")
-    ymax, inf_seen = 0.0, False
-    for target in panel.get("targets", []):
-        for series in data["results"].get(target["expr"], []):
-            xs, ys, last = [], [], None
-            for t, v in series["values"]:
-                # A missing sample (target down, series gone) is a gap, as in Grafana.
-                if last is not None and float(t) - last > 1.5 * data["step"]:
-                    xs.append((last - t0) / 60 + data["step"] / 120)
-                    ys.append(math.nan)
-                xs.append((float(t) - t0) / 60)
-                ys.append(value(v))
-                last = float(t)
-            inf_seen |= any(math.isinf(float(v)) for _, v in series["values"])
-            finite = [y for y in ys if not math.isnan(y)]
-            if finite:
-                ymax = max(ymax, max(finite))
-            ax.plot(xs, ys, linewidth=1.3,
-                    label=legend(target.get("legendFormat", ""), series["metric"], target["expr"]))
+    ymax, inf_seen, hidden = 0.0, False, 0
+    every = [(t, s) for t in panel.get("targets", []) for s in data["results"].get(t["expr"], [])]
+    for target, series in every:
+        # Counters exist from zero for every label combination: with many series, the ones
+        # that stayed at 0 all run would only crowd the legend.
+        if len(every) > 6 and all(float(v) == 0 for _, v in series["values"]):
+            hidden += 1
+            continue
+        xs, ys, last = [], [], None
+        for t, v in series["values"]:
+            # A missing sample (target down, series gone) is a gap, as in Grafana.
+            if last is not None and float(t) - last > 1.5 * data["step"]:
+                xs.append((last - t0) / 60 + data["step"] / 120)
+                ys.append(math.nan)
+            xs.append((float(t) - t0) / 60)
+            ys.append(value(v))
+            last = float(t)
+        inf_seen |= any(math.isinf(float(v)) for _, v in series["values"])
+        finite = [y for y in ys if not math.isnan(y)]
+        if finite:
+            ymax = max(ymax, max(finite))
+        ax.plot(xs, ys, linewidth=1.3,
+                label=legend(target.get("legendFormat", ""), series["metric"], target["expr"]))
     # Thresholds as Grafana draws them (line + area above); off-scale ones noted, not drawn,
     # so that a healthy panel keeps its scale.
     steps = [s for s in defaults.get("thresholds", {}).get("steps", []) if s.get("value") is not None]
@@ -89,7 +94,7 @@ def draw_panel(ax, panel, data, t0, events):
             ax.axhspan(s["value"], max(top, s["value"]) * 1.2, color=color, alpha=0.06)
             top = max(top, s["value"] * 1.1)
         else:
-            notes.append(f"{s['color']} ≥ {s['value']:g}")
+            notes.append(f"{s['color']} ≥ {s['value']:g} (off scale)")
     ax.set_ylim(bottom=0, top=top)
     ax.set_xlim(0, (data["end"] - t0) / 60)
     for i, e in enumerate(events):
@@ -102,8 +107,10 @@ def draw_panel(ax, panel, data, t0, events):
     ax.tick_params(labelsize=7)
     ax.xaxis.set_major_formatter(FuncFormatter(lambda m, _: f"{int(m)}:{int(round((m % 1) * 60)):02d}"))
     ax.grid(alpha=0.25)
+    if hidden:
+        notes.append(f"{hidden} series at 0 throughout not drawn")
     if notes:
-        ax.text(0.99, 0.97, "; ".join(notes) + " (off scale)", transform=ax.transAxes,
+        ax.text(0.99, 0.97, "; ".join(notes), transform=ax.transAxes,
                 fontsize=6.5, ha="right", va="top", color="#888888")
     handles, labels = ax.get_legend_handles_labels()
     if handles:
