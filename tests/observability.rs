@@ -542,7 +542,7 @@ async fn dashboards_and_alerts_live() {
     let service = spawn_service(&vars, &log);
     let prom = Prometheus::start(&prom_bin, &format!("127.0.0.1:{port}"), "live").await;
     wait_ready(port, Duration::from_secs(60), &log).await;
-    let mut sim = simulator(
+    let sim = simulator(
         &env,
         "150",
         "40s",
@@ -615,7 +615,7 @@ async fn dashboards_and_alerts_live() {
         }
     }
 
-    let _ = sim.wait();
+    stop(sim);
     stop(service);
     drop(prom);
     drop(broker);
@@ -708,7 +708,7 @@ async fn scenario_for_pictures() {
     // Healthy upstream: short holds only (filled long before max_commit_delay), no rollbacks.
     // 12/s: well within what the service does on a busy 2-core machine, so the healthy
     // phase is healthy and every backlog below is the scenario's own.
-    let mut sim = simulator(
+    let sim = simulator(
         &env,
         "12",
         "290s",
@@ -807,8 +807,7 @@ async fn scenario_for_pictures() {
         out.display()
     );
 
-    let _ = sim.kill();
-    let _ = sim.wait();
+    stop(sim);
     stop(service);
     drop(prom);
     drop(broker);
