@@ -116,7 +116,8 @@ def draw_panel(ax, panel, data, t0, events):
     if handles:
         ax.legend(handles[:8], labels[:8], fontsize=6.5, loc="upper left", framealpha=0.7)
     else:
-        ax.text(0.5, 0.5, "No data", transform=ax.transAxes, ha="center", color="#aa0000")
+        ax.text(0.5, 0.5, "every series at 0" if hidden else "No data", transform=ax.transAxes,
+                ha="center", color="#888888" if hidden else "#aa0000")
 
 
 def main():
