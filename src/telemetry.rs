@@ -16,10 +16,10 @@ mod housekeeping;
 mod inbox;
 mod late;
 mod lease;
-mod raw_copy;
 mod outbound;
 mod procedures;
 mod pump;
+mod raw_copy;
 mod supervisor;
 mod verify;
 

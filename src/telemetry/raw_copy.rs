@@ -27,13 +27,42 @@ pub const REPLAY_SOURCES: &[&str] = &["inbox", "raw_copy"];
 /// The series of this file.
 pub(super) fn defs() -> Vec<Def> {
     vec![
-        Def::counter(RAW_COPY_WRITTEN_TOTAL, "copies", "Raw-text copies written with the message's outcome (retention.raw_copy)"),
-        Def::counter(RAW_COPY_RAW_BYTES_TOTAL, "bytes", "Raw text bytes copied, before compression"),
-        Def::counter(RAW_COPY_STORED_BYTES_TOTAL, "bytes", "Compressed bytes stored for the raw-text copies"),
-        Def::counter(RAW_COPY_READS_TOTAL, "messages", "Raw texts read from our copy because the inbox row was gone"),
-        Def::counter(RAW_COPY_CORRUPT_TOTAL, "copies", "Raw-text copies that could not be read back"),
-        Def::counter(RAW_COPY_PURGED_TOTAL, "copies", "Expired raw-text copies deleted (older than retention.replay_window)"),
-        Def::counter(REPLAY_SOURCE_TOTAL, "messages", "Replayed messages by the raw-text source found for them").label("source", REPLAY_SOURCES),
+        Def::counter(
+            RAW_COPY_WRITTEN_TOTAL,
+            "copies",
+            "Raw-text copies written with the message's outcome (retention.raw_copy)",
+        ),
+        Def::counter(
+            RAW_COPY_RAW_BYTES_TOTAL,
+            "bytes",
+            "Raw text bytes copied, before compression",
+        ),
+        Def::counter(
+            RAW_COPY_STORED_BYTES_TOTAL,
+            "bytes",
+            "Compressed bytes stored for the raw-text copies",
+        ),
+        Def::counter(
+            RAW_COPY_READS_TOTAL,
+            "messages",
+            "Raw texts read from our copy because the inbox row was gone",
+        ),
+        Def::counter(
+            RAW_COPY_CORRUPT_TOTAL,
+            "copies",
+            "Raw-text copies that could not be read back",
+        ),
+        Def::counter(
+            RAW_COPY_PURGED_TOTAL,
+            "copies",
+            "Expired raw-text copies deleted (older than retention.replay_window)",
+        ),
+        Def::counter(
+            REPLAY_SOURCE_TOTAL,
+            "messages",
+            "Replayed messages by the raw-text source found for them",
+        )
+        .label("source", REPLAY_SOURCES),
     ]
 }
 
