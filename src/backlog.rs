@@ -23,11 +23,11 @@ pub struct Backlogs {
 }
 
 /// Reads every backlog.
-pub async fn read(store: &Store, now: DateTime<Utc>) -> Result<Backlogs, StoreError> {
+pub async fn read(store: &Store) -> Result<Backlogs, StoreError> {
     let (queue, backfill, events) = futures::try_join!(
         store.backlog_gauges(),
         store.backfill_backlog(),
-        store.event_backlog(now)
+        store.event_backlog()
     )?;
     Ok(Backlogs {
         queue,

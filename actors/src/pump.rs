@@ -210,7 +210,7 @@ impl Handler<RefreshBacklog> for Pump {
         self.drain.record(clock.now(), self.finished);
         let refresh = async move {
             let now = clock.now();
-            match backlog::read(&store, now).await {
+            match backlog::read(&store).await {
                 Ok(b) => Some((b, now)),
                 Err(e) => {
                     telemetry::pump_step_failed(&e);

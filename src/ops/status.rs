@@ -234,7 +234,7 @@ impl Ops {
         )
         .fetch_one(pool)
         .await?;
-        let events = self.store.event_backlog(now).await?;
+        let events = self.store.event_backlog().await?;
         let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE state = 'DEAD'")
             .fetch_one(pool)
             .await?;

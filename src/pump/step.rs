@@ -457,15 +457,22 @@ impl PumpCore {
             }
             let started = Instant::now();
             let msg_id = m.row.head.msg_id;
-            let outcome = match self.route(m, p, &mut cache) {
+            let route = self.route(m, p, &mut cache);
+            // Everything but a member joining the batch writes after the batch before it.
+            let flush_first = match &route {
+                Route::Elsewhere => false,
+                Route::Planned(w) if w.plan.snapshot.is_none() => {
+                    !batch::joins(&pending.writes, &w.plan)
+                }
+                _ => true,
+            };
+            if flush_first && self.flush(&mut tx, &mut pending, &mut steps).await? {
+                stopped = true;
+                break;
+            }
+            let outcome = match route {
                 Route::Elsewhere => Outcome::FinishedElsewhere,
                 Route::Planned(w) if w.plan.snapshot.is_none() => {
-                    if !batch::joins(&pending.writes, &w.plan)
-                        && self.flush(&mut tx, &mut pending, &mut steps).await?
-                    {
-                        stopped = true;
-                        break;
-                    }
                     let outcome = Outcome::Succeeded {
                         changes: w.plan.changes.len(),
                         events: w.plan.events.len(),
@@ -473,25 +480,16 @@ impl PumpCore {
                     pending.push(steps.len(), m.attempts, w);
                     outcome
                 }
-                route => {
-                    if self.flush(&mut tx, &mut pending, &mut steps).await? {
-                        stopped = true;
-                        break;
-                    }
-                    match route {
-                        Route::Planned(w) => self.write_alone(&mut tx, &w, m.attempts).await?,
-                        Route::Duplicate {
-                            holder,
-                            msg_type,
-                            key,
-                        } => {
-                            self.duplicate(&mut tx, msg_id, holder, &msg_type, &key)
-                                .await?
-                        }
-                        Route::Own(p) => self.member(&mut tx, m, p).await?,
-                        Route::Elsewhere => Outcome::FinishedElsewhere,
-                    }
+                Route::Planned(w) => self.write_alone(&mut tx, &w, m.attempts).await?,
+                Route::Duplicate {
+                    holder,
+                    msg_type,
+                    key,
+                } => {
+                    self.duplicate(&mut tx, msg_id, holder, &msg_type, &key)
+                        .await?
                 }
+                Route::Own(p) => self.member(&mut tx, m, p).await?,
             };
             let stop = !outcome.is_terminal();
             steps.push(StepOutcome::Processed {

@@ -55,8 +55,6 @@ pub struct EventBacklog {
     pub pending: i64,
     /// Creation time of the oldest PENDING event.
     pub oldest: Option<DateTime<Utc>>,
-    /// The earliest `next_attempt_at` still in the future (the next retry).
-    pub next_retry: Option<DateTime<Utc>>,
 }
 
 impl Store {
@@ -188,45 +186,28 @@ impl Store {
         Ok(next)
     }
 
-    /// Pending count, oldest pending, next retry (metrics). Index-bounded at any backlog:
-    /// exact up to `EXACT_BACKLOG_UP_TO` (10,000) pending events (read from the partial pending
-    /// index), above that the event-id span of the pending events (an upper bound: events
-    /// delivered out of id order lie inside it); the oldest is the lowest pending event's
-    /// creation (event ids are assigned under the pipeline lock in processing order); the next
-    /// retry comes from the small backoff index.
-    pub async fn event_backlog(&self, now: DateTime<Utc>) -> Result<EventBacklog, StoreError> {
-        type Row = (
-            i64,
-            Option<i64>,
-            Option<i64>,
-            Option<DateTime<Utc>>,
-            Option<DateTime<Utc>>,
-        );
-        let (counted, first, last, oldest, next_retry): Row = sqlx::query_as(
+    /// Pending count and oldest pending (metrics). Index-bounded at any backlog: exact up to
+    /// `EXACT_BACKLOG_UP_TO` (10,000) pending events (read from the partial pending index),
+    /// above that the event-id span of the pending events (an upper bound: events delivered out
+    /// of id order lie inside it); the oldest is the lowest pending event's creation (event ids
+    /// are assigned under the pipeline lock in processing order). The next retry is
+    /// [`Store::next_event_retry`].
+    pub async fn event_backlog(&self) -> Result<EventBacklog, StoreError> {
+        type Row = (i64, Option<i64>, Option<i64>, Option<DateTime<Utc>>);
+        let (counted, first, last, oldest): Row = sqlx::query_as(
             "SELECT (SELECT count(*) FROM (SELECT 1 FROM msg_event WHERE state = 'PENDING' \
-                                            ORDER BY event_id LIMIT $2) c), \
+                                            ORDER BY event_id LIMIT $1) c), \
                     (SELECT min(event_id) FROM msg_event WHERE state = 'PENDING'), \
                     (SELECT max(event_id) FROM msg_event WHERE state = 'PENDING'), \
                     (SELECT created_at FROM msg_event WHERE state = 'PENDING' \
-                      ORDER BY event_id LIMIT 1), \
-                    (SELECT min(next_attempt_at) FROM msg_event \
-                      WHERE state = 'PENDING' AND next_attempt_at IS NOT NULL \
-                        AND next_attempt_at > $1)",
+                      ORDER BY event_id LIMIT 1)",
         )
-        .bind(now)
         .bind(super::queue::EXACT_BACKLOG_UP_TO)
         .fetch_one(self.pool())
         .await?;
-        let pending = match (first, last) {
-            (Some(first), Some(last)) if counted >= super::queue::EXACT_BACKLOG_UP_TO => {
-                (last - first + 1).max(counted)
-            }
-            _ => counted,
-        };
         Ok(EventBacklog {
-            pending,
+            pending: super::queue::bounded_count(counted, first, last),
             oldest,
-            next_retry,
         })
     }
 }

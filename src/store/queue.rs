@@ -232,18 +232,26 @@ impl Store {
             .bind(EXACT_BACKLOG_UP_TO)
             .fetch_one(self.pool())
             .await?;
-        let unfinished = match (first, last) {
-            (Some(first), Some(last)) if counted >= EXACT_BACKLOG_UP_TO => {
-                (last - first + 1).max(counted)
-            }
-            _ => counted,
-        };
-        Ok(Backlog { unfinished, oldest })
+        Ok(Backlog {
+            unfinished: bounded_count(counted, first, last),
+            oldest,
+        })
     }
 }
 
-/// Up to this many unfinished rows the backlog gauge is an exact count.
+/// Up to this many unfinished rows (or pending events) a backlog gauge is an exact count.
 pub const EXACT_BACKLOG_UP_TO: i64 = 10_000;
+
+/// A backlog gauge from a count capped at [`EXACT_BACKLOG_UP_TO`] index entries: that count
+/// while below the cap, above it the id span `first..=last` of the backlog (an upper bound).
+pub(super) fn bounded_count(counted: i64, first: Option<i64>, last: Option<i64>) -> i64 {
+    match (first, last) {
+        (Some(first), Some(last)) if counted >= EXACT_BACKLOG_UP_TO => {
+            (last - first + 1).max(counted)
+        }
+        _ => counted,
+    }
+}
 
 /// A head row as read from `proc_state`.
 pub(super) fn head_row(
