@@ -143,7 +143,7 @@ pub use layers::DEFAULT_TOML;
 mod reliability;
 pub use reliability::{LeaseSettings, SupervisorSettings, MAX_DURATION};
 mod retention;
-pub use retention::RetentionSettings;
+pub use retention::{RetentionSettings, VacuumMode};
 
 /// Pipeline rules.
 #[derive(Debug, Clone, Deserialize)]

@@ -578,3 +578,81 @@ async fn shutdown_writes_sent_for_what_was_acknowledged_then_stops() {
     assert!(!addr.connected(), "stopped");
     env.cleanup().await;
 }
+
+/// The selection the dispatcher sends from, against the rule it must keep (per key: nothing
+/// after an event still backing off; never a skipped id or key; the first `limit` in event
+/// order otherwise), over more pending events than one page holds and with statistics taken
+/// while almost nothing was pending — the state in which the single-statement version chose
+/// a plan that re-scanned every pending event per pending event.
+#[tokio::test]
+async fn the_selection_keeps_key_order_across_pages_whatever_the_statistics() {
+    let env = TestEnv::new("dispatch_selection").await;
+    // Statistics of a table with no PENDING event.
+    let early = seed_events(&env, &keys(200, 20)).await;
+    sqlx::query("UPDATE msg_event SET state = 'SENT', sent_at = now() WHERE event_id = ANY($1)")
+        .bind(&early)
+        .execute(env.store.pool())
+        .await
+        .expect("sent");
+    sqlx::query("ANALYZE msg_event")
+        .execute(env.store.pool())
+        .await
+        .expect("analyze");
+    // 3,000 pending: the first 2,500 on key HELD (its first one backing off), then 500 on
+    // 50 other keys.
+    let mut ks: Vec<String> = vec!["HELD".to_string(); 2_500];
+    ks.extend(keys(500, 50));
+    let ids = seed_events(&env, &ks).await;
+    let now = env.clock.now();
+    sqlx::query(
+        "UPDATE msg_event SET attempts = 1, next_attempt_at = $2, last_error = 'broker down' \
+         WHERE event_id = $1",
+    )
+    .bind(ids[0])
+    .bind(now + chrono::Duration::minutes(5))
+    .execute(env.store.pool())
+    .await
+    .expect("backing off");
+    // In flight (outcome not written yet): two ids of the other keys, and key FL007.
+    let skip_ids = vec![ids[2_500], ids[2_503]];
+    let skip_keys = vec!["FL007".to_string()];
+    let expected: Vec<i64> = ids
+        .iter()
+        .zip(&ks)
+        .filter(|(id, k)| k.as_str() != "HELD" && !skip_ids.contains(id) && k.as_str() != "FL007")
+        .map(|(id, _)| *id)
+        .take(100)
+        .collect();
+    let started = Instant::now();
+    let got: Vec<i64> = env
+        .store
+        .deliverable_events(now, 100, &skip_ids, &skip_keys)
+        .await
+        .expect("select")
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    let took = started.elapsed();
+    assert_eq!(got, expected);
+    // Not a timing test; a guard against the quadratic plan, which took seconds here.
+    assert!(took < Duration::from_secs(2), "selection took {took:?}");
+
+    // Once the backing-off event is due, HELD's events come first again, in order.
+    let later = now + chrono::Duration::minutes(6);
+    let got: Vec<i64> = env
+        .store
+        .deliverable_events(later, 10, &[], &[])
+        .await
+        .expect("select")
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect();
+    assert_eq!(got, ids[..10].to_vec());
+    // A limit larger than everything pending returns everything deliverable.
+    let all = env
+        .store
+        .deliverable_events(now, 10_000, &[], &[])
+        .await
+        .expect("select");
+    assert_eq!(all.len(), 500);
+}

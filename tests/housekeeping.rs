@@ -858,3 +858,173 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
     assert!(unfinished < 100, "{unfinished} unfinished after the run");
     env.cleanup().await;
 }
+
+/// Dead tuples of `table` as the statistics show them, once they show at least `min` (the
+/// statistics are flushed by each session at the end of its transactions, at most once a
+/// second; polled for at most 20 s).
+async fn dead_at_least(env: &TestEnv, table: &str, min: i64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let dead = env
+            .store
+            .table_activity()
+            .await
+            .expect("table activity")
+            .into_iter()
+            .find(|t| t.table == table)
+            .map_or(0, |t| t.dead);
+        if dead >= min || Instant::now() > deadline {
+            return dead;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `n` audit rows (a table the pipeline never touches), then every row updated twice: 2n
+/// dead tuples.
+async fn bloat_audit_log(env: &TestEnv, n: i64) {
+    let mut conn = env.store.pool().acquire().await.expect("conn");
+    sqlx::query(
+        "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
+         SELECT now(), 'test', 'bloat', 'vacuum test', ARRAY[g], '{}' FROM generate_series(1, $1) g",
+    )
+    .bind(n)
+    .execute(&mut *conn)
+    .await
+    .expect("rows");
+    for _ in 0..2 {
+        sqlx::query("UPDATE audit_log SET reason = reason || '.'")
+            .execute(&mut *conn)
+            .await
+            .expect("update");
+    }
+    // Report this session's counts now rather than within the next second.
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&mut *conn)
+        .await
+        .expect("flush");
+    sqlx::query("SELECT 1")
+        .execute(&mut *conn)
+        .await
+        .expect("end");
+}
+
+/// `retention.vacuum`: where the server's autovacuum does not cover a table (on this host it is
+/// off altogether; the test also opts the table out, so it holds on a server where it is on),
+/// the vacuum step reclaims its dead tuples; `off` and a table under the threshold are left
+/// alone; a name outside our tables is refused; the service's housekeeper runs the step itself.
+#[actix_rt::test]
+async fn vacuum_reclaims_dead_tuples_the_server_leaves() {
+    use msgx_core::retention::{vacuum_step, VacuumPolicy};
+    use msgx_core::settings::VacuumMode;
+    use msgx_core::store::Maintenance;
+
+    let env = TestEnv::new("hk_vacuum").await;
+    sqlx::query("ALTER TABLE audit_log SET (autovacuum_enabled = false)")
+        .execute(env.store.pool())
+        .await
+        .expect("opt out");
+    bloat_audit_log(&env, 5_000).await;
+    let dead = dead_at_least(&env, "audit_log", 10_000).await;
+    assert!(dead >= 10_000, "dead tuples after the updates: {dead}");
+    let server: bool = sqlx::query_scalar("SELECT current_setting('autovacuum') = 'on'")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("show");
+    assert_eq!(env.store.server_autovacuum().await.expect("read"), server);
+
+    let policy = |mode| VacuumPolicy {
+        mode,
+        threshold: 1000.0,
+        scale_factor: 0.1,
+    };
+    // off: nothing runs, nothing is read.
+    let off = vacuum_step(&env.store, &policy(VacuumMode::Off))
+        .await
+        .expect("off");
+    assert!(off.done.is_empty() && off.failed.is_empty(), "{off:?}");
+    assert!(dead_at_least(&env, "audit_log", 10_000).await >= 10_000);
+
+    // auto: audit_log is ours (opted out); the other tables are under the threshold.
+    let report = vacuum_step(&env.store, &policy(VacuumMode::Auto))
+        .await
+        .expect("auto");
+    assert!(report.failed.is_empty(), "{report:?}");
+    let done: Vec<_> = report
+        .done
+        .iter()
+        .map(|(t, what, _)| (t.as_str(), *what))
+        .collect();
+    assert_eq!(done, vec![("audit_log", Maintenance::Vacuum)], "{report:?}");
+    let (dead_after, vacuumed, analyzed): (i64, bool, bool) = sqlx::query_as(
+        "SELECT n_dead_tup, last_vacuum IS NOT NULL, last_analyze IS NOT NULL \
+         FROM pg_stat_user_tables WHERE relname = 'audit_log'",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .expect("stats");
+    assert!(vacuumed && analyzed, "last_vacuum / last_analyze set");
+    assert_eq!(dead_after, 0, "dead tuples after the vacuum");
+    // Nothing is due any more.
+    let again = vacuum_step(&env.store, &policy(VacuumMode::Always))
+        .await
+        .expect("again");
+    assert!(again.done.is_empty(), "{again:?}");
+
+    let refused = env
+        .store
+        .maintain_table("pg_class", Maintenance::Vacuum)
+        .await
+        .expect_err("not ours");
+    assert!(
+        refused.to_string().contains("not one of our tables"),
+        "{refused}"
+    );
+
+    // The service: its housekeeper checks every second and vacuums the table again. (New
+    // rows again: updates into the space the vacuum freed are pruned on the page as they go.)
+    bloat_audit_log(&env, 5_000).await;
+    let dead = dead_at_least(&env, "audit_log", 5_000).await;
+    assert!(
+        dead >= 5_000,
+        "dead tuples after the second updates: {dead}"
+    );
+    let settings = env.settings(&[
+        ("MSGX_RETENTION__VACUUM", "auto"),
+        ("MSGX_RETENTION__VACUUM_CHECK", "1s"),
+        // No retention job during the test.
+        ("MSGX_RETENTION__PERIOD", "1d"),
+    ]);
+    let mut hk = HousekeepingDeps::from_settings(&settings).expect("housekeeping on");
+    assert_eq!(hk.vacuum_check, Duration::from_secs(1));
+    hk.period = Duration::from_secs(86_400);
+    let (fatal, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let clock: SharedClock = Arc::new(SystemClock);
+    let _sup = start_pipeline(PipelineDeps {
+        housekeeping: Some(hk),
+        ..PipelineDeps::from_settings(
+            &settings,
+            env.inbox.clone(),
+            env.store.clone(),
+            clock,
+            fatal,
+        )
+        .expect("pipeline deps")
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let last_vacuum_count = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'audit_log'",
+        )
+        .fetch_one(env.store.pool())
+        .await
+        .expect("count")
+    };
+    while last_vacuum_count().await < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the housekeeper did not vacuum audit_log within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -84,6 +84,10 @@ pub struct HousekeepingDeps {
     pub cfg: msgx_core::retention::RetentionConfig,
     /// `retention.period`.
     pub period: std::time::Duration,
+    /// `retention.vacuum*`.
+    pub vacuum: msgx_core::retention::VacuumPolicy,
+    /// `retention.vacuum_check`.
+    pub vacuum_check: std::time::Duration,
 }
 
 impl HousekeepingDeps {
@@ -93,6 +97,8 @@ impl HousekeepingDeps {
         r.enabled.then(|| Self {
             cfg: msgx_core::retention::RetentionConfig::from_settings(r),
             period: r.period,
+            vacuum: msgx_core::retention::VacuumPolicy::from_settings(r),
+            vacuum_check: r.vacuum_check,
         })
     }
 }
@@ -371,6 +377,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
                     h.cfg.clone(),
                     h.period,
                 )
+                .with_vacuum(h.vacuum, h.vacuum_check)
                 .start();
                 let stop = addr.clone().recipient();
                 wiring.update(|r| {

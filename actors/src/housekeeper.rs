@@ -7,16 +7,21 @@
 //!
 //! Timing: a job starts `first_delay` after start (then every `retention.period` after the
 //! previous one finished) or on [`HousekeepNow`]; cut-offs come from the injected clock.
+//!
+//! It also vacuums our tables where the server's autovacuum does not ([`VacuumCheck`] every
+//! `retention.vacuum_check`, `msgx_core::retention::vacuum`). Both handlers are atomic, so a
+//! VACUUM and a retention batch never run at once.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{Actor, ActorFutureExt, AtomicResponse, Context, Handler, WrapFuture};
 use msgx_core::clock::SharedClock;
-use msgx_core::retention::{Job, JobReport, RetentionConfig};
+use msgx_core::retention::{vacuum_step, Job, JobReport, RetentionConfig, VacuumPolicy};
+use msgx_core::settings::VacuumMode;
 use msgx_core::store::Store;
 
-use crate::messages::{HousekeepNow, HousekeepingStep, LastHousekeeping};
+use crate::messages::{HousekeepNow, HousekeepingStep, LastHousekeeping, VacuumCheck};
 use crate::next_run::NextRun;
 
 /// The first job waits at most this long after start (a service restarted more often than
@@ -40,6 +45,12 @@ pub struct Housekeeper {
     finished: (u64, Option<JobReport>),
     /// The pending timer: the next step while a job runs, else the next job.
     next: NextRun,
+    /// `retention.vacuum*`.
+    vacuum: VacuumPolicy,
+    /// `retention.vacuum_check`.
+    vacuum_every: Duration,
+    /// The next vacuum check.
+    vacuum_next: NextRun,
 }
 
 impl Housekeeper {
@@ -55,7 +66,22 @@ impl Housekeeper {
             stepping: false,
             finished: (0, None),
             next: NextRun::default(),
+            vacuum: VacuumPolicy {
+                mode: VacuumMode::Off,
+                threshold: 0.0,
+                scale_factor: 0.0,
+            },
+            vacuum_every: Duration::from_secs(15),
+            vacuum_next: NextRun::default(),
         }
+    }
+
+    /// Vacuums our tables by `policy`, checking every `every` (`retention.vacuum*`; off
+    /// unless set).
+    pub fn with_vacuum(mut self, policy: VacuumPolicy, every: Duration) -> Self {
+        self.vacuum = policy;
+        self.vacuum_every = every;
+        self
     }
 
     /// Sets the pause before the first job (tests start on [`HousekeepNow`] instead).
@@ -69,8 +95,18 @@ impl Actor for Housekeeper {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        tracing::info!(period = ?self.period, batch = self.cfg.batch, "housekeeper started");
+        tracing::info!(
+            period = ?self.period,
+            batch = self.cfg.batch,
+            vacuum = ?self.vacuum.mode,
+            vacuum_check = ?self.vacuum_every,
+            "housekeeper started"
+        );
         self.next.arm(ctx, HousekeepNow, self.first_delay, false);
+        if self.vacuum.mode != VacuumMode::Off {
+            self.vacuum_next
+                .arm(ctx, VacuumCheck, self.vacuum_every, false);
+        }
     }
 }
 
@@ -116,6 +152,24 @@ impl Handler<HousekeepingStep> for Housekeeper {
                 }
             },
         )))
+    }
+}
+
+impl Handler<VacuumCheck> for Housekeeper {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, _: VacuumCheck, ctx: &mut Self::Context) -> Self::Result {
+        self.vacuum_next.cancel(ctx);
+        let (store, policy) = (self.store.clone(), self.vacuum);
+        let check = async move {
+            if let Err(e) = vacuum_step(&store, &policy).await {
+                msgx_core::telemetry::vacuum_failed("", &e.to_string());
+            }
+        };
+        AtomicResponse::new(Box::pin(check.into_actor(self).map(|(), act, ctx| {
+            act.vacuum_next
+                .arm(ctx, VacuumCheck, act.vacuum_every, false);
+        })))
     }
 }
 

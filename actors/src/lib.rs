@@ -11,7 +11,7 @@
 //! | [`dispatcher::Dispatcher`] | `DispatchNow`, `EventsQueued`, `Shutdown` (writes SENT for acks) | — | `dispatch::dispatch_once`, `dispatch::flush` |
 //! | [`schedule_requester::ScheduleRequester`] | `RequestTick`, `Shutdown` | — | `outbound::daily_step` |
 //! | [`purge_watch::PurgeWatch`] | `RefreshBoundary`, `Shutdown` | — | `ops::BoundaryWatch::advance` |
-//! | [`housekeeper::Housekeeper`] | `HousekeepNow`, `HousekeepingStep`, `LastHousekeeping`, `Shutdown` | — | `retention::Job::step` |
+//! | [`housekeeper::Housekeeper`] | `HousekeepNow`, `HousekeepingStep`, `VacuumCheck`, `LastHousekeeping`, `Shutdown` | — | `retention::Job::step`, `retention::vacuum_step` |
 //! | [`supervisor::Supervisor`] | `ShutdownPipeline` | every child `Shutdown`; `Fatal` to the binary; `Health` | `store::InstanceLock::check` (lease renewal) |
 //!
 //! Every cross-actor message is in [`messages`]; senders find receivers in [`wiring::Wiring`]

@@ -138,6 +138,12 @@ pub struct HousekeepNow;
 #[rtype(result = "()")]
 pub struct HousekeepingStep;
 
+/// Read our tables' dead-tuple counts and vacuum the ones past `retention.vacuum_threshold`
+/// (the housekeeper sends it to itself every `retention.vacuum_check`).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "()")]
+pub struct VacuumCheck;
+
 /// The last finished housekeeping job and how many jobs finished so far (tests, tools).
 #[derive(Debug, Clone, Copy, Default, Message)]
 #[rtype(result = "(u64, Option<msgx_core::retention::JobReport>)")]

@@ -10,17 +10,27 @@
 //! UNSUPPORTED head blocks FIFO for its whole retry schedule (minutes, by design), which would
 //! measure the retry policy, not the pipeline. Malformed messages stay in (DEAD at once).
 //!
+//! Progress is sampled every half second from the service's own counters (the Prometheus
+//! recorder the binary installs, so their cost is in the figures too), not from the store: five
+//! `count(*)` over a million-row PROC_STATE and MSG_EVENT every half second would take a core
+//! of their own on this 2-core machine and slow the run down more the longer it goes. The store
+//! is counted exactly once, at the end, to check the drain.
+//!
 //! Fresh databases `msgx_bench_<pid>`, dropped at the end unless `--keep`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use msgx_actors::app::{kafka_bootstrap, start_pipeline, DispatchDeps, PipelineDeps};
+use metrics_exporter_prometheus::PrometheusHandle;
+use msgx_actors::app::{
+    install_metrics, kafka_bootstrap, start_pipeline, DispatchDeps, HousekeepingDeps, PipelineDeps,
+};
 use msgx_core::clock::{SharedClock, SystemClock};
 use msgx_core::devtools::messages::Mix;
 use msgx_core::settings::{redact_url, Settings};
 use msgx_core::store::Store;
+use msgx_core::telemetry;
 
 use super::databases::BenchDbs;
 use super::pump::pump_load::load_messages;
@@ -95,38 +105,54 @@ async fn run(settings: &Settings, args: &E2eBenchArgs, dbs: &BenchDbs) -> anyhow
         settings.backfill.batch,
         settings.dispatch.batch,
     );
+    let metrics = install_metrics()?;
     let clock: SharedClock = Arc::new(SystemClock);
     let (fatal, _fatal_rx) = tokio::sync::mpsc::unbounded_channel();
     let mut deps = PipelineDeps::from_settings(settings, inbox, store.clone(), clock, fatal)?;
     deps.dispatch = Some(DispatchDeps::new(settings, &bootstrap));
+    // The housekeeper runs as in the service: it vacuums our hot tables where the server's
+    // autovacuum is off (retention.vacuum).
+    deps.housekeeping = HousekeepingDeps::from_settings(settings);
     let rss_start = rss_mib();
     let started = Instant::now();
     let _supervisor = start_pipeline(deps);
 
-    // (when, [enqueued, processed, marked, sent, events]) every half second.
-    let mut samples: Vec<(Duration, [i64; 5])> = Vec::new();
+    // (when, [enqueued, processed, marked, sent]) every half second, from the counters.
+    let mut samples: Vec<(Duration, [i64; 4])> = Vec::new();
     let mut peak_rss = rss_start.unwrap_or(0.0);
-    loop {
+    let mut sampling = Duration::ZERO;
+    let events_total = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let now = started.elapsed();
-        let c = counts(&store).await?;
+        let t0 = Instant::now();
+        let c = Progress::read(&metrics);
+        sampling += t0.elapsed();
         peak_rss = peak_rss.max(rss_mib().unwrap_or(0.0));
-        samples.push((now, [c.0, c.1, c.2, c.3, c.4]));
-        if c.0 as u64 == total && c.1 as u64 == total && c.2 as u64 == total && c.3 == c.4 {
-            break;
+        samples.push((now, [c.enqueued, c.processed, c.marked, c.sent]));
+        if c.enqueued as u64 >= total && c.processed as u64 >= total && c.marked as u64 >= total {
+            // The counters say drained: confirm in the store (index-backed: no event left
+            // PENDING), then count once.
+            if !pending_events(&store).await? {
+                let (enq, done, marked, sent, events) = counts(&store).await?;
+                anyhow::ensure!(
+                    enq as u64 == total && done as u64 == total && marked as u64 == total,
+                    "counters and store disagree: store has enqueued {enq}, processed {done}, \
+                     marked {marked} of {total}"
+                );
+                anyhow::ensure!(sent == events, "{sent} of {events} events SENT");
+                break events;
+            }
         }
         anyhow::ensure!(
             now < args.timeout,
-            "not drained after {:?}: enqueued {}, processed {}, marked {}, sent {} of {} events",
+            "not drained after {:?}: enqueued {}, processed {}, marked {}, sent {} events",
             args.timeout,
-            c.0,
-            c.1,
-            c.2,
-            c.3,
-            c.4
+            c.enqueued,
+            c.processed,
+            c.marked,
+            c.sent
         );
-    }
-    let events_total = samples.last().map_or(0, |s| s.1[4]);
+    };
     // crossed[stage][tenth] = the first sample at which the stage reached (tenth+1)/10.
     let mut crossed = [[None::<Duration>; 10]; 4];
     for (stage, row) in crossed.iter_mut().enumerate() {
@@ -149,6 +175,11 @@ async fn run(settings: &Settings, args: &E2eBenchArgs, dbs: &BenchDbs) -> anyhow
         total as f64 / elapsed.as_secs_f64().max(1e-9),
         peak_rss,
         rss_start.unwrap_or(0.0)
+    );
+    println!(
+        "  sampling              : {} samples from the counters, {:.1} ms in all",
+        samples.len(),
+        sampling.as_secs_f64() * 1e3
     );
     println!("  per stage, per tenth of its count (units per second in that tenth; sampled every 0.5 s):");
     for (stage, name) in STAGES.iter().enumerate() {
@@ -300,7 +331,58 @@ async fn steady(
     Ok(())
 }
 
-/// `(enqueued, terminal, marked or abandoned, events sent, events)`.
+/// Progress from the service's counters (this process's recorder).
+#[derive(Debug, Default, Clone, Copy)]
+struct Progress {
+    /// Rows enqueued into PROC_STATE.
+    enqueued: i64,
+    /// Terminal outcomes (every outcome but `failed`, which is retried).
+    processed: i64,
+    /// Marked (or found marked) plus abandoned.
+    marked: i64,
+    /// Events acknowledged (SENT or DEAD).
+    sent: i64,
+}
+
+impl Progress {
+    fn read(metrics: &PrometheusHandle) -> Self {
+        let text = metrics.render();
+        let mut p = Progress::default();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(v) = value.parse::<f64>() else {
+                continue;
+            };
+            let name = series.split('{').next().unwrap_or(series);
+            let v = v as i64;
+            match name {
+                telemetry::INBOX_ENQUEUED_TOTAL => p.enqueued += v,
+                telemetry::PIPELINE_PROCESSED_TOTAL if !series.contains("outcome=\"failed\"") => {
+                    p.processed += v
+                }
+                telemetry::BACKFILL_MARKED_TOTAL | telemetry::BACKFILL_ABANDONED_TOTAL => {
+                    p.marked += v
+                }
+                telemetry::DISPATCH_SENT_TOTAL | telemetry::DISPATCH_DEAD_TOTAL => p.sent += v,
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
+/// Whether any event is still PENDING (`msg_event_pending_idx`).
+async fn pending_events(store: &Store) -> anyhow::Result<bool> {
+    Ok(
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM msg_event WHERE state = 'PENDING')")
+            .fetch_one(store.pool())
+            .await?,
+    )
+}
+
+/// `(enqueued, terminal, marked or abandoned, events sent, events)`, counted in the store.
 async fn counts(store: &Store) -> anyhow::Result<(i64, i64, i64, i64, i64)> {
     Ok(sqlx::query_as(
         "SELECT (SELECT count(*) FROM proc_state), \

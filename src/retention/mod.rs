@@ -14,6 +14,9 @@ use crate::store::retention::{ArchiveCut, Expiring};
 use crate::store::Store;
 use crate::telemetry;
 
+pub mod vacuum;
+pub use vacuum::{vacuum_step, VacuumPolicy, VacuumReport};
+
 /// The retention periods and the job's pace (`[retention]`).
 #[derive(Debug, Clone)]
 pub struct RetentionConfig {

@@ -67,6 +67,34 @@ pub struct RetentionSettings {
     /// batches (`store::raw_copy::purge_expired_raw_copies`).
     #[serde(with = "humantime_serde_compat")]
     pub replay_window: Duration,
+    /// Whether the housekeeper runs `VACUUM (ANALYZE)` / `ANALYZE` on our own tables itself:
+    /// `auto` only where the server's autovacuum does not cover them (`autovacuum = off`, or a
+    /// table with `autovacuum_enabled = false`), `always`, or `off`. Without either, every
+    /// update of a million-row backlog leaves a dead version that the pump and the dispatcher
+    /// walk ever after (docs/performance.md).
+    pub vacuum: VacuumMode,
+    /// How often the housekeeper reads the tables' dead-tuple counts (`pg_stat_user_tables`)
+    /// and vacuums the ones past the threshold.
+    #[serde(with = "humantime_serde_compat")]
+    pub vacuum_check: Duration,
+    /// A table is vacuumed once its dead tuples exceed
+    /// `vacuum_threshold + vacuum_scale_factor × live tuples` (PostgreSQL's own rule), and
+    /// analyzed alone once as many rows changed since its last analyze.
+    pub vacuum_threshold: u32,
+    /// See `vacuum_threshold`.
+    pub vacuum_scale_factor: f64,
+}
+
+/// `retention.vacuum`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VacuumMode {
+    /// Only the tables the server's autovacuum does not cover.
+    Auto,
+    /// Every table past the threshold, whatever the server does.
+    Always,
+    /// Never (the DBA vacuums).
+    Off,
 }
 
 impl RetentionSettings {
@@ -83,6 +111,7 @@ impl RetentionSettings {
             ("retention.batch_pause", self.batch_pause),
             ("retention.r_keep", self.r_keep),
             ("retention.replay_window", self.replay_window),
+            ("retention.vacuum_check", self.vacuum_check),
         ]
     }
 
@@ -103,6 +132,23 @@ impl RetentionSettings {
         }
         if self.batch_pause > Duration::from_secs(60) {
             return Err(invalid("retention.batch_pause", "longer than 1m"));
+        }
+        if self.vacuum_check < Duration::from_secs(1)
+            || self.vacuum_check > Duration::from_secs(86_400)
+        {
+            return Err(invalid(
+                "retention.vacuum_check",
+                format!(
+                    "{} is outside 1s..=1d",
+                    humantime::format_duration(self.vacuum_check)
+                ),
+            ));
+        }
+        if !(0.0..=10.0).contains(&self.vacuum_scale_factor) {
+            return Err(invalid(
+                "retention.vacuum_scale_factor",
+                format!("{} is outside 0..=10", self.vacuum_scale_factor),
+            ));
         }
         Ok(())
     }

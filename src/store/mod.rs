@@ -15,6 +15,7 @@ pub mod raw_copy;
 pub mod replay;
 pub mod retention;
 mod unseen;
+pub mod vacuum;
 
 use std::str::FromStr;
 
@@ -30,6 +31,7 @@ pub use group::{GroupLoad, GroupTx};
 pub use lease::{session_name, InstanceLock, LeaseConfig};
 pub use queue::{Backlog, Binding, HeadRow};
 pub use raw_copy::{purge_expired_raw_copies, PendingCopy, StoredCopy};
+pub use vacuum::{Maintenance, TableActivity, MAINTAINED_TABLES};
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
