@@ -4,7 +4,7 @@
 //! it still commit with the group. Nothing leaves PostgreSQL before the commit: the dispatcher
 //! and the sweeper only see committed rows.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
@@ -33,20 +33,76 @@ pub struct GroupLoad {
     pub holders: HashMap<String, i64>,
     /// Every flight any member names, and their code-shares.
     flights: BTreeMap<String, Flight>,
+    /// The code-shares of each master flight in `flights` (by `MFID`): a member's view is then
+    /// a few lookups, not a walk over every flight of the group (which made the rules cost
+    /// grow with the group: 0.034 ms per message at 256 members against 0.014 at 64).
+    shares: HashMap<String, BTreeSet<String>>,
 }
 
 impl GroupLoad {
     /// The flights one member's rules see: those it names and their code-shares, exactly what
     /// its own load would read.
     pub fn current(&self, load: &[String]) -> BTreeMap<String, Flight> {
-        self.flights
-            .iter()
-            .filter(|(flid, f)| {
-                load.iter().any(|l| l == *flid)
-                    || f.master().is_some_and(|m| load.iter().any(|l| l == m))
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
+        let mut out = BTreeMap::new();
+        for l in load {
+            if let Some(f) = self.flights.get(l) {
+                out.insert(l.clone(), f.clone());
+            }
+            for share in self.shares.get(l).into_iter().flatten() {
+                if let Some(f) = self.flights.get(share) {
+                    out.insert(share.clone(), f.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// A load over `flights` (the code-share index built from them).
+    fn new(
+        states: HashMap<i64, String>,
+        holders: HashMap<String, i64>,
+        flights: BTreeMap<String, Flight>,
+    ) -> Self {
+        let mut load = Self {
+            states,
+            holders,
+            flights: BTreeMap::new(),
+            shares: HashMap::new(),
+        };
+        for (_, f) in flights {
+            load.put(f);
+        }
+        load
+    }
+
+    /// Inserts or replaces a flight, keeping the code-share index equal to `flights`.
+    fn put(&mut self, f: Flight) {
+        self.unlink(&f.flid);
+        if let Some(m) = f.master() {
+            self.shares
+                .entry(m.to_string())
+                .or_default()
+                .insert(f.flid.clone());
+        }
+        self.flights.insert(f.flid.clone(), f);
+    }
+
+    /// Removes a flight and its code-share link.
+    fn remove(&mut self, flid: &str) {
+        self.unlink(flid);
+        self.flights.remove(flid);
+    }
+
+    fn unlink(&mut self, flid: &str) {
+        let Some(m) = self.flights.get(flid).and_then(|f| f.master()) else {
+            return;
+        };
+        if let Some(set) = self.shares.get_mut(m) {
+            set.remove(flid);
+            if set.is_empty() {
+                self.shares.remove(m);
+            }
+        }
     }
 
     /// Records what a member wrote (its plan and its identity).
@@ -54,10 +110,10 @@ impl GroupLoad {
         for change in &plan.changes {
             match change {
                 FlightChange::Created { after } | FlightChange::Updated { after, .. } => {
-                    self.flights.insert(after.flid.clone(), after.clone());
+                    self.put(after.clone());
                 }
                 FlightChange::Deleted { before, .. } => {
-                    self.flights.remove(&before.flid);
+                    self.remove(&before.flid);
                 }
             }
         }
@@ -237,11 +293,11 @@ impl GroupTx {
         .fetch_all(&mut *self.tx)
         .await?;
         let flights = load_flights(&mut self.tx, flids).await?;
-        Ok(GroupLoad {
-            states: states.into_iter().collect(),
-            holders: holders.into_iter().collect(),
+        Ok(GroupLoad::new(
+            states.into_iter().collect(),
+            holders.into_iter().collect(),
             flights,
-        })
+        ))
     }
 
     /// Writes a member's planned outcome (snapshot, flights, events, SUCCEEDED with its
