@@ -63,16 +63,21 @@ impl GroupLoad {
         holders: HashMap<String, i64>,
         flights: BTreeMap<String, Flight>,
     ) -> Self {
-        let mut load = Self {
+        let mut shares: HashMap<String, BTreeSet<String>> = HashMap::new();
+        for f in flights.values() {
+            if let Some(m) = f.master() {
+                shares
+                    .entry(m.to_string())
+                    .or_default()
+                    .insert(f.flid.clone());
+            }
+        }
+        Self {
             states,
             holders,
-            flights: BTreeMap::new(),
-            shares: HashMap::new(),
-        };
-        for (_, f) in flights {
-            load.put(f);
+            flights,
+            shares,
         }
-        load
     }
 
     /// Inserts or replaces a flight, keeping the code-share index equal to `flights`.

@@ -65,6 +65,10 @@ pub enum StoreError {
     /// Cutover seeding refused.
     #[error("cutover seeding refused: {0}")]
     SeedRefused(String),
+    /// A maintenance statement was asked for a table that is not one of ours
+    /// (`vacuum::MAINTAINED_TABLES`); table names cannot be bound, so nothing else is run.
+    #[error("refusing to vacuum `{0}`: not one of our tables")]
+    NotOurTable(String),
     /// A newer instance took the lease over (we froze or lost the store for a whole ttl).
     #[error("the instance lease was taken over by `{holder}` (epoch {epoch})")]
     LeaseTakenOver { epoch: i64, holder: String },

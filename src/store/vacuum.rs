@@ -98,9 +98,7 @@ impl Store {
     /// another session holds a conflicting lock on is skipped (`SKIP_LOCKED`), not waited for.
     pub async fn maintain_table(&self, table: &str, what: Maintenance) -> Result<(), StoreError> {
         let Some(table) = MAINTAINED_TABLES.iter().find(|t| **t == table) else {
-            return Err(StoreError::Corrupt(format!(
-                "refusing to vacuum `{table}`: not one of our tables"
-            )));
+            return Err(StoreError::NotOurTable(table.to_string()));
         };
         let mut conn = self.pool().acquire().await?.detach();
         let result = async {
