@@ -6,6 +6,8 @@
 
 mod common;
 
+use msgx_core::cutover::{CutoverMode, CutoverStock};
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -598,7 +600,10 @@ async fn the_late_guard_works_after_old_events_are_gone() {
     let mut pump = env.pump(&[]);
     // W starts at 10: ids 1..=10 count as released; rows 11..13 are processed normally.
     env.store
-        .seed_cursor(10, env.clock.now())
+        .seed_cutover(
+            &CutoverStock::watermark_only(CutoverMode::Id(10), 10, env.clock.now()),
+            env.clock.now(),
+        )
         .await
         .expect("seed");
     // F1's gate set by message 11; F2 created by 12, deleted by 13.

@@ -5,6 +5,8 @@
 
 mod common;
 
+use msgx_core::cutover::{CutoverMode, CutoverStock};
+
 use common::TestEnv;
 use msgx_core::clock::Clock;
 use msgx_core::store::{InstanceLock, LeaseConfig, Store, StoreError};
@@ -63,7 +65,12 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
     // nothing.
     for _ in 0..3 {
         let _ = store_a.stamp_attempt(1, now).await;
-        let _ = store_a.seed_cursor(5, now).await;
+        let _ = store_a
+            .seed_cutover(
+                &CutoverStock::watermark_only(CutoverMode::Id(5), 5, now),
+                now,
+            )
+            .await;
     }
     let stamp = store_a.stamp_attempt(1, now).await.expect_err("fenced");
     assert!(stamp.is_fenced(), "{stamp}");
@@ -72,7 +79,13 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
         .await
         .expect_err("fenced");
     assert!(bind.is_fenced(), "{bind}");
-    let seed = store_a.seed_cursor(5, now).await.expect_err("fenced");
+    let seed = store_a
+        .seed_cutover(
+            &CutoverStock::watermark_only(CutoverMode::Id(5), 5, now),
+            now,
+        )
+        .await
+        .expect_err("fenced");
     assert!(seed.is_fenced(), "{seed}");
     assert_eq!(
         attempts(&env, 1).await,

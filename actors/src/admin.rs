@@ -12,11 +12,11 @@
 //! - `POST /admin/recover-backfill` (operate) → `Ops::recover_backfill`;
 //! - `POST /admin/events/requeue` (operate) → `Ops::requeue_events`;
 //! - `GET /admin/verify` (read) → `msgx_core::verify` (SPEC §11 invariants; 200, 409, 503);
-//! - `GET /admin/survey`, `GET /admin/purge-readiness` (read), `POST /admin/skip` (operate) →
-//!   [`crate::admin_procedures`];
+//! - `GET /admin/survey`, `GET /admin/purge-readiness`, `GET /admin/cutover-plan` (read),
+//!   `POST /admin/skip` (operate) → [`crate::admin_procedures`];
 //! - `POST /cminmsgs/send` (compat) → `Ops::compat_register`.
 //!
-//! The routes and their bodies are described in `docs/openapi.yaml` (checked by a test).
+//! The routes and their bodies are described in `docs/openapi.json` (checked by a test).
 
 use std::sync::Arc;
 

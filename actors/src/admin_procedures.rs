@@ -3,7 +3,8 @@
 //!
 //! - `GET /admin/survey?from_id=&to_id=&received_from=&received_to=` (read) → `Ops::survey`;
 //! - `POST /admin/skip` (operate) → `Ops::skip` (approver, reason, ticket required; audited);
-//! - `GET /admin/purge-readiness?to_id=&received_before=` (read) → `Ops::purge_readiness`.
+//! - `GET /admin/purge-readiness?to_id=&received_before=` (read) → `Ops::purge_readiness`;
+//! - `GET /admin/cutover-plan?mode=` (read) → `Ops::cutover_plan` (`msgexchange cutover plan`).
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -45,6 +46,32 @@ async fn purge_readiness(req: HttpRequest, state: web::Data<AdminState>) -> Http
     }
 }
 
+/// `?mode=min|zero|max|<id>`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanQuery {
+    mode: String,
+}
+
+async fn cutover_plan(req: HttpRequest, state: web::Data<AdminState>) -> HttpResponse {
+    if let Some(denied) = unauthorized(&req, &state) {
+        return denied;
+    }
+    let q: PlanQuery = match query(&req) {
+        Ok(q) => q,
+        Err(r) => return *r,
+    };
+    let mode = match msgx_core::cutover::CutoverMode::parse(&q.mode) {
+        Ok(Some(mode)) => mode,
+        Ok(None) => return error(StatusCode::BAD_REQUEST, "mode is empty"),
+        Err(why) => return error(StatusCode::BAD_REQUEST, format!("mode: {why}")),
+    };
+    match state.ops.cutover_plan(mode).await {
+        Ok(p) => HttpResponse::Ok().json(p),
+        Err(e) => ops_error(e),
+    }
+}
+
 async fn skip(
     req: HttpRequest,
     state: web::Data<AdminState>,
@@ -67,9 +94,10 @@ async fn skip(
     }
 }
 
-/// `/survey`, `/skip`, `/purge-readiness` (inside the `/admin` scope).
+/// `/survey`, `/skip`, `/purge-readiness`, `/cutover-plan` (inside the `/admin` scope).
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/survey").route(web::get().to(survey)))
+        .service(web::resource("/cutover-plan").route(web::get().to(cutover_plan)))
         .service(web::resource("/skip").route(web::post().to(skip)))
         .service(web::resource("/purge-readiness").route(web::get().to(purge_readiness)));
 }

@@ -447,34 +447,19 @@ pub async fn connect(settings: &Settings) -> anyhow::Result<(Inbox, Store)> {
     Ok((inbox, store))
 }
 
-/// Applies `pipeline.cutover_watermark` if configured (fresh store only).
+/// Applies `pipeline.cutover_watermark` if configured (fresh store only): W, the skipped stock
+/// and its gaps (watched for `watch_window`, `late.watch_window`) in one transaction.
 pub async fn apply_cutover(
     store: &Store,
     inbox: &Inbox,
     mode: Option<CutoverMode>,
     clock: &dyn Clock,
+    watch_window: std::time::Duration,
 ) -> anyhow::Result<Option<SeedOutcome>> {
     let Some(mode) = mode else {
         return Ok(None);
     };
-    let range = match mode {
-        CutoverMode::Min | CutoverMode::Max => inbox
-            .id_range()
-            .await
-            .context("cutover seeding needs the inbox id range, but the inbox is unreadable")?,
-        CutoverMode::Zero | CutoverMode::Id(_) => None,
-    };
-    let w = mode.watermark(range);
-    let outcome = store.seed_cursor(w, clock.now()).await?;
-    match outcome {
-        SeedOutcome::Seeded { w } => {
-            tracing::warn!(mode = %mode, watermark = w, "cutover seeding applied on a fresh store")
-        }
-        SeedOutcome::AlreadySeeded { at, w } => tracing::info!(
-            mode = %mode, seeded_at = %at, watermark = w,
-            "cutover already applied earlier; ignoring pipeline.cutover_watermark (unset it)"
-        ),
-    }
+    let outcome = msgx_core::cutover::seed::seed(store, inbox, mode, clock, watch_window).await?;
     Ok(Some(outcome))
 }
 
@@ -537,7 +522,14 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         .context("reconnecting the store with the lease epoch")?;
     telemetry::lease_held(lock.epoch());
     health.lease(true);
-    apply_cutover(&store, &inbox, settings.cutover()?, clock.as_ref()).await?;
+    apply_cutover(
+        &store,
+        &inbox,
+        settings.cutover()?,
+        clock.as_ref(),
+        settings.late.watch_window,
+    )
+    .await?;
     let verify_inbox = inbox.clone();
     let outbound = msgx_core::outbound::Outbound::from_settings(&settings, &store, &inbox)?;
 

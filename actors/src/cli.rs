@@ -77,6 +77,10 @@ pub enum Command {
     /// Purge readiness (seed §6): are all inbox rows of a range marked; the unmarked ones by
     /// reason; the purge boundary (highest id and time below which everything is marked).
     PurgeReadiness(crate::cli_ops::PurgeArgs),
+    /// Cutover (seed §5.1): `plan` shows what a mode of pipeline.cutover_watermark would do —
+    /// the W it seeds, the stock it skips or reads, the stock rows left unmarked. Read only.
+    #[command(subcommand)]
+    Cutover(crate::cli_ops::CutoverCommand),
 }
 
 /// Dev tools.

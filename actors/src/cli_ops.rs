@@ -389,3 +389,39 @@ pub async fn purge_readiness(settings: &Settings, args: &PurgeArgs) -> anyhow::R
         Ok(())
     }
 }
+
+/// `cutover …`.
+#[derive(Debug, clap::Subcommand)]
+pub enum CutoverCommand {
+    /// What a cutover mode would do on this inbox and store, before anyone commits to it.
+    /// Changes nothing.
+    Plan(CutoverPlanArgs),
+}
+
+/// `cutover plan`.
+#[derive(Debug, Args)]
+pub struct CutoverPlanArgs {
+    /// `min`, `zero`, `max` or an id (the values of pipeline.cutover_watermark).
+    #[arg(long, value_parser = parse_cutover_mode)]
+    pub mode: msgx_core::cutover::CutoverMode,
+    /// Print JSON (the same document as `GET /admin/cutover-plan`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_cutover_mode(raw: &str) -> Result<msgx_core::cutover::CutoverMode, String> {
+    msgx_core::cutover::CutoverMode::parse(raw)?.ok_or_else(|| "give a mode".to_string())
+}
+
+/// `msgexchange cutover plan`.
+pub async fn cutover(settings: &Settings, cmd: &CutoverCommand) -> anyhow::Result<()> {
+    let CutoverCommand::Plan(args) = cmd;
+    let ops = ops(settings).await?;
+    let plan = ops.cutover_plan(args.mode).await?;
+    if args.json {
+        print_json(&plan)
+    } else {
+        print!("{}", plan.render());
+        Ok(())
+    }
+}

@@ -50,6 +50,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/admin/survey"),
     ("POST", "/admin/skip"),
     ("GET", "/admin/purge-readiness"),
+    ("GET", "/admin/cutover-plan"),
     ("POST", "/cminmsgs/send"),
 ];
 

@@ -54,6 +54,7 @@ fn main() -> std::process::ExitCode {
             Command::Survey(args) => cli_ops::survey(&settings, &args).await,
             Command::Skip(args) => cli_ops::skip(&settings, &args).await,
             Command::PurgeReadiness(args) => cli_ops::purge_readiness(&settings, &args).await,
+            Command::Cutover(cmd) => cli_ops::cutover(&settings, &cmd).await,
             Command::Verify(_) => Ok(()), // handled above (own exit codes)
         }
     });

@@ -17,6 +17,9 @@
 //! the one recorded at enqueue is a different row under an old id — reported at ERROR and
 //! counted (`msgx_inbox_id_reused_total`) for the operator and the DB owner, never silently
 //! taken for the old one.
+//!
+//! The visible stock an explicit cutover skipped (`max`, `<id>`) has no `PROC_STATE` row by
+//! design: the scan leaves it alone ([`crate::cutover::CutoverStock::skips`]).
 
 use std::time::{Duration, Instant};
 
@@ -74,6 +77,8 @@ pub async fn compensation_scan(
         return Ok(report);
     }
     let batch = cfg.batch.max(1);
+    // The stock a cutover skipped is the previous system's, never ours (migration 0015).
+    let stock = store.cutover_stock().await?;
     let mut after = from;
     while after < w {
         let rows = inbox.rows_after(after, batch).await?;
@@ -89,6 +94,7 @@ pub async fn compensation_scan(
         let mut unknown = Vec::new();
         for row in &rows {
             match recorded.get(&row.id) {
+                None if stock.as_ref().is_some_and(|s| s.skips(row.id)) => {}
                 None => unknown.push(row.id),
                 // Both known and different: another row under an old id.
                 Some(Some(then)) if row.received_at.is_some_and(|now| now != *then) => {

@@ -8,6 +8,7 @@
 
 mod actions;
 mod compat;
+mod cutover;
 mod inspect;
 mod purge;
 mod skip;
@@ -21,6 +22,7 @@ pub use actions::{
     RequeueRequest, MAX_IDS,
 };
 pub use compat::{CompatRequest, CompatResult, MAX_COMPAT_ID};
+pub use cutover::{CutoverPlan, StockPart, PLAN_BATCH, PLAN_RANGES};
 pub use inspect::{InboxView, Inspection};
 pub use purge::{
     Advance, BoundaryWatch, PurgeReadiness, PurgeRequest, Unmarked, BOUNDARY_MAX_ROWS, PURGE_BATCH,

@@ -99,7 +99,44 @@ struct Tally {
     recv_first: Option<DateTime<Utc>>,
     recv_last: Option<DateTime<Utc>>,
     recv_unknown: u64,
-    types: BTreeMap<(String, String), u64>,
+    types: TypeMix,
+}
+
+/// A TYPE/STYP distribution that keeps at most [`MAX_TYPE_KEYS`] keys.
+#[derive(Debug, Default)]
+pub(super) struct TypeMix(BTreeMap<(String, String), u64>);
+
+impl TypeMix {
+    /// Counts one row.
+    pub(super) fn add(&mut self, r: &MetaRow) {
+        let mut key = (
+            r.msg_type.clone().unwrap_or_else(|| "(none)".into()),
+            r.subtype.clone().unwrap_or_default(),
+        );
+        if !self.0.contains_key(&key) && self.0.len() >= MAX_TYPE_KEYS {
+            key = ("(other)".into(), String::new());
+        }
+        *self.0.entry(key).or_insert(0) += 1;
+    }
+
+    /// By descending count.
+    pub(super) fn finish(self) -> Vec<TypeCount> {
+        let mut by_type: Vec<TypeCount> = self
+            .0
+            .into_iter()
+            .map(|((msg_type, subtype), count)| TypeCount {
+                msg_type,
+                subtype,
+                count,
+            })
+            .collect();
+        by_type.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.msg_type.cmp(&b.msg_type))
+        });
+        by_type
+    }
 }
 
 impl Tally {
@@ -119,31 +156,11 @@ impl Tally {
             }
             None => self.recv_unknown += 1,
         }
-        let mut key = (
-            r.msg_type.clone().unwrap_or_else(|| "(none)".into()),
-            r.subtype.clone().unwrap_or_default(),
-        );
-        if !self.types.contains_key(&key) && self.types.len() >= MAX_TYPE_KEYS {
-            key = ("(other)".into(), String::new());
-        }
-        *self.types.entry(key).or_insert(0) += 1;
+        self.types.add(r);
     }
 
     fn finish(self, scope: &str, w: i64) -> Survey {
-        let mut by_type: Vec<TypeCount> = self
-            .types
-            .into_iter()
-            .map(|((msg_type, subtype), count)| TypeCount {
-                msg_type,
-                subtype,
-                count,
-            })
-            .collect();
-        by_type.sort_by(|a, b| {
-            b.count
-                .cmp(&a.count)
-                .then_with(|| a.msg_type.cmp(&b.msg_type))
-        });
+        let by_type = self.types.finish();
         Survey {
             scope: scope.into(),
             w,

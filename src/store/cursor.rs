@@ -67,39 +67,4 @@ impl Store {
             holes,
         })
     }
-
-    /// Seeds W once, on a fresh store only (no watermark, no hole timer, no PROC_STATE rows).
-    /// The check and the write are one statement, and SEEDED_AT is written with W.
-    pub async fn seed_cursor(&self, w: i64, now: DateTime<Utc>) -> Result<SeedOutcome, StoreError> {
-        let done = sqlx::query(
-            "UPDATE inbox_cursor SET w = $1, hole_since = NULL, hole_seen_db_at = NULL, \
-             seeded_at = $2, updated_at = $2 \
-             WHERE id = 1 AND w = 0 AND hole_since IS NULL AND seeded_at IS NULL \
-               AND NOT EXISTS (SELECT 1 FROM proc_state) \
-               AND NOT EXISTS (SELECT 1 FROM inbox_hole)",
-        )
-        .bind(w)
-        .bind(now)
-        .execute(self.pool())
-        .await?;
-        if done.rows_affected() == 1 {
-            return Ok(SeedOutcome::Seeded { w });
-        }
-        let current = self.read_cursor().await?;
-        if let Some(at) = current.seeded_at {
-            return Ok(SeedOutcome::AlreadySeeded {
-                at,
-                w: current.cursor.w,
-            });
-        }
-        let records = self.proc_state_count().await?;
-        Err(StoreError::SeedRefused(format!(
-            "the store is not fresh (W={}, hole open: {}, {} processing records); \
-             re-seeding an upgraded instance must be an explicit operator action — \
-             unset pipeline.cutover_watermark to start from the stored watermark",
-            current.cursor.w,
-            current.cursor.hole_since.is_some(),
-            records
-        )))
-    }
 }

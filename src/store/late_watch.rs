@@ -299,7 +299,7 @@ impl Store {
     }
 }
 
-async fn insert_ranges(
+pub(super) async fn insert_ranges(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     ranges: &[WatchRange],
 ) -> Result<(), StoreError> {

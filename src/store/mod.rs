@@ -4,6 +4,7 @@ pub mod backfill;
 pub mod batch;
 mod business;
 mod cursor;
+mod cutover;
 mod enqueue;
 pub mod events;
 mod group;

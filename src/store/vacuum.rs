@@ -7,7 +7,8 @@ use sqlx::Connection as _;
 
 use super::{Store, StoreError};
 
-/// The tables we maintain: every table of our migrations. Only these names are ever put into a
+/// The tables we maintain: every table of our migrations that rows are ever updated in or
+/// deleted from (the cutover record, written once, needs no vacuum). Only these names are ever put into a
 /// VACUUM statement (it takes no bind parameters).
 pub const MAINTAINED_TABLES: [&str; 14] = [
     "proc_state",

@@ -1,0 +1,219 @@
+//! Cutover seeding (seed §5.1): an explicit, one-time choice of the starting watermark on a
+//! fresh store. The code never picks one by default.
+//!
+//! What `max` and `<id>` skip is the *visible stock*: the inbox rows committed at the cutover
+//! at or below the seeded W. They are the previous system's and are never processed by us, by
+//! any path. The ids *missing* from the stock at that moment (rolled back, or still
+//! uncommitted) are holes like any other: watched, and a late commit among them is processed
+//! as LATE. [`CutoverStock`] is that record, stored with W in one transaction
+//! ([`seed::seed`]); `Ops::cutover_plan` shows what a mode would do before anyone commits to
+//! it.
+
+pub mod seed;
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// Where a fresh instance starts reading the inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutoverMode {
+    /// Read every existing row: W = MIN(id) − 1 (no false hole before the oldest row).
+    Min,
+    /// Start at W = 0 and let the hole rule deal with a purged prefix.
+    Zero,
+    /// Skip the visible stock: W = MAX(id).
+    Max,
+    /// Start right after this id.
+    Id(i64),
+}
+
+impl CutoverMode {
+    /// Parses the config value; empty means "no seeding".
+    pub fn parse(raw: &str) -> Result<Option<Self>, String> {
+        let raw = raw.trim();
+        Ok(Some(match raw.to_ascii_lowercase().as_str() {
+            "" => return Ok(None),
+            "min" => Self::Min,
+            "zero" => Self::Zero,
+            "max" => Self::Max,
+            other => match other.parse::<i64>() {
+                Ok(id) if id >= 0 => Self::Id(id),
+                _ => {
+                    return Err(format!(
+                        "`{raw}` is not `min`, `zero`, `max` or a non-negative id"
+                    ))
+                }
+            },
+        }))
+    }
+
+    /// The watermark to seed, given the inbox's current id range (None = empty inbox).
+    pub fn watermark(self, range: Option<(i64, i64)>) -> i64 {
+        match (self, range) {
+            (Self::Zero, _) => 0,
+            (Self::Id(id), _) => id,
+            (Self::Min, Some((min, _))) => min.saturating_sub(1).max(0),
+            (Self::Max, Some((_, max))) => max,
+            (Self::Min | Self::Max, None) => 0,
+        }
+    }
+}
+
+/// What a cutover skipped, as stored (`cutover_stock` + `cutover_gap`, migration 0015).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CutoverStock {
+    /// The mode as configured (`min`, `zero`, `max` or the id).
+    pub mode: String,
+    /// The seeded W.
+    pub w: i64,
+    /// The stock rows skipped: none for `min` and `zero`.
+    pub span: Option<StockSpan>,
+    /// When the seeding committed.
+    pub seeded_at: DateTime<Utc>,
+}
+
+/// The visible stock a cutover skipped: every id in `first..=last` except the gaps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StockSpan {
+    /// Where the span starts (1: every id below W without a row is a gap).
+    pub first: i64,
+    /// The highest id skipped: the seeded W.
+    pub last: i64,
+    /// Stock rows skipped.
+    pub rows: i64,
+    /// Ids in `first..=last` with no committed row at the cutover, as inclusive ranges in
+    /// ascending order: holes like any other (watched; a late commit is processed as LATE).
+    pub gaps: Vec<(i64, i64)>,
+}
+
+impl StockSpan {
+    /// True when `id` was a visible stock row at the cutover, so it is not ours.
+    pub fn skips(&self, id: i64) -> bool {
+        if id < self.first || id > self.last {
+            return false;
+        }
+        // The last gap starting at or before `id`.
+        let i = self.gaps.partition_point(|g| g.0 <= id);
+        !(i > 0 && self.gaps[i - 1].1 >= id)
+    }
+
+    /// Ids in the gaps.
+    pub fn gap_ids(&self) -> i64 {
+        self.gaps.iter().map(|(f, l)| l - f + 1).sum()
+    }
+}
+
+impl CutoverStock {
+    /// A record that skips nothing: W alone (`min`, `zero`, or an `<id>` with no stock below).
+    pub fn watermark_only(mode: CutoverMode, w: i64, seeded_at: DateTime<Utc>) -> Self {
+        Self {
+            mode: mode.to_string(),
+            w,
+            span: None,
+            seeded_at,
+        }
+    }
+
+    /// True when `id` was skipped at the cutover (a stock row of the previous system).
+    pub fn skips(&self, id: i64) -> bool {
+        self.span.as_ref().is_some_and(|s| s.skips(id))
+    }
+}
+
+/// Builds a [`StockSpan`] from the stock ids read in ascending pages. Every id from 1 to W
+/// without a row is a gap: between rows, after the last one (`<id>` beyond the inbox head),
+/// and before the first — a purged prefix or an insert still uncommitted at the cutover cannot
+/// be told apart, and a range costs the same whatever it spans.
+#[derive(Debug, Clone, Default)]
+pub struct StockScan {
+    prev: i64,
+    rows: i64,
+    gaps: Vec<(i64, i64)>,
+}
+
+impl StockScan {
+    /// Feeds the next ascending id (each at most once, all ≥ 1).
+    pub fn push(&mut self, id: i64) {
+        if id > self.prev + 1 {
+            self.gaps.push((self.prev + 1, id - 1));
+        }
+        self.prev = id;
+        self.rows += 1;
+    }
+
+    /// The span `1..=w` for a seeded `w` (every id pushed must be `<= w`); None for W = 0.
+    pub fn finish(mut self, w: i64) -> Option<StockSpan> {
+        if w < 1 {
+            return None;
+        }
+        if w > self.prev {
+            self.gaps.push((self.prev + 1, w));
+        }
+        Some(StockSpan {
+            first: 1,
+            last: w,
+            rows: self.rows,
+            gaps: self.gaps,
+        })
+    }
+}
+
+impl fmt::Display for CutoverMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Min => f.write_str("min"),
+            Self::Zero => f.write_str("zero"),
+            Self::Max => f.write_str("max"),
+            Self::Id(id) => write!(f, "{id}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_all_modes() {
+        assert_eq!(CutoverMode::parse(""), Ok(None));
+        assert_eq!(CutoverMode::parse(" MIN "), Ok(Some(CutoverMode::Min)));
+        assert_eq!(CutoverMode::parse("zero"), Ok(Some(CutoverMode::Zero)));
+        assert_eq!(CutoverMode::parse("max"), Ok(Some(CutoverMode::Max)));
+        assert_eq!(CutoverMode::parse("4711"), Ok(Some(CutoverMode::Id(4711))));
+        assert!(CutoverMode::parse("-3").is_err());
+        assert!(CutoverMode::parse("latest").is_err());
+    }
+
+    #[test]
+    fn the_stock_is_what_was_visible_and_the_gaps_are_not() {
+        let mut scan = StockScan::default();
+        for id in [5, 6, 9, 10, 14] {
+            scan.push(id);
+        }
+        let span = scan.finish(16).expect("rows");
+        assert_eq!((span.first, span.last, span.rows), (1, 16, 5));
+        assert_eq!(span.gaps, vec![(1, 4), (7, 8), (11, 13), (15, 16)]);
+        assert_eq!(span.gap_ids(), 11);
+        let skipped: Vec<i64> = (0..20).filter(|i| span.skips(*i)).collect();
+        assert_eq!(skipped, vec![5, 6, 9, 10, 14]);
+        let empty = StockScan::default().finish(10).expect("W above every row");
+        assert_eq!((empty.rows, empty.gaps.clone()), (0, vec![(1, 10)]));
+        assert!(
+            StockScan::default().finish(0).is_none(),
+            "W = 0 skips nothing"
+        );
+    }
+
+    #[test]
+    fn watermark_per_mode() {
+        let r = Some((1000, 2000));
+        assert_eq!(CutoverMode::Min.watermark(r), 999);
+        assert_eq!(CutoverMode::Zero.watermark(r), 0);
+        assert_eq!(CutoverMode::Max.watermark(r), 2000);
+        assert_eq!(CutoverMode::Id(1500).watermark(r), 1500);
+        assert_eq!(CutoverMode::Min.watermark(None), 0);
+        assert_eq!(CutoverMode::Max.watermark(None), 0);
+    }
+}

@@ -1,0 +1,124 @@
+//! The cutover record (`cutover_stock`, `cutover_gap`, migration 0015): written once with W,
+//! read by every path that must not take the skipped stock for ours.
+
+use chrono::{DateTime, Utc};
+
+use super::late_watch::{insert_ranges, WatchRange};
+use super::{SeedOutcome, Store, StoreError};
+use crate::cutover::{CutoverStock, StockSpan};
+
+/// `(mode, w, first_id, stock_rows, seeded_at)` as stored.
+type StockRow = (String, i64, Option<i64>, i64, DateTime<Utc>);
+
+impl Store {
+    /// Seeds W once, on a fresh store only (no watermark, no hole, no PROC_STATE rows), and in
+    /// the same transaction records what the cutover skipped: the stock span, its gaps, and
+    /// the gaps as watched released holes until `watch_until` (a late commit among them is
+    /// processed as LATE, like any released hole's). SEEDED_AT is written with W.
+    pub async fn seed_cutover(
+        &self,
+        stock: &CutoverStock,
+        watch_until: DateTime<Utc>,
+    ) -> Result<SeedOutcome, StoreError> {
+        let now = stock.seeded_at;
+        let mut tx = self.pool().begin().await?;
+        let done = sqlx::query(
+            "UPDATE inbox_cursor SET w = $1, hole_since = NULL, hole_seen_db_at = NULL, \
+             seeded_at = $2, updated_at = $2 \
+             WHERE id = 1 AND w = 0 AND hole_since IS NULL AND seeded_at IS NULL \
+               AND NOT EXISTS (SELECT 1 FROM proc_state) \
+               AND NOT EXISTS (SELECT 1 FROM inbox_hole) \
+               AND NOT EXISTS (SELECT 1 FROM cutover_stock)",
+        )
+        .bind(stock.w)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            tx.rollback().await?;
+            return self.not_seeded().await;
+        }
+        let span = stock.span.as_ref();
+        sqlx::query(
+            "INSERT INTO cutover_stock (mode, w, first_id, stock_rows, seeded_at) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&stock.mode)
+        .bind(stock.w)
+        .bind(span.map(|s| s.first))
+        .bind(span.map_or(0, |s| s.rows))
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        let gaps = span.map_or(&[][..], |s| s.gaps.as_slice());
+        let first: Vec<i64> = gaps.iter().map(|g| g.0).collect();
+        let last: Vec<i64> = gaps.iter().map(|g| g.1).collect();
+        sqlx::query("INSERT INTO cutover_gap SELECT * FROM UNNEST($1::bigint[], $2::bigint[])")
+            .bind(&first)
+            .bind(&last)
+            .execute(&mut *tx)
+            .await?;
+        let watched: Vec<WatchRange> = gaps
+            .iter()
+            .map(|&(first_id, last_id)| WatchRange {
+                first_id,
+                last_id,
+                released_at: now,
+                expires_at: watch_until,
+                checked_at: None,
+            })
+            .collect();
+        insert_ranges(&mut tx, &watched).await?;
+        tx.commit().await?;
+        Ok(SeedOutcome::Seeded { w: stock.w })
+    }
+
+    /// Why a seeding wrote nothing: seeded before, or refused on a store that is not fresh.
+    async fn not_seeded(&self) -> Result<SeedOutcome, StoreError> {
+        let current = self.read_cursor().await?;
+        if let Some(at) = current.seeded_at {
+            return Ok(SeedOutcome::AlreadySeeded {
+                at,
+                w: current.cursor.w,
+            });
+        }
+        let records = self.proc_state_count().await?;
+        Err(StoreError::SeedRefused(format!(
+            "the store is not fresh (W={}, hole open: {}, {} processing records); \
+             re-seeding an upgraded instance must be an explicit operator action — \
+             unset pipeline.cutover_watermark to start from the stored watermark",
+            current.cursor.w,
+            current.cursor.hole_since.is_some(),
+            records
+        )))
+    }
+
+    /// What the cutover skipped, with every gap; None when the store was never seeded.
+    pub async fn cutover_stock(&self) -> Result<Option<CutoverStock>, StoreError> {
+        let row: Option<StockRow> = sqlx::query_as(
+            "SELECT mode, w, first_id, stock_rows, seeded_at FROM cutover_stock WHERE id = 1",
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        let Some((mode, w, first, rows, seeded_at)) = row else {
+            return Ok(None);
+        };
+        let span = match first {
+            None => None,
+            Some(first) => Some(StockSpan {
+                first,
+                last: w,
+                rows,
+                gaps: sqlx::query_as("SELECT first_id, last_id FROM cutover_gap ORDER BY first_id")
+                    .fetch_all(self.pool())
+                    .await?,
+            }),
+        };
+        Ok(Some(CutoverStock {
+            mode,
+            w,
+            span,
+            seeded_at,
+        }))
+    }
+}
