@@ -132,9 +132,10 @@ async fn seeding_is_refused_on_an_upgraded_store_and_skipped_when_already_seeded
     env3.cleanup().await;
 }
 
-/// A stock the previous system left: `held` is an uncommitted insert taken first (id 1), then
-/// 200 rows, two rolled-back inserts (a gap that never fills), 296 rows; 99 stock rows (ids 2
-/// to 100) carry the previous system's mark. Returns (held transaction, its id, the stock ids, the gap ids).
+/// A stock the previous system left: 10 rows, an insert still uncommitted at the cutover
+/// (`held`, id 11), 190 rows, two rolled-back inserts (a gap that never fills), 296 rows; the
+/// 99 stock rows up to id 100 carry the previous system's mark. Returns (held transaction, its
+/// id, the stock ids, the gap ids).
 async fn stock_with_gaps(
     env: &TestEnv,
 ) -> (
@@ -143,8 +144,9 @@ async fn stock_with_gaps(
     Vec<i64>,
     Vec<i64>,
 ) {
+    let mut stock = env.insert_rows(10).await;
     let (held, held_id) = env.open_insert().await;
-    let mut stock = env.insert_rows(200).await;
+    stock.extend(env.insert_rows(190).await);
     let mut rolled_back = Vec::new();
     for _ in 0..2 {
         let (tx, id) = env.open_insert().await;
@@ -152,15 +154,17 @@ async fn stock_with_gaps(
         rolled_back.push(id);
     }
     stock.extend(env.insert_rows(296).await);
-    // From the first stock id: the held insert's row lock must not be waited for.
-    sqlx::query(
-        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED', CMINMSGS_DATE_PROCESSED = NOW() \
-         WHERE CMINMSGS_ID BETWEEN ? AND 100",
-    )
-    .bind(stock[0])
-    .execute(&env.owner)
-    .await
-    .expect("the previous system's marks");
+    // Row by row: a range UPDATE would wait for the held insert's lock.
+    for id in stock.iter().filter(|id| **id <= 100) {
+        sqlx::query(
+            "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED', \
+             CMINMSGS_DATE_PROCESSED = NOW() WHERE CMINMSGS_ID = ?",
+        )
+        .bind(id)
+        .execute(&env.owner)
+        .await
+        .expect("the previous system's marks");
+    }
     let mut gaps = vec![held_id];
     gaps.extend(rolled_back);
     (held, held_id, stock, gaps)

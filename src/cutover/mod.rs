@@ -77,7 +77,7 @@ pub struct CutoverStock {
 /// The visible stock a cutover skipped: every id in `first..=last` except the gaps.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StockSpan {
-    /// Where the span starts (1: every id below W without a row is a gap).
+    /// The lowest stock id (ids below it had no row at the cutover: not stock, no gap).
     pub first: i64,
     /// The highest id skipped: the seeded W.
     pub last: i64,
@@ -122,37 +122,40 @@ impl CutoverStock {
     }
 }
 
-/// Builds a [`StockSpan`] from the stock ids read in ascending pages. Every id from 1 to W
-/// without a row is a gap: between rows, after the last one (`<id>` beyond the inbox head),
-/// and before the first — a purged prefix or an insert still uncommitted at the cutover cannot
-/// be told apart, and a range costs the same whatever it spans.
+/// Builds a [`StockSpan`] from the stock ids read in ascending pages. Every id from the first
+/// row to W without a row is a gap: between rows, and after the last one (`<id>` beyond the
+/// inbox head). Ids below the first row are not (the same rule as `min`, seed §5.1: a purged
+/// prefix is no hole); a row that appears there later is id reuse, which the compensation
+/// scan reports and enqueues.
 #[derive(Debug, Clone, Default)]
 pub struct StockScan {
+    first: Option<i64>,
     prev: i64,
     rows: i64,
     gaps: Vec<(i64, i64)>,
 }
 
 impl StockScan {
-    /// Feeds the next ascending id (each at most once, all ≥ 1).
+    /// Feeds the next ascending id (each at most once).
     pub fn push(&mut self, id: i64) {
-        if id > self.prev + 1 {
+        if self.first.is_none() {
+            self.first = Some(id);
+        } else if id > self.prev + 1 {
             self.gaps.push((self.prev + 1, id - 1));
         }
         self.prev = id;
         self.rows += 1;
     }
 
-    /// The span `1..=w` for a seeded `w` (every id pushed must be `<= w`); None for W = 0.
+    /// The span `first..=w` for a seeded `w` (every id pushed must be `<= w`); None when no
+    /// row was seen.
     pub fn finish(mut self, w: i64) -> Option<StockSpan> {
-        if w < 1 {
-            return None;
-        }
+        let first = self.first?;
         if w > self.prev {
             self.gaps.push((self.prev + 1, w));
         }
         Some(StockSpan {
-            first: 1,
+            first,
             last: w,
             rows: self.rows,
             gaps: self.gaps,

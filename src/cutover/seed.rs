@@ -33,7 +33,8 @@ pub async fn watermark_of(inbox: &Inbox, mode: CutoverMode) -> Result<i64, Inbox
     Ok(mode.watermark(range))
 }
 
-/// The visible stock at or below `w` (what `max` and `<id>` skip) and its gaps; None for W = 0.
+/// The visible stock at or below `w` (what `max` and `<id>` skip) and its gaps; None when no
+/// row is there.
 pub async fn read_stock(inbox: &Inbox, w: i64) -> Result<Option<StockSpan>, InboxError> {
     let mut scan = StockScan::default();
     let mut after = 0i64;
