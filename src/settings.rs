@@ -117,6 +117,9 @@ pub struct StoreSettings {
     pub connect_timeout: Duration,
     /// Create the database named in `url` when it does not exist (dev and demo convenience).
     pub create_database: bool,
+    /// `run` brings an older or empty schema to this binary's at start; off: it refuses to
+    /// start instead (sites that migrate by hand with `msgexchange migrate`).
+    pub migrate_at_start: bool,
     /// How long start-up waits for the single-instance lock (a killed predecessor's session
     /// may take a moment to end) before refusing to start.
     #[serde(with = "humantime_serde_compat")]

@@ -315,3 +315,238 @@ async fn http_raw(port: u16, request: &[u8]) -> std::io::Result<String> {
         .map_err(|_| std::io::Error::other("timeout"))??;
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
+
+/// A fresh PostgreSQL database with nothing in it; dropped by the caller.
+async fn empty_database(tag: &str) -> (String, sqlx::PgPool) {
+    let db = format!("msgxt_{tag}_{}", std::process::id());
+    let admin = sqlx::PgPool::connect(&format!("{}/postgres", common::pg_base()))
+        .await
+        .expect("postgres");
+    sqlx::query(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
+        .execute(&admin)
+        .await
+        .expect("drop");
+    sqlx::query(&format!("CREATE DATABASE \"{db}\""))
+        .execute(&admin)
+        .await
+        .expect("create");
+    let url = format!("{}/{db}", common::pg_base());
+    let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+    (url, pool)
+}
+
+/// Tables, and the applied migrations: what a read-only command must leave as it found it.
+async fn schema_snapshot(pool: &sqlx::PgPool) -> (Vec<String>, Vec<i64>) {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("tables");
+    let versions: Vec<i64> = if tables.iter().any(|t| t == "_sqlx_migrations") {
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(pool)
+            .await
+            .expect("versions")
+    } else {
+        Vec::new()
+    };
+    (tables, versions)
+}
+
+const READ_ONLY: &[&[&str]] = &[
+    &["status"],
+    &["verify"],
+    &["survey"],
+    &["purge-readiness"],
+    &["inspect", "1"],
+    &["events", "list-dead"],
+    &["cutover", "plan", "--mode", "max"],
+];
+
+/// Issue 22: the operator commands never create a database or migrate a schema; a missing
+/// database, a missing or older schema, or a newer one is a clear error and a non-zero exit;
+/// `migrate` is explicit and idempotent; `run` refuses a schema newer than the binary, and
+/// one that is behind when `store.migrate_at_start` is off.
+#[tokio::test]
+async fn read_only_commands_never_create_or_migrate_and_versions_are_guarded() {
+    let env = TestEnv::new("schema_guard").await;
+    let inbox = env.my_url.clone();
+    let missing = format!("{}/msgxt_nowhere_{}", common::pg_base(), std::process::id());
+    let cmd = |args: &[&str], store: &str| {
+        msgx(
+            args,
+            &[
+                ("MSGX_STORE__URL", store),
+                ("MSGX_INBOX__URL", &inbox),
+                ("MSGX_LOG__LEVEL", "error"),
+            ],
+        )
+    };
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // A mistyped store URL: refused, and the database is not created.
+    for args in READ_ONLY {
+        let out = cmd(args, &missing);
+        assert!(!out.status.success(), "{args:?} on a missing database");
+        assert!(
+            stderr(&out).contains("does not exist"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let admin = sqlx::PgPool::connect(&format!("{}/postgres", common::pg_base()))
+        .await
+        .expect("postgres");
+    let created: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(format!("msgxt_nowhere_{}", std::process::id()))
+            .fetch_one(&admin)
+            .await
+            .expect("pg_database");
+    assert!(!created, "no command created the mistyped database");
+
+    // An empty database: refused, nothing migrated.
+    let (url, pool) = empty_database("schema_empty").await;
+    for args in READ_ONLY {
+        let out = cmd(args, &url);
+        assert!(!out.status.success(), "{args:?} on an empty database");
+        assert!(
+            stderr(&out).contains("no msgexchange schema"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(
+        schema_snapshot(&pool).await,
+        (vec![], vec![]),
+        "nothing created"
+    );
+    let out = msgx(
+        &["run"],
+        &[
+            ("MSGX_STORE__URL", &url),
+            ("MSGX_INBOX__URL", &inbox),
+            ("MSGX_STORE__MIGRATE_AT_START", "false"),
+            ("MSGX_HTTP__LISTEN", "127.0.0.1:0"),
+        ],
+    );
+    assert!(
+        !out.status.success(),
+        "run refuses a schema behind with migrate_at_start off"
+    );
+    assert!(
+        stderr(&out).contains("msgexchange migrate"),
+        "{}",
+        stderr(&out)
+    );
+
+    // `migrate`: explicit, prints what it applied; idempotent.
+    let out = cmd(&["migrate"], &url);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let first = String::from_utf8_lossy(&out.stdout).into_owned();
+    let binary = msgx_core::store::schema::binary_version();
+    assert!(
+        first.contains("applied migration 1\n")
+            && first.contains(&format!("applied migration {binary}\n")),
+        "{first}"
+    );
+    let out = cmd(&["migrate"], &url);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to apply"));
+
+    // A migrated store: every read-only command leaves the schema exactly as it was.
+    let before = schema_snapshot(&pool).await;
+    for args in READ_ONLY {
+        cmd(args, &url);
+    }
+    assert_eq!(
+        schema_snapshot(&pool).await,
+        before,
+        "read-only commands changed nothing"
+    );
+
+    // Migrated by a newer binary: every command, `run` and `migrate` refuse, naming both.
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'from the future', true, '\\x00', 0)",
+    )
+    .execute(&pool)
+    .await
+    .expect("a newer migration");
+    for args in [&["status"][..], &["migrate"][..], &["run"][..]] {
+        let out = msgx(
+            args,
+            &[
+                ("MSGX_STORE__URL", &url),
+                ("MSGX_INBOX__URL", &inbox),
+                ("MSGX_HTTP__LISTEN", "127.0.0.1:0"),
+            ],
+        );
+        assert!(!out.status.success(), "{args:?} against a newer schema");
+        let e = stderr(&out);
+        assert!(
+            e.contains("at version 9999") && e.contains(&format!("this binary's {binary}")),
+            "{args:?}: {e}"
+        );
+    }
+    pool.close().await;
+    sqlx::query(&format!(
+        "DROP DATABASE IF EXISTS \"msgxt_schema_empty_{}\" WITH (FORCE)",
+        std::process::id()
+    ))
+    .execute(&admin)
+    .await
+    .expect("drop");
+    env.cleanup().await;
+}
+
+/// Issue 22: with tokens configured, the admin surface of an instance that is not serving yet
+/// (here: standing by while another holds the lease) answers 503 with the reason, never 404.
+#[tokio::test]
+async fn a_standby_admin_surface_answers_503_with_the_reason() {
+    let env = TestEnv::new("admin_standby").await;
+    let token = [("MSGX_HTTP__READ_TOKENS", "read-token-0123456789")];
+    let (pa, pb) = (common::service::free_port(), common::service::free_port());
+    let mut active = common::service::spawn_service(&env, &token, pa);
+    common::service::wait_for("the active instance", Duration::from_secs(30), || async {
+        http_get(pa, "/readyz")
+            .await
+            .is_ok_and(|r| r.starts_with("HTTP/1.1 200"))
+    })
+    .await;
+    let mut standby = common::service::spawn_service(&env, &token, pb);
+    common::service::wait_for(
+        "the standby to stand by",
+        Duration::from_secs(30),
+        || async {
+            http_get(pb, "/readyz")
+                .await
+                .is_ok_and(|r| r.contains("standing by"))
+        },
+    )
+    .await;
+    for path in ["/admin/status", "/admin/messages/1"] {
+        let r = http_get(pb, path).await.expect("standby answers");
+        assert!(r.starts_with("HTTP/1.1 503"), "{path}: {r}");
+        assert!(
+            r.contains("not serving yet") && r.contains("standing by"),
+            "{r}"
+        );
+    }
+    let post = http_raw(
+        pb,
+        b"POST /cminmsgs/send HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+          Content-Length: 13\r\nConnection: close\r\n\r\n{\"msg_id\": 1}",
+    )
+    .await
+    .expect("standby answers");
+    assert!(post.starts_with("HTTP/1.1 503"), "{post}");
+    let r = http_get(pa, "/admin/status").await.expect("active answers");
+    assert!(
+        r.starts_with("HTTP/1.1 401"),
+        "the active one serves (and wants a token): {r}"
+    );
+    common::service::kill9(&mut standby);
+    common::service::kill9(&mut active);
+    env.cleanup().await;
+}

@@ -431,9 +431,10 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         .start()
 }
 
-/// Connects the stores (migrating PostgreSQL) and builds the inbox adapter.
+/// Opens the stores for an operator command and builds the inbox adapter. The store must exist
+/// with this binary's schema: nothing is created or migrated ([`Store::open`]).
 pub async fn connect(settings: &Settings) -> anyhow::Result<(Inbox, Store)> {
-    let store = Store::connect(&settings.store).await.with_context(|| {
+    let store = Store::open(&settings.store).await.with_context(|| {
         format!(
             "cannot open the store at {}",
             redact_url(&settings.store.url)
@@ -489,8 +490,10 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     health.lease(false);
     health.waiting(Some("starting".into()));
     let listen = settings.http.listen.parse()?;
-    // Until the pipeline runs: /metrics, /healthz and /readyz only (no admin surface).
-    let early = crate::http::serve(listen, metrics.clone(), health.clone(), None)
+    // Until the pipeline runs: /metrics, /healthz and /readyz; a configured admin surface
+    // answers 503 with the reason (starting, standing by) instead of looking absent.
+    let admin_configured = !crate::auth::Tokens::from_settings(&settings.http).is_empty();
+    let early = crate::http::serve_early(listen, metrics.clone(), health.clone(), admin_configured)
         .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
     let early_handle = early.handle();
     actix_rt::spawn(early);

@@ -14,8 +14,9 @@ use msgx_core::settings::{redact_url, Settings};
 /// inbox row and delivers the resulting events to Kafka.
 ///
 /// Without a subcommand it runs the service. The operator commands (status, inspect, replay,
-/// recover-backfill, events) talk to the databases directly and work while the service is
-/// down; every change they make is audited (who, why, ticket).
+/// recover-backfill, events, …) talk to the databases directly and work while the service is
+/// down; every change they make is audited (who, why, ticket). They never create a database or
+/// migrate a schema: the store must carry this binary's schema (`migrate`).
 ///
 /// Configuration: the built-in defaults (config/default.toml, compiled in), then --config FILE,
 /// then --config-extra FILE, then MSGX_<SECTION>__<KEY> environment variables, e.g.
@@ -44,6 +45,11 @@ pub enum Command {
     /// Validate the configuration and print the effective settings as TOML, secrets redacted.
     /// Exit code 2 and one line naming the key when a value is wrong.
     CheckConfig,
+    /// Bring the store's schema to this binary's: creates the database when
+    /// store.create_database is on, applies the pending migrations and prints their versions.
+    /// Idempotent; refuses a schema newer than this binary's. `run` does the same at start
+    /// unless store.migrate_at_start is off; no other command ever migrates.
+    Migrate,
     /// Tools acting as the DB owner or as upstream (dev, tests, demo). Never for production.
     #[command(subcommand)]
     Dev(DevCommand),
@@ -228,5 +234,25 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
         report.held,
         report.elapsed.as_secs_f64()
     );
+    Ok(())
+}
+
+/// `msgexchange migrate`: prints each migration applied, or that the schema is current.
+pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
+    let applied = msgx_core::store::Store::migrate(&settings.store)
+        .await
+        .with_context(|| format!("migrating the store at {}", redact_url(&settings.store.url)))?;
+    let version = msgx_core::store::schema::binary_version();
+    if applied.is_empty() {
+        println!("store schema is current (version {version}); nothing to apply");
+    } else {
+        for v in &applied {
+            println!("applied migration {v}");
+        }
+        println!(
+            "store schema is now at version {version} ({} applied)",
+            applied.len()
+        );
+    }
     Ok(())
 }

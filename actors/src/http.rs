@@ -62,6 +62,49 @@ pub fn open_routes(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/readyz").route(web::get().to(readyz)));
 }
 
+/// What a configured admin surface answers before the pipeline runs (starting, waiting for the
+/// store, standing by for the lease): 503 with the reason, never a 404 as if it did not exist.
+async fn not_serving_yet(health: web::Data<Health>) -> HttpResponse {
+    let why = health
+        .readiness()
+        .waiting
+        .unwrap_or_else(|| "starting".into());
+    HttpResponse::ServiceUnavailable()
+        .insert_header(("Retry-After", "1"))
+        .json(serde_json::json!({
+            "error": format!("the admin surface is not serving yet: {why}")
+        }))
+}
+
+/// The server until the pipeline runs: `/metrics`, `/healthz`, `/readyz`, and — when tokens
+/// are configured (`admin_configured`) — 503 with the reason on `/admin/*` and
+/// `/cminmsgs/send`.
+pub fn serve_early(
+    listen: SocketAddr,
+    handle: PrometheusHandle,
+    health: Health,
+    admin_configured: bool,
+) -> std::io::Result<actix_web::dev::Server> {
+    let handle = web::Data::new(handle);
+    let health = web::Data::new(health);
+    let server = HttpServer::new(move || {
+        let app = App::new()
+            .app_data(handle.clone())
+            .app_data(health.clone())
+            .configure(open_routes);
+        if !admin_configured {
+            return app;
+        }
+        app.service(web::scope("/admin").default_service(web::to(not_serving_yet)))
+            .service(web::resource("/cminmsgs/send").to(not_serving_yet))
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(listen)?
+    .run();
+    Ok(server)
+}
+
 /// Binds and starts the server; the returned handle stops it.
 pub fn serve(
     listen: SocketAddr,

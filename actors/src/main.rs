@@ -41,6 +41,7 @@ fn main() -> std::process::ExitCode {
                 }
                 Err(e) => Err(e),
             },
+            Command::Migrate => cli::migrate(&settings).await,
             Command::Dev(DevCommand::InboxFixture) => cli::inbox_fixture(&settings).await,
             Command::Dev(DevCommand::SimulateUpstream(args)) => {
                 cli::simulate_upstream(&settings, &args).await

@@ -49,7 +49,8 @@ pub fn input(
 
 /// Runs the check; `Ok(report)` whatever it found (the caller picks the exit code).
 pub async fn run(settings: &Settings, args: &VerifyArgs) -> anyhow::Result<Report> {
-    let store = Store::connect(&settings.store)
+    // Read only: never creates or migrates anything (Store::open).
+    let store = Store::open(&settings.store)
         .await
         .context("verify: cannot open the store")?;
     let inbox = Inbox::new(

@@ -201,7 +201,10 @@ mod tests {
         assert_eq!(span.gap_ids(), 7);
         let skipped: Vec<i64> = (0..20).filter(|i| span.skips(*i)).collect();
         assert_eq!(skipped, vec![5, 6, 9, 10, 14]);
-        assert!(StockScan::default().finish(10).is_none(), "no stock, nothing skipped");
+        assert!(
+            StockScan::default().finish(10).is_none(),
+            "no stock, nothing skipped"
+        );
     }
 
     #[test]

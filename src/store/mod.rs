@@ -15,15 +15,14 @@ mod queue;
 pub mod raw_copy;
 pub mod replay;
 pub mod retention;
+pub mod schema;
 mod unseen;
 pub mod vacuum;
-
-use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 
-use crate::settings::{redact_url, StoreSettings};
+use crate::settings::StoreSettings;
 
 pub use business::{BusinessResult, PIPELINE_LOCK_KEY};
 pub use cursor::{SeedOutcome, StoredCursor};
@@ -32,6 +31,7 @@ pub use group::{GroupLoad, GroupTx};
 pub use lease::{session_name, InstanceLock, LeaseConfig};
 pub use queue::{Backlog, Binding, HeadRow};
 pub use raw_copy::{purge_expired_raw_copies, PendingCopy, StoredCopy};
+pub use schema::SchemaState;
 pub use vacuum::{Maintenance, TableActivity, MAINTAINED_TABLES};
 
 /// Why a store call failed.
@@ -70,6 +70,10 @@ pub enum StoreError {
     /// (`vacuum::MAINTAINED_TABLES`); table names cannot be bound, so nothing else is run.
     #[error("refusing to vacuum `{0}`: not one of our tables")]
     NotOurTable(String),
+    /// The store's schema is missing, behind or ahead of this binary's (or its database is
+    /// missing): the message names the versions and what to do.
+    #[error("{0}")]
+    Schema(String),
     /// A newer instance took the lease over (we froze or lost the store for a whole ttl).
     #[error("the instance lease was taken over by `{holder}` (epoch {epoch})")]
     LeaseTakenOver { epoch: i64, holder: String },
@@ -108,40 +112,52 @@ pub struct Store {
 }
 
 impl Store {
-    /// Connects (creating the database first when configured) and runs migrations.
+    /// Connects for the service, the tests and the tools: creates the database first when
+    /// configured (`store.create_database`), then brings an older or empty schema to this
+    /// binary's (`store.migrate_at_start`; refused when off). A schema newer than this binary's
+    /// is always refused, naming both versions. Operator commands use [`Store::open`].
     pub async fn connect(settings: &StoreSettings) -> Result<Self, StoreError> {
-        let options =
-            PgConnectOptions::from_str(&settings.url).map_err(|source| StoreError::Url {
-                url: redact_url(&settings.url),
-                source,
-            })?;
+        let pool = Self::connect_pool(settings).await?;
+        match schema::schema_state(&pool).await? {
+            SchemaState::Current { .. } => {}
+            state @ SchemaState::Ahead { .. } => return Err(refuse(&pool, &state).await),
+            state if !settings.migrate_at_start => return Err(refuse(&pool, &state).await),
+            _ => migrate_untimed(&pool).await?,
+        }
+        Ok(Self::with_relaxed(pool))
+    }
+
+    /// `msgexchange migrate`: creates the database when configured, applies this binary's
+    /// pending migrations and returns their versions (none: already current). Idempotent;
+    /// refuses a schema newer than this binary's.
+    pub async fn migrate(settings: &StoreSettings) -> Result<Vec<i64>, StoreError> {
+        let pool = Self::connect_pool(settings).await?;
+        let pending = match schema::schema_state(&pool).await? {
+            SchemaState::Current { .. } => Vec::new(),
+            SchemaState::Missing { .. } => MIGRATOR.iter().map(|m| m.version).collect(),
+            SchemaState::Behind { pending, .. } => pending,
+            state @ SchemaState::Ahead { .. } => return Err(refuse(&pool, &state).await),
+        };
+        if !pending.is_empty() {
+            migrate_untimed(&pool).await?;
+        }
+        pool.close().await;
+        Ok(pending)
+    }
+
+    async fn connect_pool(settings: &StoreSettings) -> Result<PgPool, StoreError> {
+        let options = schema::session_options(settings)?;
         if settings.create_database {
             create_database_if_missing(&options).await?;
         }
-        let options = options.options([
-            (
-                "statement_timeout",
-                settings.statement_timeout.as_millis().to_string(),
-            ),
-            (
-                "lock_timeout",
-                settings.lock_timeout.as_millis().to_string(),
-            ),
-            (
-                "idle_in_transaction_session_timeout",
-                settings.idle_in_transaction_timeout.as_millis().to_string(),
-            ),
-        ]);
         // No ping before every checkout: a dead connection fails its statement, which every
         // caller already treats as a store failure; the ping cost a round trip per statement.
-        let pool = PgPoolOptions::new()
+        Ok(PgPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.connect_timeout)
             .test_before_acquire(false)
             .connect_with(options)
-            .await?;
-        migrate_untimed(&pool).await?;
-        Ok(Self::with_relaxed(pool))
+            .await?)
     }
 
     /// Wraps an existing pool (tests, tools); runs migrations.
@@ -201,6 +217,14 @@ impl Store {
             .fetch_one(&self.pool)
             .await?)
     }
+}
+
+/// The refusal for a schema state, the pool closed.
+async fn refuse(pool: &PgPool, state: &SchemaState) -> StoreError {
+    pool.close().await;
+    state
+        .refusal()
+        .unwrap_or_else(|| StoreError::Schema("the schema is current".into()))
 }
 
 /// Runs the migrations on one session without our statement/lock timeouts (an index build on

@@ -1,0 +1,161 @@
+//! Which schema a store has, against the migrations this binary carries (issue 22: safe
+//! upgrades). The service migrates at start (`store.migrate_at_start`); every other command
+//! opens the store as it is ([`Store::open`]): it never creates a database or a table, and a
+//! missing, older or newer schema is a clear error naming both versions.
+
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use super::{Store, StoreError, MIGRATOR};
+use crate::settings::{redact_url, StoreSettings};
+
+/// The store's schema compared with this binary's migrations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaState {
+    /// Every migration this binary knows is applied, and nothing else.
+    Current {
+        /// The version both agree on.
+        version: i64,
+    },
+    /// No msgexchange schema at all (an empty database).
+    Missing {
+        /// This binary's newest migration.
+        binary: i64,
+    },
+    /// Older than this binary: these migrations are not applied yet.
+    Behind {
+        /// The store's newest applied migration.
+        store: i64,
+        /// This binary's newest migration.
+        binary: i64,
+        /// The versions `migrate` would apply.
+        pending: Vec<i64>,
+    },
+    /// Migrated by a newer msgexchange: this binary must not run against it.
+    Ahead {
+        /// The store's newest applied migration.
+        store: i64,
+        /// This binary's newest migration.
+        binary: i64,
+    },
+}
+
+impl SchemaState {
+    /// The refusal of a command that needs the current schema, or None.
+    pub fn refusal(&self) -> Option<StoreError> {
+        let why = match self {
+            SchemaState::Current { .. } => return None,
+            SchemaState::Missing { binary } => format!(
+                "the store has no msgexchange schema (this binary's is version {binary}); \
+                 run `msgexchange migrate` or start the service, which migrates"
+            ),
+            SchemaState::Behind { store, binary, .. } => format!(
+                "the store's schema is at version {store}, this binary expects {binary}; run \
+                 `msgexchange migrate` (or start the service) first"
+            ),
+            SchemaState::Ahead { store, binary } => format!(
+                "the store's schema is at version {store}, newer than this binary's {binary}: \
+                 it was migrated by a newer msgexchange; use that version (downgrades are not \
+                 supported)"
+            ),
+        };
+        Some(StoreError::Schema(why))
+    }
+}
+
+/// This binary's newest migration.
+pub fn binary_version() -> i64 {
+    MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+}
+
+/// Reads `_sqlx_migrations` (successful rows) and compares.
+pub async fn schema_state(pool: &PgPool) -> Result<SchemaState, StoreError> {
+    let binary = binary_version();
+    let table: Option<String> = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
+        .fetch_one(pool)
+        .await?;
+    if table.is_none() {
+        return Ok(SchemaState::Missing { binary });
+    }
+    let applied: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(pool)
+            .await?;
+    let Some(&store) = applied.last() else {
+        return Ok(SchemaState::Missing { binary });
+    };
+    if applied
+        .iter()
+        .any(|v| MIGRATOR.iter().all(|m| m.version != *v))
+    {
+        return Ok(SchemaState::Ahead { store, binary });
+    }
+    let pending: Vec<i64> = MIGRATOR
+        .iter()
+        .map(|m| m.version)
+        .filter(|v| !applied.contains(v))
+        .collect();
+    Ok(if pending.is_empty() {
+        SchemaState::Current { version: store }
+    } else {
+        SchemaState::Behind {
+            store,
+            binary,
+            pending,
+        }
+    })
+}
+
+impl Store {
+    /// Opens an existing store for an operator command: creates nothing, migrates nothing, and
+    /// refuses a missing database or a schema that is not this binary's.
+    pub async fn open(settings: &StoreSettings) -> Result<Self, StoreError> {
+        let options = session_options(settings)?;
+        let pool = match PgPoolOptions::new()
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.connect_timeout)
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await
+        {
+            Ok(pool) => pool,
+            // invalid_catalog_name: the database does not exist; nothing is created.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("3D000") => {
+                return Err(StoreError::Schema(format!(
+                    "the store database does not exist ({}); nothing was created — check \
+                     store.url, or run `msgexchange migrate` to create and migrate it",
+                    redact_url(&settings.url)
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(refused) = schema_state(&pool).await?.refusal() {
+            pool.close().await;
+            return Err(refused);
+        }
+        Ok(Self::with_relaxed(pool))
+    }
+}
+
+/// The connect options of our sessions: the URL with our statement, lock and idle timeouts.
+pub(super) fn session_options(settings: &StoreSettings) -> Result<PgConnectOptions, StoreError> {
+    let options = PgConnectOptions::from_str(&settings.url).map_err(|source| StoreError::Url {
+        url: redact_url(&settings.url),
+        source,
+    })?;
+    Ok(options.options([
+        (
+            "statement_timeout",
+            settings.statement_timeout.as_millis().to_string(),
+        ),
+        (
+            "lock_timeout",
+            settings.lock_timeout.as_millis().to_string(),
+        ),
+        (
+            "idle_in_transaction_session_timeout",
+            settings.idle_in_transaction_timeout.as_millis().to_string(),
+        ),
+    ]))
+}
