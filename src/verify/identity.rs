@@ -103,7 +103,12 @@ mod tests {
     fn a_second_holder_is_a_violation_a_dead_sharer_a_note() {
         let f = feed(&[("A", 1, false), ("B", 2, false), ("B", 3, false)]);
         assert_eq!((f.violations, f.examples.clone()), (1, vec![3]));
-        let f = feed(&[("C", 4, true), ("C", 5, false), ("C", 6, true), ("D", 7, true)]);
+        let f = feed(&[
+            ("C", 4, true),
+            ("C", 5, false),
+            ("C", 6, true),
+            ("D", 7, true),
+        ]);
         assert_eq!(f.violations, 0);
         assert_eq!(f.notes[0].count, 2);
         assert_eq!(f.notes[0].examples, vec![4, 6]);

@@ -190,7 +190,11 @@ impl Scan {
             (Some(first), Some(last)) => format!("inbox ids {first}..={last} (the whole inbox)"),
             _ => "the whole inbox (empty)".to_string(),
         };
-        let stock = match self.stock.as_ref().and_then(|s| s.span.as_ref().map(|p| (s, p))) {
+        let stock = match self
+            .stock
+            .as_ref()
+            .and_then(|s| s.span.as_ref().map(|p| (s, p)))
+        {
             Some((s, p)) => format!(
                 "; excluded: {} stock rows in {}..={} skipped by cutover `{}` (not ours; its {} \
                  gap ids are holes like any other)",
