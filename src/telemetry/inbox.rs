@@ -262,7 +262,7 @@ impl PollRound {
 
 /// The inbox head is below W (or not): the gauge follows every round, the ERROR line is
 /// logged when it starts. It says what happens to new rows meanwhile: W holds (it never moves
-/// back and never passes a row), so rows above W wait for the head to pass W; rows under
+/// back and never passes a row), so discovery waits until the head passes W again; rows under
 /// reused ids at or below W are found only by the compensation scan, and only within
 /// `window` ids below W (`compensation_floor`..=W); below that, only the DB owner moving them
 /// (re-inserting them above W) brings them in. The runbook entry is the procedure.
