@@ -20,7 +20,7 @@
 //! - [`outbound`]: requests to upstream via COUTMSGS, tracked in REQ_TRACK (never twice).
 //! - [`retention`]: the housekeeping job (PROC_STATE → PROC_STATE_HST, expiring our tables).
 //! - [`failpoint`]: named crash points for kill-style crash tests (`MSGEXCHANGE_FAILPOINT`).
-//! - [`verify`]: SPEC §11's invariants read back from the stores (`msgexchange verify`).
+//! - [`verify`]: the pipeline's invariants (SPEC §11) read back from the stores (`msgexchange verify`).
 //! - [`devtools`]: acting as the DB owner and as upstream, for dev, tests and benchmarks.
 
 pub mod backfill;

@@ -59,6 +59,9 @@ pub struct PollConfig {
     pub watch_window: Duration,
     /// Decide holes on the inbox's transaction list too; None (the default) = timer rule.
     pub hole_evidence: Option<HoleEvidenceConfig>,
+    /// `late.compensation_window`: how far below W the compensation scan re-reads. Only told
+    /// in the id-regression log line (what a regressed inbox's reused ids can count on).
+    pub compensation_window: u64,
 }
 
 impl Default for PollConfig {
@@ -72,6 +75,7 @@ impl Default for PollConfig {
             async_commit: true,
             watch_window: Duration::from_secs(7 * 24 * 3600),
             hole_evidence: None,
+            compensation_window: 100_000,
         }
     }
 }
@@ -105,6 +109,8 @@ pub struct PollReport {
     /// The inbox went backwards (id regression): its head is below W and its next
     /// `AUTO_INCREMENT` id is at or below W (new rows would reuse ids W already passed).
     pub regressed: bool,
+    /// `late.compensation_window` (from the config), for the id-regression log line.
+    pub compensation_window: u64,
     /// Age of the oldest open hole by this round's clock.
     pub oldest_hole_age: Option<Duration>,
     /// When the hole W waits at becomes due by the timer (from now), so the actor can poll
@@ -180,6 +186,7 @@ impl PollReport {
             head: self.inbox_head,
             lag: self.lag,
             regressed: self.regressed,
+            compensation_window: self.compensation_window,
             enqueued: self.enqueued_new,
             took: self.duration,
             holes_open: a.holes.len(),
@@ -378,6 +385,7 @@ pub async fn poll_once(
         hole_evidence: evidence,
         hole_sighted: sighted,
         regressed,
+        compensation_window: cfg.compensation_window,
         stages,
         oldest_hole_age: decision_age(after.hole_since, now),
         next_due: decision

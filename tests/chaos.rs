@@ -560,6 +560,152 @@ async fn verify_reports_each_violation() {
     env.cleanup().await;
 }
 
+/// `verify` has no blind spot at a page boundary and raises no false alarm for what the rules
+/// allow: a duplicate identity whose two rows straddle two pages is found (with `--batch 2`
+/// and 1); the stock a cutover skipped (unmarked, or marked by the previous system with its
+/// own value), a replayed row pending again with its first run's mark, and a DEAD row keeping
+/// an identity another row holds are counted notes, not violations. Every finding names its
+/// scope.
+#[tokio::test]
+async fn verify_finds_straddling_duplicates_and_notes_allowed_exceptions() {
+    use msgx_core::cutover::{CutoverStock, StockSpan};
+    let env = TestEnv::new("verify_notes").await;
+    let vars = env.binary_env();
+    let ids = env.insert_rows(10).await;
+    let now = chrono::Utc::now();
+    // ids[0..=3]: the stock a `max` cutover skipped. ids[0] is marked by the previous system
+    // with its own value; ids[1..=3] are unmarked and never enqueued.
+    let stock = CutoverStock {
+        mode: "max".into(),
+        w: ids[3],
+        span: Some(StockSpan {
+            first: ids[0],
+            last: ids[3],
+            rows: 4,
+            gaps: vec![],
+        }),
+        seeded_at: now,
+    };
+    env.store
+        .seed_cutover(&stock, now + chrono::Duration::days(7))
+        .await
+        .expect("seed");
+    sqlx::query("UPDATE inbox_cursor SET w = $1")
+        .bind(ids[9])
+        .execute(env.store.pool())
+        .await
+        .expect("w");
+    // The unique index broken by hand, so that a real duplicate can exist.
+    sqlx::query("DROP INDEX proc_state_identity_idx")
+        .execute(env.store.pool())
+        .await
+        .expect("drop index");
+    // ids[4]: replayed (audited), PENDING again, its inbox row keeps the first run's mark.
+    // ids[5..=7]: identities A, B, B — the duplicate B pair straddles pages of 2.
+    // ids[8]: DEAD keeping identity C, which ids[9] holds.
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at, backfill_at, identity_key) \
+         VALUES ($1, 'PENDING', $7, NULL, NULL, NULL), ($2, 'SUCCEEDED', $7, $7, $7, 'A'), \
+                ($3, 'SUCCEEDED', $7, $7, $7, 'B'), ($4, 'SUCCEEDED', $7, $7, $7, 'B'), \
+                ($5, 'DEAD', $7, $7, $7, 'C'), ($6, 'SUCCEEDED', $7, $7, $7, 'C')",
+    )
+    .bind(ids[4])
+    .bind(ids[5])
+    .bind(ids[6])
+    .bind(ids[7])
+    .bind(ids[8])
+    .bind(ids[9])
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("rows");
+    sqlx::query(
+        "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
+         VALUES ($1, 'ops', 'REPLAY', 'test', ARRAY[$2]::bigint[], '{}')",
+    )
+    .bind(now)
+    .bind(ids[4])
+    .execute(env.store.pool())
+    .await
+    .expect("audit");
+    sqlx::query(
+        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED', CMINMSGS_DATE_PROCESSED = NOW() \
+         WHERE CMINMSGS_ID >= ?",
+    )
+    .bind(ids[4])
+    .execute(&env.owner)
+    .await
+    .expect("marks");
+    sqlx::query(
+        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'DONE_LEGACY', CMINMSGS_DATE_PROCESSED = NOW() \
+         WHERE CMINMSGS_ID = ?",
+    )
+    .bind(ids[0])
+    .execute(&env.owner)
+    .await
+    .expect("legacy mark");
+
+    for batch in ["2", "1"] {
+        let (code, out) = verify(&vars, &["--json", "--batch", batch]);
+        assert_eq!(code, Some(1), "batch {batch}: {out}");
+        let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+        let by_name: HashMap<String, &serde_json::Value> = report["findings"]
+            .as_array()
+            .expect("findings")
+            .iter()
+            .map(|f| (f["invariant"].as_str().unwrap_or("").to_string(), f))
+            .collect();
+        let note = |inv: &str, what: &str| -> (u64, Vec<i64>) {
+            let n = by_name[inv]["notes"]
+                .as_array()
+                .expect("notes")
+                .iter()
+                .find(|n| n["what"].as_str().is_some_and(|w| w.contains(what)))
+                .unwrap_or_else(|| panic!("{inv}: no note {what:?}: {}", by_name[inv]));
+            let examples = n["examples"]
+                .as_array()
+                .expect("examples")
+                .iter()
+                .filter_map(|e| e.as_i64())
+                .collect();
+            (n["count"].as_u64().unwrap_or(0), examples)
+        };
+        // The straddling duplicate, and only it.
+        let identity = by_name["identity_unique"];
+        assert_eq!(identity["violations"], 1, "batch {batch}: {identity}");
+        assert_eq!(identity["examples"][0], ids[7], "batch {batch}: {identity}");
+        assert_eq!(note("identity_unique", "DEAD"), (1, vec![ids[8]]));
+        // Everything else holds; the allowed exceptions are notes.
+        for (inv, f) in &by_name {
+            if *inv != "identity_unique" {
+                assert_eq!(f["violations"], 0, "batch {batch}: {inv}: {f}");
+            }
+            if f["skipped"] != true {
+                assert!(
+                    f["scope"].as_str().is_some_and(|s| !s.is_empty()),
+                    "{inv} names its scope: {f}"
+                );
+            }
+        }
+        let stock_ids = vec![ids[0], ids[1], ids[2], ids[3]];
+        assert_eq!(note("inbox_covered", "skipped at cutover"), (4, stock_ids));
+        assert_eq!(
+            note("mark_only_terminal", "skipped at cutover"),
+            (1, vec![ids[0]])
+        );
+        assert_eq!(note("mark_only_terminal", "replayed"), (1, vec![ids[4]]));
+        assert_eq!(note("mark_value", "skipped at cutover"), (1, vec![ids[0]]));
+        let scope = by_name["inbox_covered"]["scope"].as_str().unwrap_or("");
+        assert!(scope.contains(&format!("W={}", ids[9])), "{scope}");
+        assert!(scope.contains("4 stock rows"), "{scope}");
+    }
+    let (_, text) = verify(&vars, &["--batch", "2"]);
+    assert!(text.contains("FAIL identity_unique"), "{text}");
+    assert!(text.contains("skipped at cutover"), "{text}");
+    assert!(text.contains("[scope: "), "{text}");
+    env.cleanup().await;
+}
+
 /// A store that is down at start-up is waited for: `/readyz` answers 503 with the reason,
 /// one warning per attempt, no crash loop; once the store is back the service runs.
 #[tokio::test]

@@ -347,6 +347,8 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
     assert_eq!(r.inbox_head, Some(reused[1]));
     assert_eq!(r.lag, None, "never a reassuring lag 0");
     assert_eq!(r.advance.w, ids[4], "W never moves back");
+    // The log line tells how far below W the compensation scan looks.
+    assert_eq!(r.event().compensation_window, cfg.compensation_window);
 
     // The compensation scan finds the reused ids below W. One is enqueued under the old row's
     // id but is another row (another receive time): reported as reused, never taken for the

@@ -11,7 +11,7 @@
 //!   back to PENDING, with the state the operator saw);
 //! - `POST /admin/recover-backfill` (operate) → `Ops::recover_backfill`;
 //! - `POST /admin/events/requeue` (operate) → `Ops::requeue_events`;
-//! - `GET /admin/verify` (read) → `msgx_core::verify` (SPEC §11 invariants; 200, 409, 503);
+//! - `GET /admin/verify` (read) → `msgx_core::verify` (the invariants of docs/operations.md; 200, 409, 503);
 //! - `GET /admin/survey`, `GET /admin/purge-readiness`, `GET /admin/cutover-plan` (read),
 //!   `POST /admin/skip` (operate) → [`crate::admin_procedures`];
 //! - `POST /cminmsgs/send` (compat) → `Ops::compat_register`.

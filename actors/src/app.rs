@@ -177,8 +177,8 @@ impl DispatchDeps {
     }
 }
 
-/// The poll knobs from the settings (`watch_window` from `late.watch_window` where the late
-/// settings are at hand; 7 days otherwise).
+/// The poll knobs from the settings (`watch_window` and `compensation_window` from the late
+/// settings where they are at hand; their defaults, 7 days and 100,000 ids, otherwise).
 pub fn poll_config(p: &PipelineSettings) -> PollConfig {
     PollConfig {
         claim_batch: p.claim_batch,
@@ -187,6 +187,7 @@ pub fn poll_config(p: &PipelineSettings) -> PollConfig {
         async_commit: p.async_enqueue_commit,
         watch_window: std::time::Duration::from_secs(7 * 24 * 3600),
         hole_evidence: None,
+        compensation_window: 100_000,
     }
 }
 
@@ -390,6 +391,7 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     });
     let cfg = PollConfig {
         watch_window: late.watch_window,
+        compensation_window: late.compensation_window,
         hole_evidence: late.hole_evidence.then_some(HoleEvidenceConfig {
             cap: late.hole_evidence_cap,
         }),

@@ -71,7 +71,8 @@ pub enum Command {
     /// Events that could not be delivered to Kafka (DEAD): list them, send them again.
     #[command(subcommand)]
     Events(crate::cli_ops::EventsCommand),
-    /// Check SPEC §11's invariants against the stores (exit 0 ok, 1 violation, 2 error).
+    /// Check the pipeline's invariants against the stores; each is listed with its exceptions
+    /// in docs/operations.md, "Verifying the stores" (exit 0 ok, 1 violation, 2 error).
     Verify(crate::verify_cmd::VerifyArgs),
     /// Backlog survey (seed §5.3): id range, count, receive-time span and TYPE/STYP
     /// distribution of the unprocessed backlog, or of an id or receive-time range. Read only.

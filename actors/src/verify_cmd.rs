@@ -1,6 +1,7 @@
-//! `msgexchange verify`: SPEC §11's invariants against the stores directly (no service
-//! needed). One line per invariant; `--json` for machines. Exit code 0 when all hold, 1 on a
-//! violation, 2 when the check could not run.
+//! `msgexchange verify`: the pipeline's invariants (docs/operations.md, "Verifying the
+//! stores") against the stores directly (no service needed). One line per invariant with its
+//! scope; `--json` for machines. Exit code 0 when all hold, 1 on a violation, 2 when the check
+//! could not run.
 
 use std::time::Duration;
 
@@ -17,7 +18,8 @@ pub struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Rows per page (every check reads in pages of this size).
+    /// Rows per page (every check reads in pages of this size; the result does not depend on
+    /// it).
     #[arg(long, default_value_t = 5000)]
     pub batch: u32,
     /// Also read SENT events back from Kafka (`kafka.brokers`, `kafka.topic`).

@@ -172,6 +172,8 @@ pub struct PollRound {
     pub lag: Option<Duration>,
     /// The inbox head is below W (id regression).
     pub regressed: bool,
+    /// `late.compensation_window`: the ids below W a regression's reused ids are found in.
+    pub compensation_window: u64,
     /// Rows newly enqueued.
     pub enqueued: u64,
     /// Wall time of the round.
@@ -211,7 +213,7 @@ impl PollRound {
         if let Some(lag) = self.lag {
             gauge!(INBOX_LAG_SECONDS).set(lag.as_secs_f64());
         }
-        id_regression(self.regressed, w, self.head);
+        id_regression(self.regressed, w, self.head, self.compensation_window);
         counter!(INBOX_ENQUEUED_TOTAL).increment(self.enqueued);
         histogram!(INBOX_POLL_DURATION_SECONDS).record(self.took.as_secs_f64());
         gauge!(INBOX_HOLE_OPEN).set(if self.holes_open == 0 { 0.0 } else { 1.0 });
@@ -259,21 +261,33 @@ impl PollRound {
 }
 
 /// The inbox head is below W (or not): the gauge follows every round, the ERROR line is
-/// logged when it starts.
-fn id_regression(regressed: bool, w: i64, head: Option<i64>) {
+/// logged when it starts. It says what happens to new rows meanwhile: W holds (it never moves
+/// back and never passes a row), so discovery waits until the head passes W again; rows under
+/// reused ids at or below W are found only by the compensation scan, and only within
+/// `window` ids below W (`compensation_floor`..=W); below that, only the DB owner moving them
+/// (re-inserting them above W) brings them in. The runbook entry is the procedure.
+fn id_regression(regressed: bool, w: i64, head: Option<i64>, window: u64) {
     use std::sync::atomic::{AtomicBool, Ordering};
     static ACTIVE: AtomicBool = AtomicBool::new(false);
     gauge!(INBOX_ID_REGRESSION).set(if regressed { 1.0 } else { 0.0 });
     let was = ACTIVE.swap(regressed, Ordering::Relaxed);
     if regressed && !was {
         counter!(INBOX_ID_REGRESSIONS_TOTAL).increment(1);
+        let floor = compensation_floor(w, window);
         tracing::error!(
             alert = true,
             watermark = w,
             inbox_head = head,
-            "inbox id regression: the inbox head is below W (table rotated without the \
-             AUTO_INCREMENT seed, or restored?); rows reusing ids at or below W are found by \
-             the compensation scan"
+            compensation_window = window,
+            compensation_floor = floor,
+            auto_increment_seed = w.saturating_add(1),
+            "inbox id regression: the inbox head is below W and its next AUTO_INCREMENT id is at \
+             or below W (table rotated without the AUTO_INCREMENT seed, or restored?); W holds \
+             and new rows wait until the head passes W again; rows under reused ids from \
+             compensation_floor to W are enqueued LATE by the compensation scan, rows below \
+             compensation_floor are not found; the DB owner must set AUTO_INCREMENT to \
+             auto_increment_seed and re-insert the rows under reused ids \
+             (docs/operations.md, \"The inbox went backwards\")"
         );
     } else if !regressed && was {
         tracing::info!(
@@ -282,6 +296,16 @@ fn id_regression(regressed: bool, w: i64, head: Option<i64>) {
             "inbox head is above W again"
         );
     }
+}
+
+/// The lowest id the compensation scan re-reads, `(W − window, W]` (seed §5.1 stage 1); W + 1
+/// when the scan is off (window 0): nothing at or below W is found.
+fn compensation_floor(w: i64, window: u64) -> i64 {
+    let window = i64::try_from(window).unwrap_or(i64::MAX);
+    if window == 0 {
+        return w.saturating_add(1);
+    }
+    w.saturating_sub(window).max(0).saturating_add(1)
 }
 
 /// Stored holes no row follows any more (rows above W vanished): dropped, their ids re-aged.
@@ -361,5 +385,19 @@ pub fn hole_evidence(decision: &'static str, first_missing: i64) {
             decision,
             "hole decided on transaction evidence"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compensation_floor;
+
+    #[test]
+    fn the_compensation_floor_is_the_lowest_id_the_scan_rereads() {
+        assert_eq!(compensation_floor(500, 100), 401);
+        assert_eq!(compensation_floor(500, 100_000), 1);
+        assert_eq!(compensation_floor(500, u64::MAX), 1);
+        // Off: nothing at or below W is re-read.
+        assert_eq!(compensation_floor(500, 0), 501);
     }
 }

@@ -44,5 +44,9 @@ pub(super) async fn run(store: &Store, batch: i64) -> Result<(Finding, u64), Ver
             }
         }
     }
+    f.scope = format!(
+        "every msg_event row ({} events, {sent} SENT), in pages of {batch}",
+        f.checked
+    );
     Ok((f, sent))
 }

@@ -50,5 +50,11 @@ pub(super) async fn run(store: &Store) -> Result<Finding, VerifyError> {
     if lease.is_none() {
         f.violation(-1);
     }
+    f.scope = format!(
+        "the fence trigger on {} tables (an example is the table's position: {}), and the \
+         lease row (example -1)",
+        FENCED.len(),
+        FENCED.join(", ")
+    );
     Ok(f)
 }

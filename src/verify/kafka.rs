@@ -28,6 +28,7 @@ const RULE: &str = "every SENT event is in Kafka at its recorded partition/offse
 pub(super) fn skipped() -> Finding {
     let mut f = Finding::new("kafka_readback", RULE);
     f.skipped = true;
+    f.scope = "not run: needs --kafka (a real kafka.brokers)".to_string();
     f
 }
 
@@ -112,5 +113,9 @@ pub(super) async fn run(
             }
         }
     }
+    f.scope = format!(
+        "every SENT event ({} events) against topic {} read from the beginning of each partition",
+        f.checked, k.topic
+    );
     Ok(f)
 }

@@ -1,7 +1,9 @@
-//! `verify`: SPEC §11's invariants checked against the stores themselves (MySQL inbox,
-//! PostgreSQL, optionally Kafka), in bounded batches (keyset pages of `batch` rows), so it
-//! runs at any size next to a live service. One [`Finding`] per invariant with counts and
-//! example ids. The checks only read; a violation is reported, never repaired.
+//! `verify`: the pipeline's invariants (SPEC §11; for operators `docs/operations.md`,
+//! "Verifying the stores") checked against the stores themselves (MySQL inbox, PostgreSQL,
+//! optionally Kafka), in bounded batches (keyset pages of `batch` rows), so it runs at any
+//! size next to a live service. One [`Finding`] per invariant with counts, example ids and
+//! its scope (what was read, what is excluded and why). The checks only read; a violation is
+//! reported, never repaired.
 //!
 //! Every check is race-free against a running service: each compares facts written in an
 //! order the pipeline never reverses (a row is enqueued before W passes it, terminal before
@@ -65,8 +67,10 @@ pub struct VerifyInput {
 pub struct Finding {
     /// Short stable name.
     pub invariant: &'static str,
-    /// What must hold.
+    /// What must hold, and the exceptions the rule allows (each counted in `notes`).
     pub rule: &'static str,
+    /// What this run covered: the rows or ids read, and what was left out and why.
+    pub scope: String,
     /// Rows (ids, events, identities) looked at.
     pub checked: u64,
     /// Rows breaking it.
@@ -95,6 +99,7 @@ impl Finding {
         Self {
             invariant,
             rule,
+            scope: String::new(),
             checked: 0,
             violations: 0,
             examples: Vec::new(),
@@ -147,7 +152,8 @@ impl Report {
         self.findings.iter().all(Finding::ok)
     }
 
-    /// One line per invariant: `OK|FAIL|SKIP name checked=… violations=… [examples] notes`.
+    /// One line per invariant: `OK|FAIL|SKIP name checked=… violations=… [examples] notes —
+    /// rule [scope: …]`.
     pub fn lines(&self) -> Vec<String> {
         self.findings
             .iter()
@@ -170,6 +176,9 @@ impl Report {
                     line.push_str(&format!("; {} {} e.g. {:?}", n.count, n.what, n.examples));
                 }
                 line.push_str(&format!("  — {}", f.rule));
+                if !f.scope.is_empty() {
+                    line.push_str(&format!(" [scope: {}]", f.scope));
+                }
                 line
             })
             .collect()

@@ -125,5 +125,17 @@ pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>,
             }
         }
     }
+    let read = format!(
+        "every live PROC_STATE row ({} rows, in pages of {batch}); archived records \
+         (proc_state_hst) are finished and confirmed, not read",
+        present.checked
+    );
+    fifo.scope = format!(
+        "{read}; judged: the {} rows with a processed_seq; LATE rows and rows named by any \
+         audited operator action are listed, not ordered",
+        fifo.checked
+    );
+    marked.scope = format!("{read}; judged: the {} terminal rows", marked.checked);
+    present.scope = read;
     Ok(vec![present, fifo, marked])
 }

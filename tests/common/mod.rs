@@ -167,6 +167,7 @@ impl TestEnv {
             async_commit: false,
             watch_window: std::time::Duration::from_secs(7 * 24 * 3600),
             hole_evidence: None,
+            compensation_window: 100_000,
         }
     }
 
