@@ -550,3 +550,192 @@ async fn a_standby_admin_surface_answers_503_with_the_reason() {
     common::service::kill9(&mut active);
     env.cleanup().await;
 }
+
+/// The store as an earlier msgexchange left it: migrations up to `version` applied (the
+/// embedded ones, so their checksums are the ones `migrate` later validates).
+async fn migrate_up_to(pool: &sqlx::PgPool, version: i64) {
+    let migrations = msgx_core::store::MIGRATOR
+        .iter()
+        .filter(|m| m.version <= version)
+        .cloned()
+        .collect::<Vec<_>>();
+    let older = sqlx::migrate::Migrator {
+        migrations: std::borrow::Cow::Owned(migrations),
+        ignore_missing: false,
+        locking: true,
+        no_tx: false,
+    };
+    older.run(pool).await.expect("older migrations");
+}
+
+/// Issue 22: an upgrade from the earliest schema in `migrations/`, with a backlog in every
+/// state written at the schema of its time — PENDING, FAILED, DEAD and terminal-unmarked
+/// records and an open hole at version 1, PENDING and DEAD events at the previous release's
+/// version (14) — then the current binary: it migrates, finishes everything, and `verify`
+/// passes. Nothing is lost.
+#[tokio::test]
+async fn an_upgrade_from_the_earliest_schema_finishes_a_mixed_backlog() {
+    let env = TestEnv::new("upgrade").await;
+    let (url, pool) = empty_database("upgrade_store").await;
+    let mut ids = Vec::new();
+    for seqn in 1..=20 {
+        let text = match seqn {
+            11 => "<MSG><META>broken".to_string(),
+            12 => common::msgs::unknown_type(seqn),
+            _ => common::msgs::flop(seqn, &format!("CA{seqn:03}"), &[("GATE", "A1")]),
+        };
+        ids.push(env.insert_message(&text).await);
+    }
+    // Above W: rows after a hole (a rolled-back insert) the old version had seen.
+    let (tx, hole) = env.open_insert().await;
+    tx.rollback().await.expect("rollback");
+    for seqn in 21..=24 {
+        env.insert_message(&common::msgs::flop(seqn, "CA999", &[("STND", "12")]))
+            .await;
+    }
+
+    migrate_up_to(&pool, 1).await;
+    let now = chrono::Utc::now();
+    let insert = |id: i64, state: &'static str, class: Option<&'static str>| {
+        let pool = pool.clone();
+        async move {
+            let terminal = matches!(state, "SUCCEEDED" | "DEAD");
+            sqlx::query(
+                "INSERT INTO proc_state (msg_id, state, enqueued_at, attempts, error_class, \
+                 next_attempt_at, terminal_reason, terminal_at, backfill_next_at, \
+                 processing_started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $3)",
+            )
+            .bind(id)
+            .bind(state)
+            .bind(now)
+            .bind(i32::from(state != "PENDING"))
+            .bind(class)
+            .bind((state == "FAILED").then_some(now))
+            .bind(class.filter(|_| terminal))
+            .bind(terminal.then_some(now))
+            .bind(terminal.then_some(now))
+            .execute(&pool)
+            .await
+            .expect("a v1 record");
+        }
+    };
+    for (i, id) in ids.iter().enumerate() {
+        match i + 1 {
+            1..=10 => insert(*id, "SUCCEEDED", None).await,
+            11 => insert(*id, "DEAD", Some("MALFORMED")).await,
+            12 => insert(*id, "FAILED", Some("UNSUPPORTED")).await,
+            _ => insert(*id, "PENDING", None).await,
+        }
+    }
+    sqlx::query("UPDATE inbox_cursor SET w = $1, hole_since = $2")
+        .bind(ids[19])
+        .bind(now)
+        .execute(&pool)
+        .await
+        .expect("W and the open hole");
+
+    migrate_up_to(&pool, 14).await;
+    for (id, state) in [(ids[0], "PENDING"), (ids[1], "DEAD"), (ids[2], "PENDING")] {
+        sqlx::query(
+            "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, state, created_at, \
+             dead_at, last_error) VALUES ($1, 'CA001', 'FLIGHT_UPDATED', \
+             '{\"flid\": \"CA001\"}', $2, $3, CASE WHEN $2 = 'DEAD' THEN $3 END, \
+             CASE WHEN $2 = 'DEAD' THEN 'broker refused the record' END)",
+        )
+        .bind(id)
+        .bind(state)
+        .bind(now)
+        .execute(&pool)
+        .await
+        .expect("a v14 event");
+    }
+
+    let port = common::service::free_port();
+    let mut svc = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+        .arg("run")
+        .envs(env.binary_env())
+        .env("MSGX_STORE__URL", &url)
+        .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
+        .env("MSGX_PIPELINE__POLL_INTERVAL", "100ms")
+        .env("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1s")
+        .env("MSGX_PROCESSING__HEAD_DEADLINE", "2s")
+        .env("MSGX_PROCESSING__MAX_ATTEMPTS", "2")
+        .env("MSGX_PROCESSING__RETRY_INITIAL", "200ms")
+        .env("MSGX_BACKFILL__PERIOD", "300ms")
+        .env("MSGX_LOG__LEVEL", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the current binary");
+    let top = ids[19] + 5;
+    let settled = || async {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM proc_state WHERE state IN ('PENDING','FAILED') \
+                       OR (backfill_at IS NULL AND backfill_abandon_reason IS NULL)) \
+                  + (SELECT count(*) FROM msg_event WHERE state = 'PENDING') \
+                  + (SELECT CASE WHEN w >= $1 THEN 0 ELSE 1 END FROM inbox_cursor)",
+        )
+        .bind(top)
+        .fetch_one(&pool)
+        .await
+        .unwrap_or(1);
+        open == 0
+    };
+    common::service::wait_for(
+        "the upgraded pipeline to settle",
+        Duration::from_secs(60),
+        settled,
+    )
+    .await;
+    common::service::kill9(&mut svc);
+
+    let records: Vec<(i64, String)> =
+        sqlx::query_as("SELECT msg_id, state FROM proc_state ORDER BY msg_id")
+            .fetch_all(&pool)
+            .await
+            .expect("records");
+    let expected: Vec<i64> = (ids[0]..=top).filter(|id| *id != hole).collect();
+    assert_eq!(
+        records.iter().map(|r| r.0).collect::<Vec<_>>(),
+        expected,
+        "every row enqueued once, the rolled-back id never"
+    );
+    let dead: Vec<i64> = records
+        .iter()
+        .filter(|r| r.1 == "DEAD")
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(
+        dead,
+        vec![ids[10], ids[11]],
+        "malformed and the poisoned unknown type"
+    );
+    let out = msgx(
+        &["verify"],
+        &[
+            ("MSGX_STORE__URL", &url),
+            ("MSGX_INBOX__URL", &env.my_url),
+            ("MSGX_LOG__LEVEL", "error"),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    pool.close().await;
+    let admin = sqlx::PgPool::connect(&format!("{}/postgres", common::pg_base()))
+        .await
+        .expect("postgres");
+    sqlx::query(&format!(
+        "DROP DATABASE IF EXISTS \"msgxt_upgrade_store_{}\" WITH (FORCE)",
+        std::process::id()
+    ))
+    .execute(&admin)
+    .await
+    .expect("drop");
+    env.cleanup().await;
+}

@@ -21,6 +21,8 @@ const FENCED: &[&str] = &[
     "inbox_unseen",
     "proc_state_hst",
     "raw_copy",
+    "cutover_stock",
+    "cutover_gap",
 ];
 
 pub(super) async fn run(store: &Store) -> Result<Finding, VerifyError> {
