@@ -640,16 +640,17 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
     // Our records are finished and confirmed; the marks arrive one by one (the purge rule
     // needs both: tests/procedures/purge_rule.rs).
     discover(&env, ids[4]).await;
-    sqlx::query(
-        "UPDATE proc_state SET state = 'SUCCEEDED', terminal_at = $1, backfill_at = $1",
-    )
-    .bind(env.clock.now())
-    .execute(env.store.pool())
-    .await
-    .expect("finished");
+    sqlx::query("UPDATE proc_state SET state = 'SUCCEEDED', terminal_at = $1, backfill_at = $1")
+        .bind(env.clock.now())
+        .execute(env.store.pool())
+        .await
+        .expect("finished");
     let mut watch = BoundaryWatch::default();
     // Nothing marked: no boundary; it stopped at the first row.
-    let a = watch.advance(&env.inbox, &env.store, 1_000).await.expect("advance");
+    let a = watch
+        .advance(&env.inbox, &env.store, 1_000)
+        .await
+        .expect("advance");
     assert_eq!(
         (a, watch.boundary),
         (
@@ -662,7 +663,10 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
         )
     );
     mark(&env, &ids[0..2]).await;
-    let a = watch.advance(&env.inbox, &env.store, 1_000).await.expect("advance");
+    let a = watch
+        .advance(&env.inbox, &env.store, 1_000)
+        .await
+        .expect("advance");
     assert_eq!(
         a,
         Advance {
@@ -674,7 +678,10 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
     assert_eq!(watch.boundary, Some((ids[1], Some(utc(1)))));
     // It reads on from the boundary only: rows 3, 4 (marked) and 5 (not).
     mark(&env, &ids[2..4]).await;
-    let a = watch.advance(&env.inbox, &env.store, 1_000).await.expect("advance");
+    let a = watch
+        .advance(&env.inbox, &env.store, 1_000)
+        .await
+        .expect("advance");
     assert_eq!(
         a,
         Advance {
@@ -685,7 +692,10 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
     );
     assert_eq!(watch.boundary, Some((ids[3], Some(utc(3)))));
     // The row cap: nothing read, not caught up, boundary kept.
-    let a = watch.advance(&env.inbox, &env.store, 0).await.expect("advance");
+    let a = watch
+        .advance(&env.inbox, &env.store, 0)
+        .await
+        .expect("advance");
     assert_eq!(
         (a, watch.boundary.map(|b| b.0)),
         (
@@ -708,7 +718,8 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
         env.inbox.clone(),
         env.store.clone(),
         Duration::from_secs(3600),
-    ).start();
+    )
+    .start();
     // Its first round ran at start (or runs now): every row is marked.
     let a = addr
         .send(RefreshBoundary)

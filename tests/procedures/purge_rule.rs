@@ -239,8 +239,16 @@ async fn the_boundary_gauge_moves_down_after_a_replay() {
         .await
         .expect("advance");
     assert!(a.pulled_down && a.caught_up, "{a:?}");
-    assert_eq!(watch.boundary.map(|b| b.0), Some(g1), "down to the row before");
-    assert_eq!(readiness(&env).await.boundary_id, Some(g1), "the same as the report");
+    assert_eq!(
+        watch.boundary.map(|b| b.0),
+        Some(g1),
+        "down to the row before"
+    );
+    assert_eq!(
+        readiness(&env).await.boundary_id,
+        Some(g1),
+        "the same as the report"
+    );
     // Nothing changed: it stays (and does not pull down again).
     let a = watch
         .advance(&env.inbox, &env.store, 1_000)
@@ -256,7 +264,11 @@ async fn the_boundary_gauge_moves_down_after_a_replay() {
         .advance(&env.inbox, &env.store, 1_000)
         .await
         .expect("advance");
-    assert_eq!(watch.boundary.map(|b| b.0), Some(g1), "not confirmed yet: {a:?}");
+    assert_eq!(
+        watch.boundary.map(|b| b.0),
+        Some(g1),
+        "not confirmed yet: {a:?}"
+    );
     sweep_all(&env).await;
     watch
         .advance(&env.inbox, &env.store, 1_000)

@@ -221,17 +221,52 @@ mod tests {
             Verdict::Held("marked_pending")
         );
         let cases: Vec<(bool, Option<Record>, Unrecorded, &str)> = vec![
-            (true, Some(rec("FAILED", false, None)), NeverEnqueued, "marked_failed"),
-            (true, Some(rec("DEAD", false, None)), NeverEnqueued, "marked_awaiting_confirmation"),
-            (true, Some(rec("DEAD", false, Some("MAX_ATTEMPTS"))), NeverEnqueued, "marked_abandoned"),
+            (
+                true,
+                Some(rec("FAILED", false, None)),
+                NeverEnqueued,
+                "marked_failed",
+            ),
+            (
+                true,
+                Some(rec("DEAD", false, None)),
+                NeverEnqueued,
+                "marked_awaiting_confirmation",
+            ),
+            (
+                true,
+                Some(rec("DEAD", false, Some("MAX_ATTEMPTS"))),
+                NeverEnqueued,
+                "marked_abandoned",
+            ),
             (true, None, ReleasedHole, "marked_in_released_hole"),
             (true, None, BeyondWatermark, "marked_beyond_watermark"),
             (true, None, NeverEnqueued, "marked_never_enqueued"),
             (false, Some(pending.clone()), Stock, "pending"),
-            (false, Some(rec("FAILED", false, None)), NeverEnqueued, "failed"),
-            (false, Some(rec("SKIPPED", false, None)), NeverEnqueued, "awaiting_sweep"),
-            (false, Some(rec("DEAD", false, Some("MISSING_ROW"))), NeverEnqueued, "abandoned_missing_row"),
-            (false, Some(rec("DEAD", false, Some("MAX_ATTEMPTS"))), NeverEnqueued, "abandoned_max_attempts"),
+            (
+                false,
+                Some(rec("FAILED", false, None)),
+                NeverEnqueued,
+                "failed",
+            ),
+            (
+                false,
+                Some(rec("SKIPPED", false, None)),
+                NeverEnqueued,
+                "awaiting_sweep",
+            ),
+            (
+                false,
+                Some(rec("DEAD", false, Some("MISSING_ROW"))),
+                NeverEnqueued,
+                "abandoned_missing_row",
+            ),
+            (
+                false,
+                Some(rec("DEAD", false, Some("MAX_ATTEMPTS"))),
+                NeverEnqueued,
+                "abandoned_max_attempts",
+            ),
             (false, Some(done), NeverEnqueued, "confirmed_mark_gone"),
             (false, None, Stock, "stock_unmarked"),
             (false, None, ReleasedHole, "released_hole"),
@@ -240,7 +275,11 @@ mod tests {
         ];
         for (marked, record, unrecorded, want) in cases {
             let got = verdict(marked, record.as_ref(), unrecorded);
-            assert_eq!(got, Verdict::Held(want), "{marked} {record:?} {unrecorded:?}");
+            assert_eq!(
+                got,
+                Verdict::Held(want),
+                "{marked} {record:?} {unrecorded:?}"
+            );
             let list = if marked { MARKED_REASONS } else { REASONS };
             assert!(list.contains(&want), "{want} is listed");
         }
