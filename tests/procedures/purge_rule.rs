@@ -9,7 +9,7 @@ use std::time::Duration;
 use msgx_core::clock::Clock;
 use msgx_core::cutover::CutoverMode;
 use msgx_core::ops::{BoundaryWatch, PurgeReadiness, PurgeRequest, ReplayRequest};
-use msgx_core::pump::{Outcome, StepOutcome};
+use msgx_core::pump::StepOutcome;
 
 use super::common::msgs::{flop, unknown_type};
 use super::common::TestEnv;
