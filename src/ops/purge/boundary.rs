@@ -69,7 +69,11 @@ enum Pull {
 
 /// Live records at or below `to` (and above `after`) that are not finished and confirmed, or
 /// that the sweep abandoned while the row existed (MAX_ATTEMPTS; MISSING_ROW means it was
-/// gone), ascending: each branch is one partial index.
+/// gone), ascending: each branch is one partial index. The unconfirmed branch has no ORDER BY
+/// / LIMIT of its own: `proc_state_backfill_idx` is keyed (attempts, msg_id), and an ordered
+/// limit makes the planner walk the primary key over every row below the boundary instead
+/// (measured at 1M rows: 310 ms against 5.5 ms for the whole partial index, which holds only
+/// what the sweep has not confirmed yet).
 const UNFINISHED_AT_OR_BELOW: &str = "\
     SELECT msg_id FROM ( \
       (SELECT msg_id FROM proc_state WHERE state IN ('PENDING', 'FAILED') \
@@ -77,7 +81,7 @@ const UNFINISHED_AT_OR_BELOW: &str = "\
       UNION \
       (SELECT msg_id FROM proc_state WHERE state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
          AND backfill_at IS NULL AND backfill_abandon_reason IS NULL \
-         AND msg_id > $1 AND msg_id <= $2 ORDER BY msg_id LIMIT $3) \
+         AND msg_id > $1 AND msg_id <= $2) \
       UNION \
       (SELECT msg_id FROM proc_state WHERE backfill_abandon_reason = 'MAX_ATTEMPTS' \
          AND msg_id > $1 AND msg_id <= $2 ORDER BY msg_id LIMIT $3) \
