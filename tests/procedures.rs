@@ -1,8 +1,9 @@
 //! The seed's procedures (§5.3, §6) on the real PostgreSQL and MariaDB: the backlog survey
 //! counts a known inbox exactly; an approved skip refuses without approval or beyond W, waits
 //! for the pipeline lock, audits every batch and leaves rows the normal sweep marks; purge
-//! readiness names every unmarked row's reason and the boundary; the raw copy keeps the
-//! replay window after a purge (`procedures/raw_copy.rs`).
+//! readiness names every unmarked row's reason and the boundary, and judges marked rows from
+//! both stores (`procedures/purge_rule.rs`); the raw copy keeps the replay window after a purge
+//! (`procedures/raw_copy.rs`).
 
 mod common;
 #[path = "procedures/purge_rule.rs"]
