@@ -1,10 +1,13 @@
 //! The seed's procedures (§5.3, §6) on the real PostgreSQL and MariaDB: the backlog survey
 //! counts a known inbox exactly; an approved skip refuses without approval or beyond W, waits
 //! for the pipeline lock, audits every batch and leaves rows the normal sweep marks; purge
-//! readiness names every unmarked row's reason and the boundary; the raw copy keeps the
-//! replay window after a purge (`procedures/raw_copy.rs`).
+//! readiness names every unmarked row's reason and the boundary, and judges marked rows from
+//! both stores (`procedures/purge_rule.rs`); the raw copy keeps the replay window after a purge
+//! (`procedures/raw_copy.rs`).
 
 mod common;
+#[path = "procedures/purge_rule.rs"]
+mod purge_rule;
 #[path = "procedures/raw_copy.rs"]
 mod raw_copy;
 
@@ -627,7 +630,7 @@ async fn mark(env: &TestEnv, ids: &[i64]) {
 }
 
 #[actix_rt::test]
-async fn purge_boundary_watch_moves_up_incrementally() {
+async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
     use actix::Actor as _;
     use msgx_actors::purge_watch::{PurgeWatch, RefreshBoundary};
     use msgx_core::ops::{Advance, BoundaryWatch};
@@ -635,48 +638,72 @@ async fn purge_boundary_watch_moves_up_incrementally() {
     let env = TestEnv::new("proc_boundary").await;
     let texts: Vec<String> = (1..=5).map(|s| flop(s, &format!("F{s}"), &[])).collect();
     let ids = insert(&env, 0, &texts).await;
+    // Our records are finished and confirmed; the marks arrive one by one (the purge rule
+    // needs both: tests/procedures/purge_rule.rs).
+    discover(&env, ids[4]).await;
+    sqlx::query("UPDATE proc_state SET state = 'SUCCEEDED', terminal_at = $1, backfill_at = $1")
+        .bind(env.clock.now())
+        .execute(env.store.pool())
+        .await
+        .expect("finished");
     let mut watch = BoundaryWatch::default();
     // Nothing marked: no boundary; it stopped at the first row.
-    let a = watch.advance(&env.inbox, 1_000).await.expect("advance");
+    let a = watch
+        .advance(&env.inbox, &env.store, 1_000)
+        .await
+        .expect("advance");
     assert_eq!(
         (a, watch.boundary),
         (
             Advance {
                 rows: 1,
-                caught_up: true
+                caught_up: true,
+                pulled_down: false
             },
             None
         )
     );
     mark(&env, &ids[0..2]).await;
-    let a = watch.advance(&env.inbox, 1_000).await.expect("advance");
+    let a = watch
+        .advance(&env.inbox, &env.store, 1_000)
+        .await
+        .expect("advance");
     assert_eq!(
         a,
         Advance {
             rows: 3,
-            caught_up: true
+            caught_up: true,
+            pulled_down: false
         }
     );
     assert_eq!(watch.boundary, Some((ids[1], Some(utc(1)))));
     // It reads on from the boundary only: rows 3, 4 (marked) and 5 (not).
     mark(&env, &ids[2..4]).await;
-    let a = watch.advance(&env.inbox, 1_000).await.expect("advance");
+    let a = watch
+        .advance(&env.inbox, &env.store, 1_000)
+        .await
+        .expect("advance");
     assert_eq!(
         a,
         Advance {
             rows: 3,
-            caught_up: true
+            caught_up: true,
+            pulled_down: false
         }
     );
     assert_eq!(watch.boundary, Some((ids[3], Some(utc(3)))));
     // The row cap: nothing read, not caught up, boundary kept.
-    let a = watch.advance(&env.inbox, 0).await.expect("advance");
+    let a = watch
+        .advance(&env.inbox, &env.store, 0)
+        .await
+        .expect("advance");
     assert_eq!(
         (a, watch.boundary.map(|b| b.0)),
         (
             Advance {
                 rows: 0,
-                caught_up: false
+                caught_up: false,
+                pulled_down: false
             },
             Some(ids[3])
         )
@@ -688,7 +715,12 @@ async fn purge_boundary_watch_moves_up_incrementally() {
         .expect("purge");
     assert_eq!(r.boundary_id, Some(ids[3]));
     mark(&env, &ids[4..]).await;
-    let addr = PurgeWatch::new(env.inbox.clone(), Duration::from_secs(3600)).start();
+    let addr = PurgeWatch::new(
+        env.inbox.clone(),
+        env.store.clone(),
+        Duration::from_secs(3600),
+    )
+    .start();
     // Its first round ran at start (or runs now): every row is marked.
     let a = addr
         .send(RefreshBoundary)

@@ -355,12 +355,16 @@ pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
         }
     };
     let purge_watch = {
-        let inbox = inbox.clone();
+        let (inbox, store) = (inbox.clone(), store.clone());
         ChildFactory {
             name: telemetry::CHILD_PURGE_WATCH,
             start: Box::new(move |wiring: &Wiring| {
-                let addr =
-                    crate::purge_watch::PurgeWatch::new(inbox.clone(), backfill_period).start();
+                let addr = crate::purge_watch::PurgeWatch::new(
+                    inbox.clone(),
+                    store.clone(),
+                    backfill_period,
+                )
+                .start();
                 let stop = addr.clone().recipient();
                 wiring.update(|r| r.set_shutdown("purge_watch", stop));
                 Box::new(move || addr.connected())

@@ -1,9 +1,12 @@
-//! PurgeWatch (seed §6, issue 13): keeps the `msgx_purge_boundary_id` gauge (and the boundary
-//! row's receive time) current for the DB owner's purge job. Every `backfill.period` — the
-//! boundary only moves when the sweep marks rows — it reads on from the last boundary to the
-//! first unmarked inbox row ([`msgx_core::ops::BoundaryWatch`]): id, receive time and mark only.
-//! It is a child of its own, so a long first catch-up never delays polling, processing or
-//! marking; when a round hits its row cap it runs the next one at once.
+//! PurgeWatch (seed §6, issues 13 and 19): keeps the `msgx_purge_boundary_id` gauge (and the
+//! boundary row's receive time) current for the DB owner's purge job, by the purge rule of
+//! purge readiness (marked AND our record terminal and confirmed, or skipped cutover stock).
+//! Every `backfill.period` — the boundary moves when the sweep confirms marks, and down when a
+//! row below it is replayed — one round of [`msgx_core::ops::BoundaryWatch::advance`]: pull the
+//! boundary down below a record that is no longer finished and confirmed, then read on from it
+//! to the first row that is not purgeable. It is a child of its own, so a long first catch-up
+//! never delays polling, processing or marking; when a round hits its row cap it runs the next
+//! one at once.
 
 use std::time::Duration;
 
@@ -12,6 +15,7 @@ use actix::{
 };
 use msgx_core::inbox::Inbox;
 use msgx_core::ops::{Advance, BoundaryWatch, BOUNDARY_MAX_ROWS};
+use msgx_core::store::Store;
 
 use crate::next_run::NextRun;
 
@@ -24,6 +28,8 @@ pub struct RefreshBoundary;
 pub struct PurgeWatch {
     /// Shared inbox (ids and marks only).
     inbox: Inbox,
+    /// Our store (the records the rule reads).
+    store: Store,
     /// The boundary so far.
     watch: BoundaryWatch,
     /// Pause between rounds.
@@ -34,9 +40,10 @@ pub struct PurgeWatch {
 
 impl PurgeWatch {
     /// A watcher; it runs a first round as soon as it is started.
-    pub fn new(inbox: Inbox, period: Duration) -> Self {
+    pub fn new(inbox: Inbox, store: Store, period: Duration) -> Self {
         Self {
             inbox,
+            store,
             watch: BoundaryWatch::default(),
             period,
             next: NextRun::default(),
@@ -58,10 +65,10 @@ impl Handler<RefreshBoundary> for PurgeWatch {
 
     fn handle(&mut self, _: RefreshBoundary, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
-        let inbox = self.inbox.clone();
+        let (inbox, store) = (self.inbox.clone(), self.store.clone());
         let mut watch = self.watch.clone();
         let round = async move {
-            let r = watch.advance(&inbox, BOUNDARY_MAX_ROWS).await;
+            let r = watch.advance(&inbox, &store, BOUNDARY_MAX_ROWS).await;
             (watch, r)
         };
         AtomicResponse::new(Box::pin(round.into_actor(self).map(|(watch, r), act, ctx| {
@@ -70,6 +77,7 @@ impl Handler<RefreshBoundary> for PurgeWatch {
                 Ok(a) => {
                     tracing::debug!(
                         rows = a.rows,
+                        pulled_down = a.pulled_down,
                         boundary = act.watch.boundary.map(|b| b.0),
                         "purge boundary refreshed"
                     );

@@ -8,6 +8,9 @@ use sqlx::Row;
 
 use super::{time, Inbox, InboxError};
 
+/// Ids per statement in the id-list lookups.
+const IDS_PER_STATEMENT: usize = 1000;
+
 /// Most bytes of a message read for its `META` (the header is a few hundred bytes at the top).
 pub const META_BYTES: u32 = 4096;
 
@@ -137,15 +140,10 @@ impl Inbox {
         to: i64,
         limit: u32,
     ) -> Result<Vec<MarkRow>, InboxError> {
-        let n = &self.names;
         let sql = format!(
-            "SELECT {id}, CAST({recv} AS CHAR), \
-                    CAST(({status} IS NOT NULL AND TRIM({status}) <> '') AS SIGNED) \
-             FROM {t} WHERE {id} > ? AND {id} <= ? ORDER BY {id} LIMIT ?",
-            id = n.id,
-            recv = n.received,
-            status = n.status,
-            t = n.table
+            "{} WHERE {id} > ? AND {id} <= ? ORDER BY {id} LIMIT ?",
+            self.mark_select(),
+            id = self.names.id
         );
         let rows = self
             .timed(
@@ -156,6 +154,58 @@ impl Inbox {
                     .fetch_all(&self.pool),
             )
             .await?;
+        self.to_mark_rows(rows)
+    }
+
+    /// The rows of these ids (ascending; ids without a row are left out): id, receive time,
+    /// marked.
+    pub async fn mark_rows_of(&self, ids: &[i64]) -> Result<Vec<MarkRow>, InboxError> {
+        let mut found = Vec::new();
+        for chunk in ids.chunks(IDS_PER_STATEMENT) {
+            let sql = format!(
+                "{} WHERE {id} IN ({list}) ORDER BY {id}",
+                self.mark_select(),
+                id = self.names.id,
+                list = vec!["?"; chunk.len()].join(",")
+            );
+            let mut q = sqlx::query(&sql);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            let rows = self.timed(q.fetch_all(&self.pool)).await?;
+            found.extend(self.to_mark_rows(rows)?);
+        }
+        found.sort_unstable_by_key(|r| r.id);
+        Ok(found)
+    }
+
+    /// The row with the highest id below `id`, if any.
+    pub async fn mark_row_before(&self, id: i64) -> Result<Option<MarkRow>, InboxError> {
+        let sql = format!(
+            "{} WHERE {id} < ? ORDER BY {id} DESC LIMIT 1",
+            self.mark_select(),
+            id = self.names.id
+        );
+        let rows = self
+            .timed(sqlx::query(&sql).bind(id).fetch_all(&self.pool))
+            .await?;
+        Ok(self.to_mark_rows(rows)?.pop())
+    }
+
+    /// `SELECT id, receive time, marked FROM table` (the columns [`Self::to_mark_rows`] reads).
+    fn mark_select(&self) -> String {
+        let n = &self.names;
+        format!(
+            "SELECT {id}, CAST({recv} AS CHAR), \
+                    CAST(({status} IS NOT NULL AND TRIM({status}) <> '') AS SIGNED) FROM {t}",
+            id = n.id,
+            recv = n.received,
+            status = n.status,
+            t = n.table
+        )
+    }
+
+    fn to_mark_rows(&self, rows: Vec<sqlx::mysql::MySqlRow>) -> Result<Vec<MarkRow>, InboxError> {
         rows.into_iter()
             .map(|row| {
                 let marked: i64 = row.try_get(2)?;

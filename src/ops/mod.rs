@@ -25,8 +25,8 @@ pub use compat::{CompatRequest, CompatResult, MAX_COMPAT_ID};
 pub use cutover::{CutoverPlan, StockPart, PLAN_BATCH, PLAN_RANGES};
 pub use inspect::{InboxView, Inspection};
 pub use purge::{
-    Advance, BoundaryWatch, PurgeReadiness, PurgeRequest, Unmarked, BOUNDARY_MAX_ROWS, PURGE_BATCH,
-    REASONS,
+    Advance, BoundaryWatch, PurgeReadiness, PurgeRequest, Unmarked, BOUNDARY_MAX_ROWS,
+    MARKED_REASONS, PULL_DOWN_MAX_IDS, PURGE_BATCH, REASONS,
 };
 pub use skip::{SkipBatch, SkipReport, SkipRequest, ACTION_SKIP, APPROVED_SKIP, SKIP_BATCH};
 pub use status::Status;

@@ -25,7 +25,7 @@ fn on(raw_copy: bool) -> &'static str {
 /// A FLOP/UPDT the first pump cannot decode yet (UPDT not configured): FAILED(UNSUPPORTED),
 /// then poison DEAD(EXHAUSTED) at once (`max_attempts` 1), then marked by the sweep — a
 /// replayable row the DB owner may purge.
-async fn dead_and_marked(env: &TestEnv, raw_copy: bool, gate: &str) -> i64 {
+pub(super) async fn dead_and_marked(env: &TestEnv, raw_copy: bool, gate: &str) -> i64 {
     let id = insert(env, 0, &[flop(1, "RC1", &[("GATE", gate)])]).await[0];
     discover(env, id).await;
     let mut pump = env.pump(&[

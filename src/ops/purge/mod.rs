@@ -1,0 +1,216 @@
+//! Purge readiness (seed §6): the DB owner purges inbox rows up to a boundary; our duty is that
+//! the boundary is explicit and that no row inside it is one we still need. For a range (ids up
+//! to `to_id`, or rows received before a time) this walks the inbox in batches of
+//! [`PURGE_BATCH`] rows (id, receive time, mark only), judges every row by the purge rule
+//! ([`rule`]: marked AND our record terminal and confirmed, or marked skipped cutover stock)
+//! and names the reason of every row that holds the purge. The purge boundary is the highest
+//! id (and its DATE_RECEIVED) at or below which every inbox row is purgeable by that rule;
+//! [`BoundaryWatch`] keeps it current for the `msgx_purge_boundary_id` gauge.
+
+mod boundary;
+mod rule;
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{Ops, OpsError};
+pub use boundary::{Advance, BoundaryWatch, BOUNDARY_MAX_ROWS, PULL_DOWN_MAX_IDS};
+use rule::{Rule, Verdict};
+pub use rule::{MARKED_REASONS, REASONS};
+
+/// Inbox rows per batch.
+pub const PURGE_BATCH: u32 = 5_000;
+/// Example ids kept per reason.
+pub const SAMPLE_IDS: usize = 20;
+
+/// The range: `to_id`, or `received_before`; neither: the whole inbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PurgeRequest {
+    /// Up to this id (inclusive).
+    #[serde(default)]
+    pub to_id: Option<i64>,
+    /// Up to the highest id received before this time (RFC 3339).
+    #[serde(default)]
+    pub received_before: Option<DateTime<Utc>>,
+}
+
+/// The rows that hold the purge for one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unmarked {
+    /// One of [`REASONS`] (in `unmarked`) or [`MARKED_REASONS`] (in `marked_not_purgeable`).
+    pub reason: String,
+    /// Rows.
+    pub count: u64,
+    /// The first [`SAMPLE_IDS`] ids.
+    pub sample_ids: Vec<i64>,
+}
+
+/// The report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PurgeReadiness {
+    /// The end of the range checked (None: the inbox had nothing in range).
+    pub to_id: Option<i64>,
+    /// W when the check started.
+    pub w: i64,
+    /// Inbox rows checked.
+    pub rows: u64,
+    /// Of those, marked.
+    pub marked: u64,
+    /// Of those, purgeable by the rule (marked, and finished and confirmed by us or skipped
+    /// cutover stock).
+    pub purgeable: u64,
+    /// True when every row in the range is purgeable: the range may be purged.
+    pub ready: bool,
+    /// The highest id at or below which every inbox row is purgeable (None: the first is not).
+    pub boundary_id: Option<i64>,
+    /// Its DATE_RECEIVED (UTC).
+    pub boundary_received_at: Option<DateTime<Utc>>,
+    /// Unmarked rows by reason (only reasons that occur, in the order of [`REASONS`]).
+    pub unmarked: Vec<Unmarked>,
+    /// Marked rows the rule does not count as purgeable, by reason (only reasons that occur,
+    /// in the order of [`MARKED_REASONS`]).
+    pub marked_not_purgeable: Vec<Unmarked>,
+}
+
+/// Held rows by reason while the walk runs.
+#[derive(Debug, Default)]
+struct Tally(BTreeMap<&'static str, (u64, Vec<i64>)>);
+
+impl Tally {
+    fn add(&mut self, reason: &'static str, id: i64) {
+        let e = self.0.entry(reason).or_default();
+        e.0 += 1;
+        if e.1.len() < SAMPLE_IDS {
+            e.1.push(id);
+        }
+    }
+
+    /// The reasons of `order` that occurred, in that order.
+    fn into_list(mut self, order: &[&'static str]) -> Vec<Unmarked> {
+        order
+            .iter()
+            .filter_map(|r| {
+                self.0.remove(r).map(|(count, sample_ids)| Unmarked {
+                    reason: (*r).into(),
+                    count,
+                    sample_ids,
+                })
+            })
+            .collect()
+    }
+}
+
+impl Ops {
+    /// Checks the range (see the module doc).
+    pub async fn purge_readiness(&self, req: &PurgeRequest) -> Result<PurgeReadiness, OpsError> {
+        let to = self.purge_range_end(req).await?;
+        let rule = Rule::load(&self.store).await?;
+        let mut report = PurgeReadiness {
+            to_id: to,
+            w: rule.w,
+            rows: 0,
+            marked: 0,
+            purgeable: 0,
+            ready: true,
+            boundary_id: None,
+            boundary_received_at: None,
+            unmarked: Vec::new(),
+            marked_not_purgeable: Vec::new(),
+        };
+        let Some(to) = to else {
+            return Ok(report);
+        };
+        let (mut unmarked, mut held) = (Tally::default(), Tally::default());
+        let mut boundary_open = true;
+        let mut after = 0i64;
+        loop {
+            let rows = self.inbox.mark_rows(after, to, PURGE_BATCH).await?;
+            let Some(last) = rows.last() else { break };
+            after = last.id;
+            let verdicts = rule.judge(&self.store, &rows).await?;
+            for (r, v) in rows.iter().zip(verdicts) {
+                report.rows += 1;
+                report.marked += u64::from(r.marked);
+                match v {
+                    Verdict::Purgeable => {
+                        report.purgeable += 1;
+                        if boundary_open {
+                            report.boundary_id = Some(r.id);
+                            report.boundary_received_at = r.received_at;
+                        }
+                    }
+                    Verdict::Held(reason) => {
+                        boundary_open = false;
+                        report.ready = false;
+                        let tally = if r.marked { &mut held } else { &mut unmarked };
+                        tally.add(reason, r.id);
+                    }
+                }
+            }
+        }
+        report.unmarked = unmarked.into_list(REASONS);
+        report.marked_not_purgeable = held.into_list(MARKED_REASONS);
+        Ok(report)
+    }
+
+    /// The last id of the requested range (None: the inbox has nothing in it).
+    async fn purge_range_end(&self, req: &PurgeRequest) -> Result<Option<i64>, OpsError> {
+        Ok(match (req.to_id, req.received_before) {
+            (Some(_), Some(_)) => {
+                return Err(OpsError::Invalid(
+                    "give to_id or received_before, not both".into(),
+                ))
+            }
+            (Some(t), None) if t < 1 => {
+                return Err(OpsError::Invalid(format!("to_id {t} is below 1")))
+            }
+            (Some(t), None) => Some(t),
+            (None, Some(t)) => self.inbox.max_id_received_before(t).await?,
+            (None, None) => self.inbox.max_id().await?,
+        })
+    }
+}
+
+impl PurgeReadiness {
+    /// For people.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "purge readiness up to id {} (W={}): {} rows, {} marked, {} purgeable — {}\n",
+            self.to_id.map_or("-".into(), |v| v.to_string()),
+            self.w,
+            self.rows,
+            self.marked,
+            self.purgeable,
+            if self.ready { "READY" } else { "NOT READY" }
+        );
+        out.push_str(&format!(
+            "purge boundary: {}{}\n",
+            self.boundary_id
+                .map_or("none (the first row is not purgeable)".into(), |v| format!(
+                    "id {v}"
+                )),
+            self.boundary_received_at
+                .map(|t| format!(" received {}", t.to_rfc3339()))
+                .unwrap_or_default()
+        ));
+        for (title, list) in [
+            ("unmarked", &self.unmarked),
+            ("marked, not purgeable", &self.marked_not_purgeable),
+        ] {
+            if list.is_empty() {
+                continue;
+            }
+            out.push_str(&format!("{title}:\n"));
+            for u in list {
+                out.push_str(&format!(
+                    "  {:<30} {:>8}  e.g. {:?}\n",
+                    u.reason, u.count, u.sample_ids
+                ));
+            }
+        }
+        out
+    }
+}
