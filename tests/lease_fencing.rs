@@ -329,12 +329,18 @@ async fn a_thawed_old_holder_exits_1_without_a_panic() {
             .expect("lease")
     };
     let mut a = spawn(std::fs::File::create(&log).expect("log").into());
-    wait_for("A to finish the inbox rows", Duration::from_secs(30), || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM proc_state WHERE terminal_at IS NOT NULL")
+    wait_for(
+        "A to finish the inbox rows",
+        Duration::from_secs(30),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM proc_state WHERE terminal_at IS NOT NULL",
+            )
             .fetch_one(env.store.pool())
             .await
             .is_ok_and(|n| n == 3)
-    })
+        },
+    )
     .await;
     let a_epoch = epoch().await.expect("A holds the lease");
 
@@ -375,9 +381,16 @@ async fn a_thawed_old_holder_exits_1_without_a_panic() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let stderr = std::fs::read_to_string(&log).expect("A's log");
-    assert_eq!(status.code(), Some(1), "exit 1 on lease loss; log:\n{stderr}");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "exit 1 on lease loss; log:\n{stderr}"
+    );
     assert!(stderr.contains("single-instance lock lost"), "{stderr}");
-    assert!(!stderr.contains("panicked"), "A panicked on the way out:\n{stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "A panicked on the way out:\n{stderr}"
+    );
 
     sqlx::raw_sql("UNLOCK TABLES")
         .execute(&mut owner)

@@ -941,7 +941,14 @@ async fn after_the_failed_group(env: &TestEnv, pump: &mut msgx_core::pump::PumpC
     assert_eq!((id, o.label()), (a, "succeeded"), "{o:?}");
     let (id, o) = outcome(step_ok(pump).await);
     assert!(
-        id == b && matches!(o, Outcome::Failed { class: ErrorClass::Infra, .. }),
+        id == b
+            && matches!(
+                o,
+                Outcome::Failed {
+                    class: ErrorClass::Infra,
+                    ..
+                }
+            ),
         "{id} {o:?}"
     );
     let next = step_ok(pump).await;
@@ -970,16 +977,14 @@ async fn a_group_failing_before_its_commit_gives_its_stamps_back() {
     boom_trigger(&env).await;
     let ids = vec![
         env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await,
-        env.insert_message(&flop(2, "BOOM", &[("GATE", "B1")])).await,
+        env.insert_message(&flop(2, "BOOM", &[("GATE", "B1")]))
+            .await,
         env.insert_message(&flop(3, "F3", &[("GATE", "C1")])).await,
     ];
     env.poll(env.poll_cfg(100)).await;
-    let store = Store::connect(
-        &env.settings(&[("MSGX_STORE__LOCK_TIMEOUT", "300ms")])
-            .store,
-    )
-    .await
-    .expect("store");
+    let store = Store::connect(&env.settings(&[("MSGX_STORE__LOCK_TIMEOUT", "300ms")]).store)
+        .await
+        .expect("store");
     let mut pump = pump_on(&env, store);
 
     let mut holder = env.store.pool().acquire().await.expect("connection");
@@ -988,7 +993,10 @@ async fn a_group_failing_before_its_commit_gives_its_stamps_back() {
         .execute(&mut *holder)
         .await
         .expect("pipeline lock");
-    let err = pump.step().await.expect_err("the group fails before its commit");
+    let err = pump
+        .step()
+        .await
+        .expect_err("the group fails before its commit");
     assert!(err.to_string().contains("lock"), "{err}");
     sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(PIPELINE_LOCK_KEY)
@@ -1010,13 +1018,18 @@ async fn stamps_of_a_group_cut_off_from_the_store_are_given_back_when_it_returns
     boom_trigger(&env).await;
     let ids = vec![
         env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await,
-        env.insert_message(&flop(2, "BOOM", &[("GATE", "B1")])).await,
+        env.insert_message(&flop(2, "BOOM", &[("GATE", "B1")]))
+            .await,
     ];
     env.poll(env.poll_cfg(100)).await;
     let proxy = Proxy::start("127.0.0.1:5432").await;
     let mut settings = env.settings(&[("MSGX_STORE__CONNECT_TIMEOUT", "1s")]);
-    settings.store.url = env.pg_url.replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
-    let store = Store::connect(&settings.store).await.expect("store via proxy");
+    settings.store.url =
+        env.pg_url
+            .replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
+    let store = Store::connect(&settings.store)
+        .await
+        .expect("store via proxy");
     let pump = pump_on(&env, store);
 
     // The group waits for the pipeline lock; the store goes away meanwhile.
@@ -1031,20 +1044,28 @@ async fn stamps_of_a_group_cut_off_from_the_store_are_given_back_when_it_returns
         let r = pump.step().await;
         (pump, r)
     });
-    common::service::wait_for("the group to wait for the lock", Duration::from_secs(10), || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity \
+    common::service::wait_for(
+        "the group to wait for the lock",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity \
              WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'",
-        )
-        .fetch_one(env.store.pool())
-        .await
-        .is_ok_and(|n| n > 0)
-    })
+            )
+            .fetch_one(env.store.pool())
+            .await
+            .is_ok_and(|n| n > 0)
+        },
+    )
     .await;
     proxy.cut();
     let (mut pump, r) = step.await.expect("step task");
     assert!(r.is_err(), "{r:?}");
-    assert_eq!(stamp_of(&env, ids[1]).await.0, 1, "stamped, not given back yet");
+    assert_eq!(
+        stamp_of(&env, ids[1]).await.0,
+        1,
+        "stamped, not given back yet"
+    );
     sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(PIPELINE_LOCK_KEY)
         .execute(&mut *holder)

@@ -40,9 +40,7 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> Exi
     if let Some(Command::Verify(args)) = &cli.command {
         // Exit 1 on a violation, 2 when the check could not run.
         return match system.block_on(msgx_actors::verify_cmd::run(&settings, args)) {
-            Ok(report) => {
-                ExitCode::from(msgx_actors::verify_cmd::print(&report, args.json))
-            }
+            Ok(report) => ExitCode::from(msgx_actors::verify_cmd::print(&report, args.json)),
             Err(e) => {
                 eprintln!("msgexchange: {e:#}");
                 ExitCode::from(2)

@@ -22,8 +22,7 @@ use crate::inbox::{Inbox, RawMessage};
 use crate::late::Source;
 use crate::store::batch::{self, PlannedWrite};
 use crate::store::{
-    BusinessResult, GroupLoad, GroupTx, HeadRow, PendingCopy, Stamp, Store, StoreError,
-    StoredCopy,
+    BusinessResult, GroupLoad, GroupTx, HeadRow, PendingCopy, Stamp, Store, StoreError, StoredCopy,
 };
 use crate::telemetry;
 

@@ -197,8 +197,10 @@ impl Store {
         let ids: Vec<i64> = stamps.iter().map(|s| s.before.msg_id).collect();
         let stamped: Vec<i32> = stamps.iter().map(|s| s.attempts).collect();
         let attempts: Vec<i32> = stamps.iter().map(|s| s.before.attempts).collect();
-        let started: Vec<Option<DateTime<Utc>>> =
-            stamps.iter().map(|s| s.before.processing_started_at).collect();
+        let started: Vec<Option<DateTime<Utc>>> = stamps
+            .iter()
+            .map(|s| s.before.processing_started_at)
+            .collect();
         let stamped_started: Vec<DateTime<Utc>> = stamps
             .iter()
             .map(|s| s.before.processing_started_at.unwrap_or(s.at))
