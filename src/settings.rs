@@ -144,7 +144,7 @@ pub use outbound::{parse_daily_time, OutboundSettings};
 mod layers;
 pub use layers::DEFAULT_TOML;
 mod reliability;
-pub use reliability::{LeaseSettings, SupervisorSettings, MAX_DURATION};
+pub use reliability::{LeaseSettings, SupervisorSettings, MARK_MARGIN, MAX_DURATION};
 mod retention;
 pub use retention::{RetentionSettings, VacuumMode};
 
@@ -243,6 +243,11 @@ pub struct BackfillSettings {
     /// R: rows received longer ago than this are retried every sweep (overrides backoff).
     #[serde(with = "humantime_serde_compat")]
     pub overdue_after: Duration,
+    /// Wall time the inbox part of one sweep (existence check, marks) may take while the sweep
+    /// holds its PostgreSQL row locks; at least [`MARK_MARGIN`] below
+    /// `store.idle_in_transaction_timeout`.
+    #[serde(with = "humantime_serde_compat")]
+    pub mark_budget: Duration,
 }
 
 /// Late detection (SPEC §6).

@@ -909,3 +909,110 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The DB owner holds `id`'s inbox row (`SELECT … FOR UPDATE` in an open transaction).
+async fn owner_locks(env: &TestEnv, id: i64) -> sqlx::Transaction<'static, sqlx::MySql> {
+    let mut tx = env.owner.begin().await.expect("begin as the DB owner");
+    sqlx::query("SELECT CMINMSGS_ID FROM CMINMSGS WHERE CMINMSGS_ID = ? FOR UPDATE")
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await
+        .expect("row lock");
+    tx
+}
+
+/// A store whose sessions the server ends after `idle` idle in a transaction (set after
+/// validation: the test pairs it with sweep budgets of its choosing).
+async fn store_idle(env: &TestEnv, idle: Duration) -> msgx_core::store::Store {
+    let mut settings = env.settings(&[]);
+    settings.store.idle_in_transaction_timeout = idle;
+    msgx_core::store::Store::connect(&settings.store)
+        .await
+        .expect("store")
+}
+
+/// G5 under an inbox lock wait: whatever ends the sweep's PostgreSQL transaction while its
+/// mark waits on a row the DB owner holds (here the server's idle timeout, 2s, against a
+/// sweep budget of 5s — a pairing the settings refuse, made here by hand), the mark is not
+/// written once the owner lets go: the row stays unmarked and unconfirmed, and a later sweep
+/// marks it.
+#[tokio::test]
+async fn a_mark_is_never_written_after_the_sweep_lost_its_row_locks() {
+    let env = TestEnv::new("bf_lost_lock").await;
+    let ids = processed(&env, &flops(1, 1), &[]).await;
+    let owner = owner_locks(&env, ids[0]).await;
+    let store = store_idle(&env, Duration::from_secs(2)).await;
+    let c = cfg(&env, &[]);
+    let task = {
+        let (inbox, clock) = (env.inbox.clone(), env.clock.clone());
+        let c = c.clone();
+        tokio::spawn(async move { sweep_once(&inbox, &store, &clock, &c).await })
+    };
+    // The mark waits on the owner's lock; PostgreSQL ends the idle sweep session meanwhile.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    owner.rollback().await.expect("the owner lets go");
+    let result = task.await.expect("sweep task");
+    assert!(
+        result.is_err(),
+        "the sweep's transaction is gone: {result:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        mark(&env, ids[0]).await,
+        (None, None),
+        "no mark without the lock that guards it"
+    );
+    assert_eq!(bf(&env, ids[0]).await.backfill_at, None);
+
+    let r = sweep(&env, &c).await;
+    assert_eq!((r.marked, r.confirmed.clone()), (1, vec![ids[0]]), "{r:?}");
+    assert!(mark(&env, ids[0]).await.0.is_some());
+    env.cleanup().await;
+}
+
+/// `backfill.mark_budget` bounds the inbox part of a sweep below the store's idle timeout: a
+/// mark waiting on a row the DB owner holds is given up when the budget is spent (nothing
+/// written, the rows back off), the sweep still commits under its locks, and once the owner
+/// lets go a later sweep marks the rows.
+#[tokio::test]
+async fn a_mark_waiting_on_an_owner_lock_ends_with_the_budget_and_a_later_sweep_writes_it() {
+    let env = TestEnv::new("bf_budget").await;
+    let ids = processed(&env, &flops(1, 2), &[]).await;
+    let owner = owner_locks(&env, ids[0]).await;
+    let store = store_idle(&env, Duration::from_secs(3)).await;
+    let c = cfg(
+        &env,
+        &[
+            ("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "3s"),
+            ("MSGX_BACKFILL__MARK_BUDGET", "1s"),
+        ],
+    );
+    let started = Instant::now();
+    let r = sweep_once(&env.inbox, &store, &env.clock, &c)
+        .await
+        .expect("the sweep commits within its locks");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert_eq!((r.selected, r.marked), (2, 0), "{r:?}");
+    assert_eq!(r.transient() + r.deferred.len(), 2, "{r:?}");
+    owner.rollback().await.expect("the owner lets go");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for id in &ids {
+        assert_eq!(mark(&env, *id).await, (None, None), "row {id}");
+        assert_eq!(bf(&env, *id).await.backfill_at, None);
+    }
+
+    env.clock.advance(Duration::from_secs(60)); // past backfill.retry_initial
+    let r = sweep_once(&env.inbox, &store, &env.clock, &c)
+        .await
+        .expect("sweep");
+    assert_eq!(r.marked, 2, "{r:?}");
+    for id in &ids {
+        assert!(mark(&env, *id).await.0.is_some(), "row {id}");
+        assert!(bf(&env, *id).await.backfill_at.is_some());
+    }
+    env.cleanup().await;
+}

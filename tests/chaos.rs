@@ -53,6 +53,7 @@ fn service_env(env: &TestEnv, pg: &str, my: &str, kafka: &str) -> Vec<(String, S
         ("MSGX_BACKFILL__PERIOD", "500ms"),
         ("MSGX_BACKFILL__RETRY_INITIAL", "200ms"),
         ("MSGX_BACKFILL__RETRY_MAX", "1s"),
+        ("MSGX_BACKFILL__MARK_BUDGET", "1s"),
         ("MSGX_LATE__DETECT_PERIOD", "500ms"),
         ("MSGX_DISPATCH__IDLE_POLL", "200ms"),
         ("MSGX_DISPATCH__RETRY_INITIAL", "200ms"),
@@ -286,8 +287,10 @@ async fn chaos_nothing_lost_nothing_reordered() {
     let per_round = 400u64;
     let mut rng = rand::rng();
     let mut n = 0usize;
+    let mut names: Vec<String> = Vec::new();
     let mut name = |what: &str| {
         n += 1;
+        names.push(format!("{what}-{n}"));
         format!("{what}-{n}")
     };
 
@@ -451,6 +454,17 @@ async fn chaos_nothing_lost_nothing_reordered() {
             .unwrap_or(0)
     );
     last.kill9();
+    // Every exit was a documented one: an abort at a failpoint, exit 1 on a lost lease, exit 0
+    // on SIGTERM, kill -9 — never a panic on the way out.
+    for name in &names {
+        let path = log_dir().join(format!("{name}.log"));
+        let log = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            !log.contains("panicked"),
+            "instance {name} panicked ({}):\n{log}",
+            path.display()
+        );
+    }
     env.cleanup().await;
 }
 

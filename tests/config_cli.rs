@@ -738,4 +738,26 @@ async fn an_upgrade_from_the_earliest_schema_finishes_a_mixed_backlog() {
     .await
     .expect("drop");
     env.cleanup().await;
+
+/// The sweep holds its PostgreSQL row locks while it marks (G5): a mark budget the store's
+/// idle timeout does not cover is refused at start, in one line naming both keys.
+#[test]
+fn a_mark_budget_the_idle_timeout_does_not_cover_is_refused() {
+    let short = [("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "6s")];
+    for args in [&["run"][..], &["check-config"][..]] {
+        let out = msgx(args, &short);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.contains("backfill.mark_budget")
+                && stderr.contains("store.idle_in_transaction_timeout"),
+            "{stderr}"
+        );
+    }
+    let out = msgx(
+        &["check-config"],
+        &[short[0], ("MSGX_BACKFILL__MARK_BUDGET", "4s")],
+    );
+    assert_eq!(out.status.code(), Some(0));
 }

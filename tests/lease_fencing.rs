@@ -287,3 +287,118 @@ async fn inbox_sessions_carry_the_configured_timeouts() {
     inbox.pool().close().await;
     env.cleanup().await;
 }
+
+/// A frozen holder is taken over; thawed, it sees the newer epoch and stops with exit 1 —
+/// and nothing panics on the way out, even with a statement in flight: its inbox poller is
+/// blocked on a table lock the DB owner holds, so a pooled connection is still checked out
+/// when the process ends (sqlx hands such a connection back by spawning a task, which
+/// panicked outside the runtime: "this functionality requires a Tokio context").
+#[tokio::test]
+async fn a_thawed_old_holder_exits_1_without_a_panic() {
+    use common::service::{free_port, wait_for};
+    use sqlx::Connection as _;
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+
+    let env = TestEnv::new("lease_exit").await;
+    env.insert_rows(3).await;
+    let log = std::env::temp_dir().join(format!("msgx-lease-exit-{}.log", std::process::id()));
+    let spawn = |stderr: Stdio| {
+        Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+            .arg("run")
+            .envs(env.binary_env())
+            .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{}", free_port()))
+            .env("MSGX_PIPELINE__POLL_INTERVAL", "50ms")
+            .env("MSGX_INBOX__QUERY_TIMEOUT", "30s")
+            .env("MSGX_LEASE__TTL", "3s")
+            .env("MSGX_LEASE__RENEW_EVERY", "500ms")
+            .env("MSGX_LEASE__CHECK_TIMEOUT", "1s")
+            .env("MSGX_LEASE__STANDBY", "true")
+            .env("MSGX_OUTBOUND__SCHEDULE_REQUEST_AT", "")
+            .env("MSGX_LOG__LEVEL", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn msgexchange")
+    };
+    let epoch = || async {
+        sqlx::query_scalar::<_, i64>("SELECT epoch FROM instance_lease WHERE id = 1")
+            .fetch_optional(env.store.pool())
+            .await
+            .expect("lease")
+    };
+    let mut a = spawn(std::fs::File::create(&log).expect("log").into());
+    wait_for(
+        "A to finish the inbox rows",
+        Duration::from_secs(30),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM proc_state WHERE terminal_at IS NOT NULL",
+            )
+            .fetch_one(env.store.pool())
+            .await
+            .is_ok_and(|n| n == 3)
+        },
+    )
+    .await;
+    let a_epoch = epoch().await.expect("A holds the lease");
+
+    // The DB owner locks the inbox table: A's next poll round waits on it, connection held.
+    let mut owner = sqlx::MySqlConnection::connect(&env.my_url)
+        .await
+        .expect("owner connection");
+    sqlx::raw_sql("LOCK TABLES CMINMSGS WRITE")
+        .execute(&mut owner)
+        .await
+        .expect("lock tables");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let kill = |sig: &str, pid: u32| {
+        let ok = Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill {sig}");
+    };
+    kill("-STOP", a.id());
+    let mut b = spawn(Stdio::null());
+    wait_for("B to take the lease", Duration::from_secs(20), || async {
+        epoch().await.is_some_and(|e| e > a_epoch)
+    })
+    .await;
+    kill("-CONT", a.id());
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = a.try_wait().expect("a") {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the thawed holder did not stop (log: {})",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let stderr = std::fs::read_to_string(&log).expect("A's log");
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "exit 1 on lease loss; log:\n{stderr}"
+    );
+    assert!(stderr.contains("single-instance lock lost"), "{stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "A panicked on the way out:\n{stderr}"
+    );
+
+    sqlx::raw_sql("UNLOCK TABLES")
+        .execute(&mut owner)
+        .await
+        .expect("unlock");
+    let _ = owner.close().await;
+    let _ = b.kill();
+    let _ = b.wait();
+    let _ = std::fs::remove_file(&log);
+    env.cleanup().await;
+}

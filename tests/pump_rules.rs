@@ -9,9 +9,11 @@ use std::time::Duration;
 use common::msgs::{fdel, flop, unknown_type};
 use common::proxy::Proxy;
 use common::TestEnv;
+use msgx_core::clock::Clock as _;
 use msgx_core::codec::Codec as _;
 use msgx_core::inbox::Inbox;
 use msgx_core::pump::{ErrorClass, Outcome, StepOutcome};
+use msgx_core::store::{Store, PIPELINE_LOCK_KEY};
 
 fn outcome(step: StepOutcome) -> (i64, Outcome) {
     match step {
@@ -878,5 +880,200 @@ async fn event_backlog_is_exact_when_small_and_the_id_span_when_large() {
             .map(|t| t.timestamp_micros()),
         Some(retry_at.timestamp_micros())
     );
+    env.cleanup().await;
+}
+
+/// A pump core over `store` (e.g. one with short session timeouts).
+fn pump_on(env: &TestEnv, store: Store) -> msgx_core::pump::PumpCore {
+    let settings = env.settings(&[]);
+    msgx_core::pump::PumpCore::new(
+        env.inbox.clone(),
+        store,
+        msgx_actors::app::codec(&settings.processing, env.tz),
+        common::shared(&env.clock),
+        msgx_actors::app::pump_config(&settings.processing, &settings.retention, env.tz),
+    )
+}
+
+/// `(attempts, processing_started_at)` of a message.
+async fn stamp_of(env: &TestEnv, msg_id: i64) -> (i32, Option<chrono::DateTime<chrono::Utc>>) {
+    sqlx::query_as("SELECT attempts, processing_started_at FROM proc_state WHERE msg_id = $1")
+        .bind(msg_id)
+        .fetch_one(env.store.pool())
+        .await
+        .expect("row")
+}
+
+/// Fault injection in the real database: the event insert fails for flight BOOM (a store
+/// error on that message: FAILED(INFRA) with backoff).
+async fn boom_trigger(env: &TestEnv) {
+    sqlx::raw_sql(
+        "CREATE FUNCTION boom() RETURNS trigger AS $$ BEGIN \
+           IF NEW.flight_key = 'BOOM' THEN RAISE EXCEPTION 'injected failure'; END IF; \
+           RETURN NEW; END $$ LANGUAGE plpgsql; \
+         CREATE TRIGGER boom BEFORE INSERT ON msg_event FOR EACH ROW EXECUTE FUNCTION boom();",
+    )
+    .execute(env.store.pool())
+    .await
+    .expect("trigger");
+}
+
+/// One step; a store error (a pooled connection the cut left broken) is retried.
+async fn step_ok(pump: &mut msgx_core::pump::PumpCore) -> StepOutcome {
+    for _ in 0..20 {
+        match pump.step().await {
+            Ok(step) => return step,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    pump.step().await.expect("step")
+}
+
+/// After a group that failed before its commit, long past `processing.head_deadline`, a
+/// member fails once (transient) and is due again later. Asserts it backs off (FAILED,
+/// `Waiting`), is not poisoned (DEAD EXHAUSTED) by time it never spent at the head, and that
+/// its stamps count only its real attempt.
+async fn after_the_failed_group(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore, ids: &[i64]) {
+    let (a, b) = (ids[0], ids[1]);
+    env.clock.advance(Duration::from_secs(3600));
+    let attempt_at = env.clock.now();
+    let (id, o) = outcome(step_ok(pump).await);
+    assert_eq!((id, o.label()), (a, "succeeded"), "{o:?}");
+    let (id, o) = outcome(step_ok(pump).await);
+    assert!(
+        id == b
+            && matches!(
+                o,
+                Outcome::Failed {
+                    class: ErrorClass::Infra,
+                    ..
+                }
+            ),
+        "{id} {o:?}"
+    );
+    let next = step_ok(pump).await;
+    assert!(
+        matches!(next, StepOutcome::Waiting { msg_id, .. } if msg_id == b),
+        "one transient failure backs off, it does not poison: {next:?}"
+    );
+    assert_eq!(
+        env.state_of(b).await,
+        ("FAILED".into(), Some("INFRA".into()))
+    );
+    let (attempts, started) = stamp_of(env, b).await;
+    assert_eq!(attempts, 1, "the failed group's attempt was given back");
+    assert_eq!(
+        started.map(|t| t.timestamp_micros()),
+        Some(attempt_at.timestamp_micros()),
+        "head_deadline runs from the first real attempt"
+    );
+}
+
+/// A group that fails before its commit (the pipeline lock is held elsewhere past the
+/// store's `lock_timeout`) gives its members' stamps back.
+#[tokio::test]
+async fn a_group_failing_before_its_commit_gives_its_stamps_back() {
+    let env = TestEnv::new("pump_giveback").await;
+    boom_trigger(&env).await;
+    let ids = vec![
+        env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await,
+        env.insert_message(&flop(2, "BOOM", &[("GATE", "B1")]))
+            .await,
+        env.insert_message(&flop(3, "F3", &[("GATE", "C1")])).await,
+    ];
+    env.poll(env.poll_cfg(100)).await;
+    let store = Store::connect(&env.settings(&[("MSGX_STORE__LOCK_TIMEOUT", "300ms")]).store)
+        .await
+        .expect("store");
+    let mut pump = pump_on(&env, store);
+
+    let mut holder = env.store.pool().acquire().await.expect("connection");
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(PIPELINE_LOCK_KEY)
+        .execute(&mut *holder)
+        .await
+        .expect("pipeline lock");
+    let err = pump
+        .step()
+        .await
+        .expect_err("the group fails before its commit");
+    assert!(err.to_string().contains("lock"), "{err}");
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(PIPELINE_LOCK_KEY)
+        .execute(&mut *holder)
+        .await
+        .expect("unlock");
+    drop(holder);
+
+    after_the_failed_group(&env, &mut pump, &ids).await;
+    assert_eq!(stamp_of(&env, ids[2]).await, (0, None), "c never ran");
+    env.cleanup().await;
+}
+
+/// The same when the store itself is cut mid-group: the stamps cannot be given back then,
+/// so the pump keeps them and gives them back before its next group.
+#[tokio::test]
+async fn stamps_of_a_group_cut_off_from_the_store_are_given_back_when_it_returns() {
+    let env = TestEnv::new("pump_giveback_cut").await;
+    boom_trigger(&env).await;
+    let ids = vec![
+        env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await,
+        env.insert_message(&flop(2, "BOOM", &[("GATE", "B1")]))
+            .await,
+    ];
+    env.poll(env.poll_cfg(100)).await;
+    let proxy = Proxy::start("127.0.0.1:5432").await;
+    let mut settings = env.settings(&[("MSGX_STORE__CONNECT_TIMEOUT", "1s")]);
+    settings.store.url =
+        env.pg_url
+            .replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
+    let store = Store::connect(&settings.store)
+        .await
+        .expect("store via proxy");
+    let pump = pump_on(&env, store);
+
+    // The group waits for the pipeline lock; the store goes away meanwhile.
+    let mut holder = env.store.pool().acquire().await.expect("connection");
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(PIPELINE_LOCK_KEY)
+        .execute(&mut *holder)
+        .await
+        .expect("pipeline lock");
+    let step = tokio::spawn(async move {
+        let mut pump = pump;
+        let r = pump.step().await;
+        (pump, r)
+    });
+    common::service::wait_for(
+        "the group to wait for the lock",
+        Duration::from_secs(10),
+        || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND query LIKE '%pg_advisory_xact_lock%'",
+            )
+            .fetch_one(env.store.pool())
+            .await
+            .is_ok_and(|n| n > 0)
+        },
+    )
+    .await;
+    proxy.cut();
+    let (mut pump, r) = step.await.expect("step task");
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(
+        stamp_of(&env, ids[1]).await.0,
+        1,
+        "stamped, not given back yet"
+    );
+    sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(PIPELINE_LOCK_KEY)
+        .execute(&mut *holder)
+        .await
+        .expect("unlock");
+    drop(holder);
+    proxy.restore();
+
+    after_the_failed_group(&env, &mut pump, &ids).await;
     env.cleanup().await;
 }

@@ -3,29 +3,47 @@
 use clap::Parser;
 use msgx_actors::cli::{self, Cli, Command, DevCommand};
 use msgx_actors::cli_ops;
+use msgx_core::settings::Settings;
+use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
-fn main() -> std::process::ExitCode {
-    let mut cli = Cli::parse();
+fn main() -> ExitCode {
+    let cli = Cli::parse();
     let settings = match cli::load_settings(&cli) {
         Ok(s) => s,
         Err(e) => {
             // One clear line naming the key (see Settings::validate).
             eprintln!("msgexchange: {e:#}");
-            return std::process::ExitCode::from(2);
+            return ExitCode::from(2);
         }
     };
     init_logging(&settings.log.level, &settings.log.format);
     let system = actix_rt::System::new();
+    let code = run(&system, cli, settings);
+    shut_down(system);
+    code
+}
+
+/// Drops the actix system inside its Tokio runtime, whatever ended the run (a signal, a
+/// fatal lease loss, an error). Actors still alive at that point — a poll round or a pump
+/// step with a statement in flight — hold pooled store connections, and sqlx hands a dropped
+/// connection back to its pool by spawning a task: outside a runtime that panics ("this
+/// functionality requires a Tokio context") instead of exiting with the documented code.
+fn shut_down(system: actix_rt::SystemRunner) {
+    let runtime = system.runtime().tokio_runtime().handle().clone();
+    let _inside = runtime.enter();
+    drop(system);
+}
+
+/// Runs the command on the system; the process's exit code.
+fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> ExitCode {
     if let Some(Command::Verify(args)) = &cli.command {
         // Exit 1 on a violation, 2 when the check could not run.
         return match system.block_on(msgx_actors::verify_cmd::run(&settings, args)) {
-            Ok(report) => {
-                std::process::ExitCode::from(msgx_actors::verify_cmd::print(&report, args.json))
-            }
+            Ok(report) => ExitCode::from(msgx_actors::verify_cmd::print(&report, args.json)),
             Err(e) => {
                 eprintln!("msgexchange: {e:#}");
-                std::process::ExitCode::from(2)
+                ExitCode::from(2)
             }
         };
     }
@@ -60,11 +78,11 @@ fn main() -> std::process::ExitCode {
         }
     });
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "msgexchange stopped with an error");
             eprintln!("msgexchange: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }

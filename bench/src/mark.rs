@@ -576,7 +576,7 @@ async fn stage_phase(ctx: &Ctx<'_>, first: i64) -> anyhow::Result<Stages> {
     loop {
         let now = SystemClock.now();
         let t = Instant::now();
-        let tx = ctx
+        let mut tx = ctx
             .store
             .begin_sweep(
                 now,
@@ -595,9 +595,21 @@ async fn stage_phase(ctx: &Ctx<'_>, first: i64) -> anyhow::Result<Stages> {
         s.check += t.elapsed();
         let checked = classify(&ids, found);
         let t = Instant::now();
-        let written = ctx
+        // As the sweep does: the UPDATE in an inbox transaction, the lock re-checked in
+        // PostgreSQL, then the inbox COMMIT.
+        let staged = ctx
             .inbox
-            .write_marks(&ctx.cfg.marks, &checked.to_mark, &ctx.cfg.mark_value, now)
+            .stage_marks(
+                &ctx.cfg.marks,
+                &checked.to_mark,
+                &ctx.cfg.mark_value,
+                now,
+                ctx.cfg.budget,
+            )
+            .await?;
+        tx.held(&checked.to_mark).await?;
+        let written = staged
+            .commit(msgx_core::backfill::sweep::MARK_COMMIT_LIMIT)
             .await?;
         s.update += t.elapsed();
         anyhow::ensure!(

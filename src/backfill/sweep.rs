@@ -9,11 +9,12 @@ use super::rules::{
     after_failure, classify, overdue_before, AfterFailure, BackfillRules, MissingKind,
 };
 use crate::clock::Clock;
+use crate::ids::IdSummary;
 use crate::inbox::mark::MarkSql;
 use crate::inbox::names::InboxNames;
-use crate::inbox::Inbox;
+use crate::inbox::{Inbox, InboxError};
 use crate::settings::BackfillSettings;
-use crate::store::backfill::{AbandonReason, BackfillRow, SweepWrite};
+use crate::store::backfill::{AbandonReason, BackfillRow, SweepTx, SweepWrite};
 use crate::store::{Store, StoreError};
 use crate::telemetry;
 
@@ -21,6 +22,12 @@ use crate::telemetry;
 /// statement-level error (a trigger, a lock wait): the failing group is split in halves until
 /// the failing rows stand alone, so one bad row does not fail its whole batch.
 pub const ISOLATION_BUDGET: u32 = 64;
+
+/// How long the inbox COMMIT of a group's marks may take. It is sent right after a PostgreSQL
+/// statement of the sweep's transaction (which restarts the server's idle timer), and the
+/// settings keep `store.idle_in_transaction_timeout` at least this much above
+/// `backfill.mark_budget` ([`crate::settings::MARK_MARGIN`]).
+pub const MARK_COMMIT_LIMIT: Duration = crate::settings::MARK_MARGIN;
 
 /// Everything a sweep needs besides the adapters.
 #[derive(Debug, Clone)]
@@ -35,6 +42,9 @@ pub struct SweepConfig {
     pub marks: MarkSql,
     /// See [`ISOLATION_BUDGET`].
     pub isolation_budget: u32,
+    /// Wall time the inbox part of one sweep (existence check, marks) may take while the
+    /// sweep holds its PostgreSQL row locks (`backfill.mark_budget`).
+    pub budget: Duration,
 }
 
 impl SweepConfig {
@@ -51,6 +61,7 @@ impl SweepConfig {
             },
             marks: MarkSql::new(names),
             isolation_budget: ISOLATION_BUDGET,
+            budget: settings.mark_budget,
         }
     }
 }
@@ -74,6 +85,8 @@ pub struct SweepReport {
     pub backed_off: Vec<(i64, DateTime<Utc>)>,
     /// Transient failures that reached `max_attempts`: abandoned `MAX_ATTEMPTS`.
     pub abandoned: Vec<i64>,
+    /// Rows left untouched for the next sweep: the budget ran out before they were marked.
+    pub deferred: Vec<i64>,
     /// The last transient error seen.
     pub transient_error: Option<String>,
     /// UPDATE statements spent isolating failing rows.
@@ -96,19 +109,28 @@ impl SweepReport {
 ///    enqueued — before now − R)), fair order `backfill_attempts, msg_id`;
 /// 2. ONE existence check on the inbox for the batch;
 /// 3. ONE conditional UPDATE writing the mark where it is empty (split in halves only when a
-///    statement-level error hits it, within [`ISOLATION_BUDGET`]);
+///    statement-level error hits it, within [`ISOLATION_BUDGET`]), in an inbox transaction
+///    that is committed only after PostgreSQL confirmed, in the sweep's transaction, that the
+///    rows are still locked terminal and unmarked — a mark is never written without the lock
+///    that guards it (G5);
 /// 4. write the outcomes and commit — the row locks are held from 1 to 4, so a replay or a
 ///    poison escalation on these rows waits (lifecycle gate, G5):
 ///    - marked, or already marked → `BACKFILL_AT` (never overwrite);
 ///    - no inbox row → abandon `MISSING_ROW` at once, alert with its kind;
 ///    - timeout / connection / statement failure → `attempts + 1`, next try after backoff
 ///      (`BACKFILL_ERROR`), or abandon `MAX_ATTEMPTS` at `max_attempts`, alert;
+///    - not tried because the budget ran out → nothing: the next sweep takes them;
 /// 5. report to telemetry (the backlog gauges come from `crate::backlog`, refreshed by the
 ///    pump with every other backlog).
 ///
+/// Steps 2 and 3 together take at most `backfill.mark_budget` (every inbox statement gets
+/// what is left of it as its timeout), which the settings hold below
+/// `store.idle_in_transaction_timeout`: PostgreSQL never ends the sweep's transaction for
+/// idleness while it marks.
+///
 /// An inbox failure is never "missing" and never fails the sweep: it is recorded on the rows.
-/// A PostgreSQL failure rolls the sweep back and is returned (marks written in the inbox
-/// meanwhile are found "already marked" by the next sweep).
+/// A PostgreSQL failure rolls the sweep back and is returned (marks committed in the inbox
+/// meanwhile were committed under the lock, and are found "already marked" by the next sweep).
 pub async fn sweep_once(
     inbox: &Inbox,
     store: &Store,
@@ -117,9 +139,11 @@ pub async fn sweep_once(
 ) -> Result<SweepReport, StoreError> {
     let started = Instant::now();
     let now = clock.now();
-    let sweep = store
+    let mut sweep = store
         .begin_sweep(now, overdue_before(now, cfg.rules.overdue_after), cfg.batch)
         .await?;
+    // Wall time, not the injected clock: the budget races PostgreSQL's idle timer.
+    let deadline = Instant::now() + cfg.budget;
     let rows = sweep.rows().to_vec();
     let mut report = SweepReport {
         selected: rows.len(),
@@ -130,39 +154,69 @@ pub async fn sweep_once(
         missing: Vec::new(),
         backed_off: Vec::new(),
         abandoned: Vec::new(),
+        deferred: Vec::new(),
         transient_error: None,
         isolation_statements: 0,
         took: Duration::ZERO,
     };
     let mut write = SweepWrite::default();
     if !rows.is_empty() {
-        let failed = mark_batch(inbox, cfg, &rows, now, &mut report, &mut write).await;
-        let attempts: HashMap<i64, i32> = rows
-            .iter()
-            .map(|r| (r.msg_id, r.backfill_attempts))
-            .collect();
-        for (msg_id, error) in failed {
-            let Some(&before) = attempts.get(&msg_id) else {
-                continue;
-            };
-            match after_failure(before, now, &cfg.rules) {
-                AfterFailure::RetryAt(at) => {
-                    report.backed_off.push((msg_id, at));
-                    write.backed_off.push((msg_id, at, error.clone()));
-                }
-                AfterFailure::Abandon => {
-                    report.abandoned.push(msg_id);
-                    write
-                        .abandoned
-                        .push((msg_id, AbandonReason::MaxAttempts, error.clone()));
-                }
-            }
-            report.transient_error = Some(error);
-        }
+        let mut pass = Pass {
+            inbox,
+            sweep: &mut sweep,
+            cfg,
+            rows: &rows,
+            now,
+            deadline,
+            report: &mut report,
+            write: &mut write,
+            failed: Vec::new(),
+        };
+        pass.run().await?;
+        let failed = std::mem::take(&mut pass.failed);
+        record_failures(cfg, &rows, failed, now, &mut report, &mut write);
     }
     sweep.finish(&write, now).await?;
+    report.took = started.elapsed();
+    announce(cfg, &report, &write);
+    Ok(report)
+}
 
-    // Committed: now tell the world.
+/// Transient failures: back off, or abandon `MAX_ATTEMPTS` at `max_attempts`.
+fn record_failures(
+    cfg: &SweepConfig,
+    rows: &[BackfillRow],
+    failed: Vec<(i64, String)>,
+    now: DateTime<Utc>,
+    report: &mut SweepReport,
+    write: &mut SweepWrite,
+) {
+    let attempts: HashMap<i64, i32> = rows
+        .iter()
+        .map(|r| (r.msg_id, r.backfill_attempts))
+        .collect();
+    for (msg_id, error) in failed {
+        let Some(&before) = attempts.get(&msg_id) else {
+            continue;
+        };
+        match after_failure(before, now, &cfg.rules) {
+            AfterFailure::RetryAt(at) => {
+                report.backed_off.push((msg_id, at));
+                write.backed_off.push((msg_id, at, error.clone()));
+            }
+            AfterFailure::Abandon => {
+                report.abandoned.push(msg_id);
+                write
+                    .abandoned
+                    .push((msg_id, AbandonReason::MaxAttempts, error.clone()));
+            }
+        }
+        report.transient_error = Some(error);
+    }
+}
+
+/// Committed: now tell the world.
+fn announce(cfg: &SweepConfig, report: &SweepReport, write: &SweepWrite) {
     for (msg_id, kind) in &report.missing {
         telemetry::backfill_abandoned(
             *msg_id,
@@ -194,98 +248,227 @@ pub async fn sweep_once(
             "backfill: inbox marks failed transiently; backing off"
         );
     }
-    report.took = started.elapsed();
+    if !report.deferred.is_empty() {
+        tracing::warn!(
+            rows = %IdSummary(&report.deferred),
+            budget_ms = cfg.budget.as_millis() as u64,
+            "backfill: the sweep's inbox budget (backfill.mark_budget) ran out; \
+             the rows left are taken by the next sweep"
+        );
+    }
     telemetry::backfill_swept(
         report.marked,
         report.already_marked,
         report.transient() as u64,
         report.took,
     );
-    Ok(report)
 }
 
-/// Steps 2 and 3 for the locked batch: fills `report` and `write` with confirmed and missing
-/// rows; returns the rows that failed transiently, with the error.
-async fn mark_batch(
-    inbox: &Inbox,
-    cfg: &SweepConfig,
-    rows: &[BackfillRow],
+/// Steps 2 and 3 for one locked batch, within the sweep's budget: fills the report and the
+/// write with confirmed and missing rows, and `failed` with the rows that failed transiently.
+struct Pass<'a> {
+    inbox: &'a Inbox,
+    sweep: &'a mut SweepTx,
+    cfg: &'a SweepConfig,
+    rows: &'a [BackfillRow],
     now: DateTime<Utc>,
-    report: &mut SweepReport,
-    write: &mut SweepWrite,
-) -> Vec<(i64, String)> {
-    let ids: Vec<i64> = rows.iter().map(|r| r.msg_id).collect();
-    let found = match inbox.mark_states(&cfg.marks, &ids).await {
-        Ok(found) => found,
-        Err(e) => {
-            let error = format!("existence check: {e}");
-            return ids.into_iter().map(|id| (id, error.clone())).collect();
-        }
-    };
-    let checked = classify(&ids, found);
-    for (id, value) in &checked.already {
-        if value.trim() != cfg.mark_value {
-            tracing::info!(
-                msg_id = id,
-                found = %value,
-                "backfill: inbox row carries another mark; kept as is"
-            );
-        }
-        report.already_marked += 1;
-        report.confirmed.push(*id);
-        write.confirmed.push(*id);
-    }
-    report.already = checked.already;
-    missing(rows, &checked.missing, report, write);
+    deadline: Instant,
+    report: &'a mut SweepReport,
+    write: &'a mut SweepWrite,
+    failed: Vec<(i64, String)>,
+}
 
-    let mut failed = Vec::new();
-    let mut short = Vec::new();
-    let mut groups = vec![checked.to_mark];
-    let mut budget = cfg.isolation_budget;
-    let mut unreachable: Option<String> = None;
-    while let Some(group) = groups.pop() {
-        if group.is_empty() {
-            continue;
-        }
-        if let Some(error) = &unreachable {
-            failed.extend(group.into_iter().map(|id| (id, error.clone())));
-            continue;
-        }
-        match inbox
-            .write_marks(&cfg.marks, &group, &cfg.mark_value, now)
+/// How one group's mark ended.
+enum Marked {
+    /// Committed: this many rows written.
+    Written(u64),
+    /// Failed before or at the commit (nothing written, or not known): the error.
+    Failed(InboxError),
+    /// Not written because the rows are no longer the sweep's (a bug guard): nothing written.
+    NotHeld,
+}
+
+impl Pass<'_> {
+    /// What is left of the budget.
+    fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// The existence check, then the marks group by group. `Err` only for PostgreSQL.
+    async fn run(&mut self) -> Result<(), StoreError> {
+        let ids: Vec<i64> = self.rows.iter().map(|r| r.msg_id).collect();
+        let found = match self
+            .inbox
+            .mark_states_within(&self.cfg.marks, &ids, self.remaining())
             .await
         {
-            Ok(n) if n as usize == group.len() => {
-                // Seed §4 "marking mid-way": the inbox has the marks, PostgreSQL not yet.
-                crate::failpoint::hit("backfill_after_inbox_mark");
-                report.marked += n;
-                report.confirmed.extend_from_slice(&group);
-                write.confirmed.extend_from_slice(&group);
-            }
-            Ok(n) => {
-                report.marked += n;
-                short.push((group, n));
-            }
-            Err(e) if !e.is_connection_level() && group.len() > 1 && budget >= 2 => {
-                budget -= 2;
-                report.isolation_statements += 2;
-                let (a, b) = group.split_at(group.len() / 2);
-                groups.push(b.to_vec());
-                groups.push(a.to_vec());
-            }
+            Ok(found) => found,
             Err(e) => {
-                let error = format!("mark: {e}");
-                if e.is_connection_level() {
-                    unreachable = Some(error.clone());
+                let error = format!("existence check: {e}");
+                self.failed = ids.into_iter().map(|id| (id, error.clone())).collect();
+                return Ok(());
+            }
+        };
+        let checked = classify(&ids, found);
+        for (id, value) in &checked.already {
+            if value.trim() != self.cfg.mark_value {
+                tracing::info!(
+                    msg_id = id,
+                    found = %value,
+                    "backfill: inbox row carries another mark; kept as is"
+                );
+            }
+            self.report.already_marked += 1;
+            self.confirmed(*id);
+        }
+        self.report.already = checked.already;
+        missing(self.rows, &checked.missing, self.report, self.write);
+        let short = self.mark_groups(checked.to_mark).await?;
+        for (group, written) in short {
+            self.recheck(group, written).await;
+        }
+        Ok(())
+    }
+
+    fn confirmed(&mut self, id: i64) {
+        self.report.confirmed.push(id);
+        self.write.confirmed.push(id);
+    }
+
+    /// Marks `to_mark`, splitting a group that hits a statement-level error; returns the
+    /// groups whose UPDATE wrote fewer rows than asked.
+    async fn mark_groups(&mut self, to_mark: Vec<i64>) -> Result<Vec<(Vec<i64>, u64)>, StoreError> {
+        let mut short = Vec::new();
+        let mut groups = vec![to_mark];
+        let mut budget = self.cfg.isolation_budget;
+        let mut unreachable: Option<String> = None;
+        while let Some(group) = groups.pop() {
+            if group.is_empty() {
+                continue;
+            }
+            if self.remaining().is_zero() {
+                self.report.deferred.extend(group);
+                continue;
+            }
+            if let Some(error) = &unreachable {
+                self.failed
+                    .extend(group.into_iter().map(|id| (id, error.clone())));
+                continue;
+            }
+            match self.mark_group(&group).await? {
+                Marked::Written(n) if n as usize == group.len() => {
+                    // Seed §4 "marking mid-way": the inbox has the marks, PostgreSQL not yet.
+                    crate::failpoint::hit("backfill_after_inbox_mark");
+                    self.report.marked += n;
+                    for id in group {
+                        self.confirmed(id);
+                    }
                 }
-                failed.extend(group.into_iter().map(|id| (id, error.clone())));
+                Marked::Written(n) => {
+                    self.report.marked += n;
+                    short.push((group, n));
+                }
+                Marked::NotHeld => self.report.deferred.extend(group),
+                Marked::Failed(e) if !e.is_connection_level() && group.len() > 1 && budget >= 2 => {
+                    budget -= 2;
+                    self.report.isolation_statements += 2;
+                    let (a, b) = group.split_at(group.len() / 2);
+                    groups.push(b.to_vec());
+                    groups.push(a.to_vec());
+                }
+                Marked::Failed(e) => {
+                    let error = format!("mark: {e}");
+                    if e.is_connection_level() {
+                        unreachable = Some(error.clone());
+                    }
+                    self.failed
+                        .extend(group.into_iter().map(|id| (id, error.clone())));
+                }
             }
         }
+        Ok(short)
     }
-    for (group, written) in short {
-        recheck(inbox, cfg, rows, group, written, report, write, &mut failed).await;
+
+    /// One group: the UPDATE in an inbox transaction, the lock re-checked in PostgreSQL, then
+    /// the inbox COMMIT. `Err` when PostgreSQL failed (the sweep's transaction, and with it the
+    /// locks, may be gone): the inbox transaction is rolled back, nothing is marked.
+    async fn mark_group(&mut self, group: &[i64]) -> Result<Marked, StoreError> {
+        let staged = match self
+            .inbox
+            .stage_marks(
+                &self.cfg.marks,
+                group,
+                &self.cfg.mark_value,
+                self.now,
+                self.remaining(),
+            )
+            .await
+        {
+            Ok(staged) => staged,
+            Err(e) => return Ok(Marked::Failed(e)),
+        };
+        // G5: the rows must still be ours, locked terminal and unmarked, right before the
+        // mark becomes visible. This statement also restarts PostgreSQL's idle timer, so the
+        // COMMIT below (bounded by MARK_COMMIT_LIMIT) happens while the lock is held.
+        let held = match self.sweep.held(group).await {
+            Ok(held) => held,
+            Err(e) => {
+                staged.rollback().await;
+                return Err(e);
+            }
+        };
+        if held != group.len() {
+            tracing::error!(
+                rows = %IdSummary(group),
+                held,
+                "backfill: rows locked by the sweep are no longer terminal and unmarked; \
+                 their marks are rolled back"
+            );
+            staged.rollback().await;
+            return Ok(Marked::NotHeld);
+        }
+        Ok(match staged.commit(MARK_COMMIT_LIMIT).await {
+            Ok(n) => Marked::Written(n),
+            Err(e) => Marked::Failed(e),
+        })
     }
-    failed
+
+    /// A group whose UPDATE wrote fewer rows than asked (marked or purged by someone else
+    /// between the check and the write): one more existence check settles each row.
+    async fn recheck(&mut self, group: Vec<i64>, written: u64) {
+        if self.remaining().is_zero() {
+            // The marks we wrote are committed; the next sweep finds them "already marked".
+            self.report.deferred.extend(group);
+            return;
+        }
+        let found = match self
+            .inbox
+            .mark_states_within(&self.cfg.marks, &group, self.remaining())
+            .await
+        {
+            Ok(found) => found,
+            Err(e) => {
+                let error = format!("existence re-check: {e}");
+                self.failed
+                    .extend(group.into_iter().map(|id| (id, error.clone())));
+                return;
+            }
+        };
+        let checked = classify(&group, found);
+        // The UPDATE wrote `written` of them; the others were marked by somebody else.
+        let now_marked = checked.already.len() as u64;
+        self.report.already_marked += now_marked.saturating_sub(written);
+        for (id, _) in &checked.already {
+            self.confirmed(*id);
+        }
+        missing(self.rows, &checked.missing, self.report, self.write);
+        self.failed.extend(
+            checked
+                .to_mark
+                .into_iter()
+                .map(|id| (id, "mark: UPDATE left the mark empty".to_string())),
+        );
+    }
 }
 
 /// Rows with no inbox row: abandon `MISSING_ROW` at once.
@@ -305,40 +488,16 @@ fn missing(rows: &[BackfillRow], ids: &[i64], report: &mut SweepReport, write: &
     }
 }
 
-/// A group whose UPDATE wrote fewer rows than asked (marked or purged by someone else between
-/// the check and the write): one more existence check settles each row.
-#[allow(clippy::too_many_arguments)]
-async fn recheck(
-    inbox: &Inbox,
-    cfg: &SweepConfig,
-    rows: &[BackfillRow],
-    group: Vec<i64>,
-    written: u64,
-    report: &mut SweepReport,
-    write: &mut SweepWrite,
-    failed: &mut Vec<(i64, String)>,
+/// The sweep runs on spawned tasks (tests, tools): its future must stay `Send` for any
+/// lifetime of its arguments (a compile-time check).
+#[cfg(test)]
+#[allow(dead_code)]
+fn sweep_future_is_send(
+    inbox: Inbox,
+    store: Store,
+    clock: std::sync::Arc<dyn Clock>,
+    cfg: SweepConfig,
 ) {
-    let found = match inbox.mark_states(&cfg.marks, &group).await {
-        Ok(found) => found,
-        Err(e) => {
-            let error = format!("existence re-check: {e}");
-            failed.extend(group.into_iter().map(|id| (id, error.clone())));
-            return;
-        }
-    };
-    let checked = classify(&group, found);
-    // The UPDATE wrote `written` of them; the others were marked by somebody else.
-    let now_marked = checked.already.len() as u64;
-    report.already_marked += now_marked.saturating_sub(written);
-    for (id, _) in &checked.already {
-        report.confirmed.push(*id);
-        write.confirmed.push(*id);
-    }
-    missing(rows, &checked.missing, report, write);
-    failed.extend(
-        checked
-            .to_mark
-            .into_iter()
-            .map(|id| (id, "mark: UPDATE left the mark empty".to_string())),
-    );
+    fn is_send<T: Send + 'static>(_: T) {}
+    is_send(async move { sweep_once(&inbox, &store, clock.as_ref(), &cfg).await });
 }

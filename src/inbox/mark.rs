@@ -11,9 +11,18 @@
 //! and one conditional `UPDATE … WHERE id IN (…) AND <empty>` per batch — never a round trip
 //! per row. The `IN` list is built per call with `?` placeholders; names come from config as
 //! validated identifiers, values are always bound.
+//!
+//! The UPDATE is never autocommitted: [`Inbox::stage_marks`] runs it in its own inbox
+//! transaction and hands back [`StagedMarks`], which the sweeper commits only once it has
+//! re-checked its PostgreSQL lock on the rows (G5). A statement that outlives its timeout on
+//! our side is therefore never committed on the server's side.
+
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
+use sqlx::mysql::MySqlConnection;
+use sqlx::pool::PoolConnection;
+use sqlx::{Executor as _, MySql, Row};
 
 use super::names::InboxNames;
 use super::time::utc_to_local;
@@ -90,15 +99,29 @@ impl Inbox {
         sql: &MarkSql,
         ids: &[i64],
     ) -> Result<Vec<(i64, MarkState)>, InboxError> {
+        self.mark_states_within(sql, ids, self.query_timeout).await
+    }
+
+    /// [`Inbox::mark_states`] bounded by `limit` as well as by `inbox.query_timeout`.
+    pub async fn mark_states_within(
+        &self,
+        sql: &MarkSql,
+        ids: &[i64],
+        limit: Duration,
+    ) -> Result<Vec<(i64, MarkState)>, InboxError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        let limit = limit.min(self.query_timeout);
         let stmt = format!("{}({})", sql.check_prefix, placeholders(ids.len()));
         let mut query = sqlx::query(&stmt);
         for id in ids {
             query = query.bind(id);
         }
-        let rows = self.timed(query.fetch_all(&self.pool)).await?;
+        let rows = match tokio::time::timeout(limit, query.fetch_all(&self.pool)).await {
+            Ok(rows) => rows?,
+            Err(_) => return Err(InboxError::Timeout(limit)),
+        };
         rows.iter()
             .map(|row| {
                 let id: i64 = row.try_get(0)?;
@@ -109,19 +132,26 @@ impl Inbox {
             .map_err(InboxError::from)
     }
 
-    /// ONE conditional UPDATE for a batch: writes `value` and the processed time `at` (converted
-    /// to airport local time) where the mark is still empty. Returns the rows written; a row
-    /// marked meanwhile by somebody else, or gone, is not counted.
-    pub async fn write_marks(
+    /// ONE conditional UPDATE for a batch — `value` and the processed time `at` (converted to
+    /// airport local time) where the mark is still empty — in an inbox transaction of its
+    /// own, NOT committed: see [`StagedMarks`]. Bounded by `limit` as well as by
+    /// `inbox.query_timeout`; on a timeout or an error nothing is written (the transaction is
+    /// rolled back, or its connection closed, which rolls it back on the server).
+    pub async fn stage_marks(
         &self,
         sql: &MarkSql,
         ids: &[i64],
         value: &str,
         at: DateTime<Utc>,
-    ) -> Result<u64, InboxError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
+        limit: Duration,
+    ) -> Result<StagedMarks, InboxError> {
+        let limit = limit.min(self.query_timeout);
+        let started = Instant::now();
+        let conn = match tokio::time::timeout(limit, self.pool.acquire()).await {
+            Ok(conn) => conn?,
+            Err(_) => return Err(InboxError::Timeout(limit)),
+        };
+        let mut conn = MarkConn(Some(conn));
         let stmt = format!("{}({})", sql.write_prefix, placeholders(ids.len()));
         let mut query = sqlx::query(&stmt)
             .bind(value)
@@ -129,8 +159,110 @@ impl Inbox {
         for id in ids {
             query = query.bind(id);
         }
-        let done = self.timed(query.execute(&self.pool)).await?;
-        Ok(done.rows_affected())
+        let rest = limit.saturating_sub(started.elapsed());
+        let done = tokio::time::timeout(rest, begin_and_run(conn.get(), query)).await;
+        match done {
+            Ok(Ok(done)) => Ok(StagedMarks {
+                conn,
+                written: done.rows_affected(),
+                limit: self.query_timeout,
+            }),
+            Ok(Err(e)) => {
+                roll_back(conn, self.query_timeout).await;
+                Err(e.into())
+            }
+            // `conn` is dropped: closed, so the server rolls back whatever the UPDATE did.
+            Err(_) => Err(InboxError::Timeout(limit)),
+        }
+    }
+}
+
+/// A mark UPDATE run in its own inbox transaction and not committed yet. The sweeper commits
+/// it only after PostgreSQL confirmed that the rows are still locked by the sweep (G5), so a
+/// mark is never written after the lock that guards it was lost. Dropped without
+/// [`StagedMarks::commit`] or [`StagedMarks::rollback`], its connection is closed, never
+/// returned to the pool: the server rolls the transaction back.
+#[derive(Debug)]
+pub struct StagedMarks {
+    conn: MarkConn,
+    written: u64,
+    /// `inbox.query_timeout`, for the ROLLBACK.
+    limit: Duration,
+}
+
+impl StagedMarks {
+    /// Rows the UPDATE wrote (a row marked meanwhile by somebody else, or gone, is not
+    /// counted).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// COMMIT within `limit`; returns the rows written. An error leaves the outcome unknown
+    /// to us (the connection is closed: a COMMIT that never reached the server rolls back);
+    /// the next existence check settles it.
+    pub async fn commit(self, limit: Duration) -> Result<u64, InboxError> {
+        let Self {
+            mut conn, written, ..
+        } = self;
+        match tokio::time::timeout(limit, conn.get().execute("COMMIT")).await {
+            Ok(Ok(_)) => {
+                conn.release();
+                Ok(written)
+            }
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(InboxError::Timeout(limit)),
+        }
+    }
+
+    /// ROLLBACK: nothing of the UPDATE is written (if the statement fails, the connection is
+    /// closed, which rolls back as well).
+    pub async fn rollback(self) {
+        roll_back(self.conn, self.limit).await;
+    }
+}
+
+/// BEGIN, then `query` in that transaction.
+async fn begin_and_run(
+    conn: &mut MySqlConnection,
+    query: sqlx::query::Query<'_, MySql, sqlx::mysql::MySqlArguments>,
+) -> Result<sqlx::mysql::MySqlQueryResult, sqlx::Error> {
+    conn.execute("BEGIN").await?;
+    conn.execute(query).await
+}
+
+/// ROLLBACK; the connection goes back to the pool only if that worked (else it is closed,
+/// which rolls back on the server).
+async fn roll_back(mut conn: MarkConn, limit: Duration) {
+    let done = tokio::time::timeout(limit, conn.get().execute("ROLLBACK")).await;
+    if matches!(done, Ok(Ok(_))) {
+        conn.release();
+    }
+}
+
+/// The connection of a staged mark: closed on drop, pooled only by [`MarkConn::release`].
+#[derive(Debug)]
+struct MarkConn(Option<PoolConnection<MySql>>);
+
+impl MarkConn {
+    fn get(&mut self) -> &mut MySqlConnection {
+        // Some until release() or drop, both of which consume the value.
+        self.0.as_deref_mut().expect("mark connection held")
+    }
+
+    /// Back to the pool: its transaction is over.
+    fn release(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for MarkConn {
+    fn drop(&mut self) {
+        // Detached and dropped: the socket closes and the server rolls back whatever the
+        // transaction holds. Never pooled with an open transaction, which the next BEGIN on
+        // that connection would commit implicitly.
+        if let Some(conn) = self.0.take() {
+            drop(conn.detach());
+        }
     }
 }
 

@@ -17,11 +17,12 @@ use super::stages::{Stage, StageTimes};
 use crate::clock::SharedClock;
 use crate::codec::{Codec, CodecError, DecodedMessage};
 use crate::flight::{self, GuardedPlan, Refused};
+use crate::ids::IdSummary;
 use crate::inbox::{Inbox, RawMessage};
 use crate::late::Source;
 use crate::store::batch::{self, PlannedWrite};
 use crate::store::{
-    BusinessResult, GroupLoad, GroupTx, HeadRow, PendingCopy, Store, StoreError, StoredCopy,
+    BusinessResult, GroupLoad, GroupTx, HeadRow, PendingCopy, Stamp, Store, StoreError, StoredCopy,
 };
 use crate::telemetry;
 
@@ -129,6 +130,8 @@ pub struct PumpCore {
     /// Most members of the next group (≤ `group_max`): what the last group fitted into
     /// `group_max_wait`, so members are not stamped, read and loaded only to be sent back.
     group_cap: u32,
+    /// Stamps of a failed group that the store could not take back yet (at most one group's).
+    unreturned: Vec<Stamp>,
 }
 
 /// A group member: its head row and the attempt number just stamped.
@@ -200,6 +203,7 @@ impl PumpCore {
             done: VecDeque::new(),
             stages: StageTimes::default(),
             group_cap: cfg.group_max,
+            unreturned: Vec::new(),
         }
     }
 
@@ -233,6 +237,7 @@ impl PumpCore {
         if !self.done.is_empty() {
             return Ok(self.done.drain(..).collect());
         }
+        self.give_back_pending().await?;
         let t = Instant::now();
         let limit = self.cfg.group_max.max(self.cfg.read_ahead).max(1);
         let candidates = self.store.heads(i64::from(limit)).await?;
@@ -257,32 +262,85 @@ impl PumpCore {
                     reason: reason.to_string(),
                 }])
             }
-            HeadDecision::Process => {
-                let group = self.group_of(&candidates, now);
-                let t = Instant::now();
-                let ids: Vec<i64> = group.iter().map(|r| r.head.msg_id).collect();
-                let stamped = self.store.stamp_attempts(&ids, now).await?;
-                self.stages.add(Stage::Stamp, t.elapsed(), 1);
-                let members: Vec<Member> = group
-                    .iter()
-                    .filter_map(|row| {
-                        stamped.iter().find(|(id, _)| *id == row.head.msg_id).map(
-                            |(_, attempts)| Member {
-                                row: *row,
-                                attempts: *attempts,
-                            },
-                        )
-                    })
-                    .collect();
-                if members.first().map(|m| m.row.head.msg_id) != Some(head.msg_id) {
-                    return Ok(vec![StepOutcome::Idle]); // finished elsewhere meanwhile
-                }
-                let t = Instant::now();
-                self.read_ahead(&candidates, &members).await;
-                self.stages.add(Stage::RawRead, t.elapsed(), 1);
-                self.run_group(&members, now).await
-            }
+            HeadDecision::Process => self.process(&candidates, now).await,
         }
+    }
+
+    /// Stamps the group's members, reads their texts and runs the group. A group that fails
+    /// before its commit gives its stamps back: its members never ran, so neither their
+    /// attempt count nor their `head_deadline` may start from it.
+    async fn process(
+        &mut self,
+        candidates: &[HeadRow],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<StepOutcome>, StoreError> {
+        let group = self.group_of(candidates, now);
+        let t = Instant::now();
+        let ids: Vec<i64> = group.iter().map(|r| r.head.msg_id).collect();
+        let stamped = self.store.stamp_attempts(&ids, now).await?;
+        self.stages.add(Stage::Stamp, t.elapsed(), 1);
+        let members: Vec<Member> = group
+            .iter()
+            .filter_map(|row| {
+                stamped
+                    .iter()
+                    .find(|(id, _)| *id == row.head.msg_id)
+                    .map(|(_, attempts)| Member {
+                        row: *row,
+                        attempts: *attempts,
+                    })
+            })
+            .collect();
+        let stamps: Vec<Stamp> = members
+            .iter()
+            .map(|m| Stamp {
+                before: m.row.head,
+                attempts: m.attempts,
+                at: now,
+            })
+            .collect();
+        if members.first().map(|m| m.row.head.msg_id) != Some(candidates[0].head.msg_id) {
+            self.give_back(stamps).await;
+            return Ok(vec![StepOutcome::Idle]); // finished elsewhere meanwhile
+        }
+        let t = Instant::now();
+        self.read_ahead(candidates, &members).await;
+        self.stages.add(Stage::RawRead, t.elapsed(), 1);
+        let result = self.run_group(&members, now).await;
+        if result.is_err() {
+            self.give_back(stamps).await;
+        }
+        result
+    }
+
+    /// Gives a failed group's stamps back ([`Store::give_back_stamps`]). When the store cannot
+    /// take them now — the failure was often the store itself — they are kept and given back
+    /// before the next group is stamped.
+    async fn give_back(&mut self, stamps: Vec<Stamp>) {
+        self.unreturned.extend(stamps);
+        if let Err(e) = self.give_back_pending().await {
+            tracing::warn!(
+                error = %e,
+                members = self.unreturned.len(),
+                "could not give back the attempt stamps of a failed group yet; retrying before the next group"
+            );
+        }
+    }
+
+    /// The stamps kept by [`PumpCore::give_back`], given back now.
+    async fn give_back_pending(&mut self) -> Result<(), StoreError> {
+        if self.unreturned.is_empty() {
+            return Ok(());
+        }
+        let restored = self.store.give_back_stamps(&self.unreturned).await?;
+        let ids: Vec<i64> = self.unreturned.iter().map(|s| s.before.msg_id).collect();
+        tracing::info!(
+            members = %IdSummary(&ids),
+            restored,
+            "a group ended before its commit; its attempt stamps were given back"
+        );
+        self.unreturned.clear();
+        Ok(())
     }
 
     /// The head and the ready heads right behind it: fresh (PENDING, never attempted) rows

@@ -44,6 +44,12 @@ pub struct SupervisorSettings {
     pub shutdown_grace: Duration,
 }
 
+/// How much shorter than `store.idle_in_transaction_timeout` the backfill's
+/// `backfill.mark_budget` must be: time for the inbox COMMIT of the last marks and the
+/// sweep's write-back after the budget is spent, before PostgreSQL could end the sweep's
+/// transaction — and its row locks (G5) — for idleness.
+pub const MARK_MARGIN: Duration = Duration::from_secs(2);
+
 /// No duration in the configuration may exceed this (ten years): anything longer is a typo.
 pub const MAX_DURATION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
@@ -117,6 +123,7 @@ fn durations(s: &Settings) -> Vec<(&'static str, Duration)> {
         ("backfill.retry_initial", s.backfill.retry_initial),
         ("backfill.retry_max", s.backfill.retry_max),
         ("backfill.overdue_after", s.backfill.overdue_after),
+        ("backfill.mark_budget", s.backfill.mark_budget),
         ("late.detect_period", s.late.detect_period),
         ("late.watch_window", s.late.watch_window),
         ("late.hole_evidence_cap", s.late.hole_evidence_cap),
@@ -159,6 +166,7 @@ pub(super) fn validate(s: &Settings) -> Result<(), SettingsError> {
             "longer than store.statement_timeout",
         ));
     }
+    mark_budget(s)?;
     // MySQL takes these in whole seconds.
     for (key, d) in [
         ("inbox.read_timeout", s.inbox.read_timeout),
@@ -167,6 +175,28 @@ pub(super) fn validate(s: &Settings) -> Result<(), SettingsError> {
         if d < Duration::from_secs(1) || d > Duration::from_secs(3600) {
             return Err(invalid(key, "outside 1s..=1h (MySQL counts whole seconds)"));
         }
+    }
+    Ok(())
+}
+
+/// The sweep writes inbox marks while it holds PostgreSQL row locks (G5): its inbox budget
+/// must end before the server could end the sweep's transaction for idleness.
+fn mark_budget(s: &Settings) -> Result<(), SettingsError> {
+    let (budget, idle) = (s.backfill.mark_budget, s.store.idle_in_transaction_timeout);
+    check_nonzero(budget, "backfill.mark_budget")?;
+    if budget.saturating_add(MARK_MARGIN) > idle {
+        return Err(invalid(
+            "backfill.mark_budget",
+            format!(
+                "{} is not at least {} shorter than store.idle_in_transaction_timeout = {}: a \
+                 backfill sweep holds its PostgreSQL row locks while it writes inbox marks, and \
+                 the server ends a transaction idle that long; lower backfill.mark_budget or \
+                 raise store.idle_in_transaction_timeout",
+                humantime::format_duration(budget),
+                humantime::format_duration(MARK_MARGIN),
+                humantime::format_duration(idle)
+            ),
+        ));
     }
     Ok(())
 }

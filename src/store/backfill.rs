@@ -6,7 +6,8 @@
 //! outcome (confirm / back off / abandon) and commits. An operator replay or a poison
 //! escalation on one of these rows waits for that commit, so the three are mutually exclusive
 //! per message (the lifecycle gate, G5): a mark is only ever written while its row is terminal
-//! and locked by the sweeper.
+//! and locked by the sweeper — the caller commits each inbox write only after
+//! [`SweepTx::held`] answered in this transaction.
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
@@ -135,6 +136,21 @@ impl SweepTx {
     /// The locked batch.
     pub fn rows(&self) -> &[BackfillRow] {
         &self.rows
+    }
+
+    /// How many of `ids` are still terminal, unconfirmed and not abandoned, read in the
+    /// sweep's transaction right before their marks are committed in the inbox: an answer at
+    /// all proves the transaction — and with it the row locks — is alive at this moment (a
+    /// session ended by the server fails the statement), and the count that the rows are still
+    /// the sweep's to mark (G5). The statement restarts the server's idle timer too.
+    pub async fn held(&mut self, ids: &[i64]) -> Result<usize, StoreError> {
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM proc_state WHERE msg_id = ANY($1) AND {UNMARKED}"
+        ))
+        .bind(ids)
+        .fetch_one(&mut *self.tx)
+        .await?;
+        Ok(usize::try_from(n).unwrap_or(0))
     }
 
     /// Writes every outcome (at most three statements) and commits, releasing the locks.

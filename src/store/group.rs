@@ -15,6 +15,19 @@ use super::queue::{finish_single_on, mark_failed_on, HeadTuple, UNFINISHED};
 use super::{BusinessResult, HeadRow, Store, StoreError};
 use crate::flight::{Flight, FlightChange, GuardedPlan, Plan, Refused, Tombstones};
 use crate::pump::outcome::{ErrorClass, SingleTerminal};
+use crate::pump::rules::Head;
+
+/// One member's attempt stamp: its head row as read before the stamp, the attempt number the
+/// stamp gave it and the stamp's time — what [`Store::give_back_stamps`] needs to undo it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// The row before the stamp.
+    pub before: Head,
+    /// `attempts` after the stamp.
+    pub attempts: i32,
+    /// The stamp's `now` (its `processing_started_at` when the row had none).
+    pub at: DateTime<Utc>,
+}
 
 /// One open group transaction (pipeline lock held). Dropping it rolls everything back.
 pub struct GroupTx {
@@ -169,6 +182,54 @@ impl Store {
         .bind(now)
         .fetch_all(self.relaxed())
         .await?)
+    }
+
+    /// Gives back the attempt stamps of a group that failed before its commit: each member's
+    /// `attempts` and `processing_started_at` as they were before [`Store::stamp_attempts`],
+    /// in ONE statement — so a member's `processing.head_deadline` never runs from an attempt
+    /// that did not happen. Only rows still exactly as the stamp left them are restored: a row
+    /// whose outcome did commit (a COMMIT that failed on the way back), or that anything else
+    /// changed since, keeps what it has. Returns the rows restored.
+    pub async fn give_back_stamps(&self, stamps: &[Stamp]) -> Result<u64, StoreError> {
+        if stamps.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<i64> = stamps.iter().map(|s| s.before.msg_id).collect();
+        let stamped: Vec<i32> = stamps.iter().map(|s| s.attempts).collect();
+        let attempts: Vec<i32> = stamps.iter().map(|s| s.before.attempts).collect();
+        let started: Vec<Option<DateTime<Utc>>> = stamps
+            .iter()
+            .map(|s| s.before.processing_started_at)
+            .collect();
+        let stamped_started: Vec<DateTime<Utc>> = stamps
+            .iter()
+            .map(|s| s.before.processing_started_at.unwrap_or(s.at))
+            .collect();
+        let states: Vec<&str> = stamps
+            .iter()
+            .map(|s| if s.before.failed { "FAILED" } else { "PENDING" })
+            .collect();
+        let next: Vec<Option<DateTime<Utc>>> =
+            stamps.iter().map(|s| s.before.next_attempt_at).collect();
+        let done = sqlx::query(
+            "UPDATE proc_state p SET attempts = u.attempts, processing_started_at = u.started \
+             FROM UNNEST($1::bigint[], $2::int[], $3::int[], $4::timestamptz[], \
+                         $5::timestamptz[], $6::text[], $7::timestamptz[]) \
+                  AS u(id, stamped, attempts, started, stamped_started, state, next_at) \
+             WHERE p.msg_id = u.id AND p.attempts = u.stamped AND p.state = u.state \
+               AND p.processing_started_at = u.stamped_started \
+               AND p.next_attempt_at IS NOT DISTINCT FROM u.next_at",
+        )
+        .bind(&ids)
+        .bind(&stamped)
+        .bind(&attempts)
+        .bind(&started)
+        .bind(&stamped_started)
+        .bind(&states)
+        .bind(&next)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
     }
 
     /// BEGIN and the pipeline lock (first, as replay and the backfill confirmation take it).

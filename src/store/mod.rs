@@ -27,7 +27,7 @@ use crate::settings::StoreSettings;
 pub use business::{BusinessResult, PIPELINE_LOCK_KEY};
 pub use cursor::{SeedOutcome, StoredCursor};
 pub use enqueue::{EnqueueRow, RoundWrite};
-pub use group::{GroupLoad, GroupTx};
+pub use group::{GroupLoad, GroupTx, Stamp};
 pub use lease::{session_name, InstanceLock, LeaseConfig};
 pub use queue::{Backlog, Binding, HeadRow};
 pub use raw_copy::{purge_expired_raw_copies, PendingCopy, StoredCopy};
