@@ -3,7 +3,6 @@
 //!
 //! - [`watermark`]: the contiguous-watermark and hole-aging rule (pure).
 //! - [`cutover`]: one-time cutover seeding: the modes, the skipped stock (pure) and the step.
-//! - [`ids`]: id lists for log lines and reports (a count and a few ranges).
 //! - [`codec`]: raw inbox text → decoded message (behind a trait).
 //! - [`flight`]: flight state and the pure merge rules (state, message) → changes + events.
 //! - [`poller`]: one discovery round over the adapters.
@@ -33,7 +32,6 @@ pub mod devtools;
 pub mod dispatch;
 pub mod failpoint;
 pub mod flight;
-pub mod ids;
 pub mod inbox;
 pub mod kafka;
 pub mod late;

@@ -13,6 +13,7 @@ mod backlog;
 
 mod dispatch;
 mod housekeeping;
+pub mod ids;
 mod inbox;
 mod late;
 mod lease;

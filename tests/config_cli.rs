@@ -738,6 +738,7 @@ async fn an_upgrade_from_the_earliest_schema_finishes_a_mixed_backlog() {
     .await
     .expect("drop");
     env.cleanup().await;
+}
 
 /// The sweep holds its PostgreSQL row locks while it marks (G5): a mark budget the store's
 /// idle timeout does not cover is refused at start, in one line naming both keys.

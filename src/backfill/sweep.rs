@@ -9,7 +9,6 @@ use super::rules::{
     after_failure, classify, overdue_before, AfterFailure, BackfillRules, MissingKind,
 };
 use crate::clock::Clock;
-use crate::ids::IdSummary;
 use crate::inbox::mark::MarkSql;
 use crate::inbox::names::InboxNames;
 use crate::inbox::{Inbox, InboxError};
@@ -17,6 +16,7 @@ use crate::settings::BackfillSettings;
 use crate::store::backfill::{AbandonReason, BackfillRow, SweepTx, SweepWrite};
 use crate::store::{Store, StoreError};
 use crate::telemetry;
+use crate::telemetry::ids::IdSummary;
 
 /// Extra UPDATE statements one sweep may spend isolating rows whose mark fails with a
 /// statement-level error (a trigger, a lock wait): the failing group is split in halves until

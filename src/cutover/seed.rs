@@ -88,7 +88,7 @@ fn log(stock: &super::CutoverStock, outcome: SeedOutcome) {
             watermark = w,
             stock_rows_skipped = span.rows,
             gap_ids_watched = span.gap_ids(),
-            gaps = %crate::ids::RangeSummary(&span.gaps),
+            gaps = %crate::telemetry::ids::RangeSummary(&span.gaps),
             "cutover seeding applied on a fresh store: the visible stock at or below W is \
              skipped for good; the ids without a row are watched as holes"
         ),

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::survey::TypeMix;
 use super::{Ops, OpsError, TypeCount};
 use crate::cutover::{seed::watermark_of, CutoverMode, StockScan};
-use crate::ids;
+use crate::telemetry::ids;
 
 /// Inbox rows per page.
 pub const PLAN_BATCH: u32 = 5_000;

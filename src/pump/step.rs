@@ -17,7 +17,6 @@ use super::stages::{Stage, StageTimes};
 use crate::clock::SharedClock;
 use crate::codec::{Codec, CodecError, DecodedMessage};
 use crate::flight::{self, GuardedPlan, Refused};
-use crate::ids::IdSummary;
 use crate::inbox::{Inbox, RawMessage};
 use crate::late::Source;
 use crate::store::batch::{self, PlannedWrite};
@@ -25,6 +24,7 @@ use crate::store::{
     BusinessResult, GroupLoad, GroupTx, HeadRow, PendingCopy, Stamp, Store, StoreError, StoredCopy,
 };
 use crate::telemetry;
+use crate::telemetry::ids::IdSummary;
 
 /// Knobs of the pump.
 #[derive(Debug, Clone, Copy)]

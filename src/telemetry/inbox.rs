@@ -331,7 +331,7 @@ pub fn unseen_below_w(w: i64, ids: &[i64]) {
         alert = true,
         watermark = w,
         count = ids.len(),
-        ids = %crate::ids::IdSummary(ids),
+        ids = %crate::telemetry::ids::IdSummary(ids),
         "inbox rows at or below W were never discovered (id reuse after a rotation, a \
          restore?); enqueued as LATE under the ordering guard"
     );
@@ -344,7 +344,7 @@ pub fn id_reused(w: i64, ids: &[i64]) {
         alert = true,
         watermark = w,
         count = ids.len(),
-        ids = %crate::ids::IdSummary(ids),
+        ids = %crate::telemetry::ids::IdSummary(ids),
         "inbox ids reused by different rows (their receive time differs from the row we \
          processed under that id): these rows cannot be processed under the same id; ask the DB \
          owner to seed AUTO_INCREMENT above W and re-insert them"

@@ -1,4 +1,4 @@
-//! Id lists for people: a log line or report names a count and a few ranges, never every id
+//! Id lists for people (log lines and reports): a log line or report names a count and a few ranges, never every id
 //! (a cutover or a rotation can concern a hundred thousand rows).
 
 use std::fmt;
