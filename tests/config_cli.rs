@@ -762,3 +762,123 @@ fn a_mark_budget_the_idle_timeout_does_not_cover_is_refused() {
     );
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// The Debian package `scripts/test.sh` builds (`cargo deb`, release profile), if any.
+fn built_package() -> Option<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debian");
+    let mut debs: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+        .collect();
+    debs.sort();
+    debs.pop()
+}
+
+fn run_ok(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().expect(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Issue 22: the package a site installs. It installs with `dpkg -i` here, puts the binary,
+/// the unit, the conffiles (site keys and secrets, readable by root and the service's group)
+/// and the docs where the unit expects them, creates the system user, enables nothing; the
+/// installed binary's `check-config` accepts the installed configuration; `systemd-analyze
+/// verify` accepts the unit. Purged afterwards.
+#[test]
+fn the_debian_package_installs_and_its_config_checks() {
+    let Some(deb) = built_package() else {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI: scripts/test.sh builds the package (cargo deb) before the tests"
+        );
+        eprintln!("SKIP: no target/debian/*.deb (scripts/test.sh builds it)");
+        return;
+    };
+    let deb = deb.display().to_string();
+    let fields = run_ok("dpkg-deb", &["--field", &deb, "Package", "Depends"]);
+    assert!(
+        fields.contains("Package: msgexchange") && fields.contains("adduser"),
+        "{fields}"
+    );
+    run_ok("dpkg", &["-i", &deb]);
+    let unit = ["/lib/systemd/system", "/usr/lib/systemd/system"]
+        .iter()
+        .map(|d| format!("{d}/msgexchange.service"))
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("the unit is installed");
+    for path in [
+        "/usr/bin/msgexchange",
+        "/etc/msgexchange/msgexchange.toml",
+        "/etc/msgexchange/msgexchange.env",
+        "/usr/share/doc/msgexchange/default.toml",
+        "/usr/share/doc/msgexchange/operations.md",
+    ] {
+        assert!(std::path::Path::new(path).exists(), "{path} installed");
+    }
+    let conffiles = run_ok(
+        "dpkg-query",
+        &["--showformat=${Conffiles}", "--show", "msgexchange"],
+    );
+    assert!(
+        conffiles.contains("/etc/msgexchange/msgexchange.toml"),
+        "{conffiles}"
+    );
+    assert!(
+        conffiles.contains("/etc/msgexchange/msgexchange.env"),
+        "{conffiles}"
+    );
+    let env_mode = run_ok(
+        "stat",
+        &["-c", "%a %U:%G", "/etc/msgexchange/msgexchange.env"],
+    );
+    assert_eq!(
+        env_mode.trim(),
+        "640 root:msgexchange",
+        "secrets readable by the group only"
+    );
+    run_ok("getent", &["passwd", "msgexchange"]);
+    let unit_text = std::fs::read_to_string(&unit).expect("unit");
+    for line in [
+        "User=msgexchange",
+        "Restart=on-failure",
+        "TimeoutStopSec=",
+        "EnvironmentFile=",
+    ] {
+        assert!(unit_text.contains(line), "{line} in the unit");
+    }
+    let out = Command::new("/usr/bin/msgexchange")
+        .arg("check-config")
+        .env("MSGEXCHANGE_CONFIG", "/etc/msgexchange/msgexchange.toml")
+        .output()
+        .expect("installed binary");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let effective = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        effective.contains("create_database = false"),
+        "the site keys apply"
+    );
+    run_ok("/usr/bin/msgexchange", &["--help"]);
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        run_ok("systemd-analyze", &["verify", &unit]);
+    }
+    run_ok("dpkg", &["--purge", "msgexchange"]);
+    assert!(
+        !std::path::Path::new("/usr/bin/msgexchange").exists(),
+        "purged"
+    );
+}
