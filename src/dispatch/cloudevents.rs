@@ -90,10 +90,7 @@ mod tests {
         assert_eq!(get("ce_type"), Some("msgx.flight_updated"));
         assert_eq!(get("ce_time"), Some("2026-11-30T01:02:03.000Z"));
         assert_eq!(get("ce_msgxmsgid"), Some("7"));
-        assert_eq!(
-            get("ce_dataschema"),
-            Some("msgx:schemas/flight_updated/v1")
-        );
+        assert_eq!(get("ce_dataschema"), Some("msgx:schemas/flight_updated/v1"));
         let unknown = PendingEvent {
             event_type: "FROM_A_NEWER_BINARY".into(),
             ..ev.clone()

@@ -62,7 +62,8 @@ impl Contract {
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let schema: Value = serde_json::from_str(&text).expect("schema is JSON");
             assert_eq!(
-                schema["$schema"], "https://json-schema.org/draft/2020-12/schema",
+                schema["$schema"],
+                "https://json-schema.org/draft/2020-12/schema",
                 "{}",
                 path.display()
             );
