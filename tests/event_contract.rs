@@ -307,6 +307,15 @@ fn run_consumer_example(bootstrap: &str, ids: &BTreeSet<i64>, duplicates: usize)
             "contract-test",
         ])
         .args(["--idle-exit", "3"])
+        // Short group timeouts: the broker's first join waits out the rebalance timeout
+        // (about 20 s with the defaults here, 3 s with these).
+        .args([
+            "-X",
+            "session.timeout.ms=6000",
+            "-X",
+            "max.poll.interval.ms=6000",
+        ])
+        .args(["-X", "heartbeat.interval.ms=1000"])
         .output()
         .expect("python3");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -50,15 +50,19 @@ def main():
     p.add_argument("--group", default="msgx-example-consumer")
     p.add_argument("--idle-exit", type=float, default=0.0,
                    help="stop after this many seconds without a record (0 = run until killed)")
+    p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="a librdkafka consumer property (security, timeouts), repeatable")
     args = p.parse_args()
 
-    consumer = Consumer({
+    config = {
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
         "auto.offset.reset": "earliest",
         # Commit after handling: a crash re-reads, the de-duplication absorbs it.
         "enable.auto.commit": False,
-    })
+    }
+    config.update(kv.split("=", 1) for kv in args.extra)
+    consumer = Consumer(config)
     assigned = []
 
     def on_assign(_consumer, partitions):
