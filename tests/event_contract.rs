@@ -284,9 +284,11 @@ fn check_record(
     let (key, event_type) = &stored[&r.ce_id()];
     let t = EventType::from_name(event_type).expect("a known type");
     assert_eq!(&r.key, key);
-    let v = contract::header_validator(doc, &format!("{}{suffix}", contract::message_name(t)));
+    let message = format!("{}{suffix}", contract::message_name(t));
+    let what = format!("record {}", r.ce_id());
     let headers: BTreeMap<String, String> = r.headers.clone().into_iter().collect();
-    contract::check_headers(&v, &headers, &format!("record {}", r.ce_id()));
+    contract::check_headers(&contract::header_validator(doc, &message), &headers, &what);
+    contract::check_key(&contract::key_validator(doc, &message), &r.key, &what);
     assert_eq!(r.headers["ce_subject"], r.key);
     assert_eq!(r.headers["ce_dataschema"], t.schema_uri());
     let payload: Value = serde_json::from_str(&r.payload).expect("JSON value");

@@ -99,18 +99,34 @@ impl Contract {
 /// or `flightUpdatedDead`) of `docs/asyncapi.yaml`, compiled with the document's
 /// `components.schemas` as `$defs`.
 pub fn header_validator(doc: &Value, message: &str) -> Validator {
-    let headers = &doc["components"]["messages"][message]["headers"];
-    assert!(headers.is_object(), "message {message} has no headers");
+    part_validator(doc, message, "/headers")
+}
+
+/// The Kafka key schema (`bindings.kafka.key`) of message `message`, compiled likewise.
+pub fn key_validator(doc: &Value, message: &str) -> Validator {
+    part_validator(doc, message, "/bindings/kafka/key")
+}
+
+fn part_validator(doc: &Value, message: &str, pointer: &str) -> Validator {
+    let part = doc["components"]["messages"][message]
+        .pointer(pointer)
+        .unwrap_or_else(|| panic!("message {message} has no {pointer}"));
     let wrapped = json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$defs": doc["components"]["schemas"],
-        "allOf": [headers],
+        "allOf": [part],
     });
     let text = wrapped
         .to_string()
         .replace("#/components/schemas/", "#/$defs/");
     let schema: Value = serde_json::from_str(&text).expect("json");
-    compile(&schema, &format!("headers of {message}"))
+    compile(&schema, &format!("{pointer} of {message}"))
+}
+
+/// Panics unless `key` is valid against `v`.
+pub fn check_key(v: &Validator, key: &str, what: &str) {
+    let errs = errors(v, &Value::String(key.to_string()));
+    assert!(errs.is_empty(), "{what} key {key:?}: {errs:?}");
 }
 
 /// Panics unless the header map is valid against `v`.
