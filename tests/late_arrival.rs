@@ -216,6 +216,7 @@ async fn a_late_row_is_detected_enqueued_and_applied_without_overtaking_newer_da
         payload["changes"],
         json!({"STND": {"before": "S1", "after": "S5"}, "BLTS": {"before": null, "after": "7"}})
     );
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
 }
 
@@ -273,6 +274,7 @@ async fn late_deletes_and_late_updates_of_deleted_flights_are_refused_and_record
             .await
             .expect("events");
     assert_eq!(late_events, 0, "nothing applied, nothing announced");
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
 }
 
@@ -317,6 +319,7 @@ async fn the_watch_survives_a_restart_and_the_detector_wakes_on_a_release() {
         .expect("mailbox")
         .expect("round");
     assert_eq!((r.checked, r.open), (0, 0));
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
 }
 
@@ -386,6 +389,7 @@ async fn watched_ids_are_checked_in_batches_and_closed_after_their_window() {
 
     let r = detect(&env, &cfg).await;
     assert_eq!((r.checked, r.detected.len(), r.closed.len()), (0, 0, 0));
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
 }
 
@@ -433,5 +437,6 @@ async fn an_unreachable_inbox_keeps_the_watch_intact() {
         .expect("round");
     assert_eq!(r.detected, hits(&[hole]));
     assert_eq!(source_of(&env, hole).await.as_deref(), Some("LATE"));
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
 }

@@ -92,6 +92,7 @@ async fn processing_order_equals_msg_id_order_with_holes_and_late_commits() {
             .await
             .expect("count");
     assert!(dead > 0, "malformed messages were in the mix and went DEAD");
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
 }
 
@@ -192,6 +193,7 @@ async fn killed_mid_transaction_reprocesses_exactly_once_in_effect() {
         .await
         .expect("attempts");
     assert_eq!(attempts, 2, "the killed attempt counted");
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
 }
 
@@ -299,5 +301,6 @@ async fn killed_in_group_at(failpoint: &'static str) {
         .await
         .expect("attempts");
     assert_eq!(max_attempts, 2, "the aborted attempt counted once, no more");
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
 }

@@ -335,6 +335,7 @@ async fn business_transaction_failing_half_way_leaves_nothing_and_is_retried() {
         events,
         vec!["FLIGHT_CREATED", "FLIGHT_CREATED", "SCHEDULE_APPLIED"]
     );
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
 }
 
@@ -409,6 +410,7 @@ async fn flight_rules_through_the_store_merge_cascade_and_redelete() {
         .await
         .expect("count");
     assert_eq!(snaps, 2);
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
 }
 
@@ -741,6 +743,7 @@ async fn run_inbox(spec: &[Gen], group_max: &str) -> (Snapshot, u64) {
             .await
             .expect("snaps"),
     };
+    common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
     (snap, pump.stages().groups)
 }

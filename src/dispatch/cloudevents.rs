@@ -5,6 +5,7 @@
 use chrono::SecondsFormat;
 use rdkafka::message::{Header, OwnedHeaders};
 
+use crate::flight::EventType;
 use crate::store::events::PendingEvent;
 
 /// `ce_type` of an event: `msgx.` + the lower-case event type, e.g. `msgx.flight_updated`.
@@ -12,8 +13,19 @@ pub fn ce_type(event_type: &str) -> String {
     format!("msgx.{}", event_type.to_ascii_lowercase())
 }
 
-/// The attribute headers as (name, value) pairs.
+/// The attribute headers as (name, value) pairs. `ce_dataschema` names the payload's JSON
+/// Schema ([`EventType::schema_uri`]); an event type this binary does not know (a row written
+/// by another version) goes without it rather than with a wrong one.
 pub fn attributes(ev: &PendingEvent, source: &str) -> Vec<(&'static str, String)> {
+    let mut out = base_attributes(ev, source);
+    if let Some(t) = EventType::from_name(&ev.event_type) {
+        out.push(("ce_dataschema", t.schema_uri()));
+    }
+    out
+}
+
+/// The attributes every event carries.
+fn base_attributes(ev: &PendingEvent, source: &str) -> Vec<(&'static str, String)> {
     vec![
         ("ce_specversion", "1.0".to_string()),
         ("ce_id", ev.event_id.to_string()),
@@ -78,6 +90,13 @@ mod tests {
         assert_eq!(get("ce_type"), Some("msgx.flight_updated"));
         assert_eq!(get("ce_time"), Some("2026-11-30T01:02:03.000Z"));
         assert_eq!(get("ce_msgxmsgid"), Some("7"));
+        assert_eq!(get("ce_dataschema"), Some("msgx:schemas/flight_updated/v1"));
+        let unknown = PendingEvent {
+            event_type: "FROM_A_NEWER_BINARY".into(),
+            ..ev.clone()
+        };
+        let u = attributes(&unknown, "/msgexchange");
+        assert!(u.iter().all(|(k, _)| *k != "ce_dataschema"));
         // CloudEvents attribute names: lower-case a-z0-9 only after the `ce_` prefix.
         for (k, _) in &a {
             if let Some(attr) = k.strip_prefix("ce_") {

@@ -23,6 +23,43 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// Every event type the code can emit. The published contract (`docs/asyncapi.yaml`, one
+    /// JSON Schema per type under `docs/schemas/`) names exactly these; `tests/event_contract.rs`
+    /// checks it, and [`EventType::as_str`]'s exhaustive `match` plus the unit test below keep
+    /// this list complete when a variant is added.
+    pub const ALL: [EventType; 4] = [
+        EventType::FlightCreated,
+        EventType::FlightUpdated,
+        EventType::FlightDeleted,
+        EventType::ScheduleApplied,
+    ];
+
+    /// The type of a stored name (`msg_event.event_type`), if it is one of ours.
+    pub fn from_name(name: &str) -> Option<EventType> {
+        EventType::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+
+    /// The `ce_dataschema` of this type's events: `msgx:schemas/<type>/v<N>`, a fixed absolute
+    /// URI (scheme `msgx`, not fetchable on purpose: consumers map it to the `$id` of
+    /// `docs/schemas/<type>.v<N>.json`). The version moves only on an incompatible change.
+    pub fn schema_uri(self) -> String {
+        format!(
+            "msgx:schemas/{}/v{}",
+            self.as_str().to_ascii_lowercase(),
+            self.schema_version()
+        )
+    }
+
+    /// The version of this type's payload schema (see [`EventType::schema_uri`]).
+    pub fn schema_version(self) -> u32 {
+        match self {
+            EventType::FlightCreated
+            | EventType::FlightUpdated
+            | EventType::FlightDeleted
+            | EventType::ScheduleApplied => 1,
+        }
+    }
+
     /// The stored and published name, e.g. `FLIGHT_CREATED`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -121,4 +158,30 @@ fn fields_json(fields: &BTreeMap<Field, String>) -> Value {
             .map(|(f, v)| (f.tag().to_string(), Value::String(v.clone())))
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventType;
+
+    /// A new variant must be added to [`EventType::ALL`] (and so to the published contract):
+    /// the `match` stops compiling without an arm, the position check fails without the entry.
+    #[test]
+    fn all_lists_every_variant_once() {
+        for t in EventType::ALL {
+            let pos = match t {
+                EventType::FlightCreated => 0,
+                EventType::FlightUpdated => 1,
+                EventType::FlightDeleted => 2,
+                EventType::ScheduleApplied => 3,
+            };
+            assert_eq!(EventType::ALL[pos], t);
+            assert_eq!(EventType::from_name(t.as_str()), Some(t));
+        }
+        assert_eq!(EventType::from_name("NOPE"), None);
+        assert_eq!(
+            EventType::FlightUpdated.schema_uri(),
+            "msgx:schemas/flight_updated/v1"
+        );
+    }
 }

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""A minimal consumer of msgexchange flight events (docs/consuming-events.md).
+
+Reads the event topic with a consumer group, drops redeliveries by (ce_source, ce_id), and
+prints one JSON line per new event, then a summary line when it stops. The test suite runs it
+against a real broker (tests/event_contract.rs).
+
+    pip install confluent-kafka
+    python3 consume_events.py --bootstrap kafka:9092 [--topic msgx.flight-events]
+
+The de-duplication set lives in memory here. A real consumer keeps the seen (ce_source, ce_id)
+pairs in its own store, written in the same transaction as the effect of the event, for longer
+than any redelivery can take (a requeued dead event can come back days later).
+"""
+import argparse
+import json
+import sys
+import time
+
+from confluent_kafka import Consumer
+
+
+def headers_of(msg):
+    """Kafka headers as a dict of text values (CloudEvents binary mode: UTF-8)."""
+    return {k: (v.decode("utf-8") if v is not None else None) for k, v in (msg.headers() or [])}
+
+
+def handle(msg, headers, event):
+    """The consumer's business: here, print what arrived."""
+    print(
+        json.dumps(
+            {
+                "ce_id": int(headers["ce_id"]),
+                "type": headers["ce_type"],
+                "key": msg.key().decode("utf-8"),
+                "dataschema": headers.get("ce_dataschema"),
+                "msg_id": event["msg_id"],
+                "partition": msg.partition(),
+                "offset": msg.offset(),
+            }
+        ),
+        flush=True,
+    )
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bootstrap", required=True, help="host:port[,host:port]")
+    p.add_argument("--topic", default="msgx.flight-events")
+    p.add_argument("--group", default="msgx-example-consumer")
+    p.add_argument("--idle-exit", type=float, default=0.0,
+                   help="stop after this many seconds without a record (0 = run until killed)")
+    p.add_argument("-X", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                   help="a librdkafka consumer property (security, timeouts), repeatable")
+    args = p.parse_args()
+
+    config = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "auto.offset.reset": "earliest",
+        # Commit after handling: a crash re-reads, the de-duplication absorbs it.
+        "enable.auto.commit": False,
+    }
+    config.update(kv.split("=", 1) for kv in args.extra)
+    consumer = Consumer(config)
+    assigned = []
+
+    def on_assign(_consumer, partitions):
+        assigned.append(partitions)
+
+    consumer.subscribe([args.topic], on_assign=on_assign)
+    seen = set()
+    duplicates = 0
+    last = time.monotonic()
+    try:
+        while True:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                if not assigned:
+                    last = time.monotonic()  # the idle clock starts once the group has us
+                elif args.idle_exit and time.monotonic() - last > args.idle_exit:
+                    break
+                continue
+            if msg.error():
+                print(f"consumer error: {msg.error()}", file=sys.stderr)
+                return 1
+            last = time.monotonic()
+            headers = headers_of(msg)
+            identity = (headers["ce_source"], headers["ce_id"])
+            if identity in seen:
+                duplicates += 1  # at-least-once: a redelivery, already handled
+            else:
+                handle(msg, headers, json.loads(msg.value()))
+                seen.add(identity)
+            consumer.commit(message=msg, asynchronous=False)
+    finally:
+        consumer.close()
+    print(json.dumps({"summary": {"events": len(seen), "duplicates_skipped": duplicates}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
