@@ -3,6 +3,7 @@
 //! `scripts/test.sh` drops leftovers before a run.
 #![allow(dead_code)]
 
+pub mod instance;
 pub mod kafka;
 pub mod msgs;
 pub mod proxy;
