@@ -40,6 +40,15 @@ const ACTOR: &str = "ops-test";
 const TICKET: &str = "OPS-19";
 const REPLAYABLE: &str = "'CODEC_ERROR','UNSUPPORTED','INFRA','EXHAUSTED'";
 
+/// An inbox row as the DB owner keeps it aside: id, received, text, processed, status.
+type KeptRow = (
+    i64,
+    Option<chrono::NaiveDateTime>,
+    Option<String>,
+    Option<chrono::NaiveDateTime>,
+    Option<String>,
+);
+
 /// One sequence's world: its databases, proxies, topics, the active instance, the writers.
 struct Seq {
     plan: Plan,
@@ -66,6 +75,7 @@ struct Outcome {
     seed: u64,
     secs: f64,
     actions: BTreeMap<&'static str, usize>,
+    idle: BTreeMap<&'static str, usize>,
     line: String,
     violations: Vec<String>,
 }
@@ -105,10 +115,13 @@ async fn operator_actions_against_a_live_pipeline() {
         .buffer_unordered(concurrency)
         .collect()
         .await;
-    let mut totals: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut totals: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
     for o in &outcomes {
         for (k, n) in &o.actions {
-            *totals.entry(k).or_default() += n;
+            totals.entry(k).or_default().0 += n;
+        }
+        for (k, n) in &o.idle {
+            totals.entry(k).or_default().1 += n;
         }
     }
     let mut by_seed: Vec<&Outcome> = outcomes.iter().collect();
@@ -143,7 +156,10 @@ async fn operator_actions_against_a_live_pipeline() {
         failed.iter().map(|o| o.seed).collect::<Vec<_>>(),
         totals
             .iter()
-            .map(|(k, n)| format!("{k}={n}"))
+            .map(|(k, (n, idle))| match idle {
+                0 => format!("{k}={n}"),
+                i => format!("{k}={n} ({i} idle)"),
+            })
             .collect::<Vec<_>>()
             .join(" ")
     );
@@ -164,9 +180,10 @@ async fn run_caught(seed: u64, bootstrap: String, admin: TansuAdmin) -> Outcome 
     let result = std::panic::AssertUnwindSafe(run_sequence(plan, bootstrap, admin))
         .catch_unwind()
         .await;
-    let (actions, line, violations) = match result {
+    let (actions, idle, line, violations) = match result {
         Ok(model) => (
             model.actions.clone(),
+            model.idle.clone(),
             model.actions_line(),
             model.violations,
         ),
@@ -177,6 +194,7 @@ async fn run_caught(seed: u64, bootstrap: String, admin: TansuAdmin) -> Outcome 
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
             (
+                BTreeMap::new(),
                 BTreeMap::new(),
                 String::new(),
                 vec![format!("panicked: {msg}")],
@@ -196,6 +214,7 @@ async fn run_caught(seed: u64, bootstrap: String, admin: TansuAdmin) -> Outcome 
         seed,
         secs,
         actions,
+        idle,
         line,
         violations,
     }
@@ -729,16 +748,23 @@ impl Seq {
             self.model.idle("recover_backfill");
             return;
         }
-        let keep = format!("keep_{id}");
-        for sql in [
-            format!("CREATE TABLE {keep} AS SELECT * FROM CMINMSGS WHERE CMINMSGS_ID = {id}"),
-            format!("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = {id}"),
-        ] {
-            sqlx::query(&sql)
-                .execute(&self.env.owner)
-                .await
-                .expect("owner");
-        }
+        // The row as it is when deleted (locked, so no mark lands between copy and delete).
+        let mut tx = self.env.owner.begin().await.expect("begin");
+        let kept: KeptRow = sqlx::query_as(
+            "SELECT CMINMSGS_ID, CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG, \
+                    CMINMSGS_DATE_PROCESSED, CMINMSGS_STATUS \
+             FROM CMINMSGS WHERE CMINMSGS_ID = ? FOR UPDATE",
+        )
+        .bind(id)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("row to delete");
+        sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .expect("delete");
+        tx.commit().await.expect("commit delete");
         let settled = self
             .wait_until(Duration::from_secs(20), || async {
                 self.state(id)
@@ -746,15 +772,18 @@ impl Seq {
                     .is_some_and(|(_, abandon, marked)| abandon.is_some() || marked)
             })
             .await;
-        for sql in [
-            format!("INSERT INTO CMINMSGS SELECT * FROM {keep}"),
-            format!("DROP TABLE {keep}"),
-        ] {
-            sqlx::query(&sql)
-                .execute(&self.env.owner)
-                .await
-                .expect("restore");
-        }
+        sqlx::query(
+            "INSERT INTO CMINMSGS (CMINMSGS_ID, CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG, \
+                    CMINMSGS_DATE_PROCESSED, CMINMSGS_STATUS) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(kept.0)
+        .bind(kept.1)
+        .bind(kept.2)
+        .bind(kept.3)
+        .bind(kept.4)
+        .execute(&self.env.owner)
+        .await
+        .expect("restore");
         let abandoned = self.state(id).await.and_then(|s| s.1);
         if !settled || abandoned.as_deref() != Some("MISSING_ROW") {
             self.model.idle("recover_backfill");
@@ -839,8 +868,8 @@ impl Seq {
         };
         exec("CREATE TABLE CMINMSGS_NEW LIKE CMINMSGS".into()).await;
         let next: i64 = sqlx::query_scalar(
-            "SELECT GREATEST(COALESCE(AUTO_INCREMENT, 1), \
-                    (SELECT COALESCE(MAX(CMINMSGS_ID), 0) + 1 FROM CMINMSGS)) \
+            "SELECT CAST(GREATEST(COALESCE(AUTO_INCREMENT, 1), \
+                    (SELECT COALESCE(MAX(CMINMSGS_ID), 0) + 1 FROM CMINMSGS)) AS SIGNED) \
              FROM information_schema.TABLES \
              WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'CMINMSGS'",
         )

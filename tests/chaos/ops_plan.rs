@@ -197,6 +197,11 @@ impl Plan {
         if let Some(s) = featured_step {
             let at = rng.random_range(1..=steps.len());
             steps.insert(at, s);
+            // Issue 19's second regression: a purge right after a replay, while the replayed
+            // row (still carrying its old mark) waits for the pump.
+            if featured == "purge" && rng.random_bool(0.5) {
+                steps.insert(at, replay(&mut rng));
+            }
         }
         Self {
             seed,
