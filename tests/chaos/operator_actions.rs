@@ -34,6 +34,9 @@ use crate::common::TestEnv;
 /// rest are regression cases, each a seed that once failed.
 const FIXED: &[u64] = &[
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+    // Soak finds (2026-12-01): a rotation dropping a premarked FAILED row the READY boundary
+    // covered; a fenced holder panicking on its way out next to skipped cutover stock.
+    744794018, 843680856,
 ];
 
 const ACTOR: &str = "ops-test";
@@ -146,6 +149,18 @@ async fn operator_actions_against_a_live_pipeline() {
         }
     }
     let violations: usize = outcomes.iter().map(|o| o.violations.len()).sum();
+    let mut kinds: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for o in &outcomes {
+        for v in &o.violations {
+            kinds.entry(violation_kind(v)).or_default().push(o.seed);
+        }
+    }
+    for (k, seeds) in &kinds {
+        eprintln!(
+            "ops: violations of kind {k}: {} (seeds {seeds:?})",
+            seeds.len()
+        );
+    }
     eprintln!(
         "ops summary: {} sequences in {:.1}s ({} at a time), {violations} violations in {} \
          sequences (seeds {:?}); actions: {}",
@@ -170,6 +185,37 @@ async fn operator_actions_against_a_live_pipeline() {
         outcomes.len(),
         failed.iter().map(|o| o.seed).collect::<Vec<_>>()
     );
+}
+
+/// The value of an unlabelled metric in a /metrics text (0 when absent).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A violation's kind, for the summary (the first words that say what broke).
+fn violation_kind(v: &str) -> &'static str {
+    let verify_fail = |inv: &str| v.starts_with("verify") && v.contains(&format!("FAIL {inv}"));
+    if v.starts_with("purge up to READY boundary") {
+        "purge_unfinished"
+    } else if v.contains("panicked at") {
+        "process_panicked"
+    } else if verify_fail("inbox_row_present") {
+        "verify_inbox_row_present"
+    } else if verify_fail("inbox_covered") || verify_fail("mark_only_terminal") {
+        "verify_cutover_stock"
+    } else if v.starts_with("verify") {
+        "verify_other"
+    } else if v.contains(": expected ") {
+        "exit_not_documented"
+    } else if v.starts_with("panicked") {
+        "sequence_panicked"
+    } else {
+        "model"
+    }
 }
 
 /// Runs one sequence; a panic inside it becomes a violation of that seed.
@@ -1052,6 +1098,17 @@ impl Seq {
                 out.code,
                 fails.join(" | "),
                 out.stderr
+            ));
+        }
+        // Plan B with its seed never looks like an id regression to the service.
+        let metrics = match &self.active {
+            Some(a) => a.metrics().await,
+            None => String::new(),
+        };
+        let regressions = metric(&metrics, "msgx_inbox_id_regressions_total");
+        if regressions > 0.0 {
+            self.model.violation(format!(
+                "msgx_inbox_id_regressions_total {regressions} after the DB owner's procedures"
             ));
         }
         let consumed = self.consumed().await;
