@@ -1139,3 +1139,66 @@ impl Seq {
         got.iter().map(Received::ce_id).collect()
     }
 }
+
+/// Found by the sequences above: after the DB owner purged up to the READY boundary, `verify`
+/// reported every purged row as `inbox_row_present` violations. A record that is terminal with
+/// its mark confirmed outlives its purged inbox row (a note); any other record without its row
+/// is still a violation.
+#[tokio::test]
+async fn verify_notes_rows_the_owner_purged_after_the_mark() {
+    let env = TestEnv::new("verify_purged").await;
+    let ids = env.insert_rows(3).await;
+    let now = chrono::Utc::now();
+    sqlx::query(
+        "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at, processed_seq, \
+                                 backfill_at) \
+         VALUES ($1, 'SUCCEEDED', $4, $4, 1, $4), ($2, 'PENDING', $4, NULL, NULL, NULL), \
+                ($3, 'SUCCEEDED', $4, $4, 2, $4)",
+    )
+    .bind(ids[0])
+    .bind(ids[1])
+    .bind(ids[2])
+    .bind(now)
+    .execute(env.store.pool())
+    .await
+    .expect("records");
+    sqlx::query("UPDATE inbox_cursor SET w = $1")
+        .bind(ids[2])
+        .execute(env.store.pool())
+        .await
+        .expect("w");
+    sqlx::query(
+        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED', CMINMSGS_DATE_PROCESSED = NOW() \
+         WHERE CMINMSGS_ID IN (?, ?)",
+    )
+    .bind(ids[0])
+    .bind(ids[2])
+    .execute(&env.owner)
+    .await
+    .expect("marks");
+    // The owner purges ids[0] (finished) and, wrongly, ids[1] (pending).
+    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID <= ?")
+        .bind(ids[1])
+        .execute(&env.owner)
+        .await
+        .expect("purge");
+    let (code, out) = crate::common::instance::verify(&env.binary_env(), &["--json"]);
+    assert_eq!(code, Some(1), "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let present = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["invariant"] == "inbox_row_present")
+        .expect("inbox_row_present")
+        .clone();
+    assert_eq!(present["violations"], 1, "{present}");
+    assert_eq!(present["examples"][0], ids[1], "{present}");
+    assert!(
+        present
+            .to_string()
+            .contains("purged after the mark was confirmed"),
+        "{present}"
+    );
+    env.cleanup().await;
+}
