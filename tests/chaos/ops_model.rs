@@ -329,9 +329,12 @@ impl Model {
     }
 }
 
+/// `(msg_id, state, error_class, terminal_reason, mark confirmed)`.
+type StateRow = (i64, String, Option<String>, Option<String>, bool);
+
 /// `id:STATE/class/reason/mark` of these rows, for violation messages.
 async fn states_of(env: &TestEnv, ids: &[i64]) -> String {
-    let rows: Vec<(i64, String, Option<String>, Option<String>, bool)> = sqlx::query_as(
+    let rows: Vec<StateRow> = sqlx::query_as(
         "SELECT msg_id, state, error_class, terminal_reason, backfill_at IS NOT NULL \
          FROM proc_state_all WHERE msg_id = ANY($1) ORDER BY msg_id",
     )
