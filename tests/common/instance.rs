@@ -51,6 +51,19 @@ pub fn service_env(env: &TestEnv, pg: &str, my: &str, kafka: &str) -> Vec<(Strin
     v
 }
 
+/// The harness's own knobs: `MSGX_*` like the service's settings, which the binary would
+/// refuse as unknown keys, so no spawned process inherits them.
+pub const HARNESS_VARS: &[&str] = &["MSGX_TANSU", "MSGX_TEST_PG", "MSGX_TEST_MYSQL"];
+
+/// A command for the `msgexchange` binary without the harness's knobs.
+pub fn msgexchange() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    for k in HARNESS_VARS {
+        cmd.env_remove(k);
+    }
+    cmd
+}
+
 /// Sets (or replaces) one variable of an environment list.
 pub fn set_var(vars: &mut Vec<(String, String)>, key: &str, value: &str) {
     vars.retain(|(k, _)| k != key);
@@ -79,7 +92,7 @@ impl Instance {
     pub fn spawn(vars: &[(String, String)], name: &str, extra: &[(&str, &str)]) -> Self {
         let port = free_port();
         let log = std::fs::File::create(log_dir().join(format!("{name}.log"))).expect("log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+        let mut cmd = msgexchange();
         cmd.arg("run")
             .envs(vars.iter().cloned())
             .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
@@ -235,7 +248,7 @@ impl SimOpts {
 
 /// `msgexchange dev simulate-upstream` against the real inbox (upstream is not proxied).
 pub fn simulator(env: &TestEnv, o: SimOpts) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+    msgexchange()
         .args(["dev", "simulate-upstream", "--hold-max", "1500ms"])
         .args(["--rate", &o.rate.to_string()])
         .args(["--connections", &o.connections.to_string()])
@@ -280,7 +293,7 @@ impl CliOut {
 
 /// `msgexchange ARGS` with these variables, blocking. Logs at error level only.
 pub fn cli_blocking(vars: &[(String, String)], args: &[String]) -> CliOut {
-    let out = Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+    let out = msgexchange()
         .args(args)
         .envs(vars.iter().cloned())
         .env("MSGX_LOG__LEVEL", "error")
