@@ -8,261 +8,33 @@
 //!
 //! CI runs one pass (about a minute on a 2-core machine); `MSGEXCHANGE_CHAOS_ROUNDS=N`
 //! repeats the disruption schedule N times (a soak, by hand).
+//!
+//! The randomized operator-action test (issue 19) lives beside it in `chaos/`: the same
+//! instances, broker and proxies, one link.
 
 mod common;
+#[path = "chaos/operator_actions.rs"]
+mod operator_actions;
+#[path = "chaos/ops_model.rs"]
+mod ops_model;
+#[path = "chaos/ops_plan.rs"]
+mod ops_plan;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use common::instance::{
+    assert_per_key_order, http_get, log_dir, proxied, service_env, settled, simulator, verify,
+    wait_child, Instance, SimOpts,
+};
 use common::kafka::{consume, Received};
 use common::proxy::Proxy;
-use common::service::free_port;
 use common::tansu::Tansu;
 use common::TestEnv;
 use rand::Rng;
 
 const TOPIC: &str = "msgx.flight-events";
 const DLQ: &str = "msgx.flight-events.dlq";
-
-/// The service's environment for a chaos run: quick timers, short lease.
-fn service_env(env: &TestEnv, pg: &str, my: &str, kafka: &str) -> Vec<(String, String)> {
-    let mut v = env.binary_env();
-    v.retain(|(k, _)| k != "MSGX_STORE__URL" && k != "MSGX_INBOX__URL");
-    for (k, val) in [
-        ("MSGX_STORE__URL", pg),
-        ("MSGX_INBOX__URL", my),
-        ("MSGX_KAFKA__BROKERS", kafka),
-        ("MSGX_KAFKA__DELIVERY_TIMEOUT", "5s"),
-        ("MSGX_KAFKA__REQUEST_TIMEOUT", "2s"),
-        ("MSGX_STORE__MAX_CONNECTIONS", "4"),
-        ("MSGX_STORE__STATEMENT_TIMEOUT", "10s"),
-        ("MSGX_STORE__LOCK_TIMEOUT", "2s"),
-        ("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "3s"),
-        ("MSGX_LEASE__TTL", "8s"),
-        ("MSGX_LEASE__RENEW_EVERY", "500ms"),
-        ("MSGX_LEASE__CHECK_TIMEOUT", "1s"),
-        ("MSGX_SUPERVISOR__SHUTDOWN_GRACE", "8s"),
-        ("MSGX_PIPELINE__POLL_INTERVAL", "100ms"),
-        ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "2s"),
-        ("MSGX_PROCESSING__IDLE_POLL", "200ms"),
-        ("MSGX_PROCESSING__RETRY_INITIAL", "100ms"),
-        ("MSGX_PROCESSING__RETRY_MAX", "500ms"),
-        ("MSGX_PROCESSING__MAX_ATTEMPTS", "4"),
-        ("MSGX_PROCESSING__HEAD_DEADLINE", "5s"),
-        ("MSGX_BACKFILL__PERIOD", "500ms"),
-        ("MSGX_BACKFILL__RETRY_INITIAL", "200ms"),
-        ("MSGX_BACKFILL__RETRY_MAX", "1s"),
-        ("MSGX_BACKFILL__MARK_BUDGET", "1s"),
-        ("MSGX_LATE__DETECT_PERIOD", "500ms"),
-        ("MSGX_DISPATCH__IDLE_POLL", "200ms"),
-        ("MSGX_DISPATCH__RETRY_INITIAL", "200ms"),
-        ("MSGX_DISPATCH__RETRY_MAX", "1s"),
-        ("MSGX_OUTBOUND__SCHEDULE_REQUEST_AT", ""),
-        ("MSGX_LOG__LEVEL", "warn"),
-    ] {
-        v.push((k.into(), val.into()));
-    }
-    v
-}
-
-/// One service process with its HTTP port and log file.
-struct Instance {
-    child: Child,
-    port: u16,
-    name: String,
-}
-
-fn log_dir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join("msgx-chaos");
-    let _ = std::fs::create_dir_all(&d);
-    d
-}
-
-impl Instance {
-    fn spawn(vars: &[(String, String)], name: &str, extra: &[(&str, &str)]) -> Self {
-        let port = free_port();
-        let log = std::fs::File::create(log_dir().join(format!("{name}.log"))).expect("log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
-        cmd.arg("run")
-            .envs(vars.iter().cloned())
-            .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        for (k, v) in extra {
-            cmd.env(k, v);
-        }
-        Self {
-            child: cmd.spawn().expect("spawn msgexchange"),
-            port,
-            name: name.to_string(),
-        }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(ok.success(), "kill {sig} {}", self.name);
-    }
-
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Waits for the process to end; its exit status.
-    async fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        None
-    }
-
-    async fn ready(&self) -> bool {
-        http_get(self.port, "/readyz")
-            .await
-            .is_ok_and(|r| r.starts_with("HTTP/1.1 200"))
-    }
-
-    async fn metrics(&self) -> String {
-        http_get(self.port, "/metrics").await.unwrap_or_default()
-    }
-
-    async fn wait_ready(&self, limit: Duration) {
-        let start = Instant::now();
-        while !self.ready().await {
-            assert!(
-                start.elapsed() < limit,
-                "{} not ready within {limit:?} (log: {})",
-                self.name,
-                log_dir().join(format!("{}.log", self.name)).display()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut buf))
-        .await
-        .map_err(|_| std::io::Error::other("timeout"))??;
-    Ok(String::from_utf8_lossy(&buf).into_owned())
-}
-
-/// `msgexchange dev simulate-upstream` against the real inbox (upstream is not proxied).
-fn simulator(env: &TestEnv, total: u64, seed: u64) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_msgexchange"))
-        .args([
-            "dev",
-            "simulate-upstream",
-            "--rate",
-            "120",
-            "--connections",
-            "4",
-            "--total",
-            &total.to_string(),
-            "--hold-fraction",
-            "0.05",
-            "--hold-max",
-            "1500ms",
-            "--rollback-fraction",
-            "0.03",
-            "--malformed-fraction",
-            "0.03",
-            "--unknown-type-fraction",
-            "0.005",
-            "--seed",
-            &seed.to_string(),
-        ])
-        .envs(env.binary_env())
-        .env("MSGX_LOG__LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("simulator")
-}
-
-/// `msgexchange verify` with these args; (exit code, stdout).
-fn verify(vars: &[(String, String)], args: &[&str]) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_msgexchange"))
-        .arg("verify")
-        .args(args)
-        .envs(vars.iter().cloned())
-        .env("MSGX_LOG__LEVEL", "error")
-        .stdin(Stdio::null())
-        .output()
-        .expect("verify");
-    (
-        out.status.code(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
-/// Everything visible is enqueued, finished, marked (or abandoned) and delivered.
-async fn settled(env: &TestEnv) -> bool {
-    let max_id: Option<i64> = sqlx::query_scalar("SELECT MAX(CMINMSGS_ID) FROM CMINMSGS")
-        .fetch_one(&env.owner)
-        .await
-        .expect("max id");
-    let (w, _) = env.cursor().await;
-    let open: i64 = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM proc_state WHERE state IN ('PENDING','FAILED')) \
-              + (SELECT count(*) FROM proc_state WHERE state IN ('SUCCEEDED','SKIPPED','DEAD') \
-                   AND backfill_at IS NULL AND backfill_abandon_reason IS NULL) \
-              + (SELECT count(*) FROM msg_event WHERE state = 'PENDING')",
-    )
-    .fetch_one(env.store.pool())
-    .await
-    .expect("open work");
-    max_id.unwrap_or(0) == w && open == 0
-}
-
-/// Per key, the first sighting of each event id ascends (duplicates allowed after).
-fn assert_per_key_order(records: &[Received]) {
-    let mut by_part: BTreeMap<i32, Vec<&Received>> = BTreeMap::new();
-    for r in records {
-        by_part.entry(r.partition).or_default().push(r);
-    }
-    let mut seen: HashSet<i64> = HashSet::new();
-    let mut last: HashMap<&str, i64> = HashMap::new();
-    for r in by_part.into_values().flatten() {
-        let id = r.ce_id();
-        if !seen.insert(id) {
-            continue;
-        }
-        if let Some(prev) = last.insert(&r.key, id) {
-            assert!(prev < id, "key {} went {prev} then {id}", r.key);
-        }
-    }
-}
-
-/// Waits for a child without blocking the runtime (the proxies run on it).
-async fn wait_child(c: &mut Child) {
-    while c.try_wait().expect("child").is_none() {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn proxied(url: &str, from: &str, port: u16) -> String {
-    url.replacen(from, &format!("127.0.0.1:{port}"), 1)
-}
 
 #[tokio::test]
 async fn chaos_nothing_lost_nothing_reordered() {
@@ -297,7 +69,7 @@ async fn chaos_nothing_lost_nothing_reordered() {
     for round in 0..rounds {
         // Upstream writes throughout; the second run with the same seed repeats identities
         // (business duplicates → SKIPPED).
-        let mut sim = simulator(&env, per_round, seed + round as u64);
+        let mut sim = simulator(&env, SimOpts::chaos(per_round, seed + round as u64));
 
         // 1. The failpoints of seed §4: each instance aborts at its point once it gets there.
         for fp in [
@@ -309,7 +81,9 @@ async fn chaos_nothing_lost_nothing_reordered() {
             let mut i = Instance::spawn(&vars, &name(fp), &[("MSGEXCHANGE_FAILPOINT", fp)]);
             match i.exited_within(Duration::from_secs(20)).await {
                 Some(status) => assert!(!status.success(), "{fp}: aborted, not exited 0"),
-                None => i.kill9(), // no work reached the point in time: a plain kill -9
+                None => {
+                    i.kill9(); // no work reached the point in time: a plain kill -9
+                }
             }
         }
 
@@ -400,7 +174,7 @@ async fn chaos_nothing_lost_nothing_reordered() {
         assert!(released, "the lease was released at shutdown");
     }
     // One duplicate run: the first round's seed again.
-    let mut dup = simulator(&env, 100, seed);
+    let mut dup = simulator(&env, SimOpts::chaos(100, seed));
     wait_child(&mut dup).await;
 
     // Settle with one clean instance, then check everything.

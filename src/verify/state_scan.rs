@@ -1,4 +1,6 @@
-//! Over PROC_STATE, page by page: the inbox row exists (or the row was abandoned MISSING_ROW);
+//! Over PROC_STATE, page by page: the inbox row exists (or the row was abandoned MISSING_ROW,
+//! or the DB owner purged it after we confirmed its mark: seed §6 purges marked rows and our
+//! record outlives them until retention archives it);
 //! `processed_seq` follows `msg_id` (LATE rows and rows an operator acted on are listed, not
 //! violations); terminal rows are marked or pending marking with a reason, and a row recorded
 //! as marked carries the mark in the inbox.
@@ -24,7 +26,8 @@ type StateRow = (
 pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>, VerifyError> {
     let mut present = Finding::new(
         "inbox_row_present",
-        "every PROC_STATE row has its inbox row, or is abandoned MISSING_ROW",
+        "every PROC_STATE row has its inbox row, or is abandoned MISSING_ROW, or was purged \
+         after its mark was confirmed",
     );
     let mut fifo = Finding::new(
         "fifo",
@@ -79,6 +82,9 @@ pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>,
             if row.is_none() {
                 if abandon.as_deref() == Some("MISSING_ROW") {
                     present.note("abandoned MISSING_ROW", id);
+                } else if is_marked && matches!(state.as_str(), "SUCCEEDED" | "SKIPPED" | "DEAD") {
+                    // Our mark was written and confirmed; only the DB owner deletes inbox rows.
+                    present.note("purged after the mark was confirmed", id);
                 } else {
                     present.violation(id);
                 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod contract;
+pub mod instance;
 pub mod kafka;
 pub mod msgs;
 pub mod proxy;

@@ -75,6 +75,28 @@ impl Tansu {
 
     /// Creates a topic with `partitions` partitions.
     pub fn create_topic(&self, name: &str, partitions: u32) {
+        self.admin().create_topic(name, partitions);
+    }
+
+    /// What creating topics needs, to be sent to another thread.
+    pub fn admin(&self) -> TansuAdmin {
+        TansuAdmin {
+            bin: self.bin.clone(),
+            port: self.port,
+        }
+    }
+}
+
+/// Creates topics on a running broker (the tansu CLI; blocking).
+#[derive(Debug, Clone)]
+pub struct TansuAdmin {
+    bin: PathBuf,
+    port: u16,
+}
+
+impl TansuAdmin {
+    /// Creates a topic with `partitions` partitions.
+    pub fn create_topic(&self, name: &str, partitions: u32) {
         let out = Command::new(&self.bin)
             .args([
                 "topic",
