@@ -11,6 +11,8 @@ use sqlx::Row;
 
 use super::{Finding, VerifyError, VerifyInput};
 
+/// `(msg_id, state, source, processed_seq, confirmed (backfill_at set), intent
+/// (backfill_next_at set), abandon reason, last backfill error set)`.
 type StateRow = (
     i64,
     String,
@@ -21,6 +23,76 @@ type StateRow = (
     Option<String>,
     bool,
 );
+
+fn is_terminal(state: &str) -> bool {
+    matches!(state, "SUCCEEDED" | "SKIPPED" | "DEAD")
+}
+
+/// The inbox row exists, or the record says why it may not.
+fn judge_present(f: &mut Finding, r: &StateRow, in_inbox: bool) {
+    let (id, state, is_marked, abandon) = (r.0, &r.1, r.4, r.6.as_deref());
+    f.checked += 1;
+    if in_inbox {
+        return;
+    }
+    if abandon == Some("MISSING_ROW") {
+        f.note("abandoned MISSING_ROW", id);
+    } else if is_marked && is_terminal(state) {
+        // Our mark was written and confirmed; only the DB owner deletes inbox rows.
+        f.note("purged after the mark was confirmed", id);
+    } else {
+        f.violation(id);
+    }
+}
+
+/// `processed_seq` ascends with `msg_id` among rows processed in discovery order.
+fn judge_fifo(
+    f: &mut Finding,
+    r: &StateRow,
+    operated: &HashSet<i64>,
+    last_seq: &mut Option<(i64, i64)>,
+) {
+    let (id, source) = (r.0, &r.2);
+    let Some(seq) = r.3 else { return };
+    f.checked += 1;
+    if source == "LATE" {
+        f.note("LATE rows", id);
+    } else if operated.contains(&id) {
+        f.note("rows an operator replayed", id);
+    } else {
+        if last_seq.is_some_and(|(_, prev)| seq <= prev) {
+            f.violation(id);
+        }
+        *last_seq = Some((id, seq));
+    }
+}
+
+/// A terminal row is marked (and the inbox carries our mark), or pending marking with a reason.
+fn judge_marked(f: &mut Finding, r: &StateRow, row: Option<&Option<String>>, mark_value: &str) {
+    let (id, is_marked, intent, abandon, errored) = (r.0, r.4, r.5, r.6.as_deref(), r.7);
+    if !is_terminal(&r.1) {
+        return;
+    }
+    f.checked += 1;
+    if is_marked {
+        let mark = row.cloned().flatten();
+        if row.is_some() && mark.as_deref().map(str::trim) != Some(mark_value.trim()) {
+            // Recorded as marked, but the inbox row does not carry our mark.
+            f.violation(id);
+        }
+    } else if let Some(reason) = abandon {
+        let what = if reason == "MISSING_ROW" {
+            "abandoned MISSING_ROW"
+        } else {
+            "abandoned MAX_ATTEMPTS"
+        };
+        f.note(what, id);
+    } else if intent || errored {
+        f.note("pending marking", id);
+    } else {
+        f.violation(id);
+    }
+}
 
 /// `(inbox_row_present, fifo, terminal_marked)`.
 pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>, VerifyError> {
@@ -76,59 +148,11 @@ pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>,
         .iter()
         .map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<Option<String>, _>(1)?)))
         .collect::<Result<_, sqlx::Error>>()?;
-        for (id, state, source, seq, is_marked, intent, abandon, errored) in rows {
-            present.checked += 1;
-            let row = inbox.get(&id);
-            if row.is_none() {
-                if abandon.as_deref() == Some("MISSING_ROW") {
-                    present.note("abandoned MISSING_ROW", id);
-                } else if is_marked && matches!(state.as_str(), "SUCCEEDED" | "SKIPPED" | "DEAD") {
-                    // Our mark was written and confirmed; only the DB owner deletes inbox rows.
-                    present.note("purged after the mark was confirmed", id);
-                } else {
-                    present.violation(id);
-                }
-            }
-            if let Some(seq) = seq {
-                fifo.checked += 1;
-                if source == "LATE" {
-                    fifo.note("LATE rows", id);
-                } else if operated.contains(&id) {
-                    fifo.note("rows an operator replayed", id);
-                } else {
-                    if let Some((_, prev)) = last_seq {
-                        if seq <= prev {
-                            fifo.violation(id);
-                        }
-                    }
-                    last_seq = Some((id, seq));
-                }
-            }
-            if matches!(state.as_str(), "SUCCEEDED" | "SKIPPED" | "DEAD") {
-                marked.checked += 1;
-                if is_marked {
-                    let mark = row.cloned().flatten();
-                    if row.is_some()
-                        && mark.as_deref().map(str::trim) != Some(input.mark_value.trim())
-                    {
-                        // Recorded as marked, but the inbox row does not carry our mark.
-                        marked.violation(id);
-                    }
-                } else if let Some(reason) = abandon.as_deref() {
-                    marked.note(
-                        if reason == "MISSING_ROW" {
-                            "abandoned MISSING_ROW"
-                        } else {
-                            "abandoned MAX_ATTEMPTS"
-                        },
-                        id,
-                    );
-                } else if intent || errored {
-                    marked.note("pending marking", id);
-                } else {
-                    marked.violation(id);
-                }
-            }
+        for r in rows {
+            let row = inbox.get(&r.0);
+            judge_present(&mut present, &r, row.is_some());
+            judge_fifo(&mut fifo, &r, &operated, &mut last_seq);
+            judge_marked(&mut marked, &r, row, &input.mark_value);
         }
     }
     let read = format!(
