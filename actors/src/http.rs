@@ -85,24 +85,17 @@ pub fn serve_early(
     health: Health,
     admin_configured: bool,
 ) -> std::io::Result<actix_web::dev::Server> {
-    let handle = web::Data::new(handle);
-    let health = web::Data::new(health);
-    let server = HttpServer::new(move || {
-        let app = App::new()
-            .app_data(handle.clone())
-            .app_data(health.clone())
-            .configure(open_routes);
-        if !admin_configured {
-            return app;
-        }
-        app.service(web::scope("/admin").default_service(web::to(not_serving_yet)))
-            .service(web::resource("/cminmsgs/send").to(not_serving_yet))
-    })
-    .workers(1)
-    .disable_signals()
-    .bind(listen)?
-    .run();
-    Ok(server)
+    bind(
+        listen,
+        handle,
+        health,
+        move |cfg: &mut web::ServiceConfig| {
+            if admin_configured {
+                cfg.service(web::scope("/admin").default_service(web::to(not_serving_yet)))
+                    .service(web::resource("/cminmsgs/send").to(not_serving_yet));
+            }
+        },
+    )
 }
 
 /// Binds and starts the server; the returned handle stops it.
@@ -124,21 +117,40 @@ pub fn serve_with_verify(
     verify: Option<msgx_core::verify::VerifyInput>,
 ) -> std::io::Result<actix_web::dev::Server> {
     let verify = verify.map(web::Data::new);
+    bind(
+        listen,
+        handle,
+        health,
+        move |cfg: &mut web::ServiceConfig| {
+            if let Some(v) = verify.clone() {
+                cfg.app_data(v);
+            }
+            if let Some(state) = admin.clone() {
+                crate::admin::configure(state)(cfg);
+            }
+        },
+    )
+}
+
+/// The one server shape: the open routes with their data, plus what `extra` adds; one worker
+/// and no signal handling of its own (the service owns SIGTERM).
+fn bind<F>(
+    listen: SocketAddr,
+    handle: PrometheusHandle,
+    health: Health,
+    extra: F,
+) -> std::io::Result<actix_web::dev::Server>
+where
+    F: Fn(&mut web::ServiceConfig) + Clone + Send + 'static,
+{
     let handle = web::Data::new(handle);
     let health = web::Data::new(health);
     let server = HttpServer::new(move || {
-        let app = App::new()
+        App::new()
             .app_data(handle.clone())
             .app_data(health.clone())
-            .configure(open_routes);
-        let app = match verify.clone() {
-            Some(v) => app.app_data(v),
-            None => app,
-        };
-        match admin.clone() {
-            Some(state) => app.configure(crate::admin::configure(state)),
-            None => app,
-        }
+            .configure(open_routes)
+            .configure(extra.clone())
     })
     .workers(1)
     .disable_signals()

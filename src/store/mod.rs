@@ -150,14 +150,7 @@ impl Store {
         if settings.create_database {
             create_database_if_missing(&options).await?;
         }
-        // No ping before every checkout: a dead connection fails its statement, which every
-        // caller already treats as a store failure; the ping cost a round trip per statement.
-        Ok(PgPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(settings.connect_timeout)
-            .test_before_acquire(false)
-            .connect_with(options)
-            .await?)
+        Ok(session_pool(settings, options).await?)
     }
 
     /// Wraps an existing pool (tests, tools); runs migrations.
@@ -217,6 +210,21 @@ impl Store {
             .fetch_one(&self.pool)
             .await?)
     }
+}
+
+/// A pool of our sessions with `store.*`'s size and connect timeout. No ping before every
+/// checkout: a dead connection fails its statement, which every caller already treats as a
+/// store failure; the ping cost a round trip per statement.
+async fn session_pool(
+    settings: &StoreSettings,
+    options: PgConnectOptions,
+) -> Result<PgPool, sqlx::Error> {
+    PgPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.connect_timeout)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
 }
 
 /// The refusal for a schema state, the pool closed.

@@ -5,7 +5,7 @@
 
 use std::str::FromStr;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool};
 
 use super::{Store, StoreError, MIGRATOR};
 use crate::settings::{redact_url, StoreSettings};
@@ -111,14 +111,7 @@ impl Store {
     /// Opens an existing store for an operator command: creates nothing, migrates nothing, and
     /// refuses a missing database or a schema that is not this binary's.
     pub async fn open(settings: &StoreSettings) -> Result<Self, StoreError> {
-        let options = session_options(settings)?;
-        let pool = match PgPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(settings.connect_timeout)
-            .test_before_acquire(false)
-            .connect_with(options)
-            .await
-        {
+        let pool = match super::session_pool(settings, session_options(settings)?).await {
             Ok(pool) => pool,
             // invalid_catalog_name: the database does not exist; nothing is created.
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("3D000") => {
