@@ -4,7 +4,7 @@
 # runs msgexchange in the foreground. Ctrl-C stops both.
 #
 # What to look at (README, "The demo"): in another terminal
-#   target/debug/msgexchange status --watch      (same MSGX_* variables as below)
+#   target/debug/msgexchange status --watch      (the script prints the line to paste)
 # and http://127.0.0.1:9464/metrics. The pipeline is healthy most of the time (backlog near
 # zero, drain estimate a few seconds); now and then one of the incidents below shows for a few
 # seconds and clears on its own.
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
 cargo build --workspace
-bin=target/debug/msgexchange
+bin=${CARGO_TARGET_DIR:-target}/debug/msgexchange
 export MSGX_INBOX__URL=${MSGX_INBOX__URL:-mysql://root@127.0.0.1:3306/msgx_inbox}
 export MSGX_STORE__URL=${MSGX_STORE__URL:-postgres://postgres@127.0.0.1:5432/msgx}
 
@@ -26,6 +26,9 @@ export MSGX_STORE__URL=${MSGX_STORE__URL:-postgres://postgres@127.0.0.1:5432/msg
 #   FIFO head, retried from 2 s on, until head_deadline (10 s) makes it DEAD(EXHAUSTED) and the
 #   queue drains the ~200 messages that waited behind it in a second or two (status: head
 #   FAILED, backlog rising, then back to ~0).
+# - daily schedule: 0.02 % of the messages are a huge (1 MiB, ~2,900 flights) schedule (one every
+#   ~4 min); the FIFO waits while it is applied (seconds on a quiet machine, ~20 s on a loaded
+#   one; the simulator's default of 0.1 % would make that every 50 s).
 # A head_deadline below the mean gap between unknown-type messages is what keeps the queue
 # healthy: with 0.2 % at 20 msg/s (one every 25 s) and a 30 s deadline the head was blocked
 # more often than not and the backlog only grew.
@@ -36,7 +39,7 @@ export MSGX_PROCESSING__RETRY_INITIAL=${MSGX_PROCESSING__RETRY_INITIAL:-2s}
 "$bin" dev inbox-fixture
 "$bin" dev simulate-upstream --rate "${DEMO_RATE:-20}" --connections 8 \
   --hold-fraction 0.01 --hold-max 6s --rollback-fraction 0.003 \
-  --unknown-type-fraction 0.0008 &
+  --unknown-type-fraction 0.0008 --huge-fraction 0.0002 &
 sim=$!
 trap 'kill $sim 2>/dev/null || true' EXIT
 echo "simulator running (pid $sim); starting msgexchange — metrics at http://127.0.0.1:9464/metrics"
