@@ -35,6 +35,9 @@ export MSGX_STORE__URL=${MSGX_STORE__URL:-postgres://postgres@127.0.0.1:5432/msg
 export MSGX_PIPELINE__MAX_COMMIT_DELAY=${MSGX_PIPELINE__MAX_COMMIT_DELAY:-4s}
 export MSGX_PROCESSING__HEAD_DEADLINE=${MSGX_PROCESSING__HEAD_DEADLINE:-10s}
 export MSGX_PROCESSING__RETRY_INITIAL=${MSGX_PROCESSING__RETRY_INITIAL:-2s}
+# The drain estimate divides the backlog by the rate over this window; the default 5m window
+# is mostly empty in a fresh demo, which made the estimate minutes for a few messages.
+export MSGX_PROCESSING__DRAIN_RATE_WINDOW=${MSGX_PROCESSING__DRAIN_RATE_WINDOW:-30s}
 
 "$bin" dev inbox-fixture
 "$bin" dev simulate-upstream --rate "${DEMO_RATE:-20}" --connections 8 \

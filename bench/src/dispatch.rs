@@ -37,7 +37,7 @@ use msgx_core::store::Store;
 
 use super::databases::BenchDbs;
 use super::percentile;
-use super::report::rate;
+use super::report::{rate, Pacer};
 use msgx_actors::app::{kafka_bootstrap, DispatchDeps};
 use msgx_actors::dispatcher::{Dispatcher, EventsQueued};
 
@@ -421,25 +421,15 @@ async fn offer_events(
     first: i64,
 ) -> anyhow::Result<Duration> {
     // Small commits every tick, like a pump committing messages with an event or two each.
-    let tick = Duration::from_millis(10);
-    let per_tick = (args.steady_rate as f64 * tick.as_secs_f64()).max(1.0);
-    let total = (args.steady_rate as f64 * args.steady.as_secs_f64()) as u64;
     let start = Instant::now();
-    let mut due = 0.0f64;
-    let mut made = 0u64;
-    let mut interval = tokio::time::interval(tick);
-    while made < total {
-        interval.tick().await;
-        due += per_tick;
-        let n = (due.floor() as u64).min(total - made);
-        due -= n as f64;
+    let mut pacer = Pacer::new(args.steady_rate as f64, args.steady, 1.0);
+    while let Some((made, n)) = pacer.next().await {
         if n == 0 {
             continue;
         }
         seed(store, n, args.keys, args.payload_bytes, first + made as i64).await?;
-        made += n;
         addr.do_send(EventsQueued {
-            msg_id: first + made as i64,
+            msg_id: first + (made + n) as i64,
         });
     }
     Ok(start.elapsed())
@@ -493,17 +483,9 @@ async fn bare_latency_probe(
             ("ce_source", deps.cfg.ce_source.clone()),
         ])
     };
-    let tick = Duration::from_millis(10);
-    let per_tick = (args.steady_rate as f64 * tick.as_secs_f64()).max(1.0);
-    let total = (args.steady_rate as f64 * args.steady.as_secs_f64()) as u64;
-    let mut interval = tokio::time::interval(tick);
-    let (mut due, mut made) = (0.0f64, 0u64);
-    let mut pending = Vec::with_capacity(total as usize);
-    while made < total {
-        interval.tick().await;
-        due += per_tick;
-        let n = (due.floor() as u64).min(total - made);
-        due -= n as f64;
+    let mut pacer = Pacer::new(args.steady_rate as f64, args.steady, 1.0);
+    let mut pending = Vec::with_capacity(pacer.total() as usize);
+    while let Some((made, n)) = pacer.next().await {
         for i in 0..n {
             let key = format!("FL{:05}", (made + i) % args.keys);
             let rec = Outgoing {
@@ -521,7 +503,6 @@ async fn bare_latency_probe(
                 (r, sent.elapsed())
             }));
         }
-        made += n;
     }
     let mut lat = Vec::with_capacity(pending.len());
     for p in pending {

@@ -30,6 +30,7 @@ use msgx_core::store::Store;
 
 use crate::inbox_stats::{Commands, InboxStats};
 use crate::percentile;
+use crate::report::Pacer;
 
 /// Where and how long the steady phases offer their messages.
 pub(super) struct Offer<'a> {
@@ -113,17 +114,9 @@ async fn offer_messages(
     // A sender of its own: sequence numbers restart, identities must not collide.
     let mut generator = Generator::with_sender(rate, format!("ST{rate}"));
     let mix = Mix::well_formed();
-    let tick = Duration::from_millis(10);
-    let per_tick = rate as f64 * tick.as_secs_f64();
-    let total = (rate as f64 * offer.length.as_secs_f64()) as u64;
-    let mut interval = tokio::time::interval(tick);
-    let (mut due, mut made) = (0.0f64, 0u64);
-    let mut inserts = Vec::with_capacity(total as usize);
-    while made < total {
-        interval.tick().await;
-        due += per_tick;
-        let n = (due.floor() as u64).min(total - made);
-        due -= n as f64;
+    let mut pacer = Pacer::new(rate as f64, offer.length, 0.0);
+    let mut inserts = Vec::with_capacity(pacer.total() as usize);
+    while let Some((_, n)) = pacer.next().await {
         for _ in 0..n {
             let local = msgx_core::inbox::time::utc_to_local(Utc::now(), offer.tz);
             let (_, text) = generator.next_message(&mix, local);
@@ -137,7 +130,6 @@ async fn offer_messages(
                 r.map(|r| (r.last_insert_id() as i64, Utc::now()))
             }));
         }
-        made += n;
     }
     let mut committed = HashMap::with_capacity(inserts.len());
     for i in inserts {
