@@ -46,5 +46,6 @@ export MSGX_PROCESSING__DRAIN_RATE_WINDOW=${MSGX_PROCESSING__DRAIN_RATE_WINDOW:-
 sim=$!
 trap 'kill $sim 2>/dev/null || true' EXIT
 echo "simulator running (pid $sim); starting msgexchange — metrics at http://127.0.0.1:9464/metrics"
-echo "watch it: MSGX_INBOX__URL=$MSGX_INBOX__URL MSGX_STORE__URL=$MSGX_STORE__URL $bin status --watch"
+echo "watch it: MSGX_INBOX__URL=$MSGX_INBOX__URL MSGX_STORE__URL=$MSGX_STORE__URL" \
+  "MSGX_PROCESSING__DRAIN_RATE_WINDOW=$MSGX_PROCESSING__DRAIN_RATE_WINDOW $bin status --watch"
 "$bin" run
