@@ -133,6 +133,10 @@ pub struct SimArgs {
     /// FIFO head until poison escalation).
     #[arg(long, default_value_t = 0.01)]
     pub unknown_type_fraction: f64,
+    /// Share of huge messages (a big airport's full daily schedule, just over 1 MiB, thousands
+    /// of flights: the FIFO waits while one is processed).
+    #[arg(long, default_value_t = 0.001)]
+    pub huge_fraction: f64,
     /// Random seed for repeatable runs; by default from the clock, so a second run against the
     /// same inbox does not repeat message identities (SEQN).
     #[arg(long)]
@@ -210,6 +214,7 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
         hold_max: args.hold_max,
         rollback_fraction: args.rollback_fraction,
         null_received_fraction: args.null_received_fraction,
+        huge_fraction: args.huge_fraction,
         mix,
         seed: args.seed.unwrap_or(defaults.seed),
         ..defaults

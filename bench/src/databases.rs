@@ -110,8 +110,17 @@ impl BenchDbs {
 
     /// The inbox adapter on the bench inbox, exactly as the service builds it.
     pub(super) fn inbox(&self, settings: &Settings) -> anyhow::Result<msgx_core::inbox::Inbox> {
+        self.inbox_at(settings, &self.inbox_url)
+    }
+
+    /// The inbox adapter on `url` (the bench inbox, as another user), as the service builds it.
+    pub(super) fn inbox_at(
+        &self,
+        settings: &Settings,
+        url: &str,
+    ) -> anyhow::Result<msgx_core::inbox::Inbox> {
         let mut inbox_settings = settings.inbox.clone();
-        inbox_settings.url = self.inbox_url.clone();
+        inbox_settings.url = url.to_string();
         msgx_core::inbox::Inbox::new(
             &inbox_settings,
             &settings.inbox_names()?,

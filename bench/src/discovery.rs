@@ -89,13 +89,53 @@ pub async fn discovery(settings: &Settings, args: &DiscoveryBenchArgs) -> anyhow
 /// Commit wall times by id, written by the writers.
 type Commits = Arc<Mutex<BTreeMap<i64, DateTime<Utc>>>>;
 
+/// The writers, running: their tasks (each returns how many it rolled back) and commits.
+struct Writers {
+    tasks: tokio::task::JoinSet<anyhow::Result<u64>>,
+    commits: Commits,
+    started: Instant,
+    start_wall: DateTime<Utc>,
+}
+
+/// What the writers left and what discovery made of it.
+struct Outcome {
+    commits: BTreeMap<i64, DateTime<Utc>>,
+    rolled_back: u64,
+    /// Open holes, the most seen per minute.
+    holes_by_minute: BTreeMap<u64, i64>,
+    /// How long after the writers stopped W reached the last committed row (None: not in time).
+    reached: Option<Duration>,
+    /// When the writers started (wall clock): minutes are counted from here.
+    start_wall: DateTime<Utc>,
+}
+
 async fn run(settings: &Settings, args: &DiscoveryBenchArgs, dbs: &BenchDbs) -> anyhow::Result<()> {
     dbs.inbox_fixture(settings).await?;
     let inbox = dbs.inbox(settings)?;
     let store = dbs.store(settings).await?;
-    let names = settings.inbox_names()?;
-    let poll_interval = settings.pipeline.poll_interval;
-    let bound = args.max_commit_delay + 2 * poll_interval;
+    let bound = args.max_commit_delay + 2 * settings.pipeline.poll_interval;
+    print_header(settings, args, bound);
+    let poller = start_poller(settings, args, inbox, store.clone());
+    let pool = MySqlPoolOptions::new()
+        .max_connections(args.writers as u32 + 1)
+        .connect(&dbs.inbox_url)
+        .await
+        .context("connecting the writers")?;
+    let writers = spawn_writers(settings, args, &pool)?;
+    let outcome = observe(&store, args, writers, bound).await?;
+    // Stop the poller before the databases go (the typed shutdown every actor handles).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    if let Err(e) = poller
+        .send(msgx_actors::messages::Shutdown { deadline })
+        .await
+    {
+        tracing::warn!(error = %e, "stopping the bench poller");
+    }
+    report(&store, args, outcome, bound).await
+}
+
+/// The run's knobs and the bound.
+fn print_header(settings: &Settings, args: &DiscoveryBenchArgs, bound: Duration) {
     println!(
         "bench discovery: {:.0} msg/s offered for {}, {} writers, {:.1}% rolled back, {:.1}% held \
          up to {}, max_commit_delay {}, poll_interval {}, claim_batch {}, hole_sight_ahead {}",
@@ -106,7 +146,7 @@ async fn run(settings: &Settings, args: &DiscoveryBenchArgs, dbs: &BenchDbs) -> 
         100.0 * args.hold,
         humantime::format_duration(args.hold_max),
         humantime::format_duration(args.max_commit_delay),
-        humantime::format_duration(poll_interval),
+        humantime::format_duration(settings.pipeline.poll_interval),
         settings.pipeline.claim_batch,
         settings.pipeline.hole_sight_ahead,
     );
@@ -114,30 +154,41 @@ async fn run(settings: &Settings, args: &DiscoveryBenchArgs, dbs: &BenchDbs) -> 
         "  bound                 : max_commit_delay + 2 x poll_interval = {:.1}s",
         bound.as_secs_f64()
     );
+}
 
-    // The real poller actor with the configured knobs.
+/// The real poller actor with the configured knobs.
+fn start_poller(
+    settings: &Settings,
+    args: &DiscoveryBenchArgs,
+    inbox: msgx_core::inbox::Inbox,
+    store: msgx_core::store::Store,
+) -> actix::Addr<InboxPoller> {
     let cfg = msgx_core::poller::PollConfig {
         max_commit_delay: args.max_commit_delay,
         watch_window: settings.late.watch_window,
         ..msgx_actors::app::poll_config(&settings.pipeline)
     };
     let clock: SharedClock = Arc::new(SystemClock);
-    let poller = InboxPoller::new(
-        inbox.clone(),
-        store.clone(),
+    InboxPoller::new(
+        inbox,
+        store,
         clock,
         cfg,
-        poll_interval,
+        settings.pipeline.poll_interval,
         Wiring::default(),
         Health::default(),
     )
-    .start();
+    .start()
+}
 
-    let pool = MySqlPoolOptions::new()
-        .max_connections(args.writers as u32 + 1)
-        .connect(&dbs.inbox_url)
-        .await
-        .context("connecting the writers")?;
+/// Starts the writers: together they offer `--rate`, each on its own connection and
+/// transaction, rolling back or holding their commit as asked.
+fn spawn_writers(
+    settings: &Settings,
+    args: &DiscoveryBenchArgs,
+    pool: &sqlx::MySqlPool,
+) -> anyhow::Result<Writers> {
+    let names = settings.inbox_names()?;
     let commits: Commits = Arc::default();
     let started = Instant::now();
     let start_wall = Utc::now();
@@ -183,54 +234,86 @@ async fn run(settings: &Settings, args: &DiscoveryBenchArgs, dbs: &BenchDbs) -> 
             anyhow::Ok(rolled)
         });
     }
+    Ok(Writers {
+        tasks,
+        commits,
+        started,
+        start_wall,
+    })
+}
 
-    // Open holes sampled every second while the writers write.
+/// Samples the open holes every second while the writers write, joins them, then waits for W
+/// to reach the last committed row.
+async fn observe(
+    store: &msgx_core::store::Store,
+    args: &DiscoveryBenchArgs,
+    mut writers: Writers,
+    bound: Duration,
+) -> anyhow::Result<Outcome> {
     let mut holes_by_minute: BTreeMap<u64, i64> = BTreeMap::new();
-    while started.elapsed() < args.duration {
+    while writers.started.elapsed() < args.duration {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let open: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_hole")
             .fetch_one(store.pool())
             .await?;
-        let minute = started.elapsed().as_secs() / 60;
+        let minute = writers.started.elapsed().as_secs() / 60;
         let e = holes_by_minute.entry(minute).or_insert(0);
         *e = (*e).max(open);
     }
     let mut rolled_back = 0;
-    while let Some(joined) = tasks.join_next().await {
+    while let Some(joined) = writers.tasks.join_next().await {
         rolled_back += joined.context("writer task")??;
     }
+    let commits = std::mem::take(&mut *writers.commits.lock().unwrap_or_else(|p| p.into_inner()));
+    let last_committed = commits.keys().next_back().copied().unwrap_or(0);
+    let reached = wait_for_w(store, last_committed, bound).await?;
+    Ok(Outcome {
+        commits,
+        rolled_back,
+        holes_by_minute,
+        reached,
+        start_wall: writers.start_wall,
+    })
+}
+
+/// How long until W reaches `last_committed` (trailing rolled-back ids are no hole: no row
+/// follows), or None after `3 × bound + 30 s`.
+async fn wait_for_w(
+    store: &msgx_core::store::Store,
+    last_committed: i64,
+    bound: Duration,
+) -> anyhow::Result<Option<Duration>> {
     let stopped = Instant::now();
-    let last_committed = commits
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .keys()
-        .next_back()
-        .copied()
-        .unwrap_or(0);
-    // W reaches the last committed row (trailing rolled-back ids are no hole: no row follows).
     let deadline = stopped + 3 * bound + Duration::from_secs(30);
-    let reached = loop {
+    loop {
         let w: i64 = sqlx::query_scalar("SELECT w FROM inbox_cursor WHERE id = 1")
             .fetch_one(store.pool())
             .await?;
         if w >= last_committed {
-            break Some(stopped.elapsed());
+            return Ok(Some(stopped.elapsed()));
         }
         if Instant::now() > deadline {
-            break None;
+            return Ok(None);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    // Stop the poller before the databases go (the typed shutdown every actor handles).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    if let Err(e) = poller
-        .send(msgx_actors::messages::Shutdown { deadline })
-        .await
-    {
-        tracing::warn!(error = %e, "stopping the bench poller");
     }
+}
 
-    let commits = std::mem::take(&mut *commits.lock().unwrap_or_else(|p| p.into_inner()));
+/// Discovery lags (enqueued_at − commit) of the rows the poller enqueued, per minute of
+/// commit time and overall, with the rows enqueued late and those missing.
+struct Lags {
+    per_minute: BTreeMap<i64, Vec<Duration>>,
+    all: Vec<Duration>,
+    late: u64,
+    missing: u64,
+}
+
+/// Reads what the poller enqueued and computes the lags.
+async fn lags(
+    store: &msgx_core::store::Store,
+    commits: &BTreeMap<i64, DateTime<Utc>>,
+    start_wall: DateTime<Utc>,
+) -> anyhow::Result<Lags> {
     let enqueued: Vec<(i64, DateTime<Utc>, String)> =
         sqlx::query_as("SELECT msg_id, enqueued_at, source FROM proc_state ORDER BY msg_id")
             .fetch_all(store.pool())
@@ -252,15 +335,34 @@ async fn run(settings: &Settings, args: &DiscoveryBenchArgs, dbs: &BenchDbs) -> 
         all.push(lag);
     }
     let missing = commits.len() as u64 - all.len() as u64 - late;
+    all.sort_unstable();
+    Ok(Lags {
+        per_minute,
+        all,
+        late,
+        missing,
+    })
+}
+
+/// Prints the written rows, the lags per minute and overall, and when W reached the end.
+async fn report(
+    store: &msgx_core::store::Store,
+    args: &DiscoveryBenchArgs,
+    outcome: Outcome,
+    bound: Duration,
+) -> anyhow::Result<()> {
+    let start_wall = outcome.start_wall;
+    let commits = &outcome.commits;
+    let mut l = lags(store, commits, start_wall).await?;
     println!(
         "  written               : {} committed ({:.1} msg/s), {} rolled back, in {:.0}s",
         commits.len(),
         commits.len() as f64 / args.duration.as_secs_f64(),
-        rolled_back,
+        outcome.rolled_back,
         args.duration.as_secs_f64()
     );
     println!("  minute | committed | lag p50 | lag p99 | lag max | open holes (max)");
-    for (minute, lags) in &mut per_minute {
+    for (minute, lags) in &mut l.per_minute {
         lags.sort_unstable();
         println!(
             "  {:>6} | {:>9} | {:>6.2}s | {:>6.2}s | {:>6.2}s | {:>5}",
@@ -269,14 +371,27 @@ async fn run(settings: &Settings, args: &DiscoveryBenchArgs, dbs: &BenchDbs) -> 
             percentile(lags, 0.50).as_secs_f64(),
             percentile(lags, 0.99).as_secs_f64(),
             lags.last().copied().unwrap_or_default().as_secs_f64(),
-            holes_by_minute.get(&(*minute as u64)).copied().unwrap_or(0),
+            outcome
+                .holes_by_minute
+                .get(&(*minute as u64))
+                .copied()
+                .unwrap_or(0),
         );
     }
-    all.sort_unstable();
-    let p99 = percentile(&all, 0.99);
+    print_overall(&l.all, outcome.reached, bound);
+    println!(
+        "  not enqueued by POLL  : {} late (LATE source), {} missing",
+        l.late, l.missing
+    );
+    Ok(())
+}
+
+/// The overall lag against the bound, and when W reached the last committed row.
+fn print_overall(all: &[Duration], reached: Option<Duration>, bound: Duration) {
+    let p99 = percentile(all, 0.99);
     println!(
         "  overall               : lag p50 {:.2}s  p99 {:.2}s  max {:.2}s   (bound {:.1}s; p99 {} the bound)",
-        percentile(&all, 0.50).as_secs_f64(),
+        percentile(all, 0.50).as_secs_f64(),
         p99.as_secs_f64(),
         all.last().copied().unwrap_or_default().as_secs_f64(),
         bound.as_secs_f64(),
@@ -293,6 +408,4 @@ async fn run(settings: &Settings, args: &DiscoveryBenchArgs, dbs: &BenchDbs) -> 
             (3 * bound + Duration::from_secs(30)).as_secs_f64()
         ),
     }
-    println!("  not enqueued by POLL  : {late} late (LATE source), {missing} missing");
-    Ok(())
 }

@@ -37,7 +37,7 @@ use msgx_core::store::Store;
 
 use super::databases::BenchDbs;
 use super::percentile;
-use super::report::rate;
+use super::report::{rate, Pacer};
 use msgx_actors::app::{kafka_bootstrap, DispatchDeps};
 use msgx_actors::dispatcher::{Dispatcher, EventsQueued};
 
@@ -103,8 +103,36 @@ async fn run(
         }
     );
 
+    seed_backlog(&store, args).await?;
+    let bare_produce = bare_produce(&deps, &store, args.events).await?;
+    let bare_update = bare_update(&store, batch).await?;
+    let drained = drain_backlog(&store, &deps).await?;
+    anyhow::ensure!(
+        drained.sent == args.events,
+        "sent {} of {}",
+        drained.sent,
+        args.events
+    );
+    print_backlog(&drained, bare_produce, bare_update, batch);
+    if !args.steady.is_zero() {
+        let lat = steady(&store, &deps, args).await?;
+        let probe = bare_latency_probe(&deps, args).await?;
+        print_latency("bare produce probe    ", args, &probe);
+        println!(
+            "  dispatcher adds       : p50 {:+.1}ms p99 {:+.1}ms over the bare probe at the same rate \
+             (commit → SENT also counts the commit, the round's SELECT and the SENT write)",
+            ms(percentile(&lat, 0.5)) - ms(percentile(&probe, 0.5)),
+            ms(percentile(&lat, 0.99)) - ms(percentile(&probe, 0.99)),
+        );
+    }
+    store.pool().close().await;
+    Ok(())
+}
+
+/// Phase 1: the PENDING backlog, analyzed.
+async fn seed_backlog(store: &Store, args: &DispatchBenchArgs) -> anyhow::Result<()> {
     let t = Instant::now();
-    seed(&store, args.events, args.keys, args.payload_bytes, 0).await?;
+    seed(store, args.events, args.keys, args.payload_bytes, 0).await?;
     // A backlog built up over minutes would have been analyzed by autovacuum by now; a bulk
     // load a second old has not, and stale statistics turn the ordered head scan into a sort
     // of the whole backlog.
@@ -116,10 +144,21 @@ async fn run(
         args.events,
         t.elapsed().as_secs_f64()
     );
+    Ok(())
+}
 
-    let bare_produce = bare_produce(&deps, &store, args.events).await?;
-    let bare_update = bare_update(&store, batch).await?;
+/// Phase 4 as measured: the rounds, their time and stages.
+struct Drained {
+    sent: u64,
+    took: Duration,
+    /// Every round's wall time, ascending.
+    rounds: Vec<Duration>,
+    /// Summed per stage: select, send → last ack, writing the previous round.
+    stages: [Duration; 3],
+}
 
+/// Phase 4: `dispatch_once` until nothing is PENDING, each round timed.
+async fn drain_backlog(store: &Store, deps: &DispatchDeps) -> anyhow::Result<Drained> {
     let mut producer = EventProducer::new(&deps.kafka, &deps.bootstrap)?;
     let clock = SystemClock;
     let mut rounds = Vec::new();
@@ -129,7 +168,7 @@ async fn run(
     let mut state = DispatchState::default();
     loop {
         let t = Instant::now();
-        let r = dispatch_once(&store, &mut producer, &clock, &deps.cfg, &mut state).await?;
+        let r = dispatch_once(store, &mut producer, &clock, &deps.cfg, &mut state).await?;
         if r.selected == 0 && !state.has_unrecorded() {
             sent += r.sent;
             break;
@@ -146,27 +185,37 @@ async fn run(
         }
     }
     let took = start.elapsed();
-    anyhow::ensure!(sent == args.events, "sent {sent} of {}", args.events);
     rounds.sort();
-    let real = rate(sent, took);
+    Ok(Drained {
+        sent,
+        took,
+        rounds,
+        stages,
+    })
+}
+
+/// The backlog's rate next to the two ceilings.
+fn print_backlog(d: &Drained, bare_produce: f64, bare_update: f64, batch: u32) {
+    let real = rate(d.sent, d.took);
     let ceiling = bare_produce.min(bare_update);
     println!(
         "  bare produce          : {bare_produce:>9.0} records/s (all queued, then every ack)"
     );
     println!("  bare UPDATE ANY($1)   : {bare_update:>9.0} rows/s ({batch} ids per statement, copy of msg_event with its indexes)");
     println!(
-        "  dispatcher            : {real:>9.0} events/s ({sent} in {:.1}s, {} rounds; round p50 {:.1}ms p99 {:.1}ms)",
-        took.as_secs_f64(),
-        rounds.len(),
-        ms(percentile(&rounds, 0.5)),
-        ms(percentile(&rounds, 0.99)),
+        "  dispatcher            : {real:>9.0} events/s ({} in {:.1}s, {} rounds; round p50 {:.1}ms p99 {:.1}ms)",
+        d.sent,
+        d.took.as_secs_f64(),
+        d.rounds.len(),
+        ms(percentile(&d.rounds, 0.5)),
+        ms(percentile(&d.rounds, 0.99)),
     );
-    let n = rounds.len().max(1) as f64;
+    let n = d.rounds.len().max(1) as f64;
     println!(
         "  per round (mean)      : select {:.1}ms, send→last ack {:.1}ms, writing the previous round {:.1}ms (overlapped)",
-        ms(stages[0]) / n,
-        ms(stages[1]) / n,
-        ms(stages[2]) / n
+        ms(d.stages[0]) / n,
+        ms(d.stages[1]) / n,
+        ms(d.stages[2]) / n
     );
     println!(
         "  ratio                 : {:.1}% of the lower ceiling ({:.1}% of bare produce, {:.1}% of bare UPDATE)",
@@ -174,20 +223,6 @@ async fn run(
         100.0 * real / bare_produce,
         100.0 * real / bare_update
     );
-
-    if !args.steady.is_zero() {
-        let lat = steady(&store, &deps, args).await?;
-        let probe = bare_latency_probe(&deps, args).await?;
-        print_latency("bare produce probe    ", args, &probe);
-        println!(
-            "  dispatcher adds       : p50 {:+.1}ms p99 {:+.1}ms over the bare probe at the same rate \
-             (commit → SENT also counts the commit, the round's SELECT and the SENT write)",
-            ms(percentile(&lat, 0.5)) - ms(percentile(&probe, 0.5)),
-            ms(percentile(&lat, 0.99)) - ms(percentile(&probe, 0.99)),
-        );
-    }
-    store.pool().close().await;
-    Ok(())
 }
 
 fn ms(d: Duration) -> f64 {
@@ -352,52 +387,18 @@ async fn steady(
     let first_event: i64 = sqlx::query_scalar("SELECT COALESCE(max(event_id), 0) FROM msg_event")
         .fetch_one(store.pool())
         .await?;
-    // Small commits every tick, like a pump committing messages with an event or two each.
-    let tick = Duration::from_millis(10);
-    let per_tick = (args.steady_rate as f64 * tick.as_secs_f64()).max(1.0);
-    let total = (args.steady_rate as f64 * args.steady.as_secs_f64()) as u64;
-    let start = Instant::now();
-    let mut due = 0.0f64;
-    let mut made = 0u64;
-    let mut interval = tokio::time::interval(tick);
-    while made < total {
-        interval.tick().await;
-        due += per_tick;
-        let n = (due.floor() as u64).min(total - made);
-        due -= n as f64;
-        if n == 0 {
-            continue;
-        }
-        seed(store, n, args.keys, args.payload_bytes, first + made as i64).await?;
-        made += n;
-        addr.do_send(EventsQueued {
-            msg_id: first + made as i64,
-        });
+    let produced_in = offer_events(store, &addr, args, first).await?;
+    let drained = wait_no_pending(store).await;
+    // Stop the dispatcher before the database goes (the typed shutdown every actor handles).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    if let Err(e) = addr
+        .send(msgx_actors::messages::Shutdown { deadline })
+        .await
+    {
+        tracing::warn!(error = %e, "stopping the bench dispatcher");
     }
-    let produced_in = start.elapsed();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let pending: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE state = 'PENDING'")
-                .fetch_one(store.pool())
-                .await?;
-        if pending == 0 {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "steady phase did not drain");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let lat: Vec<f64> = sqlx::query_scalar(
-        "SELECT EXTRACT(EPOCH FROM (sent_at - created_at))::float8 FROM msg_event \
-         WHERE event_id > $1 ORDER BY 1",
-    )
-    .bind(first_event)
-    .fetch_all(store.pool())
-    .await?;
-    let lat: Vec<Duration> = lat
-        .into_iter()
-        .map(|s| Duration::from_secs_f64(s.max(0.0)))
-        .collect();
+    drained?;
+    let lat = latencies(store, first_event).await?;
     println!(
         "  steady {}/s for {:.0}s  : {} events; commit → SENT p50 {:.1}ms p99 {:.1}ms p99.9 {:.1}ms max {:.1}ms",
         args.steady_rate,
@@ -409,6 +410,60 @@ async fn steady(
         ms(percentile(&lat, 1.0)),
     );
     Ok(lat)
+}
+
+/// Commits `--steady-rate` events per second for `--steady` in small transactions, each
+/// followed by `EventsQueued`; returns how long that took.
+async fn offer_events(
+    store: &Store,
+    addr: &actix::Addr<Dispatcher>,
+    args: &DispatchBenchArgs,
+    first: i64,
+) -> anyhow::Result<Duration> {
+    // Small commits every tick, like a pump committing messages with an event or two each.
+    let start = Instant::now();
+    let mut pacer = Pacer::new(args.steady_rate as f64, args.steady, 1.0);
+    while let Some((made, n)) = pacer.next().await {
+        if n == 0 {
+            continue;
+        }
+        seed(store, n, args.keys, args.payload_bytes, first + made as i64).await?;
+        addr.do_send(EventsQueued {
+            msg_id: first + (made + n) as i64,
+        });
+    }
+    Ok(start.elapsed())
+}
+
+/// Waits (up to a minute) until no event is PENDING.
+async fn wait_no_pending(store: &Store) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let pending: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE state = 'PENDING'")
+                .fetch_one(store.pool())
+                .await?;
+        if pending == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "steady phase did not drain");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Commit → SENT of the events after `first_event`, ascending.
+async fn latencies(store: &Store, first_event: i64) -> anyhow::Result<Vec<Duration>> {
+    let lat: Vec<f64> = sqlx::query_scalar(
+        "SELECT EXTRACT(EPOCH FROM (sent_at - created_at))::float8 FROM msg_event \
+         WHERE event_id > $1 ORDER BY 1",
+    )
+    .bind(first_event)
+    .fetch_all(store.pool())
+    .await?;
+    Ok(lat
+        .into_iter()
+        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+        .collect())
 }
 
 /// The broker's own latency at the steady rate: a bare producer (same settings: idempotent,
@@ -428,17 +483,9 @@ async fn bare_latency_probe(
             ("ce_source", deps.cfg.ce_source.clone()),
         ])
     };
-    let tick = Duration::from_millis(10);
-    let per_tick = (args.steady_rate as f64 * tick.as_secs_f64()).max(1.0);
-    let total = (args.steady_rate as f64 * args.steady.as_secs_f64()) as u64;
-    let mut interval = tokio::time::interval(tick);
-    let (mut due, mut made) = (0.0f64, 0u64);
-    let mut pending = Vec::with_capacity(total as usize);
-    while made < total {
-        interval.tick().await;
-        due += per_tick;
-        let n = (due.floor() as u64).min(total - made);
-        due -= n as f64;
+    let mut pacer = Pacer::new(args.steady_rate as f64, args.steady, 1.0);
+    let mut pending = Vec::with_capacity(pacer.total() as usize);
+    while let Some((made, n)) = pacer.next().await {
         for i in 0..n {
             let key = format!("FL{:05}", (made + i) % args.keys);
             let rec = Outgoing {
@@ -456,7 +503,6 @@ async fn bare_latency_probe(
                 (r, sent.elapsed())
             }));
         }
-        made += n;
     }
     let mut lat = Vec::with_capacity(pending.len());
     for p in pending {

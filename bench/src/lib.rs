@@ -32,6 +32,7 @@ mod discovery;
 mod dispatch;
 mod e2e;
 mod inbox_load;
+mod inbox_stats;
 mod mark;
 mod poller_run;
 mod pump;

@@ -1,6 +1,7 @@
 //! The `msgx-bench` binary: the benchmarks, outside the production `msgexchange` binary. Each
 //! prints its throughput or latency next to the bare limits measured in the same run.
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -64,6 +65,8 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // No colour codes when stderr is redirected to a file.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let system = actix_rt::System::new();
     let result = system.block_on(async move {

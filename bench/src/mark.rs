@@ -545,6 +545,17 @@ async fn stage_phase(ctx: &Ctx<'_>, first: i64) -> anyhow::Result<Stages> {
         return Ok(Stages::default());
     }
     let last = first + i64::try_from(sample)? - 1;
+    unmark_sample(ctx, first, last).await?;
+    checkpoint(ctx.store.pool()).await;
+    let mut s = Stages::default();
+    let started = Instant::now();
+    while sweep_timed(ctx, &mut s).await? {}
+    s.elapsed = started.elapsed();
+    Ok(s)
+}
+
+/// `first..=last` unconfirmed in the store and unmarked in the inbox again.
+async fn unmark_sample(ctx: &Ctx<'_>, first: i64, last: i64) -> anyhow::Result<()> {
     let now = Utc::now();
     sqlx::query(
         "UPDATE proc_state SET backfill_at = NULL, backfill_next_at = $3 \
@@ -569,69 +580,68 @@ async fn stage_phase(ctx: &Ctx<'_>, first: i64) -> anyhow::Result<Stages> {
     .execute(ctx.inbox.pool())
     .await
     .context("unmarking the sample (bench database, as the DB owner)")?;
-    checkpoint(ctx.store.pool()).await;
+    Ok(())
+}
 
-    let mut s = Stages::default();
-    let started = Instant::now();
-    loop {
-        let now = SystemClock.now();
-        let t = Instant::now();
-        let mut tx = ctx
-            .store
-            .begin_sweep(
-                now,
-                overdue_before(now, ctx.cfg.rules.overdue_after),
-                ctx.cfg.batch,
-            )
-            .await?;
-        s.select_lock += t.elapsed();
-        let ids: Vec<i64> = tx.rows().iter().map(|r| r.msg_id).collect();
-        if ids.is_empty() {
-            tx.finish(&SweepWrite::default(), now).await?;
-            break;
-        }
-        let t = Instant::now();
-        let found = ctx.inbox.mark_states(&ctx.cfg.marks, &ids).await?;
-        s.check += t.elapsed();
-        let checked = classify(&ids, found);
-        let t = Instant::now();
-        // As the sweep does: the UPDATE in an inbox transaction, the lock re-checked in
-        // PostgreSQL, then the inbox COMMIT.
-        let staged = ctx
-            .inbox
-            .stage_marks(
-                &ctx.cfg.marks,
-                &checked.to_mark,
-                &ctx.cfg.mark_value,
-                now,
-                ctx.cfg.budget,
-            )
-            .await?;
-        tx.held(&checked.to_mark).await?;
-        let written = staged
-            .commit(msgx_core::backfill::sweep::MARK_COMMIT_LIMIT)
-            .await?;
-        s.update += t.elapsed();
-        anyhow::ensure!(
-            written as usize == checked.to_mark.len(),
-            "stage replay wrote {written} of {} marks",
-            checked.to_mark.len()
-        );
-        let t = Instant::now();
-        let write = SweepWrite {
-            confirmed: ids.clone(),
-            ..SweepWrite::default()
-        };
-        tx.finish(&write, now).await?;
-        s.write_back += t.elapsed();
-        let t = Instant::now();
-        ctx.store.backfill_backlog().await?;
-        s.backlog += t.elapsed();
-        s.rows += ids.len() as u64;
-        s.sweeps += 1;
+/// One sweep with the calls `sweep_once` makes, each stage timed into `s`; false when nothing
+/// was due.
+async fn sweep_timed(ctx: &Ctx<'_>, s: &mut Stages) -> anyhow::Result<bool> {
+    let now = SystemClock.now();
+    let t = Instant::now();
+    let mut tx = ctx
+        .store
+        .begin_sweep(
+            now,
+            overdue_before(now, ctx.cfg.rules.overdue_after),
+            ctx.cfg.batch,
+        )
+        .await?;
+    s.select_lock += t.elapsed();
+    let ids: Vec<i64> = tx.rows().iter().map(|r| r.msg_id).collect();
+    if ids.is_empty() {
+        tx.finish(&SweepWrite::default(), now).await?;
+        return Ok(false);
     }
-    s.elapsed = started.elapsed();
-    Ok(s)
+    let t = Instant::now();
+    let found = ctx.inbox.mark_states(&ctx.cfg.marks, &ids).await?;
+    s.check += t.elapsed();
+    let checked = classify(&ids, found);
+    let t = Instant::now();
+    // As the sweep does: the UPDATE in an inbox transaction, the lock re-checked in
+    // PostgreSQL, then the inbox COMMIT.
+    let staged = ctx
+        .inbox
+        .stage_marks(
+            &ctx.cfg.marks,
+            &checked.to_mark,
+            &ctx.cfg.mark_value,
+            now,
+            ctx.cfg.budget,
+        )
+        .await?;
+    tx.held(&checked.to_mark).await?;
+    let written = staged
+        .commit(msgx_core::backfill::sweep::MARK_COMMIT_LIMIT)
+        .await?;
+    s.update += t.elapsed();
+    anyhow::ensure!(
+        written as usize == checked.to_mark.len(),
+        "stage replay wrote {written} of {} marks",
+        checked.to_mark.len()
+    );
+    let t = Instant::now();
+    let write = SweepWrite {
+        confirmed: ids.clone(),
+        ..SweepWrite::default()
+    };
+    tx.finish(&write, now).await?;
+    s.write_back += t.elapsed();
+    let t = Instant::now();
+    ctx.store.backfill_backlog().await?;
+    s.backlog += t.elapsed();
+    s.rows += ids.len() as u64;
+    s.sweeps += 1;
+    Ok(true)
 }
 
 /// One steady run.
@@ -681,29 +691,63 @@ async fn steady_phase(ctx: &Ctx<'_>, first: i64, rows: u64, woken: bool) -> anyh
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (store, stop) = (ctx.store.clone(), stop.clone());
-        actix_rt::spawn(async move {
-            let mut samples = Vec::new();
-            while !stop.load(Ordering::SeqCst) {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                if let Ok(b) = store.backfill_backlog().await {
-                    let age = b
-                        .oldest
-                        .and_then(|t| (Utc::now() - t).to_std().ok())
-                        .unwrap_or_default();
-                    samples.push(age);
-                }
-            }
-            samples
-        })
-    };
+    let sampler = spawn_oldest_sampler(ctx.store.clone(), stop.clone());
+    let end = first + i64::try_from(rows)?;
+    let duration = offer_terminal(ctx, &addr, first, end, woken).await?;
+    stop.store(true, Ordering::SeqCst);
+    let mut oldest = sampler.await.context("sampler")?;
+    arbiter.stop();
+    drop(addr);
+    oldest.sort_unstable();
+    let oldest_max = oldest.last().copied().unwrap_or_default();
+    let (lag, unmarked_at_end) = marked_lag(ctx, first, end).await?;
+    Ok(Steady {
+        woken,
+        wake_gap: DEFAULT_WAKE_GAP,
+        period: ctx.period,
+        rows,
+        duration,
+        oldest,
+        oldest_max,
+        lag,
+        unmarked_at_end,
+    })
+}
 
+/// The oldest unmarked age every 250 ms until `stop`.
+fn spawn_oldest_sampler(
+    store: Store,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<Duration>> {
+    actix_rt::spawn(async move {
+        let mut samples = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if let Ok(b) = store.backfill_backlog().await {
+                let age = b
+                    .oldest
+                    .and_then(|t| (Utc::now() - t).to_std().ok())
+                    .unwrap_or_default();
+                samples.push(age);
+            }
+        }
+        samples
+    })
+}
+
+/// Rows `first..end` become terminal at `steady_rate`/s (waking the sweeper per row when
+/// `woken`); returns how long that took.
+async fn offer_terminal(
+    ctx: &Ctx<'_>,
+    addr: &actix::Addr<BackfillSweeper>,
+    first: i64,
+    end: i64,
+    woken: bool,
+) -> anyhow::Result<Duration> {
     // 100 ms ticks of rate/10 rows each, on the wall clock (no drift).
     let per_tick = (ctx.args.steady_rate / 10).max(1);
     let started = Instant::now();
     let mut next = first;
-    let end = first + i64::try_from(rows)?;
     let mut tick = 0u32;
     while next < end {
         let due = started + Duration::from_millis(100) * tick;
@@ -718,14 +762,12 @@ async fn steady_phase(ctx: &Ctx<'_>, first: i64, rows: u64, woken: bool) -> anyh
         next = last + 1;
         tick += 1;
     }
-    let duration = started.elapsed();
-    stop.store(true, Ordering::SeqCst);
-    let mut oldest = sampler.await.context("sampler")?;
-    arbiter.stop();
-    drop(addr);
-    oldest.sort_unstable();
-    let oldest_max = oldest.last().copied().unwrap_or_default();
+    Ok(started.elapsed())
+}
 
+/// `BACKFILL_AT − TERMINAL_AT` of the rows `first..end` marked (ascending), and how many are
+/// still unmarked.
+async fn marked_lag(ctx: &Ctx<'_>, first: i64, end: i64) -> anyhow::Result<(Vec<Duration>, i64)> {
     let lag_ms: Vec<f64> = sqlx::query_scalar(
         "SELECT EXTRACT(EPOCH FROM (backfill_at - terminal_at))::float8 * 1000 \
          FROM proc_state WHERE msg_id >= $1 AND msg_id < $2 AND backfill_at IS NOT NULL",
@@ -748,17 +790,7 @@ async fn steady_phase(ctx: &Ctx<'_>, first: i64, rows: u64, woken: bool) -> anyh
     .fetch_one(ctx.store.pool())
     .await
     .context("counting unmarked rows")?;
-    Ok(Steady {
-        woken,
-        wake_gap: DEFAULT_WAKE_GAP,
-        period: ctx.period,
-        rows,
-        duration,
-        oldest,
-        oldest_max,
-        lag,
-        unmarked_at_end,
-    })
+    Ok((lag, unmarked_at_end))
 }
 
 /// `first..=last` become terminal now (as the pump commits them: state + backfill intent).

@@ -193,60 +193,29 @@ impl PumpRun {
     }
 }
 
-/// `PumpCore::step()` until Idle.
-pub(super) async fn pump_phase(
-    inbox: &Inbox,
-    store: &Store,
-    settings: &Settings,
-    loaded: &Loaded,
-    probe: Probe<'_>,
-    raw_copy: bool,
-) -> anyhow::Result<PumpRun> {
-    let tz = settings.inbox_timezone()?;
-    let mut cfg = msgx_actors::app::pump_config(&settings.processing, &settings.retention, tz);
-    cfg.raw_copy = raw_copy;
-    let codec = msgx_actors::app::codec(&settings.processing, tz);
-    let clock: SharedClock = Arc::new(SystemClock);
-    let mut core = PumpCore::new(inbox.clone(), store.clone(), codec, clock, cfg);
-    let total = u64::try_from(loaded.max_id - loaded.min_id + 1).context("id range")?;
-    let capacity = usize::try_from(total).context("backlog size")?;
-    // Allocated up front so the samples themselves do not grow the RSS.
-    let mut took = Vec::with_capacity(capacity);
-    let mut steps = Vec::with_capacity(capacity);
-    let mut tenths: Vec<Tenth> = Vec::with_capacity(10);
-    let mut outcomes: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let (mut changes, mut events) = (0u64, 0u64);
-    let probe_start = probe.run(&PROBE_SHAPES).await?;
-    let rss_start = rss_mib();
-    let wal_start = wal_lsn(store).await;
-    // WAL written by the probes between the tenths, taken out of the run's.
-    let mut probe_wal = 0u64;
-    let mut tenth = Tenth::empty();
-    let mut expected_id = loaded.min_id;
-    let mut paused = Duration::ZERO;
-    let started = Instant::now();
-    let mut tenth_started = started;
-    loop {
-        let step_started = Instant::now();
-        let step = core
-            .step()
-            .await
-            .with_context(|| format!("pump step at message {expected_id}"))?;
-        let wall = step_started.elapsed();
-        let (msg_id, outcome, took_one) = match step {
-            StepOutcome::Idle => break,
-            StepOutcome::Processed {
-                msg_id,
-                outcome,
-                took,
-                ..
-            } => (msg_id, outcome, took),
-            other => anyhow::bail!(
-                "pump step at message {expected_id} did not process a message: {other:?} \
-                 (every message of the well-formed backlog must succeed)"
-            ),
-        };
-        *outcomes.entry(outcome.label()).or_default() += 1;
+/// What the steps recorded so far.
+struct Tally {
+    /// `took` of every message.
+    took: Vec<Duration>,
+    /// Wall time of every `step()`.
+    steps: Vec<Duration>,
+    outcomes: BTreeMap<&'static str, u64>,
+    changes: u64,
+    events: u64,
+    /// The id FIFO order says comes next.
+    expected_id: i64,
+}
+
+impl Tally {
+    /// Records one processed message: it must have SUCCEEDED and be the next in MSG_ID order.
+    fn record(
+        &mut self,
+        msg_id: i64,
+        outcome: Outcome,
+        took_one: Duration,
+        wall: Duration,
+    ) -> anyhow::Result<()> {
+        *self.outcomes.entry(outcome.label()).or_default() += 1;
         let Outcome::Succeeded {
             changes: c,
             events: e,
@@ -260,79 +229,197 @@ pub(super) async fn pump_phase(
             );
         };
         anyhow::ensure!(
-            msg_id == expected_id,
-            "the pump processed message {msg_id} where {expected_id} was next (FIFO)"
+            msg_id == self.expected_id,
+            "the pump processed message {msg_id} where {} was next (FIFO)",
+            self.expected_id
         );
-        expected_id += 1;
-        changes += c as u64;
-        events += e as u64;
-        took.push(took_one);
-        steps.push(wall);
+        self.expected_id += 1;
+        self.changes += c as u64;
+        self.events += e as u64;
+        self.took.push(took_one);
+        self.steps.push(wall);
+        Ok(())
+    }
+}
+
+/// One `PumpCore::step()`: None when Idle, else the message, its outcome, its `took` and the
+/// step's wall time.
+async fn step_once(
+    core: &mut PumpCore,
+    expected_id: i64,
+) -> anyhow::Result<Option<(i64, Outcome, Duration, Duration)>> {
+    let step_started = Instant::now();
+    let step = core
+        .step()
+        .await
+        .with_context(|| format!("pump step at message {expected_id}"))?;
+    let wall = step_started.elapsed();
+    match step {
+        StepOutcome::Idle => Ok(None),
+        StepOutcome::Processed {
+            msg_id,
+            outcome,
+            took,
+            ..
+        } => Ok(Some((msg_id, outcome, took, wall))),
+        other => anyhow::bail!(
+            "pump step at message {expected_id} did not process a message: {other:?} \
+             (every message of the well-formed backlog must succeed)"
+        ),
+    }
+}
+
+/// The progress of the run between its tenths.
+struct Tenths {
+    done: Vec<Tenth>,
+    current: Tenth,
+    started: Instant,
+    /// Time spent in the probes between the tenths (not the pump's).
+    paused: Duration,
+    /// WAL written by the probes between the tenths, taken out of the run's.
+    probe_wal: u64,
+}
+
+impl Tenths {
+    /// Closes the current tenth: RSS, the bare probe (pump paused, its WAL counted apart) and
+    /// a progress line on stderr.
+    async fn close(
+        &mut self,
+        probe: &Probe<'_>,
+        store: &Store,
+        msg_id: i64,
+        run_started: Instant,
+    ) -> anyhow::Result<()> {
+        let tenth = &mut self.current;
+        tenth.elapsed = self.started.elapsed();
+        tenth.rss = rss_mib();
+        let pause = Instant::now();
+        let wal_before = wal_lsn(store).await;
+        let bare = probe.run(&PROBE_SHAPES).await?;
+        if let Some((a, b)) = wal_before.zip(wal_lsn(store).await) {
+            self.probe_wal += b.saturating_sub(a);
+        }
+        self.paused += pause.elapsed();
+        let rates: Vec<String> = bare
+            .iter()
+            .map(|r| format!("{} {:.0}/s", r.shape.label(), r.rate()))
+            .collect();
+        eprintln!(
+            "bench pump: {:>3}% message {msg_id} after {:.1}s, this tenth {:.0} msg/s; \
+             bare probe {}; RSS {}",
+            (self.done.len() + 1) * 10,
+            (run_started.elapsed() - self.paused).as_secs_f64(),
+            tenth.messages as f64 / tenth.elapsed.as_secs_f64().max(1e-9),
+            rates.join(", "),
+            tenth
+                .rss
+                .map_or_else(|| "n/a".to_string(), |v| format!("{v:.1} MiB"))
+        );
+        tenth.probe_after = bare;
+        self.done
+            .push(std::mem::replace(&mut self.current, Tenth::empty()));
+        self.started = Instant::now();
+        Ok(())
+    }
+}
+
+/// The pump's core with the service's codec and knobs (and `raw_copy` as asked), and its
+/// `read_ahead`.
+fn pump_core(
+    inbox: &Inbox,
+    store: &Store,
+    settings: &Settings,
+    raw_copy: bool,
+) -> anyhow::Result<(PumpCore, u32)> {
+    let tz = settings.inbox_timezone()?;
+    let mut cfg = msgx_actors::app::pump_config(&settings.processing, &settings.retention, tz);
+    cfg.raw_copy = raw_copy;
+    let codec = msgx_actors::app::codec(&settings.processing, tz);
+    let clock: SharedClock = Arc::new(SystemClock);
+    let read_ahead = cfg.read_ahead;
+    Ok((
+        PumpCore::new(inbox.clone(), store.clone(), codec, clock, cfg),
+        read_ahead,
+    ))
+}
+
+/// `PumpCore::step()` until Idle.
+pub(super) async fn pump_phase(
+    inbox: &Inbox,
+    store: &Store,
+    settings: &Settings,
+    loaded: &Loaded,
+    probe: Probe<'_>,
+    raw_copy: bool,
+) -> anyhow::Result<PumpRun> {
+    let (mut core, read_ahead) = pump_core(inbox, store, settings, raw_copy)?;
+    let total = u64::try_from(loaded.max_id - loaded.min_id + 1).context("id range")?;
+    let capacity = usize::try_from(total).context("backlog size")?;
+    // Allocated up front so the samples themselves do not grow the RSS.
+    let mut tally = Tally {
+        took: Vec::with_capacity(capacity),
+        steps: Vec::with_capacity(capacity),
+        outcomes: BTreeMap::new(),
+        changes: 0,
+        events: 0,
+        expected_id: loaded.min_id,
+    };
+    let probe_start = probe.run(&PROBE_SHAPES).await?;
+    let rss_start = rss_mib();
+    let wal_start = wal_lsn(store).await;
+    let started = Instant::now();
+    let mut tenths = Tenths {
+        done: Vec::with_capacity(10),
+        current: Tenth::empty(),
+        started,
+        paused: Duration::ZERO,
+        probe_wal: 0,
+    };
+    while let Some((msg_id, outcome, took_one, wall)) =
+        step_once(&mut core, tally.expected_id).await?
+    {
+        tally.record(msg_id, outcome, took_one, wall)?;
+        let tenth = &mut tenths.current;
         tenth.messages += 1;
         tenth.head += wall.saturating_sub(took_one);
         tenth.took += took_one;
-        let done = steps.len() as u64;
-        if tenths.len() < 9 && done * 10 >= (tenths.len() as u64 + 1) * total {
-            tenth.elapsed = tenth_started.elapsed();
-            tenth.rss = rss_mib();
-            let pause = Instant::now();
-            let wal_before = wal_lsn(store).await;
-            let bare = probe.run(&PROBE_SHAPES).await?;
-            if let Some((a, b)) = wal_before.zip(wal_lsn(store).await) {
-                probe_wal += b.saturating_sub(a);
-            }
-            paused += pause.elapsed();
-            let rates: Vec<String> = bare
-                .iter()
-                .map(|r| format!("{} {:.0}/s", r.shape.label(), r.rate()))
-                .collect();
-            eprintln!(
-                "bench pump: {:>3}% message {msg_id} after {:.1}s, this tenth {:.0} msg/s; \
-                 bare probe {}; RSS {}",
-                (tenths.len() + 1) * 10,
-                (started.elapsed() - paused).as_secs_f64(),
-                tenth.messages as f64 / tenth.elapsed.as_secs_f64().max(1e-9),
-                rates.join(", "),
-                tenth
-                    .rss
-                    .map_or_else(|| "n/a".to_string(), |v| format!("{v:.1} MiB"))
-            );
-            tenth.probe_after = bare;
-            tenths.push(std::mem::replace(&mut tenth, Tenth::empty()));
-            tenth_started = Instant::now();
+        let done = tally.steps.len() as u64;
+        if tenths.done.len() < 9 && done * 10 >= (tenths.done.len() as u64 + 1) * total {
+            tenths.close(&probe, store, msg_id, started).await?;
         }
     }
     // The pump's own time: the probes between the tenths do not count.
-    let elapsed = started.elapsed() - paused;
+    let elapsed = started.elapsed() - tenths.paused;
     let wal_end = wal_lsn(store).await;
-    tenth.elapsed = tenth_started.elapsed();
-    tenth.rss = rss_mib();
-    tenth.probe_after = probe.run(&PROBE_SHAPES).await?;
-    tenths.push(tenth);
-    let messages = steps.len() as u64;
+    let mut last = tenths.current;
+    last.elapsed = tenths.started.elapsed();
+    last.rss = rss_mib();
+    last.probe_after = probe.run(&PROBE_SHAPES).await?;
+    tenths.done.push(last);
+    let messages = tally.steps.len() as u64;
     anyhow::ensure!(
         messages == total,
         "the pump went Idle after {messages} of {total} messages"
     );
     check_store(store, total).await?;
-    took.sort_unstable();
+    tally.took.sort_unstable();
     Ok(PumpRun {
-        read_ahead: cfg.read_ahead,
+        read_ahead,
         elapsed,
         messages,
-        took,
-        steps,
-        outcomes,
-        changes,
-        events,
-        tenths,
+        took: tally.took,
+        steps: tally.steps,
+        outcomes: tally.outcomes,
+        changes: tally.changes,
+        events: tally.events,
+        tenths: tenths.done,
         rss_start,
         probe_start,
         stages: core.stages().clone(),
         raw_copy,
         wal_bytes: wal_start
             .zip(wal_end)
-            .map(|(a, b)| b.saturating_sub(a).saturating_sub(probe_wal)),
+            .map(|(a, b)| b.saturating_sub(a).saturating_sub(tenths.probe_wal)),
     })
 }
 

@@ -106,3 +106,49 @@ mod tests {
         assert_eq!(percentile(&[], 0.5), Duration::ZERO);
     }
 }
+
+/// Paces `total` units in 10 ms ticks: `per_tick` units fall due every tick (fractions carry
+/// over), so a steady offered rate holds on the wall clock without drift.
+pub(super) struct Pacer {
+    interval: tokio::time::Interval,
+    per_tick: f64,
+    due: f64,
+    made: u64,
+    total: u64,
+}
+
+impl Pacer {
+    /// The tick.
+    pub(super) const TICK: Duration = Duration::from_millis(10);
+
+    /// `rate` units per second for `length` (at least `min_per_tick` per tick).
+    pub(super) fn new(rate: f64, length: Duration, min_per_tick: f64) -> Self {
+        Self {
+            interval: tokio::time::interval(Self::TICK),
+            per_tick: (rate * Self::TICK.as_secs_f64()).max(min_per_tick),
+            due: 0.0,
+            made: 0,
+            total: (rate * length.as_secs_f64()) as u64,
+        }
+    }
+
+    /// Units in all.
+    pub(super) fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Waits for the next tick and returns `(made before it, due in it)`; None when all
+    /// `total` are made.
+    pub(super) async fn next(&mut self) -> Option<(u64, u64)> {
+        if self.made >= self.total {
+            return None;
+        }
+        self.interval.tick().await;
+        self.due += self.per_tick;
+        let n = (self.due.floor() as u64).min(self.total - self.made);
+        self.due -= n as f64;
+        let before = self.made;
+        self.made += n;
+        Some((before, n))
+    }
+}

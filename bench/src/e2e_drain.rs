@@ -1,0 +1,212 @@
+//! The drain phase of `msgx-bench e2e`: the service works through the backlog while the bench
+//! samples the service's own counters every half second; the store is counted once, at the
+//! end, to check the drain.
+//!
+//! Progress is read from the Prometheus recorder the binary installs (so its cost is in the
+//! figures too), not from the store: five `count(*)` over a million-row PROC_STATE and
+//! MSG_EVENT every half second would take a core of their own on this 2-core machine and slow
+//! the run down more the longer it goes.
+
+use std::time::{Duration, Instant};
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use msgx_core::store::Store;
+use msgx_core::telemetry;
+
+use super::Service;
+use crate::rss_mib;
+
+/// The four stages, as counted in the store.
+const STAGES: [&str; 4] = ["enqueued", "processed", "marked", "sent"];
+
+/// What the drain saw: (when, [enqueued, processed, marked, sent]) every half second.
+struct Sampled {
+    samples: Vec<(Duration, [i64; 4])>,
+    /// Events in the store at the end (all SENT).
+    events: i64,
+    peak_rss: f64,
+    /// Time spent reading the counters.
+    sampling: Duration,
+}
+
+/// Waits until the service has enqueued, processed, marked and delivered all `total` messages
+/// (or `timeout`), then prints the total, the peak RSS and the rate of every tenth per stage.
+pub(super) async fn drain(service: &Service, total: u64, timeout: Duration) -> anyhow::Result<()> {
+    let rss_start = rss_mib();
+    let started = Instant::now();
+    let sampled = sample_until_drained(service, total, timeout, started, rss_start).await?;
+    let elapsed = started.elapsed();
+    println!(
+        "  total                 : {total} messages and {} events enqueued, processed, marked and delivered in {:.1}s ({:.0} msg/s); peak RSS {:.1} MiB (start {:.1})",
+        sampled.events,
+        elapsed.as_secs_f64(),
+        total as f64 / elapsed.as_secs_f64().max(1e-9),
+        sampled.peak_rss,
+        rss_start.unwrap_or(0.0)
+    );
+    println!(
+        "  sampling              : {} samples from the counters, {:.1} ms in all",
+        sampled.samples.len(),
+        sampled.sampling.as_secs_f64() * 1e3
+    );
+    print_tenths(&sampled, total, elapsed);
+    Ok(())
+}
+
+/// Samples the counters every half second until they say drained and the store agrees.
+async fn sample_until_drained(
+    service: &Service,
+    total: u64,
+    timeout: Duration,
+    started: Instant,
+    rss_start: Option<f64>,
+) -> anyhow::Result<Sampled> {
+    let mut s = Sampled {
+        samples: Vec::new(),
+        events: 0,
+        peak_rss: rss_start.unwrap_or(0.0),
+        sampling: Duration::ZERO,
+    };
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = started.elapsed();
+        let t0 = Instant::now();
+        let c = Progress::read(&service.metrics);
+        s.sampling += t0.elapsed();
+        s.peak_rss = s.peak_rss.max(rss_mib().unwrap_or(0.0));
+        s.samples
+            .push((now, [c.enqueued, c.processed, c.marked, c.sent]));
+        let counted = [c.enqueued, c.processed, c.marked];
+        if counted.iter().all(|n| *n as u64 >= total) {
+            // The counters say drained: confirm in the store (index-backed: no event left
+            // PENDING), then count once.
+            if !pending_events(&service.store).await? {
+                s.events = check_store(&service.store, total).await?;
+                return Ok(s);
+            }
+        }
+        anyhow::ensure!(
+            now < timeout,
+            "not drained after {timeout:?}: enqueued {}, processed {}, marked {}, sent {} events",
+            c.enqueued,
+            c.processed,
+            c.marked,
+            c.sent
+        );
+    }
+}
+
+/// Counts the store once: every message enqueued, processed and marked, every event SENT.
+/// Returns the number of events.
+async fn check_store(store: &Store, total: u64) -> anyhow::Result<i64> {
+    let (enq, done, marked, sent, events) = counts(store).await?;
+    anyhow::ensure!(
+        enq as u64 == total && done as u64 == total && marked as u64 == total,
+        "counters and store disagree: store has enqueued {enq}, processed {done}, \
+         marked {marked} of {total}"
+    );
+    anyhow::ensure!(sent == events, "{sent} of {events} events SENT");
+    Ok(events)
+}
+
+/// Per stage, the rate of every tenth of its count, from the first sample at which the stage
+/// reached each tenth.
+fn print_tenths(sampled: &Sampled, total: u64, elapsed: Duration) {
+    println!("  per stage, per tenth of its count (units per second in that tenth; sampled every 0.5 s):");
+    for (stage, name) in STAGES.iter().enumerate() {
+        let of = if stage == 3 {
+            sampled.events.max(0) as u64
+        } else {
+            total
+        };
+        let crossed: Vec<Duration> = (0..10u64)
+            .map(|tenth| {
+                sampled
+                    .samples
+                    .iter()
+                    .find(|(_, c)| (c[stage] as u64) * 10 >= (tenth + 1) * of)
+                    .map_or(elapsed, |(t, _)| *t)
+            })
+            .collect();
+        let mut prev = Duration::ZERO;
+        let rates: Vec<String> = crossed
+            .iter()
+            .map(|t| {
+                let dt = t.saturating_sub(prev).as_secs_f64().max(0.5);
+                prev = *t;
+                format!("{:.0}", of as f64 / 10.0 / dt)
+            })
+            .collect();
+        println!(
+            "    {name:<10}: {}  (first tenth at {:.1}s, all at {:.1}s)",
+            rates.join(" "),
+            crossed[0].as_secs_f64(),
+            crossed[9].as_secs_f64()
+        );
+    }
+}
+
+/// Progress from the service's counters (this process's recorder).
+#[derive(Debug, Default, Clone, Copy)]
+struct Progress {
+    /// Rows enqueued into PROC_STATE.
+    enqueued: i64,
+    /// Terminal outcomes (every outcome but `failed`, which is retried).
+    processed: i64,
+    /// Marked (or found marked) plus abandoned.
+    marked: i64,
+    /// Events acknowledged (SENT or DEAD).
+    sent: i64,
+}
+
+impl Progress {
+    fn read(metrics: &PrometheusHandle) -> Self {
+        let text = metrics.render();
+        let mut p = Progress::default();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(v) = value.parse::<f64>() else {
+                continue;
+            };
+            let name = series.split('{').next().unwrap_or(series);
+            let v = v as i64;
+            match name {
+                telemetry::INBOX_ENQUEUED_TOTAL => p.enqueued += v,
+                telemetry::PIPELINE_PROCESSED_TOTAL if !series.contains("outcome=\"failed\"") => {
+                    p.processed += v
+                }
+                telemetry::BACKFILL_MARKED_TOTAL | telemetry::BACKFILL_ABANDONED_TOTAL => {
+                    p.marked += v
+                }
+                telemetry::DISPATCH_SENT_TOTAL | telemetry::DISPATCH_DEAD_TOTAL => p.sent += v,
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
+/// Whether any event is still PENDING (`msg_event_pending_idx`).
+async fn pending_events(store: &Store) -> anyhow::Result<bool> {
+    Ok(
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM msg_event WHERE state = 'PENDING')")
+            .fetch_one(store.pool())
+            .await?,
+    )
+}
+
+/// `(enqueued, terminal, marked or abandoned, events sent, events)`, counted in the store.
+async fn counts(store: &Store) -> anyhow::Result<(i64, i64, i64, i64, i64)> {
+    Ok(sqlx::query_as(
+        "SELECT (SELECT count(*) FROM proc_state), \
+                (SELECT count(*) FROM proc_state WHERE processed_seq IS NOT NULL), \
+                (SELECT count(*) FROM proc_state \
+                  WHERE backfill_at IS NOT NULL OR backfill_abandon_reason IS NOT NULL), \
+                (SELECT count(*) FROM msg_event WHERE state = 'SENT'), \
+                (SELECT count(*) FROM msg_event)",
+    )
+    .fetch_one(store.pool())
+    .await?)
+}
