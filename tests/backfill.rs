@@ -276,7 +276,7 @@ async fn transient_failures_back_off_doubling_then_abandon_and_recover() {
     let ids = processed(&env, &flops(1, 2), &[]).await;
     let proxy = Proxy::start("127.0.0.1:3306").await;
     let mut settings = env.settings(&[]);
-    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db);
+    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db).into();
     let via_proxy = Inbox::new(&settings.inbox, &env.names, env.tz).expect("adapter");
     let c = cfg(&env, &[("MSGX_BACKFILL__MAX_ATTEMPTS", "4")]);
     proxy.cut();

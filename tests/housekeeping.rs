@@ -676,12 +676,12 @@ fn retention_settings_are_validated_naming_the_key() {
     ] {
         let mut env = base.to_vec();
         env.push((key, value));
-        let err = Settings::load_with_env(&toml, &env)
+        let err = Settings::load_layered_with_env(Some(&toml), &env)
             .expect_err(key)
             .to_string();
         assert!(err.contains(named), "{key}={value}: {err}");
     }
-    let ok = Settings::load_with_env(&toml, &base).expect("defaults are valid");
+    let ok = Settings::load_layered_with_env(Some(&toml), &base).expect("defaults are valid");
     assert_eq!(ok.retention.schd_snap_log, 90 * DAY, "the seed's 90 days");
 }
 

@@ -407,7 +407,7 @@ async fn an_unreachable_inbox_keeps_the_watch_intact() {
         ("MSGX_INBOX__CONNECT_TIMEOUT", "500ms"),
         ("MSGX_INBOX__QUERY_TIMEOUT", "2s"),
     ]);
-    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db);
+    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db).into();
     let via_proxy = Inbox::new(&settings.inbox, &env.names, env.tz).expect("adapter");
     let cfg = DetectConfig::from_settings(&settings).expect("cfg");
     proxy.cut();

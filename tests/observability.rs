@@ -1029,8 +1029,11 @@ fn compose_environment_matches_the_config() {
         }
         // The whole environment loads and validates like the service would at start.
         let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let s = msgx_core::settings::Settings::load_with_env(&common::default_toml(), &pairs)
-            .unwrap_or_else(|e| panic!("{name}: its MSGX_* environment does not load: {e}"));
+        let s = msgx_core::settings::Settings::load_layered_with_env(
+            Some(&common::default_toml()),
+            &pairs,
+        )
+        .unwrap_or_else(|e| panic!("{name}: its MSGX_* environment does not load: {e}"));
         // The topics the kafka-topics job creates are the configured ones.
         let topics = services["kafka-topics"]["command"].to_string();
         assert!(

@@ -246,7 +246,7 @@ async fn inbox_cut_during_raw_read_is_infra_never_dead() {
         ("MSGX_INBOX__CONNECT_TIMEOUT", "500ms"),
         ("MSGX_INBOX__QUERY_TIMEOUT", "2s"),
     ]);
-    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db);
+    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db).into();
     let via_proxy = Inbox::new(&settings.inbox, &env.names, env.tz).expect("adapter");
     let mut pump = env.pump_with_inbox(via_proxy, &[]);
 
@@ -1027,9 +1027,10 @@ async fn stamps_of_a_group_cut_off_from_the_store_are_given_back_when_it_returns
     env.poll(env.poll_cfg(100)).await;
     let proxy = Proxy::start("127.0.0.1:5432").await;
     let mut settings = env.settings(&[("MSGX_STORE__CONNECT_TIMEOUT", "1s")]);
-    settings.store.url =
-        env.pg_url
-            .replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1);
+    settings.store.url = env
+        .pg_url
+        .replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1)
+        .into();
     let store = Store::connect(&settings.store)
         .await
         .expect("store via proxy");

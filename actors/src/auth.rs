@@ -67,14 +67,14 @@ impl Tokens {
     pub fn from_settings(http: &HttpSettings) -> Self {
         let mut entries = Vec::new();
         if !http.admin_token.is_empty() {
-            entries.push((http.admin_token.as_bytes().to_vec(), ALL));
+            entries.push((http.admin_token.expose().as_bytes().to_vec(), ALL));
         }
         for (list, scopes) in [
             (&http.read_tokens, READ),
             (&http.operate_tokens, OPERATE),
             (&http.compat_tokens, COMPAT),
         ] {
-            entries.extend(split(list).map(|t| (t.as_bytes().to_vec(), scopes)));
+            entries.extend(split(list.expose()).map(|t| (t.as_bytes().to_vec(), scopes)));
         }
         Self { entries }
     }

@@ -165,7 +165,7 @@ fn config_sources(cli: &Cli) -> String {
 /// `dev inbox-fixture`.
 pub async fn inbox_fixture(settings: &Settings) -> anyhow::Result<()> {
     fixture::create_inbox_fixture(
-        &settings.inbox.url,
+        settings.inbox.url.expose(),
         &settings.inbox_names()?,
         &settings.outbox_names()?,
     )
@@ -191,6 +191,7 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
     let options: sqlx::mysql::MySqlConnectOptions = settings
         .inbox
         .url
+        .expose()
         .parse()
         .with_context(|| format!("inbox.url {}", redact_url(&settings.inbox.url)))?;
     let pool = sqlx::mysql::MySqlPoolOptions::new()

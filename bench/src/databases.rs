@@ -49,13 +49,13 @@ impl BenchDbs {
 
     /// Derives both URLs from the configured ones, checking the drivers read `name` back.
     fn new(settings: &Settings, name: &str) -> anyhow::Result<Self> {
-        let inbox_url = with_database(&settings.inbox.url, name).with_context(|| {
+        let inbox_url = with_database(settings.inbox.url.expose(), name).with_context(|| {
             format!(
                 "deriving the bench inbox URL from inbox.url `{}`",
                 redact_url(&settings.inbox.url)
             )
         })?;
-        let store_url = with_database(&settings.store.url, name).with_context(|| {
+        let store_url = with_database(settings.store.url.expose(), name).with_context(|| {
             format!(
                 "deriving the bench store URL from store.url `{}`",
                 redact_url(&settings.store.url)
@@ -120,7 +120,7 @@ impl BenchDbs {
         url: &str,
     ) -> anyhow::Result<msgx_core::inbox::Inbox> {
         let mut inbox_settings = settings.inbox.clone();
-        inbox_settings.url = url.to_string();
+        inbox_settings.url = url.to_string().into();
         msgx_core::inbox::Inbox::new(
             &inbox_settings,
             &settings.inbox_names()?,
@@ -136,7 +136,7 @@ impl BenchDbs {
         settings: &Settings,
     ) -> anyhow::Result<msgx_core::store::Store> {
         let mut store_settings = settings.store.clone();
-        store_settings.url = self.store_url.clone();
+        store_settings.url = self.store_url.clone().into();
         store_settings.create_database = true;
         let store = msgx_core::store::Store::connect(&store_settings)
             .await

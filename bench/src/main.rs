@@ -51,15 +51,16 @@ enum BenchCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let settings = match Settings::load(&cli.config, cli.config_extra.as_deref())
-        .with_context(|| format!("loading {} (and MSGX_* environment)", cli.config.display()))
-    {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("msgx-bench: {e:#}");
-            return std::process::ExitCode::from(2);
-        }
-    };
+    let settings =
+        match Settings::load_layered(Some(cli.config.as_path()), cli.config_extra.as_deref())
+            .with_context(|| format!("loading {} (and MSGX_* environment)", cli.config.display()))
+        {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("msgx-bench: {e:#}");
+                return std::process::ExitCode::from(2);
+            }
+        };
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.log.level));
     tracing_subscriber::fmt()

@@ -236,6 +236,51 @@ struct Shared {
 }
 
 impl Shared {
+    /// The run's shared state, the pacing starting at `start`.
+    fn new(pool: &MySqlPool, names: &InboxNames, tz: Tz, cfg: &SimConfig, start: Instant) -> Self {
+        Shared {
+            pool: pool.clone(),
+            sql: format!(
+                "INSERT INTO {} ({}, {}) VALUES (?, ?)",
+                names.table, names.received, names.message
+            ),
+            tz,
+            cfg: cfg.clone(),
+            generator: StdMutex::new(Generator::new(cfg.seed)),
+            next_slot: Mutex::new(start),
+            interval: cfg.interval(),
+            deadline: cfg.duration.and_then(|d| start.checked_add(d)),
+            attempted: AtomicU64::new(0),
+            committed: AtomicU64::new(0),
+            rolled_back: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            late_commits: AtomicU64::new(0),
+            max_committed: AtomicI64::new(i64::MIN),
+            abort: AtomicBool::new(false),
+        }
+    }
+
+    /// Logs the counters and the commit rate since `last` (time, committed); the new `last`.
+    fn log_progress(&self, last: (Instant, u64)) -> (Instant, u64) {
+        let now = Instant::now();
+        let (committed, rolled_back, held, late_commits) = self.progress();
+        let window = now.duration_since(last.0).as_secs_f64();
+        let rate = if window > 0.0 {
+            committed.saturating_sub(last.1) as f64 / window
+        } else {
+            0.0
+        };
+        tracing::info!(
+            committed,
+            rolled_back,
+            held,
+            late_commits,
+            rate = (rate * 10.0).round() / 10.0,
+            "simulate-upstream progress"
+        );
+        (now, committed)
+    }
+
     /// True when no new message may start.
     fn done(&self, stop: &watch::Receiver<bool>) -> bool {
         self.abort.load(Ordering::Relaxed)
@@ -434,26 +479,7 @@ pub async fn simulate(
 ) -> Result<SimReport, SimError> {
     cfg.validate()?;
     let start = Instant::now();
-    let shared = Arc::new(Shared {
-        pool: pool.clone(),
-        sql: format!(
-            "INSERT INTO {} ({}, {}) VALUES (?, ?)",
-            names.table, names.received, names.message
-        ),
-        tz,
-        cfg: cfg.clone(),
-        generator: StdMutex::new(Generator::new(cfg.seed)),
-        next_slot: Mutex::new(start),
-        interval: cfg.interval(),
-        deadline: cfg.duration.and_then(|d| start.checked_add(d)),
-        attempted: AtomicU64::new(0),
-        committed: AtomicU64::new(0),
-        rolled_back: AtomicU64::new(0),
-        held: AtomicU64::new(0),
-        late_commits: AtomicU64::new(0),
-        max_committed: AtomicI64::new(i64::MIN),
-        abort: AtomicBool::new(false),
-    });
+    let shared = Arc::new(Shared::new(pool, names, tz, cfg, start));
     tracing::info!(
         table = names.table.as_str(),
         rate_per_sec = cfg.rate_per_sec,
@@ -463,12 +489,37 @@ pub async fn simulate(
         seed = cfg.seed,
         "simulate-upstream started"
     );
-
     let mut workers = JoinSet::new();
     for index in 0..cfg.connections {
         workers.spawn(worker(Arc::clone(&shared), index, stop.clone()));
     }
+    let (mut report, first_error) = collect(&mut workers, &shared, start).await;
+    report.elapsed = start.elapsed();
+    if let Some(e) = first_error {
+        tracing::warn!(error = %e, "simulate-upstream failed");
+        return Err(e);
+    }
+    report.committed_ids.sort_unstable();
+    report.rolled_back_ids.sort_unstable();
+    tracing::info!(
+        committed = report.committed(),
+        rolled_back = report.rolled_back(),
+        held = report.held,
+        late_commits = report.late_commits,
+        elapsed_s = (report.elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        rate = (report.commit_rate() * 10.0).round() / 10.0,
+        "simulate-upstream finished"
+    );
+    Ok(report)
+}
 
+/// Gathers the workers' logs as they end, logging progress every [`PROGRESS_EVERY`]; a failed
+/// worker stops the others from starting messages. The report and the first error.
+async fn collect(
+    workers: &mut JoinSet<Result<WorkerLog, SimError>>,
+    shared: &Shared,
+    start: Instant,
+) -> (SimReport, Option<SimError>) {
     let mut tick = tokio::time::interval_at(start + PROGRESS_EVERY, PROGRESS_EVERY);
     let mut last = (start, 0u64);
     let mut report = SimReport::default();
@@ -492,45 +543,10 @@ pub async fn simulate(
                     first_error.get_or_insert(SimError::Join(e));
                 }
             },
-            _ = tick.tick() => {
-                let now = Instant::now();
-                let (committed, rolled_back, held, late_commits) = shared.progress();
-                let window = now.duration_since(last.0).as_secs_f64();
-                let rate = if window > 0.0 {
-                    committed.saturating_sub(last.1) as f64 / window
-                } else {
-                    0.0
-                };
-                last = (now, committed);
-                tracing::info!(
-                    committed,
-                    rolled_back,
-                    held,
-                    late_commits,
-                    rate = (rate * 10.0).round() / 10.0,
-                    "simulate-upstream progress"
-                );
-            }
+            _ = tick.tick() => last = shared.log_progress(last),
         }
     }
-    report.elapsed = start.elapsed();
-
-    if let Some(e) = first_error {
-        tracing::warn!(error = %e, "simulate-upstream failed");
-        return Err(e);
-    }
-    report.committed_ids.sort_unstable();
-    report.rolled_back_ids.sort_unstable();
-    tracing::info!(
-        committed = report.committed(),
-        rolled_back = report.rolled_back(),
-        held = report.held,
-        late_commits = report.late_commits,
-        elapsed_s = (report.elapsed.as_secs_f64() * 10.0).round() / 10.0,
-        rate = (report.commit_rate() * 10.0).round() / 10.0,
-        "simulate-upstream finished"
-    );
-    Ok(report)
+    (report, first_error)
 }
 
 #[cfg(test)]

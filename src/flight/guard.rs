@@ -1,7 +1,7 @@
 //! The ordering guard for late messages (SPEC §6 G1: "late does not overtake").
 //!
 //! A message the late detector found below W (`PROC_STATE.SOURCE = 'LATE'`) is processed after
-//! messages that upstream sent later. Planned with [`plan_guarded`] it may not overwrite what
+//! messages that upstream sent later. Planned with [`plan_guarded`](super::plan_guarded) it may not overwrite what
 //! a newer message already wrote; what it could not apply is returned as [`Refused`] for the
 //! processor to record (`proc_state.stale_fields`) and count. Rows in id order keep using
 //! [`plan`](super::plan), which this module does not change.
@@ -29,10 +29,9 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use super::change::Plan;
 use super::model::{FieldVersion, Flight};
-use super::rules::plan_with;
-use crate::codec::model::{DecodedMessage, Field, FieldValue, FlightRecord};
+use super::plan::Plan;
+use crate::codec::model::{Field, FieldValue, FlightRecord};
 
 /// The newest delete of each flight, by `FLID` (from `FLIGHT_DELETED` events).
 pub type Tombstones = BTreeMap<String, FieldVersion>;
@@ -187,27 +186,5 @@ impl<'a> Guard<'a> {
     /// What was refused.
     pub fn into_refused(self) -> Refused {
         self.refused
-    }
-}
-
-/// [`plan`](super::plan) for a late message (`PROC_STATE.SOURCE = 'LATE'`): the same rules,
-/// except that no write may replace a newer version (see the module docs). `tombstones` are
-/// the newest deletes of the loaded and named flights. A guarded plan never lowers a field's
-/// version; with a message newer than every stored version and tombstone it equals `plan`.
-pub fn plan_guarded(
-    msg: &DecodedMessage,
-    msg_id: i64,
-    current: &BTreeMap<String, Flight>,
-    tombstones: &Tombstones,
-) -> GuardedPlan {
-    let version = FieldVersion {
-        at: msg.meta.sent_at,
-        msg_id,
-    };
-    let mut guard = Guard::late(version, tombstones);
-    let plan = plan_with(msg, msg_id, current, &mut guard);
-    GuardedPlan {
-        plan,
-        refused: guard.into_refused(),
     }
 }

@@ -6,15 +6,17 @@
 //! `MSG_EVENT` drafts, the `SCHD_SNAP_LOG` row) in its one business transaction.
 //!
 //! - [`model`]: [`Flight`] and its per-field [`FieldVersion`]s.
-//! - [`change`]: [`FlightChange`], [`ScheduleSnapshot`], [`Plan`].
+//! - [`change`]: [`FlightChange`] and [`ScheduleSnapshot`].
 //! - [`event`]: [`EventDraft`] and [`EventType`].
-//! - [`rules`]: [`flights_to_load`] and [`plan`].
-//! - [`guard`]: [`plan_guarded`], the ordering guard for late messages (SPEC §6 G1).
+//! - [`plan`](mod@plan): [`Plan`], the changes and events of one message.
+//! - [`rules`]: [`flights_to_load`], [`plan`] and [`plan_guarded`].
+//! - [`guard`]: the ordering guard for late messages (SPEC §6 G1) [`plan_guarded`] applies.
 
 pub mod change;
 pub mod event;
 pub mod guard;
 pub mod model;
+pub mod plan;
 pub mod rules;
 
 #[cfg(test)]
@@ -26,8 +28,9 @@ mod tests_delete;
 #[cfg(test)]
 mod tests_guard;
 
-pub use change::{FlightChange, Plan, ScheduleSnapshot};
+pub use change::{FlightChange, ScheduleSnapshot};
 pub use event::{EventDraft, EventType};
-pub use guard::{plan_guarded, GuardedPlan, Refused, Tombstones};
+pub use guard::{GuardedPlan, Refused, Tombstones};
 pub use model::{fallback_key, FieldVersion, Flight};
-pub use rules::{flights_to_load, plan};
+pub use plan::Plan;
+pub use rules::{flights_to_load, plan, plan_guarded};

@@ -2,10 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use super::change::{FlightChange, Plan, ScheduleSnapshot};
+use super::change::{FlightChange, ScheduleSnapshot};
 use super::event::EventDraft;
-use super::guard::{self, Guard};
+use super::guard::{self, Guard, GuardedPlan, Tombstones};
 use super::model::{FieldVersion, Flight};
+use super::plan::Plan;
 use crate::codec::model::{Body, DecodedMessage, FieldValue, FlightRecord, ScheduleKind};
 
 /// The `FLID`s the message names, deduplicated, in message order. Before calling [`plan`] the
@@ -49,7 +50,7 @@ pub fn plan(msg: &DecodedMessage, msg_id: i64, current: &BTreeMap<String, Flight
 }
 
 /// [`plan`] with every write admitted (or refused) by `guard` (see `guard.rs`).
-pub(super) fn plan_with(
+fn plan_with(
     msg: &DecodedMessage,
     msg_id: i64,
     current: &BTreeMap<String, Flight>,
@@ -202,4 +203,26 @@ fn upsert(
         after,
         changed,
     })
+}
+
+/// [`plan`] for a late message (`PROC_STATE.SOURCE = 'LATE'`): the same rules,
+/// except that no write may replace a newer version (see the `guard` module docs). `tombstones` are
+/// the newest deletes of the loaded and named flights. A guarded plan never lowers a field's
+/// version; with a message newer than every stored version and tombstone it equals `plan`.
+pub fn plan_guarded(
+    msg: &DecodedMessage,
+    msg_id: i64,
+    current: &BTreeMap<String, Flight>,
+    tombstones: &Tombstones,
+) -> GuardedPlan {
+    let version = FieldVersion {
+        at: msg.meta.sent_at,
+        msg_id,
+    };
+    let mut guard = Guard::late(version, tombstones);
+    let plan = plan_with(msg, msg_id, current, &mut guard);
+    GuardedPlan {
+        plan,
+        refused: guard.into_refused(),
+    }
 }

@@ -117,10 +117,14 @@ impl Inbox {
     /// Builds the adapter; connections open on first use.
     pub fn new(settings: &InboxSettings, names: &InboxNames, tz: Tz) -> Result<Self, InboxError> {
         let options: MySqlConnectOptions =
-            settings.url.parse().map_err(|source| InboxError::Url {
-                url: redact_url(&settings.url),
-                source,
-            })?;
+            settings
+                .url
+                .expose()
+                .parse()
+                .map_err(|source| InboxError::Url {
+                    url: redact_url(&settings.url),
+                    source,
+                })?;
         // Session bounds (whole seconds): a stalled connection or a lock held by someone else
         // fails the statement on the server too, not only our client-side query_timeout.
         let session = format!(

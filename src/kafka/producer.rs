@@ -71,7 +71,7 @@ pub fn client_config(k: &KafkaSettings, bootstrap: &str) -> Result<ClientConfig,
     if !k.sasl_mechanism.is_empty() {
         c.set("sasl.mechanism", &k.sasl_mechanism)
             .set("sasl.username", &k.sasl_username)
-            .set("sasl.password", &k.sasl_password);
+            .set("sasl.password", k.sasl_password.expose());
     }
     if !k.ssl_ca_location.is_empty() {
         c.set("ssl.ca.location", &k.ssl_ca_location);

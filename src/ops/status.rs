@@ -179,13 +179,35 @@ type HeadTuple = (
 impl Ops {
     /// Reads the status as of `now`.
     pub async fn status(&self, now: DateTime<Utc>) -> Result<Status, OpsError> {
+        let (watermark, holes) = self.watermark_and_holes(now).await?;
+        let head = self.head_status(watermark.w, now).await?;
+        let backlog = self.backlog_status(watermark.w, now).await?;
+        let drain = self.drain_status(backlog.unfinished, now).await?;
+        Ok(Status {
+            as_of: now,
+            watermark,
+            holes,
+            head,
+            backlog,
+            drain,
+            backfill: self.backfill_status(now).await?,
+            dispatch: self.dispatch_status(now).await?,
+            lease: self.lease_status().await?,
+        })
+    }
+
+    /// W and the holes above it.
+    async fn watermark_and_holes(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<(WatermarkStatus, HoleStatus), OpsError> {
         let pool = self.store.pool();
         let (w, hole_since, seeded_at, updated_at): CursorTuple = sqlx::query_as(
             "SELECT w, hole_since, seeded_at, updated_at FROM inbox_cursor WHERE id = 1",
         )
         .fetch_one(pool)
         .await?;
-        let (holes_open, missing_ids, first_missing): (i64, i64, Option<i64>) = sqlx::query_as(
+        let (open, missing_ids, first_missing): (i64, i64, Option<i64>) = sqlx::query_as(
             "SELECT count(*), COALESCE(sum(last_id - first_id + 1), 0)::bigint, \
                     min(first_id) FILTER (WHERE first_id = $1 + 1) \
              FROM inbox_hole",
@@ -193,6 +215,27 @@ impl Ops {
         .bind(w)
         .fetch_one(pool)
         .await?;
+        let watermark = WatermarkStatus {
+            w,
+            seeded_at,
+            updated_at,
+        };
+        let holes = HoleStatus {
+            open,
+            missing_ids,
+            first_missing,
+            oldest_since: hole_since,
+            oldest_age_seconds: age(now, hole_since),
+        };
+        Ok((watermark, holes))
+    }
+
+    /// The FIFO head at or below W.
+    async fn head_status(
+        &self,
+        w: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Option<HeadStatus>, OpsError> {
         let head: Option<HeadTuple> = sqlx::query_as(
             "SELECT msg_id, state, attempts, COALESCE(received_at, enqueued_at), error_class, \
                     error_text, next_attempt_at \
@@ -200,8 +243,24 @@ impl Ops {
              ORDER BY msg_id LIMIT 1",
         )
         .bind(w)
-        .fetch_optional(pool)
+        .fetch_optional(self.store.pool())
         .await?;
+        Ok(head.map(
+            |(msg_id, state, attempts, since, error_class, last_error, next)| HeadStatus {
+                msg_id,
+                state,
+                attempts,
+                since,
+                age_seconds: age(now, Some(since)).unwrap_or(0.0),
+                error_class,
+                last_error,
+                next_attempt_at: next,
+            },
+        ))
+    }
+
+    /// Unfinished rows by state.
+    async fn backlog_status(&self, w: i64, now: DateTime<Utc>) -> Result<BacklogStatus, OpsError> {
         let (pending, failed, beyond_w, oldest): (i64, i64, i64, Option<DateTime<Utc>>) =
             sqlx::query_as(
                 "SELECT count(*) FILTER (WHERE state = 'PENDING'), \
@@ -211,8 +270,24 @@ impl Ops {
                  FROM proc_state WHERE state IN ('PENDING', 'FAILED')",
             )
             .bind(w)
-            .fetch_one(pool)
+            .fetch_one(self.store.pool())
             .await?;
+        Ok(BacklogStatus {
+            pending,
+            failed,
+            unfinished: pending + failed,
+            beyond_w,
+            oldest_at: oldest,
+            oldest_age_seconds: age(now, oldest),
+        })
+    }
+
+    /// The recent processing rate and how long `unfinished` takes at it.
+    async fn drain_status(
+        &self,
+        unfinished: i64,
+        now: DateTime<Utc>,
+    ) -> Result<DrainStatus, OpsError> {
         let window = chrono::Duration::from_std(self.drain_window)
             .unwrap_or_else(|_| chrono::Duration::minutes(5));
         let (finished, first): (i64, Option<DateTime<Utc>>) = sqlx::query_as(
@@ -224,36 +299,8 @@ impl Ops {
         .bind(now - window)
         .bind(RATE_SAMPLE)
         .bind(now)
-        .fetch_one(pool)
+        .fetch_one(self.store.pool())
         .await?;
-        let backfill = self.store.backfill_backlog().await?;
-        let (missing_row, max_attempts): (i64, i64) = sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE backfill_abandon_reason = 'MISSING_ROW'), \
-                    count(*) FILTER (WHERE backfill_abandon_reason = 'MAX_ATTEMPTS') \
-             FROM proc_state WHERE backfill_abandon_reason IS NOT NULL",
-        )
-        .fetch_one(pool)
-        .await?;
-        let events = self.store.event_backlog().await?;
-        let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE state = 'DEAD'")
-            .fetch_one(pool)
-            .await?;
-        let (epoch, holder, acquired_at): (i64, Option<String>, Option<DateTime<Utc>>) =
-            sqlx::query_as("SELECT epoch, holder, acquired_at FROM instance_lease WHERE id = 1")
-                .fetch_one(pool)
-                .await?;
-        // Held = an unexpired lease renewed by a live session (the lease of store/lease.rs).
-        let held: bool = sqlx::query_scalar(
-            "SELECT COALESCE(holder IS NOT NULL AND backend_pid IS NOT NULL \
-                    AND expires_at > clock_timestamp() \
-                    AND EXISTS (SELECT 1 FROM pg_stat_activity a \
-                                WHERE a.pid = instance_lease.backend_pid), false) \
-             FROM instance_lease WHERE id = 1",
-        )
-        .fetch_one(pool)
-        .await?;
-
-        let unfinished = pending + failed;
         let window_s = self.drain_window.as_secs_f64().max(1.0);
         // A full sample covers less than the window: its own span is the rate's base.
         let span = match first {
@@ -268,66 +315,70 @@ impl Ops {
         } else {
             ("seconds", Some(unfinished as f64 / rate))
         };
-        Ok(Status {
-            as_of: now,
-            watermark: WatermarkStatus {
-                w,
-                seeded_at,
-                updated_at,
-            },
-            holes: HoleStatus {
-                open: holes_open,
-                missing_ids,
-                first_missing,
-                oldest_since: hole_since,
-                oldest_age_seconds: age(now, hole_since),
-            },
-            head: head.map(
-                |(msg_id, state, attempts, since, error_class, last_error, next)| HeadStatus {
-                    msg_id,
-                    state,
-                    attempts,
-                    since,
-                    age_seconds: age(now, Some(since)).unwrap_or(0.0),
-                    error_class,
-                    last_error,
-                    next_attempt_at: next,
-                },
-            ),
-            backlog: BacklogStatus {
-                pending,
-                failed,
-                unfinished,
-                beyond_w,
-                oldest_at: oldest,
-                oldest_age_seconds: age(now, oldest),
-            },
-            drain: DrainStatus {
-                window_seconds: window_s,
-                finished_in_window: finished,
-                rate_per_second: rate,
-                estimate,
-                estimated_seconds,
-            },
-            backfill: BackfillStatus {
-                pending: backfill.pending,
-                oldest_at: backfill.oldest,
-                oldest_age_seconds: age(now, backfill.oldest),
-                abandoned_missing_row: missing_row,
-                abandoned_max_attempts: max_attempts,
-            },
-            dispatch: DispatchStatus {
-                pending: events.pending,
-                oldest_at: events.oldest,
-                oldest_age_seconds: age(now, events.oldest),
-                dead,
-            },
-            lease: LeaseStatus {
-                holder,
-                epoch,
-                acquired_at,
-                held,
-            },
+        Ok(DrainStatus {
+            window_seconds: window_s,
+            finished_in_window: finished,
+            rate_per_second: rate,
+            estimate,
+            estimated_seconds,
+        })
+    }
+
+    /// Terminal rows waiting for their inbox mark, and the abandoned ones.
+    async fn backfill_status(&self, now: DateTime<Utc>) -> Result<BackfillStatus, OpsError> {
+        let backfill = self.store.backfill_backlog().await?;
+        let (missing_row, max_attempts): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE backfill_abandon_reason = 'MISSING_ROW'), \
+                    count(*) FILTER (WHERE backfill_abandon_reason = 'MAX_ATTEMPTS') \
+             FROM proc_state WHERE backfill_abandon_reason IS NOT NULL",
+        )
+        .fetch_one(self.store.pool())
+        .await?;
+        Ok(BackfillStatus {
+            pending: backfill.pending,
+            oldest_at: backfill.oldest,
+            oldest_age_seconds: age(now, backfill.oldest),
+            abandoned_missing_row: missing_row,
+            abandoned_max_attempts: max_attempts,
+        })
+    }
+
+    /// Events waiting for Kafka, and the dead ones.
+    async fn dispatch_status(&self, now: DateTime<Utc>) -> Result<DispatchStatus, OpsError> {
+        let events = self.store.event_backlog().await?;
+        let dead: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE state = 'DEAD'")
+            .fetch_one(self.store.pool())
+            .await?;
+        Ok(DispatchStatus {
+            pending: events.pending,
+            oldest_at: events.oldest,
+            oldest_age_seconds: age(now, events.oldest),
+            dead,
+        })
+    }
+
+    /// The lease row and whether a live instance holds it.
+    async fn lease_status(&self) -> Result<LeaseStatus, OpsError> {
+        let pool = self.store.pool();
+        let (epoch, holder, acquired_at): (i64, Option<String>, Option<DateTime<Utc>>) =
+            sqlx::query_as("SELECT epoch, holder, acquired_at FROM instance_lease WHERE id = 1")
+                .fetch_one(pool)
+                .await?;
+        // Held = an unexpired lease renewed by a live session (the lease of store/lease.rs).
+        let held: bool = sqlx::query_scalar(
+            "SELECT COALESCE(holder IS NOT NULL AND backend_pid IS NOT NULL \
+                    AND expires_at > clock_timestamp() \
+                    AND EXISTS (SELECT 1 FROM pg_stat_activity a \
+                                WHERE a.pid = instance_lease.backend_pid), false) \
+             FROM instance_lease WHERE id = 1",
+        )
+        .fetch_one(pool)
+        .await?;
+        Ok(LeaseStatus {
+            holder,
+            epoch,
+            acquired_at,
+            held,
         })
     }
 }
@@ -335,26 +386,33 @@ impl Ops {
 impl Status {
     /// The status for people: one block per part, the things to act on first.
     pub fn render(&self) -> String {
-        use std::fmt::Write as _;
-        let mut out = String::new();
-        let secs = |s: Option<f64>| {
-            s.map(|s| {
-                humantime::format_duration(std::time::Duration::from_secs(s as u64)).to_string()
-            })
-            .unwrap_or_else(|| "-".into())
-        };
-        let _ = writeln!(out, "msgexchange status as of {}", self.as_of.to_rfc3339());
-        let _ = writeln!(
-            out,
+        let lines = [
+            format!("msgexchange status as of {}", self.as_of.to_rfc3339()),
+            self.watermark_line(),
+            self.holes_line(),
+            self.head_line(),
+            self.backlog_line(),
+            self.drain_line(),
+            self.backfill_line(),
+            self.dispatch_line(),
+            self.lease_line(),
+        ];
+        lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+
+    fn watermark_line(&self) -> String {
+        format!(
             "watermark   W={}{}",
             self.watermark.w,
             self.watermark
                 .seeded_at
                 .map(|t| format!(" (seeded {})", t.to_rfc3339()))
                 .unwrap_or_default()
-        );
-        let _ = writeln!(
-            out,
+        )
+    }
+
+    fn holes_line(&self) -> String {
+        format!(
             "holes       open={} missing_ids={} waiting_at={} oldest_age={}",
             self.holes.open,
             self.holes.missing_ids,
@@ -362,39 +420,41 @@ impl Status {
                 .first_missing
                 .map_or_else(|| "-".to_string(), |id| id.to_string()),
             secs(self.holes.oldest_age_seconds)
-        );
-        match &self.head {
-            Some(h) => {
-                let _ = writeln!(
-                    out,
-                    "head        id={} state={} attempts={} age={}{}",
-                    h.msg_id,
-                    h.state,
-                    h.attempts,
-                    secs(Some(h.age_seconds)),
-                    match (&h.error_class, &h.last_error) {
-                        (Some(c), Some(e)) => format!(" last_error={c}: {e}"),
-                        (Some(c), None) => format!(" last_error={c}"),
-                        _ => String::new(),
-                    }
-                );
+        )
+    }
+
+    fn head_line(&self) -> String {
+        let Some(h) = &self.head else {
+            return "head        none (nothing to process up to W)".into();
+        };
+        format!(
+            "head        id={} state={} attempts={} age={}{}",
+            h.msg_id,
+            h.state,
+            h.attempts,
+            secs(Some(h.age_seconds)),
+            match (&h.error_class, &h.last_error) {
+                (Some(c), Some(e)) => format!(" last_error={c}: {e}"),
+                (Some(c), None) => format!(" last_error={c}"),
+                _ => String::new(),
             }
-            None => {
-                let _ = writeln!(out, "head        none (nothing to process up to W)");
-            }
-        }
+        )
+    }
+
+    fn backlog_line(&self) -> String {
         let b = &self.backlog;
-        let _ = writeln!(
-            out,
+        format!(
             "backlog     pending={} failed={} beyond_w={} oldest_age={}",
             b.pending,
             b.failed,
             b.beyond_w,
             secs(b.oldest_age_seconds)
-        );
+        )
+    }
+
+    fn drain_line(&self) -> String {
         let d = &self.drain;
-        let _ = writeln!(
-            out,
+        format!(
             "drain       {} ({:.1} msg/s over {})",
             match d.estimate {
                 "seconds" => format!("~{}", secs(d.estimated_seconds)),
@@ -402,27 +462,33 @@ impl Status {
             },
             d.rate_per_second,
             secs(Some(d.window_seconds))
-        );
+        )
+    }
+
+    fn backfill_line(&self) -> String {
         let f = &self.backfill;
-        let _ = writeln!(
-            out,
+        format!(
             "backfill    pending={} oldest_age={} abandoned: missing_row={} max_attempts={}",
             f.pending,
             secs(f.oldest_age_seconds),
             f.abandoned_missing_row,
             f.abandoned_max_attempts
-        );
+        )
+    }
+
+    fn dispatch_line(&self) -> String {
         let e = &self.dispatch;
-        let _ = writeln!(
-            out,
+        format!(
             "dispatch    pending={} oldest_age={} dead={}",
             e.pending,
             secs(e.oldest_age_seconds),
             e.dead
-        );
+        )
+    }
+
+    fn lease_line(&self) -> String {
         let l = &self.lease;
-        let _ = writeln!(
-            out,
+        format!(
             "lease       {} holder={} epoch={}{}",
             if l.held {
                 "held"
@@ -434,7 +500,12 @@ impl Status {
             l.acquired_at
                 .map(|t| format!(" since {}", t.to_rfc3339()))
                 .unwrap_or_default()
-        );
-        out
+        )
     }
+}
+
+/// Seconds for people (`1m 30s`), `-` when unknown.
+fn secs(s: Option<f64>) -> String {
+    s.map(|s| humantime::format_duration(std::time::Duration::from_secs(s as u64)).to_string())
+        .unwrap_or_else(|| "-".into())
 }

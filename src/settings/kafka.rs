@@ -1,14 +1,14 @@
 //! `[kafka]` (where events go) and `[dispatch]` (how the dispatcher drains `MSG_EVENT`).
 
-use std::fmt;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::{check_nonzero, humantime_serde_compat, invalid, SettingsError};
+use super::secret::{redact_pair, Secret, SecretPairs};
+use super::{check_nonzero, check_retries, duration, invalid, SettingsError};
 
 /// Kafka: the broker, topics, producer tuning and security pass-through.
-#[derive(Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSettings {
     /// Bootstrap list `host:port[,host:port]`, or `embedded` for librdkafka's in-process mock
@@ -23,17 +23,17 @@ pub struct KafkaSettings {
     /// CloudEvents `ce_source` of every event (a URI reference naming this service instance).
     pub ce_source: String,
     /// `linger.ms`: how long the producer waits to fill a batch (latency vs throughput).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub linger: Duration,
     /// `batch.size` in bytes.
     pub batch_bytes: u32,
     /// `compression.type`: none | gzip | snappy | lz4.
     pub compression: String,
     /// `message.timeout.ms`: a send not acknowledged by then fails and the event backs off.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub delivery_timeout: Duration,
     /// `request.timeout.ms`: one produce request's ack timeout.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub request_timeout: Duration,
     /// `security.protocol`: plaintext | ssl | sasl_plaintext | sasl_ssl.
     pub security_protocol: String,
@@ -41,29 +41,29 @@ pub struct KafkaSettings {
     pub sasl_mechanism: String,
     /// `sasl.username`.
     pub sasl_username: String,
-    /// `sasl.password`; never logged.
-    pub sasl_password: String,
+    /// `sasl.password`; never printed.
+    pub sasl_password: Secret,
     /// `ssl.ca.location` ("" = system default).
     pub ssl_ca_location: String,
     /// Any other librdkafka property, `key=value;key=value` (e.g. `ssl.certificate.location=…`).
-    /// Values of keys containing `password` or `secret` are never logged.
-    pub extra: String,
+    /// Values of keys containing `password` or `secret` are never printed.
+    pub extra: Secret<SecretPairs>,
 }
 
 /// The dispatcher's draining rules.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DispatchSettings {
     /// Events read per round (all produced concurrently across keys, in order within a key).
     pub batch: u32,
     /// How often the dispatcher looks for events when nobody woke it (a safety net).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub idle_poll: Duration,
     /// First retry delay after a failed send (doubles per attempt).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub retry_initial: Duration,
     /// Longest retry delay.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub retry_max: Duration,
     /// Failed sends after which the event is copied to the dead-letter topic and marked DEAD.
     pub max_attempts: i32,
@@ -80,6 +80,7 @@ impl KafkaSettings {
         let mut out = Vec::new();
         for part in self
             .extra
+            .expose()
             .split(';')
             .map(str::trim)
             .filter(|p| !p.is_empty())
@@ -113,27 +114,7 @@ impl KafkaSettings {
     }
 
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
-        let brokers = self.brokers.trim();
-        if brokers.is_empty() {
-            return Err(invalid(
-                "kafka.brokers",
-                "empty; give host:port[,host:port] or `embedded`",
-            ));
-        }
-        if !self.is_embedded() {
-            for b in brokers.split(',') {
-                let b = b.trim();
-                let ok = b
-                    .rsplit_once(':')
-                    .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
-                if !ok {
-                    return Err(invalid(
-                        "kafka.brokers",
-                        format!("`{b}` is not host:port (or use `embedded`)"),
-                    ));
-                }
-            }
-        }
+        self.check_brokers()?;
         check_topic(&self.topic, "kafka.topic")?;
         check_topic(&self.dlq_topic, "kafka.dlq_topic")?;
         if self.topic == self.dlq_topic {
@@ -148,6 +129,40 @@ impl KafkaSettings {
                 "empty (CloudEvents requires a source)",
             ));
         }
+        self.check_producer()?;
+        self.check_security()?;
+        self.extra_pairs()?;
+        Ok(())
+    }
+
+    fn check_brokers(&self) -> Result<(), SettingsError> {
+        let brokers = self.brokers.trim();
+        if brokers.is_empty() {
+            return Err(invalid(
+                "kafka.brokers",
+                "empty; give host:port[,host:port] or `embedded`",
+            ));
+        }
+        if self.is_embedded() {
+            return Ok(());
+        }
+        for b in brokers.split(',') {
+            let b = b.trim();
+            let ok = b
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !ok {
+                return Err(invalid(
+                    "kafka.brokers",
+                    format!("`{b}` is not host:port (or use `embedded`)"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Producer tuning: linger, batch size, compression, timeouts.
+    fn check_producer(&self) -> Result<(), SettingsError> {
         if self.linger > Duration::from_secs(5) {
             return Err(invalid("kafka.linger", "longer than 5s"));
         }
@@ -171,6 +186,11 @@ impl KafkaSettings {
                 "longer than kafka.delivery_timeout",
             ));
         }
+        Ok(())
+    }
+
+    /// The security protocol and the SASL mechanism it needs (or must not have).
+    fn check_security(&self) -> Result<(), SettingsError> {
         let proto = self.security_protocol.to_ascii_lowercase();
         if !matches!(
             proto.as_str(),
@@ -202,7 +222,6 @@ impl KafkaSettings {
                 "set, but kafka.security_protocol is not sasl_*",
             ));
         }
-        self.extra_pairs()?;
         Ok(())
     }
 }
@@ -213,17 +232,16 @@ impl DispatchSettings {
             return Err(invalid("dispatch.batch", "outside 1..=10000"));
         }
         check_nonzero(self.idle_poll, "dispatch.idle_poll")?;
-        check_nonzero(self.retry_initial, "dispatch.retry_initial")?;
-        if self.retry_max < self.retry_initial {
-            return Err(invalid(
+        check_retries(
+            [
+                "dispatch.retry_initial",
                 "dispatch.retry_max",
-                "shorter than dispatch.retry_initial",
-            ));
-        }
-        if self.max_attempts < 1 {
-            return Err(invalid("dispatch.max_attempts", "must be at least 1"));
-        }
-        Ok(())
+                "dispatch.max_attempts",
+            ],
+            self.retry_initial,
+            self.retry_max,
+            self.max_attempts,
+        )
     }
 }
 
@@ -291,57 +309,6 @@ fn check_topic(t: &str, key: &'static str) -> Result<(), SettingsError> {
             key,
             format!("`{t}` is not a Kafka topic name ([a-zA-Z0-9._-], 1..=249)"),
         ))
-    }
-}
-
-fn is_secret_key(k: &str) -> bool {
-    let k = k.to_ascii_lowercase();
-    k.contains("password") || k.contains("secret")
-}
-
-fn redact_pair(part: &str) -> String {
-    match part.split_once('=') {
-        Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
-        _ => part.to_string(),
-    }
-}
-
-/// `extra` with secret values replaced, safe for logs.
-pub fn redact_extra(extra: &str) -> String {
-    extra
-        .split(';')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(redact_pair)
-        .collect::<Vec<_>>()
-        .join(";")
-}
-
-impl fmt::Debug for KafkaSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let password = if self.sasl_password.is_empty() {
-            ""
-        } else {
-            "***"
-        };
-        f.debug_struct("KafkaSettings")
-            .field("brokers", &self.brokers)
-            .field("topic", &self.topic)
-            .field("dlq_topic", &self.dlq_topic)
-            .field("client_id", &self.client_id)
-            .field("ce_source", &self.ce_source)
-            .field("linger", &self.linger)
-            .field("batch_bytes", &self.batch_bytes)
-            .field("compression", &self.compression)
-            .field("delivery_timeout", &self.delivery_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("security_protocol", &self.security_protocol)
-            .field("sasl_mechanism", &self.sasl_mechanism)
-            .field("sasl_username", &self.sasl_username)
-            .field("sasl_password", &password)
-            .field("ssl_ca_location", &self.ssl_ca_location)
-            .field("extra", &redact_extra(&self.extra))
-            .finish()
     }
 }
 

@@ -1,24 +1,23 @@
-//! The configuration layers of the binary: `config/default.toml` compiled in as the base (so
-//! `msgexchange` runs from any directory), then `--config FILE`, then `--config-extra FILE`,
-//! then `MSGX_*` variables; and the effective configuration printed as TOML with every secret
-//! redacted (`check-config`).
+//! The configuration layers, for the binary and the tests alike: `config/default.toml` compiled
+//! in as the base (so `msgexchange` runs from any directory), then `--config FILE`, then
+//! `--config-extra FILE`, then `MSGX_*` variables; and the effective configuration printed as
+//! TOML with every secret redacted (`check-config`).
 
 use std::path::Path;
 
-use super::{env_source, redact_extra, redact_url, Settings, SettingsError};
+use super::{Settings, SettingsError};
 
 /// The shipped defaults, compiled into the binary: every key with its documentation.
 pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 
-/// Keys whose value is a secret however it is spelled (`http.admin_token`,
-/// `kafka.sasl_password`, `http.read_tokens`, …).
-const SECRET_WORDS: &[&str] = &["password", "token", "secret"];
-
-fn layered(
+/// The one loader: the layers, then typed parsing (unknown keys refused, durations bounded),
+/// then validation. `env: None` reads the process's `MSGX_*` variables; tests give the pairs
+/// instead (the process environment is shared by parallel tests).
+fn load_layers(
     config: Option<&Path>,
     extra: Option<&Path>,
-    env: Option<config::Map<String, String>>,
-) -> config::ConfigBuilder<config::builder::DefaultState> {
+    env: Option<&[(&str, &str)]>,
+) -> Result<Settings, SettingsError> {
     let mut builder = config::Config::builder().add_source(config::File::from_str(
         DEFAULT_TOML,
         config::FileFormat::Toml,
@@ -26,72 +25,60 @@ fn layered(
     for file in [config, extra].into_iter().flatten() {
         builder = builder.add_source(config::File::from(file).required(true));
     }
-    builder.add_source(env_source(env))
+    let env = env.map(|pairs| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    });
+    let settings: Settings = builder
+        .add_source(env_source(env))
+        .build()
+        .and_then(config::Config::try_deserialize::<Settings>)
+        .map_err(|e| SettingsError::Load(e.to_string()))?;
+    settings.validate()?;
+    Ok(settings)
+}
+
+/// `MSGX_SECTION__KEY` (e.g. `MSGX_PIPELINE__MAX_COMMIT_DELAY=5m`), from `map` or the process.
+fn env_source(map: Option<config::Map<String, String>>) -> config::Environment {
+    config::Environment::with_prefix("MSGX")
+        .prefix_separator("_")
+        .separator("__")
+        .try_parsing(true)
+        .source(map)
 }
 
 impl Settings {
-    /// The compiled-in defaults, then `config` (a full or partial file), then `extra`, then
-    /// the `MSGX_*` environment. A file named but missing is an error naming it.
+    /// What the binary loads: the compiled-in defaults, then `config` (a full or partial
+    /// file), then `extra`, then the `MSGX_*` environment. A file named but missing is an
+    /// error naming it.
     pub fn load_layered(
         config: Option<&Path>,
         extra: Option<&Path>,
     ) -> Result<Self, SettingsError> {
-        Self::from_builder(layered(config, extra, None))
+        load_layers(config, extra, None)
     }
 
-    /// Same as [`Settings::load_layered`] with explicit environment pairs (tests).
+    /// The same layers with these `MSGX_*` pairs as the environment (tests: the process
+    /// environment is shared by tests running in parallel).
     pub fn load_layered_with_env(
         config: Option<&Path>,
         env: &[(&str, &str)],
     ) -> Result<Self, SettingsError> {
-        Self::from_builder(layered(config, None, Some(env_map(env))))
+        load_layers(config, None, Some(env))
     }
 
-    /// The effective configuration of these layers as TOML, validated, with every secret
-    /// replaced by `"***"` (passwords in URLs too): what `check-config` prints.
+    /// The effective configuration of these layers as TOML, validated, every secret printed
+    /// by its type's redaction (`"***"`, passwords in URLs too): what `check-config` prints.
+    /// Durations are written in days, hours, minutes and seconds (`"30d"`, `"1h 30m"`).
     pub fn effective_toml(
         config: Option<&Path>,
         extra: Option<&Path>,
         env: Option<&[(&str, &str)]>,
     ) -> Result<String, SettingsError> {
-        let env = env.map(env_map);
-        Self::from_builder(layered(config, extra, env.clone()))?;
-        let merged = layered(config, extra, env)
-            .build()
-            .map_err(|e| SettingsError::Load(e.to_string()))?;
-        let mut table: toml::Table = merged
-            .try_deserialize()
-            .map_err(|e| SettingsError::Load(e.to_string()))?;
-        redact_table(&mut table);
-        toml::to_string_pretty(&table).map_err(|e| SettingsError::Load(e.to_string()))
-    }
-}
-
-fn env_map(env: &[(&str, &str)]) -> config::Map<String, String> {
-    env.iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-/// Redacts secrets in place: values of secret-named keys, URL passwords, `kafka.extra`
-/// secret pairs.
-fn redact_table(table: &mut toml::Table) {
-    for (key, value) in table.iter_mut() {
-        let lower = key.to_ascii_lowercase();
-        match value {
-            toml::Value::Table(inner) => redact_table(inner),
-            toml::Value::String(s)
-                if !s.is_empty() && SECRET_WORDS.iter().any(|w| lower.contains(w)) =>
-            {
-                *s = "***".into();
-            }
-            toml::Value::String(s) if SECRET_WORDS.iter().any(|w| lower.contains(w)) => {}
-            toml::Value::String(s) if lower == "url" || lower.ends_with("_url") => {
-                *s = redact_url(s);
-            }
-            toml::Value::String(s) if lower == "extra" => *s = redact_extra(s),
-            _ => {}
-        }
+        let settings = load_layers(config, extra, env)?;
+        toml::to_string_pretty(&settings).map_err(|e| SettingsError::Load(e.to_string()))
     }
 }
 

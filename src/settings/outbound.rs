@@ -2,12 +2,12 @@
 //! seed §7, SPEC §7/§12) — the columns we write, who we are, and the daily schedule request.
 
 use chrono::NaiveTime;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{invalid, SettingsError};
 
 /// The outbound path.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutboundSettings {
     /// Auto-increment id column of `inbox.out_table` (read: floor and look-up; never written).

@@ -7,49 +7,49 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use super::{check_nonzero, humantime_serde_compat, invalid, Settings, SettingsError};
+use super::{check_nonzero, duration, invalid, SettingsError};
 
 /// Retention of PROC_STATE, SCHD_SNAP_LOG, MSG_EVENT, AUDIT_LOG, LATE_WATCH and the raw-text
 /// copies, the pace of the housekeeping actor that applies it, and the owner's retention.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetentionSettings {
     /// Turns the housekeeping actor on (false: nothing is archived or deleted).
     pub enabled: bool,
     /// A terminal PROC_STATE row that is marked moves to PROC_STATE_HST this long after it
     /// became terminal (and once it has no events or schedule snapshot left).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub proc_state: Duration,
     /// A terminal row whose marking was abandoned (MISSING_ROW / MAX_ATTEMPTS) moves this long
     /// after it was abandoned (and `proc_state` after it became terminal): the time an
     /// operator has to recover it (`recover-backfill`).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub abandoned_grace: Duration,
     /// SCHD_SNAP_LOG rows (applied schedules) are deleted this long after they were applied
     /// (the seed: 90 days).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub schd_snap_log: Duration,
     /// SENT events are deleted this long after the broker acknowledged them. PENDING and DEAD
     /// events are never deleted; FLIGHT_DELETED events are kept (the late guard's tombstones).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub msg_event_sent: Duration,
     /// Audit rows (operator actions) are deleted this long after the action.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub audit_log: Duration,
     /// Detected late arrivals (`late_watch`) are deleted this long after detection, and watch
     /// ranges this long after their window closed (the detector closes them at
     /// `late.watch_window` already; this catches ranges it never got to).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub late_watch: Duration,
     /// How often a housekeeping job starts (after the previous one finished).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub period: Duration,
     /// Rows per batch (one transaction each).
     pub batch: u32,
     /// Pause between two batches: the job yields the store to the pump and the sweeper.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub batch_pause: Duration,
     /// A job stops after this many batches (the rest waits for the next period).
     pub max_batches: u32,
@@ -57,7 +57,7 @@ pub struct RetentionSettings {
     /// it (Q6/Q7/Q9; the owner's number, not ours). `backfill.overdue_after` (R) must not
     /// exceed it (seed §5.2: `R ≤ R_keep`, so a row whose mark keeps failing is retried before
     /// the owner's retention runs out).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub r_keep: Duration,
     /// Keep our own compressed copy of each message's raw text, written in the business
     /// transaction that records its outcome; a replay falls back to it once the inbox row is
@@ -65,7 +65,7 @@ pub struct RetentionSettings {
     pub raw_copy: bool,
     /// How long a copy is kept after the pump last wrote it; older copies are deleted in
     /// batches (`store::raw_copy::purge_expired_raw_copies`).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub replay_window: Duration,
     /// Whether the housekeeper runs `VACUUM (ANALYZE)` / `ANALYZE` on our own tables itself:
     /// `auto` only where the server's autovacuum does not cover them (`autovacuum = off`, or a
@@ -75,7 +75,7 @@ pub struct RetentionSettings {
     pub vacuum: VacuumMode,
     /// How often the housekeeper reads the tables' dead-tuple counts (`pg_stat_user_tables`)
     /// and vacuums the ones past the threshold.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "duration")]
     pub vacuum_check: Duration,
     /// A table is vacuumed once its dead tuples exceed
     /// `vacuum_threshold + vacuum_scale_factor × live tuples` (PostgreSQL's own rule), and
@@ -86,7 +86,7 @@ pub struct RetentionSettings {
 }
 
 /// `retention.vacuum`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum VacuumMode {
     /// Only the tables the server's autovacuum does not cover.
@@ -98,9 +98,9 @@ pub enum VacuumMode {
 }
 
 impl RetentionSettings {
-    /// Every duration key with its value (for the common upper bound).
-    pub fn durations(&self) -> Vec<(&'static str, Duration)> {
-        vec![
+    /// The durations that must be longer than zero, with their keys.
+    fn nonzero_durations(&self) -> [(&'static str, Duration); 10] {
+        [
             ("retention.proc_state", self.proc_state),
             ("retention.abandoned_grace", self.abandoned_grace),
             ("retention.schd_snap_log", self.schd_snap_log),
@@ -108,7 +108,6 @@ impl RetentionSettings {
             ("retention.audit_log", self.audit_log),
             ("retention.late_watch", self.late_watch),
             ("retention.period", self.period),
-            ("retention.batch_pause", self.batch_pause),
             ("retention.r_keep", self.r_keep),
             ("retention.replay_window", self.replay_window),
             ("retention.vacuum_check", self.vacuum_check),
@@ -116,10 +115,8 @@ impl RetentionSettings {
     }
 
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
-        for (key, d) in self.durations() {
-            if key != "retention.batch_pause" {
-                check_nonzero(d, key)?;
-            }
+        for (key, d) in self.nonzero_durations() {
+            check_nonzero(d, key)?;
         }
         if self.batch == 0 || self.batch > 50_000 {
             return Err(invalid(
@@ -152,26 +149,4 @@ impl RetentionSettings {
         }
         Ok(())
     }
-}
-
-/// `R ≤ R_keep` and a usable replay window.
-pub(super) fn validate(s: &Settings) -> Result<(), SettingsError> {
-    let r = &s.retention;
-    check_nonzero(r.r_keep, "retention.r_keep")?;
-    check_nonzero(r.replay_window, "retention.replay_window")?;
-    let overdue = s.backfill.overdue_after;
-    if overdue > r.r_keep {
-        return Err(invalid(
-            "backfill.overdue_after",
-            format!(
-                "R = {} exceeds retention.r_keep = {} (the DB owner's retention of marked rows, \
-                 Q6/Q7): R must be at most R_keep (seed §5.2), else a row whose mark keeps \
-                 failing is force-retried only after the owner's retention ran out; lower \
-                 backfill.overdue_after or confirm a longer retention with the DB owner",
-                humantime::format_duration(overdue),
-                humantime::format_duration(r.r_keep)
-            ),
-        ));
-    }
-    Ok(())
 }

@@ -133,10 +133,11 @@ impl Store {
 
 /// The connect options of our sessions: the URL with our statement, lock and idle timeouts.
 pub(super) fn session_options(settings: &StoreSettings) -> Result<PgConnectOptions, StoreError> {
-    let options = PgConnectOptions::from_str(&settings.url).map_err(|source| StoreError::Url {
-        url: redact_url(&settings.url),
-        source,
-    })?;
+    let options =
+        PgConnectOptions::from_str(settings.url.expose()).map_err(|source| StoreError::Url {
+            url: redact_url(&settings.url),
+            source,
+        })?;
     Ok(options.options([
         (
             "statement_timeout",

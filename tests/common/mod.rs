@@ -145,7 +145,9 @@ impl TestEnv {
             ("MSGX_STORE__MAX_CONNECTIONS", "4"),
         ];
         env.extend_from_slice(extra);
-        Settings::load_with_env(&default_toml(), &env).expect("test settings")
+        // The binary's loader and layers (`binary_env`: default.toml as `--config`), with the
+        // overrides as its `MSGX_*` environment.
+        Settings::load_layered_with_env(Some(&default_toml()), &env).expect("test settings")
     }
 
     /// Environment variables for running the binary against this env.

@@ -10,6 +10,7 @@ mod flights;
 mod generator;
 mod kind;
 mod malformed;
+mod pool;
 mod render_common;
 mod render_fdel;
 mod render_flop;

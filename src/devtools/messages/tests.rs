@@ -1,6 +1,6 @@
 use chrono::{NaiveDate, NaiveDateTime};
 
-use super::flights::POOL_MAX;
+use super::pool::POOL_MAX;
 use super::xml::escape;
 use super::*;
 

@@ -1,0 +1,246 @@
+//! Secrets in the configuration: a type that never prints its value. `Debug`, `Display` and
+//! `Serialize` (what `check-config` prints) show only the redacted form; the value itself is
+//! read with an explicit [`Secret::expose`] where it is used (a connection, a token check).
+//! What is redacted is decided by the field's type, not by a list of key names.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// How a secret of one kind is shown.
+pub trait Redaction {
+    /// The printable form of `raw`.
+    fn redact(raw: &str) -> String;
+}
+
+/// The whole value is secret (a password, a token, a token list): `***`, or `""` when unset
+/// (so an operator sees that it is unset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Whole;
+
+impl Redaction for Whole {
+    fn redact(raw: &str) -> String {
+        if raw.is_empty() {
+            String::new()
+        } else {
+            "***".into()
+        }
+    }
+}
+
+/// A URL whose password is secret: shown with the password as `***`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UrlPassword;
+
+impl Redaction for UrlPassword {
+    fn redact(raw: &str) -> String {
+        redact_url(raw)
+    }
+}
+
+/// `key=value;key=value` properties where values of `*password*` / `*secret*` keys are secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SecretPairs;
+
+impl Redaction for SecretPairs {
+    fn redact(raw: &str) -> String {
+        redact_extra(raw)
+    }
+}
+
+/// A configured secret; see the module docs.
+pub struct Secret<R: Redaction = Whole> {
+    raw: String,
+    kind: PhantomData<R>,
+}
+
+/// A database URL that may carry a password.
+pub type SecretUrl = Secret<UrlPassword>;
+
+impl<R: Redaction> Secret<R> {
+    /// The value itself, for the one place that needs it. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.raw
+    }
+
+    /// True when unset.
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// The printable form.
+    pub fn redacted(&self) -> String {
+        R::redact(&self.raw)
+    }
+}
+
+impl<R: Redaction> Clone for Secret<R> {
+    fn clone(&self) -> Self {
+        self.raw.clone().into()
+    }
+}
+
+impl<R: Redaction> Default for Secret<R> {
+    fn default() -> Self {
+        String::new().into()
+    }
+}
+
+impl<R: Redaction> PartialEq for Secret<R> {
+    fn eq(&self, other: &Self) -> bool {
+        self.raw == other.raw
+    }
+}
+
+impl<R: Redaction> Eq for Secret<R> {}
+
+impl<R: Redaction> From<String> for Secret<R> {
+    fn from(raw: String) -> Self {
+        Secret {
+            raw,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<R: Redaction> From<&str> for Secret<R> {
+    fn from(raw: &str) -> Self {
+        raw.to_string().into()
+    }
+}
+
+impl<R: Redaction> fmt::Debug for Secret<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.redacted(), f)
+    }
+}
+
+impl<R: Redaction> fmt::Display for Secret<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl<'de, R: Redaction> Deserialize<'de> for Secret<R> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d).map(Self::from)
+    }
+}
+
+impl<R: Redaction> Serialize for Secret<R> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.redacted())
+    }
+}
+
+/// Text that [`redact_url`] can show: a plain URL, or a [`SecretUrl`] (shown redacted without
+/// exposing it at the call site).
+pub trait UrlText {
+    /// The URL as text, password included.
+    fn url_text(&self) -> &str;
+}
+
+impl UrlText for str {
+    fn url_text(&self) -> &str {
+        self
+    }
+}
+
+impl UrlText for String {
+    fn url_text(&self) -> &str {
+        self
+    }
+}
+
+impl UrlText for SecretUrl {
+    fn url_text(&self) -> &str {
+        &self.raw
+    }
+}
+
+/// A URL with its password replaced by `***`, safe for logs and errors.
+pub fn redact_url(url: &(impl UrlText + ?Sized)) -> String {
+    let url = url.url_text();
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest = &url[scheme_end + 3..];
+    let Some(at) = rest.find('@') else {
+        return url.to_string();
+    };
+    let creds = &rest[..at];
+    match creds.find(':') {
+        Some(colon) => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &creds[..colon],
+            &rest[at..]
+        ),
+        None => url.to_string(),
+    }
+}
+
+/// librdkafka property names whose values are secret (`ssl.key.password`,
+/// `sasl.oauthbearer.client.secret`, …): `kafka.extra` is free-form, so its pairs are judged
+/// by name.
+pub(super) fn is_secret_key(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    k.contains("password") || k.contains("secret")
+}
+
+/// One `key=value` pair with a secret value replaced.
+pub(super) fn redact_pair(part: &str) -> String {
+    match part.split_once('=') {
+        Some((k, _)) if is_secret_key(k) => format!("{k}=***"),
+        _ => part.to_string(),
+    }
+}
+
+/// `extra` with secret values replaced, safe for logs.
+pub fn redact_extra(extra: &str) -> String {
+    extra
+        .split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(redact_pair)
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_prints_only_redacted() {
+        let token: Secret = "operator-secret-0123456789".into();
+        assert_eq!(format!("{token:?}"), "\"***\"");
+        assert_eq!(token.to_string(), "***");
+        assert_eq!(token.expose(), "operator-secret-0123456789");
+        assert_eq!(
+            Secret::<Whole>::default().to_string(),
+            "",
+            "unset shows unset"
+        );
+        let url: SecretUrl = "postgres://app:s3cret@db:5432/msgx".into();
+        assert_eq!(format!("{url}"), "postgres://app:***@db:5432/msgx");
+        assert_eq!(redact_url(&url), "postgres://app:***@db:5432/msgx");
+        assert!(!format!("{url:?}").contains("s3cret"));
+        let extra: Secret<SecretPairs> = "ssl.key.password=k3y;linger.ms=2".into();
+        assert_eq!(extra.to_string(), "ssl.key.password=***;linger.ms=2");
+        let toml =
+            toml::to_string(&std::collections::BTreeMap::from([("t", &token)])).expect("serialize");
+        assert_eq!(toml.trim(), "t = \"***\"");
+    }
+
+    #[test]
+    fn passwords_in_urls_are_redacted() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/msgx"),
+            "postgres://app:***@db:5432/msgx"
+        );
+        assert_eq!(redact_url("mysql://root@h/db"), "mysql://root@h/db");
+        assert_eq!(redact_url("no scheme"), "no scheme");
+    }
+}

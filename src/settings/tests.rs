@@ -1,0 +1,232 @@
+//! The configuration's guarantees: defaults load, overrides apply, a bad value names its key
+//! in one line, unknown keys are refused, every duration is bounded, no secret prints.
+
+use super::*;
+
+/// Through the binary's loader, with these `MSGX_*` pairs as the environment.
+fn load(env: &[(&str, &str)]) -> Result<Settings, SettingsError> {
+    Settings::load_layered_with_env(None, env)
+}
+
+#[test]
+fn default_file_is_valid() {
+    let s = load(&[]).expect("defaults load");
+    assert_eq!(s.pipeline.max_commit_delay, Duration::from_secs(300));
+    assert_eq!(s.inbox.table, "CMINMSGS");
+    assert!(s.cutover().expect("cutover").is_none());
+}
+
+#[test]
+fn env_overrides_with_double_underscore() {
+    let s = load(&[
+        ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "7m"),
+        ("MSGX_PIPELINE__CLAIM_BATCH", "17"),
+        ("MSGX_INBOX__TABLE", "INBOX2"),
+        ("MSGX_KAFKA__BROKERS", "k1:9092,k2:9092"),
+    ])
+    .expect("load");
+    assert_eq!(s.pipeline.max_commit_delay, Duration::from_secs(420));
+    assert_eq!(s.pipeline.claim_batch, 17);
+    assert_eq!(s.inbox.table, "INBOX2");
+    assert_eq!(s.kafka.brokers, "k1:9092,k2:9092");
+}
+
+fn err_of(env: &[(&str, &str)]) -> String {
+    load(env).expect_err("must fail").to_string()
+}
+
+#[test]
+fn bad_values_name_their_key() {
+    let e = err_of(&[("MSGX_PIPELINE__MAX_COMMIT_DELAY", "five minutes")]);
+    assert!(e.contains("max_commit_delay"), "{e}");
+    let e = err_of(&[("MSGX_PIPELINE__CLAIM_BATCH", "0")]);
+    assert!(e.contains("pipeline.claim_batch"), "{e}");
+    let e = err_of(&[("MSGX_INBOX__TABLE", "CMINMSGS; DROP TABLE x")]);
+    assert!(e.contains("inbox.table"), "{e}");
+    let e = err_of(&[("MSGX_INBOX__TIMEZONE", "Mars/Olympus")]);
+    assert!(e.contains("inbox.timezone"), "{e}");
+    let e = err_of(&[("MSGX_PIPELINE__CUTOVER_WATERMARK", "latest")]);
+    assert!(e.contains("pipeline.cutover_watermark"), "{e}");
+    let e = err_of(&[("MSGX_STORE__URL", "mysql://x@y/z")]);
+    assert!(e.contains("store.url"), "{e}");
+    let e = err_of(&[("MSGX_HTTP__LISTEN", "nowhere")]);
+    assert!(e.contains("http.listen"), "{e}");
+    let e = err_of(&[("MSGX_PIPELINE__POLL_INTERVAL", "0s")]);
+    assert!(e.contains("pipeline.poll_interval"), "{e}");
+}
+
+#[test]
+fn r_may_not_exceed_the_owners_retention() {
+    let s = load(&[]).expect("defaults");
+    assert!(
+        !s.retention.raw_copy,
+        "off by default (docs/open-questions.md Q6/Q7)"
+    );
+    assert!(s.backfill.overdue_after <= s.retention.r_keep);
+    let e = err_of(&[("MSGX_BACKFILL__OVERDUE_AFTER", "40d")]);
+    assert!(
+        e.contains("`backfill.overdue_after`") && e.contains("retention.r_keep"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+    let e = err_of(&[("MSGX_RETENTION__R_KEEP", "7d")]);
+    assert!(e.contains("backfill.overdue_after"), "{e}");
+    load(&[
+        ("MSGX_BACKFILL__OVERDUE_AFTER", "40d"),
+        ("MSGX_RETENTION__R_KEEP", "60d"),
+    ])
+    .expect("R ≤ R_keep");
+    let e = err_of(&[("MSGX_RETENTION__REPLAY_WINDOW", "0s")]);
+    assert!(e.contains("retention.replay_window"), "{e}");
+    let e = err_of(&[("MSGX_RETENTION__R_KEEP", "300000y")]);
+    assert!(e.contains("retention.r_keep"), "{e}");
+}
+
+#[test]
+fn unknown_keys_are_refused() {
+    let e = err_of(&[("MSGX_PIPELINE__MAX_COMIT_DELAY", "5m")]);
+    assert!(e.contains("max_comit_delay"), "{e}");
+}
+
+#[test]
+fn passwords_are_redacted() {
+    assert_eq!(
+        redact_url("postgres://app:s3cret@db:5432/msgx"),
+        "postgres://app:***@db:5432/msgx"
+    );
+    assert_eq!(redact_url("mysql://root@h/db"), "mysql://root@h/db");
+    let s = load(&[("MSGX_STORE__URL", "postgres://u:topsecret@h/db")]).expect("load");
+    assert!(!format!("{s:?}").contains("topsecret"));
+}
+
+/// Every `section.key` of the shipped defaults whose value is a duration, found by reading the
+/// defaults (every field is required, so every duration field is there), not from a list.
+fn duration_keys() -> Vec<(String, String)> {
+    let defaults: toml::Table = DEFAULT_TOML.parse().expect("the defaults are TOML");
+    let mut keys = Vec::new();
+    for (section, table) in &defaults {
+        let table = table.as_table().expect("a section");
+        for (key, value) in table {
+            let is_duration = value
+                .as_str()
+                .is_some_and(|v| humantime::parse_duration(v).is_ok());
+            if is_duration {
+                keys.push((section.clone(), key.clone()));
+            }
+        }
+    }
+    keys
+}
+
+#[test]
+fn every_duration_refuses_eleven_years_naming_its_key() {
+    let keys = duration_keys();
+    assert!(keys.len() >= 45, "found only {} durations", keys.len());
+    assert!(
+        keys.contains(&("processing".into(), "group_max_wait".into())),
+        "the one the old hand-kept list forgot"
+    );
+    for (section, key) in &keys {
+        let var = format!(
+            "MSGX_{}__{}",
+            section.to_ascii_uppercase(),
+            key.to_ascii_uppercase()
+        );
+        let e = err_of(&[(&var, "11y")]);
+        assert!(e.contains(&format!("{section}.{key}")), "{var}: {e}");
+        assert!(e.contains("upper bound of 10 years"), "{var}: {e}");
+        assert_eq!(e.lines().count(), 1, "{var}: {e}");
+        // 3650 days is within the bound: whatever else refuses it names another rule.
+        if let Err(e) = load(&[(&var, "3650d")]) {
+            assert!(!e.to_string().contains("upper bound"), "{var}: {e}");
+        }
+    }
+}
+
+#[test]
+fn no_secret_is_ever_printed() {
+    let secrets = [
+        (
+            "MSGX_STORE__URL",
+            "postgres://app:pg-secret-1@db:5432/msgx",
+            "pg-secret-1",
+        ),
+        (
+            "MSGX_INBOX__URL",
+            "mysql://reader:my-secret-2@inbox:3306/aodb",
+            "my-secret-2",
+        ),
+        (
+            "MSGX_HTTP__ADMIN_TOKEN",
+            "admin-secret-3-0123456789",
+            "admin-secret-3",
+        ),
+        (
+            "MSGX_HTTP__READ_TOKENS",
+            "read-secret-4-0123456789",
+            "read-secret-4",
+        ),
+        (
+            "MSGX_HTTP__OPERATE_TOKENS",
+            "operate-secret-5-0123456789",
+            "operate-secret-5",
+        ),
+        (
+            "MSGX_HTTP__COMPAT_TOKENS",
+            "compat-secret-6-0123456789",
+            "compat-secret-6",
+        ),
+        (
+            "MSGX_KAFKA__SASL_PASSWORD",
+            "kafka-secret-7",
+            "kafka-secret-7",
+        ),
+        (
+            "MSGX_KAFKA__EXTRA",
+            "ssl.key.password=extra-secret-8",
+            "extra-secret-8",
+        ),
+    ];
+    let env: Vec<(&str, &str)> = secrets.iter().map(|(k, v, _)| (*k, *v)).collect();
+    let s = load(&env).expect("load");
+    let debug = format!("{s:?} {s:#?}");
+    let effective = Settings::effective_toml(None, None, Some(&env)).expect("effective");
+    for (key, value, secret) in secrets {
+        assert!(!debug.contains(secret), "{key} in Debug:\n{debug}");
+        assert!(
+            !effective.contains(secret),
+            "{key} in check-config:\n{effective}"
+        );
+        let _ = value;
+    }
+    // The use sites get the values, explicitly.
+    assert_eq!(s.store.url.expose(), secrets[0].1);
+    assert_eq!(s.http.admin_token.expose(), secrets[2].1);
+    assert_eq!(s.kafka.sasl_password.expose(), secrets[6].1);
+    assert!(debug.contains("postgres://app:***@db:5432/msgx"), "{debug}");
+}
+
+/// `check-config`'s output is a configuration: loaded back as a file it gives the same
+/// settings (secrets aside, which it prints redacted).
+#[test]
+fn the_effective_toml_loads_back_to_the_same_settings() {
+    let env = [
+        ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1h 30m"),
+        ("MSGX_PROCESSING__GROUP_MAX_WAIT", "250ms"),
+        ("MSGX_RETENTION__R_KEEP", "60d"),
+        ("MSGX_BACKFILL__OVERDUE_AFTER", "45d"),
+    ];
+    let effective = Settings::effective_toml(None, None, Some(&env)).expect("effective");
+    assert!(
+        effective.contains("max_commit_delay = \"1h 30m\""),
+        "{effective}"
+    );
+    assert!(effective.contains("r_keep = \"60d\""), "{effective}");
+    let file = std::env::temp_dir().join(format!("msgx_effective_{}.toml", std::process::id()));
+    std::fs::write(&file, &effective).expect("write");
+    let back = Settings::load_layered_with_env(Some(&file), &[]);
+    let _ = std::fs::remove_file(&file);
+    let back = back.expect("loads back");
+    let direct = load(&env).expect("load");
+    assert_eq!(format!("{back:?}"), format!("{direct:?}"));
+}
