@@ -130,6 +130,10 @@ fn handled(source: &str) -> Vec<String> {
         if line.starts_with("crate::child_actor!(") {
             found.push("Shutdown".to_string());
         }
+        // `impl … for $actor`: a macro's body (the supervisor's `child_actor!`), not a handler.
+        if line.contains("$actor") {
+            continue;
+        }
         let Some(rest) = line.strip_prefix("impl ") else {
             continue;
         };
