@@ -860,7 +860,8 @@ async fn a_replayed_marked_row_is_confirmed_as_already_marked_after_reprocessing
 #[actix_rt::test]
 async fn the_actor_sweeps_on_start_and_early_when_woken() {
     use actix::Actor;
-    use msgx_actors::backfill_sweeper::{BackfillSweeper, SweepNow, TerminalCommitted};
+    use msgx_actors::backfill_sweeper::BackfillSweeper;
+    use msgx_actors::messages::{SweepNow, TerminalCommitted};
 
     let env = TestEnv::new("bf_actor").await;
     let settings = env.settings(&[("MSGX_BACKFILL__PERIOD", "1h")]);

@@ -12,7 +12,8 @@ use actix::Actor;
 use common::kafka::{consume, Received};
 use common::TestEnv;
 use msgx_actors::app::DispatchDeps;
-use msgx_actors::dispatcher::{Dispatcher, EventsQueued};
+use msgx_actors::dispatcher::Dispatcher;
+use msgx_actors::messages::EventsQueued;
 use msgx_core::clock::Clock;
 use msgx_core::dispatch::{dispatch_once, flush, DispatchConfig, DispatchState};
 use msgx_core::kafka::EventProducer;
@@ -566,7 +567,7 @@ async fn shutdown_writes_sent_for_what_was_acknowledged_then_stops() {
     )
     .start();
     // One round in flight, the shutdown queued behind it.
-    let round = addr.send(msgx_actors::dispatcher::DispatchNow);
+    let round = addr.send(msgx_actors::messages::DispatchNow);
     let stop = addr.send(msgx_actors::messages::Shutdown {
         deadline: Instant::now() + Duration::from_secs(10),
     });

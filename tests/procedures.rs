@@ -632,7 +632,8 @@ async fn mark(env: &TestEnv, ids: &[i64]) {
 #[actix_rt::test]
 async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
     use actix::Actor as _;
-    use msgx_actors::purge_watch::{PurgeWatch, RefreshBoundary};
+    use msgx_actors::messages::RefreshBoundary;
+    use msgx_actors::purge_watch::PurgeWatch;
     use msgx_core::ops::{Advance, BoundaryWatch};
 
     let env = TestEnv::new("proc_boundary").await;

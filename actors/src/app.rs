@@ -15,6 +15,7 @@ use msgx_core::dispatch::{DispatchConfig, RetryRules};
 use msgx_core::inbox::Inbox;
 use msgx_core::kafka::{EmbeddedCluster, EventProducer};
 use msgx_core::late::DetectConfig;
+use msgx_core::outbound::Outbound;
 use msgx_core::poller::{HoleEvidenceConfig, PollConfig};
 use msgx_core::pump::{HeadRules, PumpConfig, PumpCore};
 use msgx_core::settings::{
@@ -26,10 +27,15 @@ use msgx_core::telemetry;
 use tokio::sync::mpsc;
 
 use crate::backfill_sweeper::BackfillSweeper;
+use crate::child::Child;
 use crate::dispatcher::Dispatcher;
 use crate::health::Health;
+use crate::housekeeper::Housekeeper;
 use crate::inbox_poller::InboxPoller;
 use crate::late_detector::LateDetector;
+use crate::pump::Pump;
+use crate::purge_watch::PurgeWatch;
+use crate::schedule_requester::ScheduleRequester;
 use crate::supervisor::{ChildFactory, Fatal, Supervisor};
 use crate::wiring::Wiring;
 
@@ -68,7 +74,7 @@ pub struct PipelineDeps {
     /// Event delivery; None runs the pipeline without a dispatcher (events stay PENDING).
     pub dispatch: Option<DispatchDeps>,
     /// The daily schedule request (schedule requester); None runs without it.
-    pub outbound: Option<msgx_core::outbound::Outbound>,
+    pub outbound: Option<Outbound>,
     /// The supervisor's restart limit (`[supervisor]`).
     pub intensity: crate::supervisor::Intensity,
     /// How often the supervisor renews the lease (`lease.renew_every`).
@@ -220,221 +226,166 @@ pub fn codec(p: &ProcessingSettings, tz: chrono_tz::Tz) -> Arc<dyn Codec> {
     Arc::new(XmlCodec::new(tz, max, p.flop_subtype_list()))
 }
 
-/// Starts the supervisor and its children (inside an actix system).
+/// Starts the supervisor and its children (inside an actix system): every child of
+/// [`Child::ALL`] the deps provide, in that order.
 pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
+    let children = Child::ALL
+        .into_iter()
+        .filter_map(|child| factory(child, &deps))
+        .collect();
     let PipelineDeps {
-        inbox,
-        store,
-        clock,
-        pipeline,
-        processing,
-        retention,
-        tz,
-        late,
-        late_check,
-        backfill,
-        backfill_period,
-        health,
         wiring,
         lock,
         fatal,
-        dispatch,
-        outbound,
+        health,
         intensity,
         lease_every,
-        housekeeping,
+        ..
     } = deps;
-    let supervisor_health = health.clone();
-    let requester = outbound.map(|ob| crate::schedule_requester::child(ob, clock.clone()));
-    let dispatcher = dispatch.map(|d| {
-        let (store, clock) = (store.clone(), clock.clone());
-        ChildFactory {
-            name: telemetry::CHILD_DISPATCHER,
-            start: Box::new(move |wiring: &Wiring| {
-                let producer = match EventProducer::new(&d.kafka, &d.bootstrap) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot create the kafka producer");
-                        return Box::new(|| false);
-                    }
-                };
-                let addr = Dispatcher::new(
-                    store.clone(),
-                    clock.clone(),
-                    producer,
-                    d.cfg.clone(),
-                    d.idle_poll,
-                )
-                .start();
-                let recipient = addr.clone().recipient();
-                let stop = addr.clone().recipient();
-                wiring.update(|r| {
-                    r.events = vec![recipient];
-                    r.set_shutdown("dispatcher", stop);
-                });
-                Box::new(move || addr.connected())
-            }),
-        }
-    });
-    let pump = {
-        let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
-        let codec = codec(&processing, tz);
-        let cfg = pump_config(&processing, &retention, tz);
-        let idle = processing.idle_poll;
-        let drain_window = processing.drain_rate_window;
-        ChildFactory {
-            name: telemetry::CHILD_PUMP,
-            start: Box::new(move |wiring: &Wiring| {
-                let core = PumpCore::new(
-                    inbox.clone(),
-                    store.clone(),
-                    codec.clone(),
-                    clock.clone(),
-                    cfg,
-                );
-                let addr = crate::pump::Pump::new(core, clock.clone(), idle, wiring.clone())
-                    .with_drain_window(drain_window)
-                    .start();
-                let recipient = addr.clone().recipient();
-                let stop = addr.clone().recipient();
-                wiring.update(|r| {
-                    r.set_shutdown("pump", stop);
-                    r.pump = Some(addr.clone().recipient());
-                    r.watermark.retain(|w| w.connected());
-                    r.watermark.push(recipient);
-                });
-                Box::new(move || addr.connected())
-            }),
-        }
+    Supervisor::new(wiring, children, lock, fatal)
+        .with_health(health)
+        .with_intensity(intensity)
+        .with_lease_every(lease_every)
+        .start()
+}
+
+/// The actor table: how each child is built from the deps, with what it receives besides
+/// `Shutdown`. `None` for the children the deps leave out (no dispatcher, schedule requester or
+/// housekeeper).
+fn factory(child: Child, d: &PipelineDeps) -> Option<ChildFactory> {
+    let factory = match child {
+        Child::LateDetector => late_detector(d),
+        Child::BackfillSweeper => backfill_sweeper(d),
+        Child::Dispatcher => dispatcher(d, d.dispatch.clone()?),
+        Child::ScheduleRequester => schedule_requester(d, d.outbound.clone()?),
+        Child::PurgeWatch => purge_watch(d),
+        Child::Housekeeper => housekeeper(d, d.housekeeping.clone()?),
+        Child::Pump => pump(d),
+        Child::InboxPoller => inbox_poller(d),
     };
-    let late_detector = {
-        let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
-        let period = late.detect_period;
-        ChildFactory {
-            name: telemetry::CHILD_LATE_DETECTOR,
-            start: Box::new(move |wiring: &Wiring| {
-                let addr = LateDetector::new(
-                    inbox.clone(),
-                    store.clone(),
-                    clock.clone(),
-                    late_check.clone(),
-                    period,
-                )
-                .start();
-                let recipient = addr.clone().recipient();
-                let stop = addr.clone().recipient();
-                wiring.update(|r| {
-                    r.holes = vec![recipient];
-                    r.set_shutdown("late_detector", stop);
-                });
-                Box::new(move || addr.connected())
-            }),
-        }
-    };
-    let backfill_sweeper = {
-        let (inbox, store, clock) = (inbox.clone(), store.clone(), clock.clone());
-        ChildFactory {
-            name: telemetry::CHILD_BACKFILL_SWEEPER,
-            start: Box::new(move |wiring: &Wiring| {
-                let addr = BackfillSweeper::new(
-                    inbox.clone(),
-                    store.clone(),
-                    clock.clone(),
-                    backfill.clone(),
-                    backfill_period,
-                )
-                .start();
-                let recipient = addr.clone().recipient();
-                let stop = addr.clone().recipient();
-                wiring.update(|r| {
-                    r.terminal = vec![recipient];
-                    r.set_shutdown("backfill_sweeper", stop);
-                });
-                Box::new(move || addr.connected())
-            }),
-        }
-    };
-    let purge_watch = {
-        let (inbox, store) = (inbox.clone(), store.clone());
-        ChildFactory {
-            name: telemetry::CHILD_PURGE_WATCH,
-            start: Box::new(move |wiring: &Wiring| {
-                let addr = crate::purge_watch::PurgeWatch::new(
-                    inbox.clone(),
-                    store.clone(),
-                    backfill_period,
-                )
-                .start();
-                let stop = addr.clone().recipient();
-                wiring.update(|r| r.set_shutdown("purge_watch", stop));
-                Box::new(move || addr.connected())
-            }),
-        }
-    };
-    let housekeeper = housekeeping.map(|h| {
-        let (store, clock) = (store.clone(), clock.clone());
-        ChildFactory {
-            name: telemetry::CHILD_HOUSEKEEPER,
-            start: Box::new(move |wiring: &Wiring| {
-                let addr = crate::housekeeper::Housekeeper::new(
-                    store.clone(),
-                    clock.clone(),
-                    h.cfg.clone(),
-                    h.period,
-                )
-                .with_vacuum(h.vacuum, h.vacuum_check)
-                .start();
-                let stop = addr.clone().recipient();
-                wiring.update(|r| {
-                    r.housekeeper = Some(addr.clone().recipient());
-                    r.set_shutdown(telemetry::CHILD_HOUSEKEEPER, stop);
-                });
-                Box::new(move || addr.connected())
-            }),
-        }
-    });
+    debug_assert_eq!(
+        factory.name,
+        child.name(),
+        "{child:?} built from another actor"
+    );
+    Some(factory)
+}
+
+/// Wakes on `HolesReleased`.
+fn late_detector(d: &PipelineDeps) -> ChildFactory {
+    let (inbox, store, clock) = (d.inbox.clone(), d.store.clone(), d.clock.clone());
+    let (check, period) = (d.late_check.clone(), d.late.detect_period);
+    ChildFactory::of(
+        move |_| {
+            let (i, s, c) = (inbox.clone(), store.clone(), clock.clone());
+            Some(LateDetector::new(i, s, c, check.clone(), period))
+        },
+        |r, addr| r.holes = vec![addr.clone().recipient()],
+    )
+}
+
+/// Wakes on `TerminalCommitted`.
+fn backfill_sweeper(d: &PipelineDeps) -> ChildFactory {
+    let (inbox, store, clock) = (d.inbox.clone(), d.store.clone(), d.clock.clone());
+    let (cfg, period) = (d.backfill.clone(), d.backfill_period);
+    ChildFactory::of(
+        move |_| {
+            let (i, s, c) = (inbox.clone(), store.clone(), clock.clone());
+            Some(BackfillSweeper::new(i, s, c, cfg.clone(), period))
+        },
+        |r, addr| r.terminal = vec![addr.clone().recipient()],
+    )
+}
+
+/// Wakes on `EventsQueued`. A producer librdkafka refuses leaves it down (the supervisor
+/// retries with its backoff).
+fn dispatcher(d: &PipelineDeps, x: DispatchDeps) -> ChildFactory {
+    let (store, clock) = (d.store.clone(), d.clock.clone());
+    ChildFactory::of(
+        move |_| {
+            let producer = EventProducer::new(&x.kafka, &x.bootstrap)
+                .map_err(|e| tracing::error!(error = %e, "cannot create the kafka producer"))
+                .ok()?;
+            let (s, c) = (store.clone(), clock.clone());
+            Some(Dispatcher::new(s, c, producer, x.cfg.clone(), x.idle_poll))
+        },
+        |r, addr| r.events = vec![addr.clone().recipient()],
+    )
+}
+
+/// Receives nothing but `Shutdown`.
+fn schedule_requester(d: &PipelineDeps, outbound: Outbound) -> ChildFactory {
+    let clock = d.clock.clone();
+    ChildFactory::of(
+        move |_| Some(ScheduleRequester::new(outbound.clone(), clock.clone())),
+        |_, _| {},
+    )
+}
+
+/// Receives nothing but `Shutdown`.
+fn purge_watch(d: &PipelineDeps) -> ChildFactory {
+    let (inbox, store, period) = (d.inbox.clone(), d.store.clone(), d.backfill_period);
+    ChildFactory::of(
+        move |_| Some(PurgeWatch::new(inbox.clone(), store.clone(), period)),
+        |_, _| {},
+    )
+}
+
+/// Takes `HousekeepNow` from tests and tools.
+fn housekeeper(d: &PipelineDeps, h: HousekeepingDeps) -> ChildFactory {
+    let (store, clock) = (d.store.clone(), d.clock.clone());
+    ChildFactory::of(
+        move |_| {
+            let keeper = Housekeeper::new(store.clone(), clock.clone(), h.cfg.clone(), h.period);
+            Some(keeper.with_vacuum(h.vacuum, h.vacuum_check))
+        },
+        |r, addr| r.housekeeper = Some(addr.clone().recipient()),
+    )
+}
+
+/// Wakes on `WatermarkMoved` (beside the watermark receivers tests add); takes `Step` from
+/// tests.
+fn pump(d: &PipelineDeps) -> ChildFactory {
+    let (inbox, store, clock) = (d.inbox.clone(), d.store.clone(), d.clock.clone());
+    let codec = codec(&d.processing, d.tz);
+    let cfg = pump_config(&d.processing, &d.retention, d.tz);
+    let (idle, drain_window) = (d.processing.idle_poll, d.processing.drain_rate_window);
+    ChildFactory::of(
+        move |wiring| {
+            let (i, s, c) = (inbox.clone(), store.clone(), clock.clone());
+            let core = PumpCore::new(i, s, codec.clone(), c.clone(), cfg);
+            let pump = Pump::new(core, c, idle, wiring.clone());
+            Some(pump.with_drain_window(drain_window))
+        },
+        |r, addr| {
+            r.pump = Some(addr.clone().recipient());
+            r.watermark.retain(|w| w.connected());
+            r.watermark.push(addr.clone().recipient());
+        },
+    )
+}
+
+/// Takes `PollNow` from tests; reports to `/readyz`.
+fn inbox_poller(d: &PipelineDeps) -> ChildFactory {
+    let late = &d.late;
     let cfg = PollConfig {
         watch_window: late.watch_window,
         compensation_window: late.compensation_window,
         hole_evidence: late.hole_evidence.then_some(HoleEvidenceConfig {
             cap: late.hole_evidence_cap,
         }),
-        ..poll_config(&pipeline)
+        ..poll_config(&d.pipeline)
     };
-    let interval = pipeline.poll_interval;
-    let inbox_poller = ChildFactory {
-        name: telemetry::CHILD_INBOX_POLLER,
-        start: Box::new(move |wiring: &Wiring| {
-            let addr = InboxPoller::new(
-                inbox.clone(),
-                store.clone(),
-                clock.clone(),
-                cfg,
-                interval,
-                wiring.clone(),
-                health.clone(),
-            )
-            .start();
-            let stop = addr.clone().recipient();
-            wiring.update(|r| {
-                r.poller = Some(addr.clone().recipient());
-                r.set_shutdown("inbox_poller", stop);
-            });
-            Box::new(move || addr.connected())
-        }),
-    };
-    // Receivers first, so the poller's first round can report to them.
-    let mut children = vec![late_detector, backfill_sweeper];
-    children.extend(dispatcher);
-    children.extend(requester);
-    children.push(purge_watch);
-    children.extend(housekeeper);
-    children.extend([pump, inbox_poller]);
-    Supervisor::new(wiring, children, lock, fatal)
-        .with_health(supervisor_health)
-        .with_intensity(intensity)
-        .with_lease_every(lease_every)
-        .start()
+    let (inbox, store, clock) = (d.inbox.clone(), d.store.clone(), d.clock.clone());
+    let (interval, health) = (d.pipeline.poll_interval, d.health.clone());
+    ChildFactory::of(
+        move |wiring| {
+            let (i, s, c) = (inbox.clone(), store.clone(), clock.clone());
+            let (w, h) = (wiring.clone(), health.clone());
+            Some(InboxPoller::new(i, s, c, cfg, interval, w, h))
+        },
+        |r, addr| r.poller = Some(addr.clone().recipient()),
+    )
 }
 
 /// Opens the stores for an operator command and builds the inbox adapter. The store must exist
@@ -485,7 +436,6 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
 /// start (503 while the store is unreachable or this instance stands by for the lease).
 pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     let metrics = install_metrics()?;
-    let clock: SharedClock = Arc::new(SystemClock);
     tracing::info!(
         inbox = %redact_url(&settings.inbox.url),
         store = %redact_url(&settings.store.url),
@@ -496,18 +446,85 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     health.lease(false);
     health.waiting(Some("starting".into()));
     let listen = settings.http.listen.parse()?;
-    // Until the pipeline runs: /metrics, /healthz and /readyz; a configured admin surface
-    // answers 503 with the reason (starting, standing by) instead of looking absent.
-    let admin_configured = !crate::auth::Tokens::from_settings(&settings.http).is_empty();
-    let early = crate::http::serve_early(listen, metrics.clone(), health.clone(), admin_configured)
-        .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
-    let early_handle = early.handle();
-    actix_rt::spawn(early);
+    let early = serve_early(&settings, listen, &metrics, &health)?;
     let mut stop = Box::pin(shutdown_signal());
-
-    let Some(store) = crate::lifecycle::connect_store(&settings, &health, &mut stop).await? else {
-        early_handle.stop(true).await;
+    let Some((store, inbox, lock)) = take_the_lease(&settings, &health, &mut stop).await? else {
+        early.stop(true).await;
         return Ok(());
+    };
+    let clock: SharedClock = Arc::new(SystemClock);
+    let cutover = settings.cutover()?;
+    apply_cutover(
+        &store,
+        &inbox,
+        cutover,
+        clock.as_ref(),
+        settings.late.watch_window,
+    )
+    .await?;
+    let outbound = Outbound::from_settings(&settings, &store, &inbox)?;
+    // Kept alive for the whole run: dropping it stops the embedded brokers.
+    let (_embedded, bootstrap) = kafka_bootstrap(&settings.kafka)?;
+    // Fail fast on a producer configuration librdkafka refuses (the supervisor would only
+    // retry it forever).
+    EventProducer::new(&settings.kafka, &bootstrap).context("kafka producer (section [kafka])")?;
+    tracing::info!(brokers = %bootstrap, topic = %settings.kafka.topic, "delivering events to kafka");
+
+    let (fatal_tx, fatal_rx) = mpsc::unbounded_channel();
+    let admin_ops = msgx_core::ops::Ops::new(&settings, store.clone(), inbox.clone());
+    let (admin_clock, verify_inbox) = (clock.clone(), inbox.clone());
+    let supervisor = start_pipeline(PipelineDeps {
+        health: health.clone(),
+        lock: Some(lock.clone()),
+        dispatch: Some(DispatchDeps::new(&settings, &bootstrap)),
+        outbound: Some(outbound),
+        housekeeping: HousekeepingDeps::from_settings(&settings),
+        ..PipelineDeps::from_settings(&settings, inbox, store, clock, fatal_tx)?
+    });
+    let admin = crate::admin::AdminState::from_settings(&settings, admin_ops, admin_clock);
+    early.stop(true).await;
+    let server = serve(&settings, listen, metrics, &health, admin, verify_inbox)?;
+    health.waiting(None);
+    tracing::info!(%listen, "serving /metrics, /healthz, /readyz");
+
+    let result = run_until_stopped(&settings, stop, fatal_rx, &supervisor, &lock, &health).await;
+    server.stop(true).await;
+    result
+}
+
+/// Until the pipeline runs: `/metrics`, `/healthz` and `/readyz`; a configured admin surface
+/// answers 503 with the reason (starting, standing by) instead of looking absent.
+fn serve_early(
+    settings: &Settings,
+    listen: std::net::SocketAddr,
+    metrics: &PrometheusHandle,
+    health: &Health,
+) -> anyhow::Result<actix_web::dev::ServerHandle> {
+    let admin_configured = !crate::auth::Tokens::from_settings(&settings.http).is_empty();
+    let early = crate::http::serve_early(listen, metrics.clone(), health.clone(), admin_configured);
+    spawn_server(listen, early)
+}
+
+/// Runs a bound HTTP server beside the service; its handle stops it.
+fn spawn_server(
+    listen: std::net::SocketAddr,
+    bound: std::io::Result<actix_web::dev::Server>,
+) -> anyhow::Result<actix_web::dev::ServerHandle> {
+    let server = bound.with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    Ok(handle)
+}
+
+/// Connects the stores and takes the lease; from then on the store is fenced with the
+/// lease's epoch. `None` when `stop` fired first.
+async fn take_the_lease(
+    settings: &Settings,
+    health: &Health,
+    stop: &mut (impl std::future::Future<Output = ()> + Unpin),
+) -> anyhow::Result<Option<(Store, Inbox, InstanceLock)>> {
+    let Some(store) = crate::lifecycle::connect_store(settings, health, stop).await? else {
+        return Ok(None);
     };
     let inbox = Inbox::new(
         &settings.inbox,
@@ -518,10 +535,8 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         // Evidence read from a replica would release holes whose rows are still coming.
         inbox.check_primary().await?;
     }
-    let Some(lock) = crate::lifecycle::acquire_lease(&settings, &store, &health, &mut stop).await?
-    else {
-        early_handle.stop(true).await;
-        return Ok(());
+    let Some(lock) = crate::lifecycle::acquire_lease(settings, &store, health, stop).await? else {
+        return Ok(None);
     };
     // From here on every write carries this instance's epoch: once a newer instance takes the
     // lock, our writes fail instead of racing it (migration 0006).
@@ -531,42 +546,25 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         .context("reconnecting the store with the lease epoch")?;
     telemetry::lease_held(lock.epoch());
     health.lease(true);
-    apply_cutover(
-        &store,
-        &inbox,
-        settings.cutover()?,
-        clock.as_ref(),
-        settings.late.watch_window,
-    )
-    .await?;
-    let verify_inbox = inbox.clone();
-    let outbound = msgx_core::outbound::Outbound::from_settings(&settings, &store, &inbox)?;
+    Ok(Some((store, inbox, lock)))
+}
 
-    // Kept alive for the whole run: dropping it stops the embedded brokers.
-    let (_embedded, bootstrap) = kafka_bootstrap(&settings.kafka)?;
-    // Fail fast on a producer configuration librdkafka refuses (the supervisor would only
-    // retry it forever).
-    EventProducer::new(&settings.kafka, &bootstrap).context("kafka producer (section [kafka])")?;
-    tracing::info!(brokers = %bootstrap, topic = %settings.kafka.topic, "delivering events to kafka");
-
-    let (fatal_tx, mut fatal_rx) = mpsc::unbounded_channel();
-    let admin_ops = msgx_core::ops::Ops::new(&settings, store.clone(), inbox.clone());
-    let admin_clock = clock.clone();
-    let supervisor = start_pipeline(PipelineDeps {
-        health: health.clone(),
-        lock: Some(lock.clone()),
-        dispatch: Some(DispatchDeps::new(&settings, &bootstrap)),
-        outbound: Some(outbound),
-        housekeeping: HousekeepingDeps::from_settings(&settings),
-        ..PipelineDeps::from_settings(&settings, inbox, store, clock, fatal_tx)?
-    });
-    let admin = crate::admin::AdminState::from_settings(&settings, admin_ops, admin_clock);
+/// The HTTP surface of the running service: metrics, health, and the admin surface (with
+/// `/admin/verify`) when tokens are configured.
+fn serve(
+    settings: &Settings,
+    listen: std::net::SocketAddr,
+    metrics: PrometheusHandle,
+    health: &Health,
+    admin: Option<crate::admin::AdminState>,
+    verify_inbox: Inbox,
+) -> anyhow::Result<actix_web::dev::ServerHandle> {
     if admin.is_some() {
         tracing::info!("admin surface enabled under /admin/ and /cminmsgs/send (bearer tokens)");
     }
     let verify = match &admin {
         Some(a) => Some(crate::verify_cmd::input(
-            &settings,
+            settings,
             verify_inbox,
             a.store.clone(),
             5000,
@@ -574,17 +572,24 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         )?),
         None => None,
     };
-    early_handle.stop(true).await;
-    let server = crate::http::serve_with_verify(listen, metrics, health.clone(), admin, verify)
-        .with_context(|| format!("cannot listen on {listen} (http.listen)"))?;
-    let server_handle = server.handle();
-    actix_rt::spawn(server);
-    health.waiting(None);
-    tracing::info!(%listen, "serving /metrics, /healthz, /readyz");
+    let server = crate::http::serve_with_verify(listen, metrics, health.clone(), admin, verify);
+    spawn_server(listen, server)
+}
 
-    let result = tokio::select! {
-        _ = &mut stop => {
-            crate::lifecycle::graceful_shutdown(&settings, &supervisor, &lock, &health).await;
+/// Waits for SIGINT/SIGTERM (graceful shutdown: `Ok`) or a fatal condition (its error; after
+/// exceeding the restart intensity the lease is released first, so a standby takes over at
+/// once instead of after `lease.ttl`).
+async fn run_until_stopped(
+    settings: &Settings,
+    stop: impl std::future::Future<Output = ()>,
+    mut fatal_rx: mpsc::UnboundedReceiver<Fatal>,
+    supervisor: &Addr<Supervisor>,
+    lock: &InstanceLock,
+    health: &Health,
+) -> anyhow::Result<()> {
+    tokio::select! {
+        _ = stop => {
+            crate::lifecycle::graceful_shutdown(settings, supervisor, lock, health).await;
             Ok(())
         }
         Some(fatal) = fatal_rx.recv() => {
@@ -592,7 +597,6 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
                 Fatal::LockLost(why) => telemetry::lease_lost(why),
                 Fatal::LeaseTampered(why) => telemetry::lease_tampered(why),
                 Fatal::RestartIntensity { .. } => {
-                    // Let a standby take over at once instead of after lease.ttl.
                     if let Err(e) = lock.release().await {
                         tracing::warn!(error = %e, "could not release the lease");
                     }
@@ -600,9 +604,7 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
             }
             Err(anyhow::anyhow!("{fatal}"))
         }
-    };
-    server_handle.stop(true).await;
-    result
+    }
 }
 
 /// The broker list: the configured one, or a freshly started embedded mock cluster (returned

@@ -7,8 +7,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::child::Child;
+use crate::messages::{SweepNow, TerminalCommitted, WorkError};
 use crate::next_run::NextRun;
-use actix::{Actor, ActorFutureExt, AtomicResponse, Context, Handler, Message, WrapFuture};
+use actix::{Actor, AtomicResponse, Context, Handler};
 use msgx_core::backfill::rules::sweep_again_now;
 use msgx_core::backfill::{sweep_once, SweepConfig, SweepReport};
 use msgx_core::clock::SharedClock;
@@ -18,13 +20,6 @@ use msgx_core::store::{Store, StoreError};
 /// Default shortest gap between a sweep's start and a sweep woken by [`TerminalCommitted`]:
 /// at 500 terminal rows/s that is one batch of ~500 per sweep instead of one sweep per row.
 pub const DEFAULT_WAKE_GAP: Duration = Duration::from_secs(1);
-
-pub use crate::messages::TerminalCommitted;
-
-/// Run one sweep now (the actor's own timer sends it; tests and the admin surface may).
-#[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<SweepReport, crate::messages::WorkError>")]
-pub struct SweepNow;
 
 /// The backfill actor.
 pub struct BackfillSweeper {
@@ -99,7 +94,7 @@ impl Actor for BackfillSweeper {
 }
 
 impl Handler<SweepNow> for BackfillSweeper {
-    type Result = AtomicResponse<Self, Result<SweepReport, crate::messages::WorkError>>;
+    type Result = AtomicResponse<Self, Result<SweepReport, WorkError>>;
 
     fn handle(&mut self, _: SweepNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
@@ -111,10 +106,7 @@ impl Handler<SweepNow> for BackfillSweeper {
             self.cfg.clone(),
         );
         let sweep = async move { sweep_once(&inbox, &store, clock.as_ref(), &cfg).await };
-        AtomicResponse::new(Box::pin(sweep.into_actor(self).map(|result, act, ctx| {
-            act.after_sweep(&result, ctx);
-            result.map_err(crate::messages::WorkError::from)
-        })))
+        crate::work::atomic(self, sweep, |result, act, ctx| act.after_sweep(result, ctx))
     }
 }
 
@@ -129,4 +121,4 @@ impl Handler<TerminalCommitted> for BackfillSweeper {
 }
 
 // Stop taking work once the step in flight (if any) has finished.
-crate::stop_on_shutdown!(BackfillSweeper, "backfill_sweeper");
+crate::child_actor!(BackfillSweeper, Child::BackfillSweeper);

@@ -9,52 +9,25 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::next_run::NextRun;
-use actix::{
-    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
+use crate::child::Child;
+use crate::messages::{
+    DispatchNow, DispatchSummary, EventsQueued, Shutdown, ShutdownError, WorkError,
 };
+use crate::next_run::NextRun;
+use crate::supervisor::Supervised;
+use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, WrapFuture};
 use msgx_core::clock::SharedClock;
-use msgx_core::dispatch::{dispatch_once, DispatchConfig, DispatchState, RoundReport};
+use msgx_core::dispatch::{dispatch_once, DispatchConfig, DispatchState};
 use msgx_core::kafka::EventProducer;
 use msgx_core::store::Store;
 use msgx_core::telemetry;
 
-/// How often the backlog gauges are refreshed (the count scans the pending index).
-const BACKLOG_EVERY: Duration = Duration::from_secs(5);
+/// How often, at most, the next retry time is read (one query on the backing-off events).
+const RETRY_CHECK_EVERY: Duration = Duration::from_secs(5);
 
-pub use crate::messages::EventsQueued;
-
-/// Run one round now (the actor's own timer sends it; tests may).
-#[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<RoundSummary, crate::messages::WorkError>")]
-pub struct DispatchNow;
-
-/// What a round did, for whoever asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RoundSummary {
-    /// Events read.
-    pub selected: usize,
-    /// Acknowledged by the broker.
-    pub acked: usize,
-    /// Marked SENT (the previous round's acks).
-    pub sent: u64,
-    /// Failed sends.
-    pub failed: usize,
-    /// Marked DEAD (after the DLQ copy).
-    pub dead: u64,
-}
-
-impl From<&RoundReport> for RoundSummary {
-    fn from(r: &RoundReport) -> Self {
-        Self {
-            selected: r.selected,
-            acked: r.acked,
-            sent: r.sent,
-            failed: r.failed + r.dlq_failed,
-            dead: r.dead,
-        }
-    }
-}
+/// The longest wait for librdkafka's stragglers at shutdown (after a round nothing of ours is
+/// queued there); never past the shutdown deadline.
+const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(2);
 
 /// The dispatcher actor.
 pub struct Dispatcher {
@@ -68,8 +41,8 @@ pub struct Dispatcher {
     idle_poll: Duration,
     /// The pending timer and when it fires.
     next: NextRun,
-    /// Last backlog refresh.
-    backlog_at: Option<Instant>,
+    /// When the next retry time was last read.
+    retry_checked_at: Option<Instant>,
 }
 
 impl Dispatcher {
@@ -88,7 +61,7 @@ impl Dispatcher {
             producer: Some((producer, DispatchState::default())),
             idle_poll,
             next: NextRun::default(),
-            backlog_at: None,
+            retry_checked_at: None,
         }
     }
 
@@ -97,13 +70,16 @@ impl Dispatcher {
         self.next.arm(ctx, DispatchNow, after, only_if_sooner);
     }
 
-    /// At most every [`BACKLOG_EVERY`], wakes for a retry due before the safety-net poll (the
-    /// backlog gauges come from the pump's one refresh of every backlog).
+    /// At most every [`RETRY_CHECK_EVERY`], wakes for a retry due before the safety-net poll
+    /// (the backlog gauges come from the pump's one refresh of every backlog).
     fn wake_for_retry(&mut self, ctx: &mut Context<Self>) {
-        if self.backlog_at.is_some_and(|t| t.elapsed() < BACKLOG_EVERY) {
+        if self
+            .retry_checked_at
+            .is_some_and(|t| t.elapsed() < RETRY_CHECK_EVERY)
+        {
             return;
         }
-        self.backlog_at = Some(Instant::now());
+        self.retry_checked_at = Some(Instant::now());
         let (store, clock) = (self.store.clone(), self.clock.clone());
         let idle = self.idle_poll;
         let fut = async move {
@@ -143,14 +119,14 @@ impl Actor for Dispatcher {
 }
 
 impl Handler<DispatchNow> for Dispatcher {
-    type Result = AtomicResponse<Self, Result<RoundSummary, crate::messages::WorkError>>;
+    type Result = AtomicResponse<Self, Result<DispatchSummary, WorkError>>;
 
     fn handle(&mut self, _: DispatchNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
         let Some((mut producer, mut state)) = self.producer.take() else {
             // Only possible if a round panicked mid-way; the supervisor rebuilds us.
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(
-                crate::messages::WorkError::ProducerUnavailable,
+                WorkError::ProducerUnavailable,
             ))));
         };
         let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
@@ -180,9 +156,7 @@ impl Handler<DispatchNow> for Dispatcher {
                 };
                 act.schedule(ctx, delay, false);
                 act.wake_for_retry(ctx);
-                result
-                    .map(|r| RoundSummary::from(&r))
-                    .map_err(crate::messages::WorkError::from)
+                result.map(DispatchSummary::from).map_err(WorkError::from)
             },
         )))
     }
@@ -198,37 +172,46 @@ impl Handler<EventsQueued> for Dispatcher {
     }
 }
 
-impl Handler<crate::messages::Shutdown> for Dispatcher {
-    type Result = AtomicResponse<Self, Result<(), crate::messages::ShutdownError>>;
+impl Supervised for Dispatcher {
+    const CHILD: Child = Child::Dispatcher;
+}
+
+impl Handler<Shutdown> for Dispatcher {
+    type Result = AtomicResponse<Self, Result<(), ShutdownError>>;
 
     /// Handled after the round in flight (atomic): waits for the acknowledgements still on
     /// their way, writes SENT/DEAD/failures the last round carries, then stops — so a deploy
-    /// does not re-send what the broker already acknowledged.
-    fn handle(&mut self, _: crate::messages::Shutdown, ctx: &mut Self::Context) -> Self::Result {
+    /// does not re-send what the broker already acknowledged. Both within `deadline`: what is
+    /// not written by then is re-sent by the next instance.
+    fn handle(&mut self, msg: Shutdown, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
         let store = self.store.clone();
         let carried = self.producer.take();
+        let actor = Self::CHILD.name();
         let finish = async move {
             let Some((producer, mut state)) = carried else {
                 return Ok(());
             };
             // Nothing of ours is queued in librdkafka after a round; this only drains stragglers.
-            let _ = producer.flush(Duration::from_secs(2));
-            let written = msgx_core::dispatch::flush(&store, &mut state).await;
-            match written {
-                Ok((sent, dead)) => {
+            let left = msg.deadline.saturating_duration_since(Instant::now());
+            let _ = producer.flush(left.min(SHUTDOWN_FLUSH_MAX));
+            let left = msg.deadline.saturating_duration_since(Instant::now());
+            let written =
+                tokio::time::timeout(left, msgx_core::dispatch::flush(&store, &mut state));
+            match written.await {
+                Ok(Ok((sent, dead))) => {
                     tracing::info!(sent, dead, "dispatcher wrote its last outcome");
                     Ok(())
                 }
-                Err(source) => Err(crate::messages::ShutdownError::Store {
-                    actor: "dispatcher",
-                    source,
-                }),
+                Ok(Err(source)) => Err(ShutdownError::Store { actor, source }),
+                Err(_) => Err(ShutdownError::Deadline { actor }),
             }
         };
-        AtomicResponse::new(Box::pin(finish.into_actor(self).map(|result, _, ctx| {
-            crate::shutdown::stop(ctx, &mut NextRun::default(), "dispatcher");
-            result
-        })))
+        AtomicResponse::new(Box::pin(finish.into_actor(self).map(
+            move |result, _, ctx| {
+                crate::shutdown::stop(ctx, &mut NextRun::default(), actor);
+                result
+            },
+        )))
     }
 }

@@ -21,6 +21,7 @@ use msgx_core::retention::{vacuum_step, Job, JobReport, RetentionConfig, VacuumP
 use msgx_core::settings::VacuumMode;
 use msgx_core::store::Store;
 
+use crate::child::Child;
 use crate::messages::{HousekeepNow, HousekeepingStep, LastHousekeeping, VacuumCheck};
 use crate::next_run::NextRun;
 
@@ -183,4 +184,4 @@ impl Handler<LastHousekeeping> for Housekeeper {
 
 // A shutdown is handled between two steps (each step is atomic): the job stops there; its
 // batches so far are committed, the rest is the next instance's job.
-crate::stop_on_shutdown!(Housekeeper, "housekeeper");
+crate::child_actor!(Housekeeper, Child::Housekeeper);

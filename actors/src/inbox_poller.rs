@@ -4,15 +4,16 @@
 
 use std::time::Duration;
 
-use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, WrapFuture};
+use actix::{Actor, AsyncContext, AtomicResponse, Context, Handler};
 use msgx_core::clock::SharedClock;
 use msgx_core::inbox::Inbox;
 use msgx_core::poller::{poll_once, PollConfig, PollError, PollReport};
 use msgx_core::store::Store;
 use msgx_core::telemetry;
 
+use crate::child::Child;
 use crate::health::Health;
-use crate::messages::{HolesReleased, PollNow, RoundSummary, WatermarkMoved};
+use crate::messages::{HolesReleased, PollNow, RoundSummary, WatermarkMoved, WorkError};
 use crate::next_run::NextRun;
 use crate::wiring::Wiring;
 
@@ -125,7 +126,7 @@ impl Actor for InboxPoller {
 }
 
 impl Handler<PollNow> for InboxPoller {
-    type Result = AtomicResponse<Self, Result<RoundSummary, crate::messages::WorkError>>;
+    type Result = AtomicResponse<Self, Result<RoundSummary, WorkError>>;
 
     fn handle(&mut self, _: PollNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
@@ -139,24 +140,14 @@ impl Handler<PollNow> for InboxPoller {
         let page = cfg.claim_batch.max(1) as usize;
         let (inbox, store, clock) = (self.inbox.clone(), self.store.clone(), self.clock.clone());
         let round = async move { poll_once(&inbox, &store, clock.as_ref(), cfg).await };
-        AtomicResponse::new(Box::pin(round.into_actor(self).map(
-            move |result, act, ctx| {
-                if result.as_ref().is_ok_and(|r| r.read > page) {
-                    act.last_read_ahead = Some(std::time::Instant::now());
-                }
-                act.after_round(&result, ctx);
-                result
-                    .map(|r| RoundSummary {
-                        w: r.advance.w,
-                        enqueued: r.enqueued_new,
-                        released: r.advance.first_released().map(|h| (h.first, h.last)),
-                        hole_open: r.advance.open_hole.is_some(),
-                    })
-                    .map_err(crate::messages::WorkError::from)
-            },
-        )))
+        crate::work::atomic(self, round, move |result, act, ctx| {
+            if result.as_ref().is_ok_and(|r| r.read > page) {
+                act.last_read_ahead = Some(std::time::Instant::now());
+            }
+            act.after_round(result, ctx);
+        })
     }
 }
 
 // Stop taking work once the step in flight (if any) has finished.
-crate::stop_on_shutdown!(InboxPoller, "inbox_poller");
+crate::child_actor!(InboxPoller, Child::InboxPoller);

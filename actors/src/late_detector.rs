@@ -10,9 +10,7 @@
 
 use std::time::Duration;
 
-use actix::{
-    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
-};
+use actix::{Actor, AsyncContext, AtomicResponse, Context, Handler};
 use msgx_core::clock::SharedClock;
 use msgx_core::inbox::Inbox;
 use msgx_core::late::{
@@ -21,19 +19,9 @@ use msgx_core::late::{
 use msgx_core::store::Store;
 use msgx_core::telemetry;
 
-use crate::messages::HolesReleased;
+use crate::child::Child;
+use crate::messages::{DetectNow, HolesReleased, ScanNow, WorkError};
 use crate::next_run::NextRun;
-
-/// Run one detection round now (the detector's own timer sends it; tests and the admin
-/// surface may).
-#[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<DetectReport, crate::messages::WorkError>")]
-pub struct DetectNow;
-
-/// Run one compensation scan now (the detector's own timer sends it; tests may).
-#[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<ScanReport, crate::messages::WorkError>")]
-pub struct ScanNow;
 
 /// The late detector actor.
 pub struct LateDetector {
@@ -116,7 +104,7 @@ impl Actor for LateDetector {
 }
 
 impl Handler<ScanNow> for LateDetector {
-    type Result = AtomicResponse<Self, Result<ScanReport, crate::messages::WorkError>>;
+    type Result = AtomicResponse<Self, Result<ScanReport, WorkError>>;
 
     fn handle(&mut self, _: ScanNow, ctx: &mut Self::Context) -> Self::Result {
         self.next_scan.cancel(ctx);
@@ -127,21 +115,20 @@ impl Handler<ScanNow> for LateDetector {
             self.cfg.scan(),
         );
         let scan = async move { compensation_scan(&inbox, &store, clock.as_ref(), &cfg).await };
-        AtomicResponse::new(Box::pin(scan.into_actor(self).map(|result, act, ctx| {
-            if let Err(e) = &result {
+        crate::work::atomic(self, scan, |result, act, ctx| {
+            if let Err(e) = result {
                 tracing::error!(error = %e, "compensation scan failed; retrying next period");
             }
             if act.cfg.compensation_window > 0 {
                 let period = act.cfg.compensation_period;
                 act.next_scan.arm(ctx, ScanNow, period, false);
             }
-            result.map_err(crate::messages::WorkError::from)
-        })))
+        })
     }
 }
 
 impl Handler<DetectNow> for LateDetector {
-    type Result = AtomicResponse<Self, Result<DetectReport, crate::messages::WorkError>>;
+    type Result = AtomicResponse<Self, Result<DetectReport, WorkError>>;
 
     fn handle(&mut self, _: DetectNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
@@ -152,10 +139,7 @@ impl Handler<DetectNow> for LateDetector {
             self.cfg.clone(),
         );
         let round = async move { detect_once(&inbox, &store, clock.as_ref(), &cfg).await };
-        AtomicResponse::new(Box::pin(round.into_actor(self).map(|result, act, ctx| {
-            act.after_round(&result, ctx);
-            result.map_err(crate::messages::WorkError::from)
-        })))
+        crate::work::atomic(self, round, |result, act, ctx| act.after_round(result, ctx))
     }
 }
 
@@ -171,4 +155,4 @@ impl Handler<HolesReleased> for LateDetector {
 }
 
 // Stop taking work once the step in flight (if any) has finished.
-crate::stop_on_shutdown!(LateDetector, "late_detector");
+crate::child_actor!(LateDetector, Child::LateDetector);

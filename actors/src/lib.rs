@@ -2,21 +2,15 @@
 //! wiring between them, the HTTP surface and the binary's commands. The rules live in
 //! `msgx-core`.
 //!
-//! | actor | handles | tells | core step |
-//! |---|---|---|---|
-//! | [`inbox_poller::InboxPoller`] | `PollNow`, `Shutdown` | pump `WatermarkMoved`, late detector `HolesReleased`; `Health` | `poller::poll_once` |
-//! | [`pump::Pump`] | `Step`, `WatermarkMoved`, `Shutdown` | sweeper `TerminalCommitted`, dispatcher `EventsQueued` | `pump::PumpCore::step_group` |
-//! | [`late_detector::LateDetector`] | `DetectNow`, `ScanNow`, `HolesReleased`, `Shutdown` | — | `late::detect_once`, `late::compensation_scan` |
-//! | [`backfill_sweeper::BackfillSweeper`] | `SweepNow`, `TerminalCommitted`, `Shutdown` | — | `backfill::sweep_once` |
-//! | [`dispatcher::Dispatcher`] | `DispatchNow`, `EventsQueued`, `Shutdown` (writes SENT for acks) | — | `dispatch::dispatch_once`, `dispatch::flush` |
-//! | [`schedule_requester::ScheduleRequester`] | `RequestTick`, `Shutdown` | — | `outbound::daily_step` |
-//! | [`purge_watch::PurgeWatch`] | `RefreshBoundary`, `Shutdown` | — | `ops::BoundaryWatch::advance` |
-//! | [`housekeeper::Housekeeper`] | `HousekeepNow`, `HousekeepingStep`, `VacuumCheck`, `LastHousekeeping`, `Shutdown` | — | `retention::Job::step`, `retention::vacuum_step` |
-//! | [`supervisor::Supervisor`] | `ShutdownPipeline` | every child `Shutdown`; `Fatal` to the binary; `Health` | `store::InstanceLock::check` (lease renewal) |
+//! The actors are the table [`child::Child`] (each child's module is named after it; the
+//! supervisor starts them in [`child::Child::ALL`] order); what each handles and tells is in
+//! docs/architecture.md, "Actors", a table a unit test renders from the code.
 //!
 //! Every cross-actor message is in [`messages`]; senders find receivers in [`wiring::Wiring`]
-//! (`Recipient`s, replaced when the supervisor rebuilds a child); work results carry
-//! [`messages::WorkError`], never strings.
+//! (`Recipient`s, replaced when the supervisor rebuilds a child); a unit of work (a round, a
+//! sweep, a step) answers `Result<_, `[`messages::WorkError`]`>` — the core step's typed
+//! error, never a string ([`work::atomic`] is that shape). The housekeeper's batches answer
+//! nothing: they report to telemetry.
 
 pub mod admin;
 pub mod admin_api;
@@ -25,6 +19,7 @@ pub mod admin_verify;
 pub mod app;
 pub mod auth;
 pub mod backfill_sweeper;
+pub mod child;
 pub mod cli;
 pub mod cli_ops;
 pub mod dispatcher;
@@ -44,3 +39,4 @@ pub mod shutdown;
 pub mod supervisor;
 pub mod verify_cmd;
 pub mod wiring;
+pub mod work;

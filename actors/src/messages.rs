@@ -3,6 +3,13 @@
 
 use actix::Message;
 use chrono::{DateTime, Utc};
+use msgx_core::backfill::SweepReport;
+use msgx_core::dispatch::RoundReport;
+use msgx_core::late::{DetectReport, ScanReport};
+use msgx_core::ops::Advance;
+use msgx_core::outbound::DailyReport;
+use msgx_core::poller::PollReport;
+use msgx_core::pump::StepOutcome;
 
 /// The poller moved W: rows up to `w` are enqueued. The pump wakes to look for a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
@@ -25,7 +32,7 @@ pub struct HolesReleased {
     pub at: DateTime<Utc>,
 }
 
-/// Run one poll round now (the poller's own timer sends it; tests and the admin surface may).
+/// Run one poll round now (the poller's own timer sends it; tests may).
 #[derive(Debug, Clone, Copy, Default, Message)]
 #[rtype(result = "Result<RoundSummary, WorkError>")]
 pub struct PollNow;
@@ -42,6 +49,80 @@ pub struct RoundSummary {
     /// W waits at a young hole.
     pub hole_open: bool,
 }
+
+impl From<PollReport> for RoundSummary {
+    fn from(r: PollReport) -> Self {
+        Self {
+            w: r.advance.w,
+            enqueued: r.enqueued_new,
+            released: r.advance.first_released().map(|h| (h.first, h.last)),
+            hole_open: r.advance.open_hole.is_some(),
+        }
+    }
+}
+
+/// Run one pump step now (the pump's own timer and wake-ups send it; tests may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<Vec<StepOutcome>, WorkError>")]
+pub struct Step;
+
+/// Run one sweep now (the sweeper's own timer sends it; tests may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<SweepReport, WorkError>")]
+pub struct SweepNow;
+
+/// Run one detection round now (the detector's own timer and `HolesReleased` send it; tests
+/// may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<DetectReport, WorkError>")]
+pub struct DetectNow;
+
+/// Run one compensation scan now (the detector's own timer sends it; tests may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<ScanReport, WorkError>")]
+pub struct ScanNow;
+
+/// Run one dispatch round now (the dispatcher's own timer sends it; tests may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<DispatchSummary, WorkError>")]
+pub struct DispatchNow;
+
+/// What a dispatch round did, for whoever asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DispatchSummary {
+    /// Events read.
+    pub selected: usize,
+    /// Acknowledged by the broker.
+    pub acked: usize,
+    /// Marked SENT (the previous round's acks).
+    pub sent: u64,
+    /// Failed sends.
+    pub failed: usize,
+    /// Marked DEAD (after the DLQ copy).
+    pub dead: u64,
+}
+
+impl From<RoundReport> for DispatchSummary {
+    fn from(r: RoundReport) -> Self {
+        Self {
+            selected: r.selected,
+            acked: r.acked,
+            sent: r.sent,
+            failed: r.failed + r.dlq_failed,
+            dead: r.dead,
+        }
+    }
+}
+
+/// Take one schedule-requester step now (the requester's own timer sends it; tests may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<DailyReport, WorkError>")]
+pub struct RequestTick;
+
+/// Advance the purge boundary now (the purge watch's own timer sends it; tests may).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "Result<Advance, WorkError>")]
+pub struct RefreshBoundary;
 
 /// The pump committed a terminal state (with its backfill intent): a sweep may come early
 /// (the backfill sweeper).
@@ -63,8 +144,8 @@ pub struct EventsQueued {
 /// Graceful shutdown (SIGTERM/SIGINT), sent by the supervisor to every child, last started
 /// first. The receiver stops taking work, finishes what is in flight (its step runs as an
 /// `AtomicResponse`, so this message is handled only after it), writes what it owes the store
-/// (the dispatcher: SENT for acknowledged events) and stops. Work still running at `deadline`
-/// is abandoned: it rolls back and is redone by the next holder.
+/// (the dispatcher: SENT for acknowledged events, within `deadline`) and stops. Work still
+/// running at `deadline` is abandoned: it rolls back and is redone by the next holder.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "Result<(), ShutdownError>")]
 pub struct Shutdown {
@@ -83,6 +164,9 @@ pub enum ShutdownError {
         #[source]
         source: msgx_core::store::StoreError,
     },
+    /// The deadline came before the actor had written what it owed.
+    #[error("{actor}: the shutdown deadline passed before its last outcome was written")]
+    Deadline { actor: &'static str },
 }
 
 /// The supervisor's answer to [`Shutdown`]: which children stopped in time.
@@ -115,6 +199,9 @@ pub enum WorkError {
     /// A backfill sweep or a pump step (PostgreSQL).
     #[error(transparent)]
     Store(#[from] msgx_core::store::StoreError),
+    /// A purge-boundary round.
+    #[error(transparent)]
+    Purge(#[from] msgx_core::ops::OpsError),
     /// A schedule-requester step.
     #[error(transparent)]
     Outbound(#[from] msgx_core::outbound::OutboundError),

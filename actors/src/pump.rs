@@ -20,16 +20,10 @@ use msgx_core::store::StoreError;
 use msgx_core::telemetry;
 use tokio::sync::Mutex;
 
-use crate::backfill_sweeper::TerminalCommitted;
-use crate::dispatcher::EventsQueued;
-use crate::messages::WatermarkMoved;
+use crate::child::Child;
+use crate::messages::{EventsQueued, Step, TerminalCommitted, WatermarkMoved, WorkError};
 use crate::next_run::NextRun;
 use crate::wiring::Wiring;
-
-/// Run one pump step now (internal timer; tests may send it).
-#[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<Vec<StepOutcome>, crate::messages::WorkError>")]
-pub struct Step;
 
 /// Default window of the processing rate (`processing.drain_rate_window`).
 pub const DEFAULT_DRAIN_WINDOW: Duration = Duration::from_secs(300);
@@ -174,17 +168,14 @@ impl Actor for Pump {
 }
 
 impl Handler<Step> for Pump {
-    type Result = AtomicResponse<Self, Result<Vec<StepOutcome>, crate::messages::WorkError>>;
+    type Result = AtomicResponse<Self, Result<Vec<StepOutcome>, WorkError>>;
 
     fn handle(&mut self, _: Step, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
         self.step_queued = false;
         let core = self.core.clone();
         let step = async move { core.lock().await.step_group().await };
-        AtomicResponse::new(Box::pin(step.into_actor(self).map(|result, act, ctx| {
-            act.after_group(&result, ctx);
-            result.map_err(crate::messages::WorkError::from)
-        })))
+        crate::work::atomic(self, step, |result, act, ctx| act.after_group(result, ctx))
     }
 }
 
@@ -227,4 +218,4 @@ impl Handler<RefreshBacklog> for Pump {
 }
 
 // Stop taking work once the step in flight (if any) has finished.
-crate::stop_on_shutdown!(Pump, "pump");
+crate::child_actor!(Pump, Child::Pump);

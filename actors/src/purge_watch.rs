@@ -10,19 +10,14 @@
 
 use std::time::Duration;
 
-use actix::{
-    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
-};
+use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, WrapFuture};
 use msgx_core::inbox::Inbox;
 use msgx_core::ops::{Advance, BoundaryWatch, BOUNDARY_MAX_ROWS};
 use msgx_core::store::Store;
 
+use crate::child::Child;
+use crate::messages::{RefreshBoundary, WorkError};
 use crate::next_run::NextRun;
-
-/// Advance the boundary now (the actor's own timer sends it; tests may).
-#[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<Advance, String>")]
-pub struct RefreshBoundary;
 
 /// The purge boundary watcher.
 pub struct PurgeWatch {
@@ -61,7 +56,7 @@ impl Actor for PurgeWatch {
 }
 
 impl Handler<RefreshBoundary> for PurgeWatch {
-    type Result = AtomicResponse<Self, Result<Advance, String>>;
+    type Result = AtomicResponse<Self, Result<Advance, WorkError>>;
 
     fn handle(&mut self, _: RefreshBoundary, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
@@ -71,6 +66,7 @@ impl Handler<RefreshBoundary> for PurgeWatch {
             let r = watch.advance(&inbox, &store, BOUNDARY_MAX_ROWS).await;
             (watch, r)
         };
+        // Not `work::atomic`: the watch comes back with what a failed round still found.
         AtomicResponse::new(Box::pin(round.into_actor(self).map(|(watch, r), act, ctx| {
             act.watch = watch;
             let again = match &r {
@@ -90,9 +86,9 @@ impl Handler<RefreshBoundary> for PurgeWatch {
             };
             let after = if again { Duration::ZERO } else { act.period };
             act.next.arm(ctx, RefreshBoundary, after, false);
-            r.map_err(|e| e.to_string())
+            r.map_err(WorkError::from)
         })))
     }
 }
 
-crate::stop_on_shutdown!(PurgeWatch, "purge_watch");
+crate::child_actor!(PurgeWatch, Child::PurgeWatch);

@@ -10,26 +10,19 @@
 
 use std::time::Duration;
 
-use actix::{
-    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
-};
+use actix::{Actor, AsyncContext, AtomicResponse, Context, Handler};
 use msgx_core::clock::SharedClock;
 use msgx_core::outbound::{daily_step, DailyOutcome, DailyReport, Outbound, OutboundError};
 use msgx_core::telemetry;
 
+use crate::child::Child;
+use crate::messages::{RequestTick, WorkError};
 use crate::next_run::NextRun;
-use crate::supervisor::ChildFactory;
-use crate::wiring::Wiring;
 
 /// Longest pause between two steps.
 pub const DEFAULT_CHECK_EVERY: Duration = Duration::from_secs(60);
 /// Shortest pause between two steps (the clock may stand still in tests).
 const MIN_PAUSE: Duration = Duration::from_secs(1);
-
-/// Take one step now (the actor's own timer sends it; tests may).
-#[derive(Debug, Clone, Copy, Default, Message)]
-#[rtype(result = "Result<DailyReport, crate::messages::WorkError>")]
-pub struct RequestTick;
 
 /// The schedule requester actor.
 pub struct ScheduleRequester {
@@ -104,31 +97,15 @@ impl Actor for ScheduleRequester {
 }
 
 impl Handler<RequestTick> for ScheduleRequester {
-    type Result = AtomicResponse<Self, Result<DailyReport, crate::messages::WorkError>>;
+    type Result = AtomicResponse<Self, Result<DailyReport, WorkError>>;
 
     fn handle(&mut self, _: RequestTick, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
         let (outbound, clock) = (self.outbound.clone(), self.clock.clone());
         let step = async move { daily_step(&outbound, clock.now()).await };
-        AtomicResponse::new(Box::pin(step.into_actor(self).map(|result, act, ctx| {
-            act.after_step(&result, ctx);
-            result.map_err(crate::messages::WorkError::from)
-        })))
-    }
-}
-
-/// The supervisor's factory for the requester.
-pub fn child(outbound: Outbound, clock: SharedClock) -> ChildFactory {
-    ChildFactory {
-        name: telemetry::CHILD_SCHEDULE_REQUESTER,
-        start: Box::new(move |wiring: &Wiring| {
-            let addr = ScheduleRequester::new(outbound.clone(), clock.clone()).start();
-            let stop = addr.clone().recipient();
-            wiring.update(|r| r.set_shutdown("schedule_requester", stop));
-            Box::new(move || addr.connected())
-        }),
+        crate::work::atomic(self, step, |result, act, ctx| act.after_step(result, ctx))
     }
 }
 
 // Stop taking work once the step in flight (if any) has finished.
-crate::stop_on_shutdown!(ScheduleRequester, "schedule_requester");
+crate::child_actor!(ScheduleRequester, Child::ScheduleRequester);

@@ -2,6 +2,8 @@
 //! (a panicking actix actor is not restarted by actix: it just disappears). Children keep no
 //! state that matters in memory, so a rebuilt child resumes from PostgreSQL.
 //! It also renews the single-instance lease and stops the service when it is lost.
+//! [`ChildFactory::of`] (with [`start`]) is how the service's children are built: the actor
+//! type names its [`Child`] ([`Supervised`]), which names its `Shutdown` registration.
 //!
 //! Limits (OTP style): more than `max_restarts` restarts within `restart_window` stop the
 //! service with [`Fatal::RestartIntensity`] — a crash loop needs an operator, not more retries.
@@ -14,14 +16,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, AsyncContext, Context, Handler, ResponseFuture};
+use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture};
 use msgx_core::store::{InstanceLock, StoreError};
 use msgx_core::telemetry;
 use tokio::sync::mpsc;
 
+use crate::child::Child;
 use crate::health::Health;
 use crate::messages::{Shutdown, ShutdownPipeline, ShutdownReport};
-use crate::wiring::Wiring;
+use crate::wiring::{Receivers, Wiring};
 
 /// Says whether a started child's mailbox is still open.
 pub type Liveness = Box<dyn Fn() -> bool>;
@@ -29,15 +32,16 @@ pub type Liveness = Box<dyn Fn() -> bool>;
 /// Starts a fresh child instance and rewires it.
 pub type StartChild = Box<dyn Fn(&Wiring) -> Liveness>;
 
-/// How a child is (re)built: starts the actor, rewires it, returns a liveness probe.
+/// How a child is (re)built: starts the actor, rewires it, returns a liveness probe. The
+/// service's children are built by [`ChildFactory::of`], named by their [`Child`].
 pub struct ChildFactory {
-    /// Name for logs and metrics.
+    /// Name for logs, metrics, `/readyz` and the shutdown registry.
     pub name: &'static str,
     /// Starts a fresh instance; the returned probe says whether its mailbox is still open.
     pub start: StartChild,
 }
 
-struct Child {
+struct Running {
     factory: ChildFactory,
     alive: Liveness,
     started_at: Instant,
@@ -45,6 +49,71 @@ struct Child {
     failures: u32,
     /// Not before this instant (backoff).
     restart_after: Option<Instant>,
+}
+
+/// An actor the supervisor runs as one of the table's children. It handles [`Shutdown`] (most
+/// through [`crate::child_actor!`]).
+pub trait Supervised: Actor<Context = Context<Self>> + Handler<Shutdown> {
+    /// Which child this actor is.
+    const CHILD: Child;
+}
+
+/// Starts `actor`, registers its [`Shutdown`] receiver under its child's name, lets `wire`
+/// record its other receivers, and returns its liveness probe.
+pub fn start<A: Supervised>(
+    wiring: &Wiring,
+    actor: A,
+    wire: impl FnOnce(&mut Receivers, &Addr<A>),
+) -> Liveness {
+    let addr = actor.start();
+    wiring.update(|r| {
+        r.set_shutdown(A::CHILD, addr.clone().recipient());
+        wire(r, &addr);
+    });
+    Box::new(move || addr.connected())
+}
+
+impl ChildFactory {
+    /// How the supervisor (re)builds the child `A`: `build` makes a fresh actor (`None` when it
+    /// cannot be built now — the probe then says "down" and the supervisor retries with its
+    /// backoff), [`start`] starts and wires it.
+    pub fn of<A: Supervised>(
+        build: impl Fn(&Wiring) -> Option<A> + 'static,
+        wire: impl Fn(&mut Receivers, &Addr<A>) + 'static,
+    ) -> Self {
+        Self {
+            name: A::CHILD.name(),
+            start: Box::new(move |wiring: &Wiring| match build(wiring) {
+                Some(actor) => start(wiring, actor, &wire),
+                None => Box::new(|| false),
+            }),
+        }
+    }
+}
+
+/// Declares `$actor` as the table's `$child` ([`Supervised`]) and stops it on [`Shutdown`]: its
+/// work is atomic, so by then nothing is in flight; it cancels the timer it keeps in a
+/// `next: NextRun` field and stops.
+#[macro_export]
+macro_rules! child_actor {
+    ($actor:ty, $child:expr) => {
+        impl $crate::supervisor::Supervised for $actor {
+            const CHILD: $crate::child::Child = $child;
+        }
+
+        impl actix::Handler<$crate::messages::Shutdown> for $actor {
+            type Result = Result<(), $crate::messages::ShutdownError>;
+
+            fn handle(
+                &mut self,
+                _: $crate::messages::Shutdown,
+                ctx: &mut Self::Context,
+            ) -> Self::Result {
+                $crate::shutdown::stop(ctx, &mut self.next, $child.name());
+                Ok(())
+            }
+        }
+    };
 }
 
 /// Why the service must stop.
@@ -108,7 +177,7 @@ pub struct Supervisor {
     wiring: Wiring,
     /// Factories waiting to be started (moved into `children` at start).
     pending: Vec<ChildFactory>,
-    children: Vec<Child>,
+    children: Vec<Running>,
     /// Held for the life of the process; None in tests that run several pipelines.
     lock: Option<InstanceLock>,
     /// Where a fatal condition is reported (the binary exits non-zero).
@@ -341,7 +410,7 @@ impl Actor for Supervisor {
             let alive = (factory.start)(&self.wiring);
             tracing::info!(child = factory.name, "child actor started");
             self.health.child(factory.name, true);
-            self.children.push(Child {
+            self.children.push(Running {
                 factory,
                 alive,
                 started_at: Instant::now(),
@@ -380,44 +449,5 @@ mod tests {
         assert_eq!(backoff(0), Duration::from_millis(200));
         assert_eq!(backoff(1), Duration::from_millis(400));
         assert_eq!(backoff(20), BACKOFF_MAX);
-    }
-
-    /// The service's children are named by `telemetry::CHILD_*` (the `child` values of
-    /// `msgx_actor_restarts_total` registered at 0), never by a literal.
-    #[test]
-    fn children_are_named_by_registered_constants() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let mut found = 0;
-        for file in ["app.rs", "schedule_requester.rs"] {
-            let text = std::fs::read_to_string(dir.join(file)).expect("readable");
-            for part in text.split("ChildFactory {").skip(1) {
-                // A struct literal (not `-> ChildFactory {` of a function) starts with its name.
-                let Some(rest) = part.trim_start().strip_prefix("name:") else {
-                    continue;
-                };
-                let name = rest.split(',').next().expect("name").trim();
-                let konst = name.strip_prefix("telemetry::").unwrap_or_else(|| {
-                    panic!("{file}: child named {name}, not telemetry::CHILD_*")
-                });
-                let value = match konst {
-                    "CHILD_INBOX_POLLER" => telemetry::CHILD_INBOX_POLLER,
-                    "CHILD_PUMP" => telemetry::CHILD_PUMP,
-                    "CHILD_DISPATCHER" => telemetry::CHILD_DISPATCHER,
-                    "CHILD_LATE_DETECTOR" => telemetry::CHILD_LATE_DETECTOR,
-                    "CHILD_BACKFILL_SWEEPER" => telemetry::CHILD_BACKFILL_SWEEPER,
-                    "CHILD_PURGE_WATCH" => telemetry::CHILD_PURGE_WATCH,
-                    "CHILD_SCHEDULE_REQUESTER" => telemetry::CHILD_SCHEDULE_REQUESTER,
-                    "CHILD_HOUSEKEEPER" => telemetry::CHILD_HOUSEKEEPER,
-                    other => panic!("{file}: unknown child constant {other}"),
-                };
-                assert!(telemetry::CHILDREN.contains(&value));
-                found += 1;
-            }
-        }
-        assert_eq!(
-            found,
-            telemetry::CHILDREN.len(),
-            "one factory per registered child"
-        );
     }
 }

@@ -5,10 +5,11 @@ use std::sync::{Arc, RwLock};
 
 use actix::Recipient;
 
+use crate::child::Child;
 use crate::messages::{
-    EventsQueued, HolesReleased, HousekeepNow, PollNow, Shutdown, TerminalCommitted, WatermarkMoved,
+    EventsQueued, HolesReleased, HousekeepNow, PollNow, Shutdown, Step, TerminalCommitted,
+    WatermarkMoved,
 };
-use crate::pump::Step;
 
 /// The current receivers.
 #[derive(Default)]
@@ -19,7 +20,7 @@ pub struct Receivers {
     pub holes: Vec<Recipient<HolesReleased>>,
     /// The current poller (to ask for a round now).
     pub poller: Option<Recipient<PollNow>>,
-    /// The current pump (tests and the admin surface ask it for a step).
+    /// The current pump (tests ask it for a step).
     pub pump: Option<Recipient<Step>>,
     /// Told when the pump commits a terminal row (the backfill sweeper wakes early).
     pub terminal: Vec<Recipient<TerminalCommitted>>,
@@ -33,10 +34,11 @@ pub struct Receivers {
 }
 
 impl Receivers {
-    /// Records (or replaces, after a restart) the shutdown receiver of `child`.
-    pub fn set_shutdown(&mut self, child: &'static str, r: Recipient<Shutdown>) {
-        self.shutdown.retain(|(name, _)| *name != child);
-        self.shutdown.push((child, r));
+    /// Records (or replaces, after a restart) the shutdown receiver of `child`, under its name
+    /// ([`crate::child::start`] does, for every child it starts).
+    pub fn set_shutdown(&mut self, child: Child, r: Recipient<Shutdown>) {
+        self.shutdown.retain(|(name, _)| *name != child.name());
+        self.shutdown.push((child.name(), r));
     }
 }
 
@@ -47,28 +49,30 @@ pub struct Wiring(Arc<RwLock<Receivers>>);
 impl Wiring {
     /// Tells every watermark receiver.
     pub fn watermark_moved(&self, msg: WatermarkMoved) {
-        for r in &self.read().watermark {
-            r.do_send(msg);
-        }
+        self.tell(|r| &r.watermark, msg);
     }
 
     /// Tells every hole receiver.
     pub fn holes_released(&self, msg: HolesReleased) {
-        for r in &self.read().holes {
-            r.do_send(msg);
-        }
+        self.tell(|r| &r.holes, msg);
     }
 
     /// Tells every terminal-row receiver.
     pub fn terminal_committed(&self, msg: TerminalCommitted) {
-        for r in &self.read().terminal {
-            r.do_send(msg);
-        }
+        self.tell(|r| &r.terminal, msg);
     }
 
     /// Tells every event receiver.
     pub fn events_queued(&self, msg: EventsQueued) {
-        for r in &self.read().events {
+        self.tell(|r| &r.events, msg);
+    }
+
+    fn tell<M>(&self, list: impl FnOnce(&Receivers) -> &Vec<Recipient<M>>, msg: M)
+    where
+        M: actix::Message + Copy + Send + 'static,
+        M::Result: Send,
+    {
+        for r in list(&self.read()) {
             r.do_send(msg);
         }
     }

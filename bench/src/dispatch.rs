@@ -39,7 +39,8 @@ use super::databases::BenchDbs;
 use super::percentile;
 use super::report::{rate, Pacer};
 use msgx_actors::app::{kafka_bootstrap, DispatchDeps};
-use msgx_actors::dispatcher::{Dispatcher, EventsQueued};
+use msgx_actors::dispatcher::Dispatcher;
+use msgx_actors::messages::EventsQueued;
 
 /// Dispatch benchmark knobs.
 #[derive(Debug, Args)]

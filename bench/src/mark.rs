@@ -51,7 +51,8 @@ use super::databases::BenchDbs;
 use super::inbox_load::{load_inbox, Loaded};
 use super::percentile;
 use super::report::rate;
-use msgx_actors::backfill_sweeper::{BackfillSweeper, TerminalCommitted, DEFAULT_WAKE_GAP};
+use msgx_actors::backfill_sweeper::{BackfillSweeper, DEFAULT_WAKE_GAP};
+use msgx_actors::messages::TerminalCommitted;
 
 /// Mark benchmark knobs.
 #[derive(Debug, Args)]
