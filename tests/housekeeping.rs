@@ -366,6 +366,19 @@ async fn gate_of(env: &TestEnv, flid: &str) -> Option<String> {
     })
 }
 
+/// `msg_id`'s detail names `holder` as the holder of its identity.
+async fn assert_duplicate_of(env: &TestEnv, msg_id: i64, holder: i64) {
+    let detail: String = sqlx::query_scalar("SELECT error_text FROM proc_state WHERE msg_id = $1")
+        .bind(msg_id)
+        .fetch_one(env.store.pool())
+        .await
+        .expect("detail");
+    assert!(
+        detail.contains(&format!("bound to message {holder}")),
+        "{detail}"
+    );
+}
+
 #[tokio::test]
 async fn identity_dedup_and_enqueued_hold_across_the_archive() {
     let env = TestEnv::new("hk_dedup").await;
@@ -408,16 +421,7 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
             ("SKIPPED", Some("DUPLICATE")),
             "{id}"
         );
-        let detail: String =
-            sqlx::query_scalar("SELECT error_text FROM proc_state WHERE msg_id = $1")
-                .bind(id)
-                .fetch_one(env.store.pool())
-                .await
-                .expect("detail");
-        assert!(
-            detail.contains(&format!("bound to message {first}")),
-            "{detail}"
-        );
+        assert_duplicate_of(&env, id, first).await;
     }
     assert_eq!(gate_of(&env, "F1").await.as_deref(), Some("A1"));
     // 3. The other archived record's identity holds the same way, naming its holder.
@@ -425,15 +429,7 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
     discover(&env, third).await;
     drain(&mut pump).await;
     assert_eq!(env.state_of(third).await.0, "SKIPPED");
-    let detail: String = sqlx::query_scalar("SELECT error_text FROM proc_state WHERE msg_id = $1")
-        .bind(third)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("detail");
-    assert!(
-        detail.contains(&format!("bound to message {other}")),
-        "{detail}"
-    );
+    assert_duplicate_of(&env, third, other).await;
 
     // "Enqueued" means live or archived: the compensation scan does not enqueue the archived
     // rows again, and verify finds every inbox row covered.
