@@ -40,6 +40,7 @@ pub mod outbound;
 pub mod poller;
 pub mod pump;
 pub mod retention;
+pub mod rows;
 pub mod settings;
 pub mod store;
 pub mod telemetry;

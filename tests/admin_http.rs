@@ -606,9 +606,10 @@ async fn compat_entry_registers_beyond_w_and_refuses_bad_input() {
     // The pump takes only ids ≤ W: the compat row waits, the poller's insert is a no-op.
     assert!(env
         .store
-        .head()
+        .heads(1)
         .await
         .expect("head")
+        .first()
         .is_none_or(|h| h.head.msg_id <= w));
     let r = env.poll(env.poll_cfg(100)).await;
     assert_eq!(r.advance.w, beyond);
@@ -716,7 +717,7 @@ async fn replay_refuses_a_row_that_moved_and_dry_runs_change_nothing() {
     assert_eq!(env.state_of(7).await.0, "PENDING");
     assert_eq!(env.state_of(8).await.0, "DEAD");
     assert_eq!(env.state_of(30).await.0, "DEAD");
-    let audits = env.store.audit_entries().await.expect("audit");
+    let audits = env.audit_entries().await.expect("audit");
     let last = audits.last().expect("audited");
     assert_eq!(
         (

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use common::msgs::{flop, unknown_type};
 use common::proxy::Proxy;
-use common::TestEnv;
+use common::{audit, TestEnv};
 use msgx_core::backfill::{sweep_once, MissingKind, SweepConfig, SweepReport};
 use msgx_core::clock::Clock;
 use msgx_core::inbox::Inbox;
 use msgx_core::pump::StepOutcome;
-use msgx_core::store::replay::{recover_abandoned, replay, AdminError, RowOutcome};
+use msgx_core::store::replay::{recover_abandoned, AdminError, RowOutcome};
 use sqlx::Executor;
 
 /// `state, attempts, processing_started_at, next_attempt_at, error_class, error_text,
@@ -323,9 +323,15 @@ async fn transient_failures_back_off_doubling_then_abandon_and_recover() {
     // The inbox is back; an operator recovers the abandoned rows.
     proxy.restore();
     let now = env.clock.now();
-    let rec = recover_abandoned(&env.store, &ids, "ops@airport", "inbox link repaired", now)
-        .await
-        .expect("recover");
+    let rec = recover_abandoned(
+        &env.store,
+        &ids,
+        audit("ops@airport", "inbox link repaired"),
+        false,
+        now,
+    )
+    .await
+    .expect("recover");
     assert_eq!(rec.applied(), 2);
     let b = bf(&env, ids[1]).await;
     assert_eq!(
@@ -342,13 +348,19 @@ async fn transient_failures_back_off_doubling_then_abandon_and_recover() {
         assert_eq!(mark(&env, *id).await.0.as_deref(), Some("PROCESSED"));
     }
     // Recovering a confirmed row is refused, with a reason, and audited.
-    let again = recover_abandoned(&env.store, &ids[..1], "ops@airport", "again", now)
-        .await
-        .expect("recover");
+    let again = recover_abandoned(
+        &env.store,
+        &ids[..1],
+        audit("ops@airport", "again"),
+        false,
+        now,
+    )
+    .await
+    .expect("recover");
     assert!(
         matches!(&again.rows[0].outcome, RowOutcome::Refused { reason } if reason.contains("not abandoned"))
     );
-    let audit = env.store.audit_entries().await.expect("audit");
+    let audit = env.audit_entries().await.expect("audit");
     assert_eq!(audit.len(), 2);
     assert_eq!(audit[0].action, "RECOVER_BACKFILL");
     assert_eq!(audit[0].actor, "ops@airport");
@@ -592,11 +604,11 @@ async fn replay_applies_to_replayable_rows_only_and_is_audited() {
     // Validation: who and why are mandatory, ids too.
     let now = env.clock.now();
     assert!(matches!(
-        replay(&env.store, &ids, " ", "why", now).await,
+        env.replay_on(&env.store, &ids, " ", "why", now).await,
         Err(AdminError::Invalid(_))
     ));
     assert!(matches!(
-        replay(&env.store, &[], "ops", "why", now).await,
+        env.replay_on(&env.store, &[], "ops", "why", now).await,
         Err(AdminError::Invalid(_))
     ));
 
@@ -604,15 +616,16 @@ async fn replay_applies_to_replayable_rows_only_and_is_audited() {
     let mut asked = ids.clone();
     asked.push(unknown);
     asked.push(ids[0]); // twice
-    let rep = replay(
-        &env.store,
-        &asked,
-        "ops@airport",
-        "codec fixed (CR-42)",
-        now,
-    )
-    .await
-    .expect("replay");
+    let rep = env
+        .replay_on(
+            &env.store,
+            &asked,
+            "ops@airport",
+            "codec fixed (CR-42)",
+            now,
+        )
+        .await
+        .expect("replay");
     let by_id = |id: i64| {
         rep.rows
             .iter()
@@ -701,7 +714,7 @@ async fn replay_applies_to_replayable_rows_only_and_is_audited() {
         .expect("poison");
     assert!(!poisoned, "a replayed row is not poison");
 
-    let audit = env.store.audit_entries().await.expect("audit");
+    let audit = env.audit_entries().await.expect("audit");
     assert_eq!(audit.len(), 1, "invalid requests are not audited");
     let a = &audit[0];
     assert_eq!(
@@ -778,7 +791,8 @@ async fn replay_waits_for_the_sweep_that_holds_the_row() {
     })
     .await;
     let started = Instant::now();
-    let rep = replay(&env.store, &ids[..1], "ops", "race", env.clock.now())
+    let rep = env
+        .replay_on(&env.store, &ids[..1], "ops", "race", env.clock.now())
         .await
         .expect("replay");
     let waited = started.elapsed();
@@ -825,15 +839,16 @@ async fn a_replayed_marked_row_is_confirmed_as_already_marked_after_reprocessing
     let first_mark = mark(&env, id).await;
 
     env.clock.advance(Duration::from_secs(600));
-    let rep = replay(
-        &env.store,
-        &[id],
-        "ops",
-        "codec learned ZZZZ",
-        env.clock.now(),
-    )
-    .await
-    .expect("replay");
+    let rep = env
+        .replay_on(
+            &env.store,
+            &[id],
+            "ops",
+            "codec learned ZZZZ",
+            env.clock.now(),
+        )
+        .await
+        .expect("replay");
     assert_eq!(rep.applied(), 1);
     // Reprocessed by a pump that knows the subtype now.
     let mut pump = env.pump(&[(

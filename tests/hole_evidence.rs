@@ -53,8 +53,7 @@ async fn seen_db_at(env: &TestEnv) -> Option<chrono::NaiveDateTime> {
 }
 
 async fn watched(env: &TestEnv, id: i64) -> bool {
-    env.store
-        .late_watch_entry(id)
+    env.late_watch_entry(id)
         .await
         .expect("late_watch")
         .is_some()

@@ -149,7 +149,6 @@ async fn a_late_row_is_detected_enqueued_and_applied_without_overtaking_newer_da
 
     assert_eq!(release_hole(&env).await, (late, late));
     let watch = env
-        .store
         .late_watch_entry(late)
         .await
         .expect("entry")
@@ -176,7 +175,7 @@ async fn a_late_row_is_detected_enqueued_and_applied_without_overtaking_newer_da
     assert_eq!(counter(DETECTED) - before.0, 1.0);
     assert_eq!(source_of(&env, late).await.as_deref(), Some("LATE"));
     assert_eq!(env.state_of(late).await.0, "PENDING");
-    let watch = env.store.late_watch_entry(late).await.expect("entry");
+    let watch = env.late_watch_entry(late).await.expect("entry");
     assert_eq!(
         watch.and_then(|w| w.detected_at),
         Some(msgx_core::clock::Clock::now(&env.clock))
@@ -191,7 +190,7 @@ async fn a_late_row_is_detected_enqueued_and_applied_without_overtaking_newer_da
     assert_eq!(env.state_of(late).await.0, "SUCCEEDED");
     assert!(backfill_intent_set(&env, late).await, "marked like any row");
 
-    let f1 = &env.store.flights(&["F1".into()]).await.expect("flights")["F1"];
+    let f1 = &env.flights(&["F1".into()]).await.expect("flights")["F1"];
     assert_eq!(f1.get(Field::Gate), Some("B2"), "the newer GATE is kept");
     assert_eq!(f1.versions[&Field::Gate].msg_id, newer);
     assert_eq!(f1.get(Field::Stnd), Some("S5"), "an older STND is replaced");
@@ -247,7 +246,6 @@ async fn late_deletes_and_late_updates_of_deleted_flights_are_refused_and_record
 
     // F1 was updated after the delete was sent: the delete is refused, F1 stays.
     let flights = env
-        .store
         .flights(&["F1".into(), "F2".into()])
         .await
         .expect("flights");
@@ -356,7 +354,6 @@ async fn watched_ids_are_checked_in_batches_and_closed_after_their_window() {
     let now = msgx_core::clock::Clock::now(&env.clock);
     for id in [id3, id4] {
         let w = env
-            .store
             .late_watch_entry(id)
             .await
             .expect("entry")
@@ -376,12 +373,11 @@ async fn watched_ids_are_checked_in_batches_and_closed_after_their_window() {
     assert_eq!(r.closed, [(id3, id3)]);
     assert_eq!(r.open, 0);
     assert_eq!(counter(DETECTED) - before, 2.0);
-    assert_eq!(env.store.late_watch_entry(id3).await.expect("entry"), None);
+    assert_eq!(env.late_watch_entry(id3).await.expect("entry"), None);
     assert_eq!(source_of(&env, id3).await, None);
     assert_eq!(source_of(&env, id4).await.as_deref(), Some("LATE"));
     // Detected entries stay as the record of late arrivals.
     assert!(env
-        .store
         .late_watch_entry(id2)
         .await
         .expect("entry")
@@ -421,7 +417,6 @@ async fn an_unreachable_inbox_keeps_the_watch_intact() {
         assert!(matches!(err, DetectError::Inbox(_)), "{err}");
     }
     let w = env
-        .store
         .late_watch_entry(hole)
         .await
         .expect("entry")

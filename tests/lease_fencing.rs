@@ -7,8 +7,10 @@ mod common;
 
 use msgx_core::cutover::{CutoverMode, CutoverStock};
 
+use chrono::{DateTime, Utc};
 use common::TestEnv;
 use msgx_core::clock::Clock;
+use msgx_core::pump::ErrorClass;
 use msgx_core::store::{InstanceLock, LeaseConfig, Store, StoreError};
 
 async fn fenced_store(env: &TestEnv, lock: &InstanceLock) -> Store {
@@ -18,6 +20,12 @@ async fn fenced_store(env: &TestEnv, lock: &InstanceLock) -> Store {
         .fenced(lock.epoch())
         .await
         .expect("fenced")
+}
+
+/// One message's attempt stamp as the pump stamps a group: the attempt number it got.
+async fn stamp(store: &Store, msg_id: i64, now: DateTime<Utc>) -> Result<Option<i32>, StoreError> {
+    let stamped = store.stamp_attempts(&[msg_id], now).await?;
+    Ok(stamped.first().map(|s| s.1))
 }
 
 async fn attempts(env: &TestEnv, msg_id: i64) -> i32 {
@@ -42,10 +50,7 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
         .await
         .expect("lock a");
     let store_a = fenced_store(&env, &lock_a).await;
-    assert_eq!(
-        store_a.stamp_attempt(1, now).await.expect("a writes"),
-        Some(1)
-    );
+    assert_eq!(stamp(&store_a, 1, now).await.expect("a writes"), Some(1));
 
     // A's lock session dies (network cut, pg_terminate_backend); its pools live on.
     sqlx::query("SELECT pg_terminate_backend(backend_pid) FROM instance_lease")
@@ -64,7 +69,7 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
     // reconnect with the old epoch, and every kind of write of A fails as fenced and changes
     // nothing.
     for _ in 0..3 {
-        let _ = store_a.stamp_attempt(1, now).await;
+        let _ = stamp(&store_a, 1, now).await;
         let _ = store_a
             .seed_cutover(
                 &CutoverStock::watermark_only(CutoverMode::Id(5), 5, now),
@@ -72,13 +77,16 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
             )
             .await;
     }
-    let stamp = store_a.stamp_attempt(1, now).await.expect_err("fenced");
-    assert!(stamp.is_fenced(), "{stamp}");
-    let bind = store_a
-        .bind_identity(1, "AODB|FLOP|UPDT|1")
+    let stamped = stamp(&store_a, 1, now).await.expect_err("fenced");
+    assert!(stamped.is_fenced(), "{stamped}");
+    // A group's write (the pump's outcome path) too.
+    let mut group = store_a.begin_group().await.expect("begin");
+    let failed = group
+        .mark_failed(1, ErrorClass::Infra, "stale instance", now, now)
         .await
         .expect_err("fenced");
-    assert!(bind.is_fenced(), "{bind}");
+    assert!(failed.is_fenced(), "{failed}");
+    drop(group);
     let seed = store_a
         .seed_cutover(
             &CutoverStock::watermark_only(CutoverMode::Id(5), 5, now),
@@ -95,14 +103,8 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
     assert!(lock_a.check().await.is_err(), "A sees it lost the lock");
 
     // B writes; a tool without a lease is not fenced.
-    assert_eq!(
-        store_b.stamp_attempt(1, now).await.expect("b writes"),
-        Some(2)
-    );
-    assert_eq!(
-        env.store.stamp_attempt(2, now).await.expect("tool"),
-        Some(1)
-    );
+    assert_eq!(stamp(&store_b, 1, now).await.expect("b writes"), Some(2));
+    assert_eq!(stamp(&env.store, 2, now).await.expect("tool"), Some(1));
     assert!(lock_b.check().await.is_ok());
 
     // An epoch moved behind B's back (a newer instance whose lock B still sees) also fails
@@ -112,8 +114,7 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
         .await
         .expect("bump");
     assert!(lock_b.check().await.is_err());
-    assert!(store_b
-        .stamp_attempt(1, now)
+    assert!(stamp(&store_b, 1, now)
         .await
         .expect_err("fenced")
         .is_fenced());

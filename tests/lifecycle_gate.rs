@@ -15,26 +15,23 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use common::msgs::{flop, unknown_type};
-use common::TestEnv;
+use common::{audit, TestEnv};
 use msgx_core::backfill::{sweep_once, SweepConfig};
 use msgx_core::inbox::Inbox;
 use msgx_core::pump::{PumpCore, StepOutcome};
-use msgx_core::store::replay::{recover_abandoned, replay, AdminReport, RowOutcome};
+use msgx_core::store::replay::{recover_abandoned, AdminReport, RowOutcome};
 use msgx_core::store::Store;
 use rand::{Rng, SeedableRng};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::Executor;
 
 const REPLAYS: usize = 200;
 
-/// A store on its own pool: every racer has its own connections.
+/// A store on its own pool, connected as the service connects: every racer has its own
+/// connections.
 async fn own_store(env: &TestEnv, connections: u32) -> Store {
-    let pool = PgPoolOptions::new()
-        .max_connections(connections)
-        .connect(&env.pg_url)
-        .await
-        .expect("pool");
-    Store::from_pool(pool).await.expect("store")
+    let n = connections.to_string();
+    let settings = env.settings(&[("MSGX_STORE__MAX_CONNECTIONS", n.as_str())]);
+    Store::connect(&settings.store).await.expect("store")
 }
 
 /// Every inbox status, by id.
@@ -301,22 +298,23 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
         let pick: Vec<i64> = (0..n)
             .map(|_| from[rng.random_range(0..from.len())])
             .collect();
-        let report = replay(
-            &operator_store,
-            &pick,
-            "ops@airport",
-            &format!("stress {i}"),
-            clock.now(),
-        )
-        .await
-        .expect("replay");
+        let report = env
+            .replay_on(
+                &operator_store,
+                &pick,
+                "ops@airport",
+                &format!("stress {i}"),
+                clock.now(),
+            )
+            .await
+            .expect("replay");
         replays.push((pick, report));
         if i % 20 == 0 {
             recover_abandoned(
                 &operator_store,
                 &purged,
-                "ops@airport",
-                "recheck",
+                audit("ops@airport", "recheck"),
+                false,
                 clock.now(),
             )
             .await
@@ -358,7 +356,6 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
 
     // 2. Every replay is in the audit log, applied or refused with a reason, as reported.
     let audit: Vec<_> = env
-        .store
         .audit_entries()
         .await
         .expect("audit")

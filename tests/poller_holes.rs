@@ -115,12 +115,7 @@ async fn holes_seen_together_age_side_by_side_and_are_released_in_one_round() {
     assert_eq!(env.enqueued_ids().await, vec![a, b, c]);
     assert_eq!(env.cursor().await, (c, None));
     for id in [h1, h2] {
-        assert!(env
-            .store
-            .late_watch_entry(id)
-            .await
-            .expect("watch")
-            .is_some());
+        assert!(env.late_watch_entry(id).await.expect("watch").is_some());
     }
     env.cleanup().await;
 }

@@ -370,7 +370,7 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
         }
     }
     // One audit row per batch: approver, reason, ticket, the ids.
-    let audit = env.store.audit_entries().await.expect("audit");
+    let audit = env.audit_entries().await.expect("audit");
     assert_eq!(audit.len(), 2);
     let mut audited: Vec<i64> = Vec::new();
     for (a, b) in audit.iter().zip(&report.batches) {

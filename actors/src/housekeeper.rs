@@ -84,12 +84,6 @@ impl Housekeeper {
         self.vacuum_every = every;
         self
     }
-
-    /// Sets the pause before the first job (tests start on [`HousekeepNow`] instead).
-    pub fn with_first_delay(mut self, delay: Duration) -> Self {
-        self.first_delay = delay;
-        self
-    }
 }
 
 impl Actor for Housekeeper {

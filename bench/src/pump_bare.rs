@@ -1,10 +1,11 @@
 //! Phases 2 and 4 of `bench pump`: the bare single-connection commit rates the pump is
 //! measured against, in scratch tables of the bench store, with `synchronous_commit` as the
 //! server has it (never changed for the server or a session): every commit waits for the WAL
-//! flush, except in the relaxed transactions, which mirror the pump's stamp and identity
-//! binding (`Store::stamp_attempt`, `Store::bind_identity`): one autocommit `UPDATE` on a
-//! second held connection whose session has `synchronous_commit = off`, as the store's
-//! relaxed pool.
+//! flush, except in the relaxed transactions, which mirror the pump's attempt stamp
+//! (`Store::stamp_attempts`, here for one row) and the identity binding of its own the pump
+//! ran per message before group commit (group commit binds it in the outcome statement): one
+//! autocommit `UPDATE` on a second held connection whose session has `synchronous_commit =
+//! off`, as the store's relaxed pool. Bare reference shapes: no store function is called.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -280,7 +281,8 @@ async fn update_n(conn: &mut sqlx::PgConnection, id: i64) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// The stamp on the relaxed session (`Store::stamp_attempt`'s shape); returns its time.
+/// The stamp on the relaxed session (`Store::stamp_attempts`'s shape for one row); returns
+/// its time.
 async fn relaxed_stamp(conn: &mut sqlx::PgConnection, id: i64) -> anyhow::Result<Duration> {
     let now = Utc::now();
     let t = Instant::now();
@@ -298,8 +300,8 @@ async fn relaxed_stamp(conn: &mut sqlx::PgConnection, id: i64) -> anyhow::Result
     Ok(t.elapsed())
 }
 
-/// The identity binding on the relaxed session (`Store::bind_identity`'s shape: an UPDATE of a
-/// uniquely indexed column); returns its time.
+/// An identity binding of its own on the relaxed session (an UPDATE of a uniquely indexed
+/// column, as the pump bound identities before group commit); returns its time.
 async fn relaxed_bind(
     conn: &mut sqlx::PgConnection,
     id: i64,

@@ -170,9 +170,4 @@ impl EventProducer {
     pub fn flush(&self, timeout: std::time::Duration) -> Result<(), KafkaError> {
         self.inner.flush(timeout)
     }
-
-    /// Records queued or in flight.
-    pub fn in_flight(&self) -> i32 {
-        self.inner.in_flight_count()
-    }
 }

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{Ops, OpsError};
+use crate::rows::{ErrorClass, ProcState};
 use crate::store::replay::{
     self, AdminReport, Audit, Expect, RawSource, RowOutcome, REPLAYABLE_CLASSES, REPLAYABLE_STATES,
 };
@@ -92,10 +93,10 @@ pub struct RowReport {
     pub result: &'static str,
     /// State before, when applied.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub previous_state: Option<String>,
+    pub previous_state: Option<ProcState>,
     /// Error class before, when applied.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub previous_class: Option<String>,
+    pub previous_class: Option<ErrorClass>,
     /// Why refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -134,8 +135,8 @@ impl ActionReport {
                 } => RowReport {
                     msg_id: row.msg_id,
                     result: "applied",
-                    previous_state: Some(previous_state.clone()),
-                    previous_class: previous_class.clone(),
+                    previous_state: Some(*previous_state),
+                    previous_class: *previous_class,
                     reason: None,
                     source: source.map(RawSource::as_str),
                 },
@@ -181,9 +182,8 @@ impl ActionReport {
                     } else {
                         "applied"
                     },
-                    r.previous_state.as_deref().unwrap_or("-"),
+                    r.previous_state.map_or("-", ProcState::as_str),
                     r.previous_class
-                        .as_deref()
                         .map(|c| format!("({c})"))
                         .unwrap_or_default(),
                     r.source
@@ -302,28 +302,45 @@ fn check_audit(actor: &str, reason: &str, ticket: Option<&str>) -> Result<(), Op
     Ok(())
 }
 
-fn check_state(value: &str, key: &str) -> Result<String, OpsError> {
-    let v = value.trim().to_ascii_uppercase();
-    if REPLAYABLE_STATES.contains(&v.as_str()) {
-        Ok(v)
-    } else {
-        Err(OpsError::Invalid(format!(
+fn check_state(value: &str, key: &str) -> Result<ProcState, OpsError> {
+    match ProcState::try_from(value.trim().to_ascii_uppercase().as_str()) {
+        Ok(state) if REPLAYABLE_STATES.contains(&state) => Ok(state),
+        _ => Err(OpsError::Invalid(format!(
             "{key} `{value}` is not replayable (only {})",
-            REPLAYABLE_STATES.join(", ")
-        )))
+            replay::names(REPLAYABLE_STATES)
+        ))),
     }
 }
 
-fn check_class(value: &str, key: &str) -> Result<String, OpsError> {
-    let v = value.trim().to_ascii_uppercase();
-    if REPLAYABLE_CLASSES.contains(&v.as_str()) {
-        Ok(v)
-    } else {
-        Err(OpsError::Invalid(format!(
+fn check_class(value: &str, key: &str) -> Result<ErrorClass, OpsError> {
+    match ErrorClass::try_from(value.trim().to_ascii_uppercase().as_str()) {
+        Ok(class) if REPLAYABLE_CLASSES.contains(&class) => Ok(class),
+        _ => Err(OpsError::Invalid(format!(
             "{key} `{value}` is not a replayable class (only {})",
-            REPLAYABLE_CLASSES.join(", ")
-        )))
+            replay::names(REPLAYABLE_CLASSES)
+        ))),
     }
+}
+
+/// A replay by ids: each expected in `expect_state` (required: a row that moved since the
+/// operator saw it is refused) and `expect_class`, if given.
+fn rows_by_ids(req: &ReplayRequest) -> Result<Vec<(i64, Expect)>, OpsError> {
+    let Some(seen) = req.expect_state.as_deref() else {
+        return Err(OpsError::Invalid(
+            "expect_state is required with msg_ids: the state you saw the rows in \
+             (DEAD or FAILED); a row that moved since is refused"
+                .into(),
+        ));
+    };
+    let expect = Expect {
+        state: Some(check_state(seen, "expect_state")?),
+        class: req
+            .expect_class
+            .as_deref()
+            .map(|c| check_class(c, "expect_class"))
+            .transpose()?,
+    };
+    Ok(req.msg_ids.iter().map(|id| (*id, expect.clone())).collect())
 }
 
 impl Ops {
@@ -336,7 +353,7 @@ impl Ops {
         check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
         check_ids(&req.msg_ids, "msg_ids")?;
         let by_class = req.error_class.is_some() || req.from_id.is_some() || req.to_id.is_some();
-        let rows: Vec<(i64, Expect)> = match (by_class, req.msg_ids.is_empty()) {
+        let rows = match (by_class, req.msg_ids.is_empty()) {
             (true, false) => {
                 return Err(OpsError::Invalid(
                     "give either msg_ids (with expect_state) or error_class with from_id and \
@@ -351,85 +368,12 @@ impl Ops {
                         .into(),
                 ))
             }
-            (false, false) => {
-                let Some(seen) = req.expect_state.as_deref() else {
-                    return Err(OpsError::Invalid(
-                        "expect_state is required with msg_ids: the state you saw the rows in \
-                         (DEAD or FAILED); a row that moved since is refused"
-                            .into(),
-                    ));
-                };
-                let expect = Expect {
-                    state: Some(check_state(seen, "expect_state")?),
-                    class: req
-                        .expect_class
-                        .as_deref()
-                        .map(|c| check_class(c, "expect_class"))
-                        .transpose()?,
-                };
-                req.msg_ids.iter().map(|id| (*id, expect.clone())).collect()
-            }
-            (true, true) => {
-                if req.expect_state.is_some() || req.expect_class.is_some() {
-                    return Err(OpsError::Invalid(
-                        "expect_state/expect_class go with msg_ids; with error_class use state"
-                            .into(),
-                    ));
-                }
-                let class = check_class(
-                    req.error_class.as_deref().unwrap_or_default(),
-                    "error_class",
-                )?;
-                let (Some(from), Some(to)) = (req.from_id, req.to_id) else {
-                    return Err(OpsError::Invalid(
-                        "error_class needs from_id and to_id (an id range)".into(),
-                    ));
-                };
-                if from > to {
-                    return Err(OpsError::Invalid(format!(
-                        "from_id {from} is above to_id {to}"
-                    )));
-                }
-                let state = req
-                    .state
-                    .as_deref()
-                    .map(|s| check_state(s, "state"))
-                    .transpose()?;
-                let found: Vec<(i64, String)> = sqlx::query_as(
-                    "SELECT msg_id, state FROM proc_state \
-                     WHERE state IN ('DEAD', 'FAILED') AND error_class = $1 \
-                       AND ($2::text IS NULL OR state = $2) AND msg_id BETWEEN $3 AND $4 \
-                     ORDER BY msg_id LIMIT $5",
-                )
-                .bind(&class)
-                .bind(state.as_deref())
-                .bind(from)
-                .bind(to)
-                .bind(MAX_IDS as i64 + 1)
-                .fetch_all(self.store.pool())
-                .await?;
-                if found.len() > MAX_IDS {
-                    return Err(OpsError::Invalid(format!(
-                        "more than {MAX_IDS} rows match; narrow the id range"
-                    )));
-                }
-                if found.is_empty() {
-                    return Ok(ActionReport::empty(req.dry_run));
-                }
-                found
-                    .into_iter()
-                    .map(|(id, state)| {
-                        (
-                            id,
-                            Expect {
-                                state: Some(state),
-                                class: Some(class.clone()),
-                            },
-                        )
-                    })
-                    .collect()
-            }
+            (false, false) => rows_by_ids(req)?,
+            (true, true) => self.rows_by_class(req).await?,
         };
+        if rows.is_empty() {
+            return Ok(ActionReport::empty(req.dry_run));
+        }
         let audit = Audit {
             actor: &req.actor,
             reason: &req.reason,
@@ -439,10 +383,66 @@ impl Ops {
         // for the rows it no longer has (looked up in the replay's transaction).
         let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
         let in_inbox = self.inbox.ids_with_text(&ids).await?;
-        let report =
-            replay::replay_checked(&self.store, &rows, audit, req.dry_run, now, Some(&in_inbox))
-                .await?;
+        let report = replay::replay(&self.store, &rows, audit, req.dry_run, now, &in_inbox).await?;
         Ok(ActionReport::from_admin(&report))
+    }
+
+    /// A replay by class: the rows of `error_class` (and `state`, if given) in the id range,
+    /// each expected as found; at most [`MAX_IDS`].
+    async fn rows_by_class(&self, req: &ReplayRequest) -> Result<Vec<(i64, Expect)>, OpsError> {
+        if req.expect_state.is_some() || req.expect_class.is_some() {
+            return Err(OpsError::Invalid(
+                "expect_state/expect_class go with msg_ids; with error_class use state".into(),
+            ));
+        }
+        let class = check_class(
+            req.error_class.as_deref().unwrap_or_default(),
+            "error_class",
+        )?;
+        let (Some(from), Some(to)) = (req.from_id, req.to_id) else {
+            return Err(OpsError::Invalid(
+                "error_class needs from_id and to_id (an id range)".into(),
+            ));
+        };
+        if from > to {
+            return Err(OpsError::Invalid(format!(
+                "from_id {from} is above to_id {to}"
+            )));
+        }
+        let state = req
+            .state
+            .as_deref()
+            .map(|s| check_state(s, "state"))
+            .transpose()?;
+        let found: Vec<(i64, ProcState)> = sqlx::query_as(
+            "SELECT msg_id, state FROM proc_state \
+             WHERE state = ANY($6) AND error_class = $1 \
+               AND ($2::text IS NULL OR state = $2) AND msg_id BETWEEN $3 AND $4 \
+             ORDER BY msg_id LIMIT $5",
+        )
+        .bind(class)
+        .bind(state)
+        .bind(from)
+        .bind(to)
+        .bind(MAX_IDS as i64 + 1)
+        .bind(REPLAYABLE_STATES)
+        .fetch_all(self.store.pool())
+        .await?;
+        if found.len() > MAX_IDS {
+            return Err(OpsError::Invalid(format!(
+                "more than {MAX_IDS} rows match; narrow the id range"
+            )));
+        }
+        Ok(found
+            .into_iter()
+            .map(|(id, state)| {
+                let expect = Expect {
+                    state: Some(state),
+                    class: Some(class),
+                };
+                (id, expect)
+            })
+            .collect())
     }
 
     /// Recovers abandoned backfills; audited unless a dry run.
@@ -453,18 +453,13 @@ impl Ops {
     ) -> Result<ActionReport, OpsError> {
         check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
         check_ids(&req.msg_ids, "msg_ids")?;
-        let rows: Vec<(i64, Expect)> = req
-            .msg_ids
-            .iter()
-            .map(|id| (*id, Expect::default()))
-            .collect();
         let audit = Audit {
             actor: &req.actor,
             reason: &req.reason,
             ticket: req.ticket.as_deref(),
         };
         let report =
-            replay::recover_abandoned_checked(&self.store, &rows, audit, req.dry_run, now).await?;
+            replay::recover_abandoned(&self.store, &req.msg_ids, audit, req.dry_run, now).await?;
         Ok(ActionReport::from_admin(&report))
     }
 
@@ -483,7 +478,7 @@ impl Ops {
         };
         let r = self
             .store
-            .requeue_dead_events_audited(&req.event_ids, audit, now)
+            .requeue_dead_events(&req.event_ids, audit, now)
             .await?;
         Ok(RequeueReport {
             audit_id: r.audit_id,

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::{Ops, OpsError};
+use crate::rows::{ErrorClass, ProcState};
 use crate::store::replay::{insert_audit, AuditRow};
 use crate::store::PIPELINE_LOCK_KEY;
 
@@ -94,6 +95,21 @@ fn required(value: &str, key: &str) -> Result<(), OpsError> {
     Ok(())
 }
 
+/// Who approved a skip, why and the ticket (trimmed), for the audit and the log.
+#[derive(Debug, Clone, Copy)]
+struct Approval<'a> {
+    approver: &'a str,
+    reason: &'a str,
+    ticket: &'a str,
+}
+
+/// One committed batch: what it did and the states its rows had.
+struct Done {
+    batch: SkipBatch,
+    was_pending: u64,
+    was_failed: u64,
+}
+
 impl Ops {
     /// Skips the unfinished rows of the range (see the module doc).
     pub async fn skip(
@@ -118,114 +134,160 @@ impl Ops {
                 req.to_id
             )));
         }
+        let mut report = self.count_range(req, w).await?;
+        if req.dry_run {
+            return Ok(report);
+        }
+        let approval = Approval {
+            approver: req.approver.trim(),
+            reason: req.reason.trim(),
+            ticket: req.ticket.trim(),
+        };
+        let mut after = req.from_id - 1;
+        while let Some(done) = self.skip_batch(after, req.to_id, approval, now).await? {
+            report.skipped += done.batch.rows;
+            report.was_pending += done.was_pending;
+            report.was_failed += done.was_failed;
+            after = done.batch.last_id;
+            report.batches.push(done.batch);
+        }
+        Ok(report)
+    }
+
+    /// The report before any batch: the range's rows by state. A dry run's whole answer (what
+    /// would be skipped); a real run starts from it with nothing skipped yet.
+    async fn count_range(&self, req: &SkipRequest, w: i64) -> Result<SkipReport, OpsError> {
         let (pending, failed, terminal): (i64, i64, i64) = sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE state = 'PENDING'), \
-                    count(*) FILTER (WHERE state = 'FAILED'), \
-                    count(*) FILTER (WHERE state NOT IN ('PENDING', 'FAILED')) \
+            "SELECT count(*) FILTER (WHERE state = $3), \
+                    count(*) FILTER (WHERE state = $4), \
+                    count(*) FILTER (WHERE state <> ALL($5)) \
              FROM proc_state WHERE msg_id BETWEEN $1 AND $2",
         )
         .bind(req.from_id)
         .bind(req.to_id)
+        .bind(ProcState::Pending)
+        .bind(ProcState::Failed)
+        .bind([ProcState::Pending, ProcState::Failed].as_slice())
         .fetch_one(self.store.pool())
         .await?;
-        let mut report = SkipReport {
+        let dry = |n: i64| if req.dry_run { n as u64 } else { 0 };
+        Ok(SkipReport {
             dry_run: req.dry_run,
             w,
-            skipped: 0,
-            was_pending: 0,
-            was_failed: 0,
+            skipped: dry(pending + failed),
+            was_pending: dry(pending),
+            was_failed: dry(failed),
             already_terminal: terminal as u64,
             batches: Vec::new(),
-        };
-        if req.dry_run {
-            report.skipped = (pending + failed) as u64;
-            report.was_pending = pending as u64;
-            report.was_failed = failed as u64;
-            return Ok(report);
-        }
-        let (approver, reason, ticket) =
-            (req.approver.trim(), req.reason.trim(), req.ticket.trim());
-        let mut after = req.from_id - 1;
-        loop {
-            let mut tx = self.store.pool().begin().await?;
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(PIPELINE_LOCK_KEY)
-                .execute(&mut *tx)
-                .await?;
-            let locked: Vec<(i64, String, Option<String>)> = sqlx::query_as(
-                "SELECT msg_id, state, error_class FROM proc_state \
-                 WHERE state IN ('PENDING', 'FAILED') AND msg_id > $1 AND msg_id <= $2 \
-                 ORDER BY msg_id LIMIT $3 FOR UPDATE",
-            )
-            .bind(after)
-            .bind(req.to_id)
-            .bind(SKIP_BATCH)
-            .fetch_all(&mut *tx)
-            .await?;
-            let (Some(first), Some(last)) = (locked.first(), locked.last()) else {
-                tx.rollback().await?;
-                break;
-            };
-            let (first, last) = (first.0, last.0);
-            let ids: Vec<i64> = locked.iter().map(|r| r.0).collect();
-            let done = sqlx::query(
-                "UPDATE proc_state SET state = 'SKIPPED', terminal_reason = $2, \
-                        terminal_at = $3, next_attempt_at = NULL, \
-                        processed_seq = nextval('proc_order_seq'), backfill_next_at = $3, \
-                        error_text = $4, updated_at = $3 \
-                 WHERE msg_id = ANY($1) AND state IN ('PENDING', 'FAILED')",
-            )
-            .bind(&ids)
-            .bind(APPROVED_SKIP)
-            .bind(now)
-            .bind(format!("approved skip by {approver} ({ticket}): {reason}"))
+        })
+    }
+
+    /// One batch in ONE transaction through the lifecycle gate: the pipeline lock, the next
+    /// [`SKIP_BATCH`] unfinished rows above `after` locked in id order, the conditional
+    /// UPDATE, the audit row, commit. None when no unfinished row is left in the range.
+    async fn skip_batch(
+        &self,
+        after: i64,
+        to_id: i64,
+        approval: Approval<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Done>, OpsError> {
+        let mut tx = self.store.pool().begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(PIPELINE_LOCK_KEY)
             .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            let rows: Vec<serde_json::Value> = locked
-                .iter()
-                .map(|(id, state, class)| {
-                    json!({"msg_id": id, "result": "applied", "previous_state": state,
-                           "previous_class": class})
-                })
-                .collect();
-            let audit_id = insert_audit(
-                &mut tx,
-                now,
-                AuditRow {
-                    actor: approver,
-                    action: ACTION_SKIP,
-                    reason,
-                    ticket: Some(ticket),
-                },
-                &ids,
-                json!({"applied": done, "refused": 0, "rows": rows}),
-            )
             .await?;
-            tx.commit().await?;
-            report.skipped += done;
-            report.was_pending += locked.iter().filter(|r| r.1 == "PENDING").count() as u64;
-            report.was_failed += locked.iter().filter(|r| r.1 == "FAILED").count() as u64;
-            report.batches.push(SkipBatch {
+        let locked: Vec<(i64, ProcState, Option<ErrorClass>)> = sqlx::query_as(
+            "SELECT msg_id, state, error_class FROM proc_state \
+             WHERE state IN ('PENDING', 'FAILED') AND msg_id > $1 AND msg_id <= $2 \
+             ORDER BY msg_id LIMIT $3 FOR UPDATE",
+        )
+        .bind(after)
+        .bind(to_id)
+        .bind(SKIP_BATCH)
+        .fetch_all(&mut *tx)
+        .await?;
+        let (Some(first), Some(last)) = (locked.first(), locked.last()) else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let (first, last) = (first.0, last.0);
+        let ids: Vec<i64> = locked.iter().map(|r| r.0).collect();
+        let Approval {
+            approver,
+            reason,
+            ticket,
+        } = approval;
+        let done = sqlx::query(
+            "UPDATE proc_state SET state = 'SKIPPED', terminal_reason = $2, \
+                    terminal_at = $3, next_attempt_at = NULL, \
+                    processed_seq = nextval('proc_order_seq'), backfill_next_at = $3, \
+                    error_text = $4, updated_at = $3 \
+             WHERE msg_id = ANY($1) AND state IN ('PENDING', 'FAILED')",
+        )
+        .bind(&ids)
+        .bind(APPROVED_SKIP)
+        .bind(now)
+        .bind(format!("approved skip by {approver} ({ticket}): {reason}"))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let audit_id = audit_batch(&mut tx, approval, &locked, done, now).await?;
+        tx.commit().await?;
+        tracing::warn!(
+            first_id = first,
+            last_id = last,
+            rows = done,
+            approver,
+            ticket,
+            reason,
+            audit_id,
+            "approved skip: rows SKIPPED(APPROVED_SKIP)"
+        );
+        let was = |s: ProcState| locked.iter().filter(|r| r.1 == s).count() as u64;
+        Ok(Some(Done {
+            batch: SkipBatch {
                 audit_id,
                 rows: done,
                 first_id: first,
                 last_id: last,
-            });
-            tracing::warn!(
-                first_id = first,
-                last_id = last,
-                rows = done,
-                approver,
-                ticket,
-                reason,
-                audit_id,
-                "approved skip: rows SKIPPED(APPROVED_SKIP)"
-            );
-            after = last;
-        }
-        Ok(report)
+            },
+            was_pending: was(ProcState::Pending),
+            was_failed: was(ProcState::Failed),
+        }))
     }
+}
+
+/// The batch's `audit_log` row: the approval, the ids and their previous states.
+async fn audit_batch(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    approval: Approval<'_>,
+    locked: &[(i64, ProcState, Option<ErrorClass>)],
+    done: u64,
+    now: DateTime<Utc>,
+) -> Result<i64, sqlx::Error> {
+    let ids: Vec<i64> = locked.iter().map(|r| r.0).collect();
+    let rows: Vec<serde_json::Value> = locked
+        .iter()
+        .map(|(id, state, class)| {
+            json!({"msg_id": id, "result": "applied", "previous_state": state,
+                   "previous_class": class})
+        })
+        .collect();
+    let row = AuditRow {
+        actor: approval.approver,
+        action: ACTION_SKIP,
+        reason: approval.reason,
+        ticket: Some(approval.ticket),
+    };
+    insert_audit(
+        tx,
+        now,
+        row,
+        &ids,
+        json!({"applied": done, "refused": 0, "rows": rows}),
+    )
+    .await
 }
 
 impl SkipReport {

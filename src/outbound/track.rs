@@ -217,14 +217,6 @@ impl ReqTrack {
             .await
     }
 
-    /// One row by RQID.
-    pub async fn by_rqid(&self, rqid: &str) -> Result<Option<TrackRow>, sqlx::Error> {
-        sqlx::query_as(&format!("SELECT {COLUMNS} FROM req_track WHERE rqid = $1"))
-            .bind(rqid)
-            .fetch_optional(&self.pool)
-            .await
-    }
-
     /// Every row, by id (tests, tools).
     pub async fn all(&self) -> Result<Vec<TrackRow>, sqlx::Error> {
         sqlx::query_as(&format!("SELECT {COLUMNS} FROM req_track ORDER BY id"))

@@ -2,58 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-/// Error classes and skip reasons recorded on `PROC_STATE.ERROR_CLASS` (SPEC §2, §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorClass {
-    /// Not a valid message, or its inbox row/text is gone: DEAD, not replayable.
-    Malformed,
-    /// The message contradicts the protocol (reserved for the real SIS format).
-    Protocol,
-    /// A type/subtype the codec does not know yet: FAILED with backoff, replayable.
-    Unsupported,
-    /// The codec cannot handle something in a known message: FAILED, replayable.
-    CodecError,
-    /// A store timed out or dropped the connection: FAILED with backoff, replayable.
-    Infra,
-    /// Poison: attempts or head deadline exhausted: DEAD, replayable.
-    Exhausted,
-    /// A business duplicate (identity already bound): SKIPPED.
-    Duplicate,
-}
-
-impl ErrorClass {
-    /// The stored and exported name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Malformed => "MALFORMED",
-            Self::Protocol => "PROTOCOL",
-            Self::Unsupported => "UNSUPPORTED",
-            Self::CodecError => "CODEC_ERROR",
-            Self::Infra => "INFRA",
-            Self::Exhausted => "EXHAUSTED",
-            Self::Duplicate => "DUPLICATE",
-        }
-    }
-}
-
-/// Terminal states written by one statement (non-business).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SingleTerminal {
-    /// SKIPPED (business duplicate).
-    Skipped,
-    /// DEAD (malformed, missing row, exhausted).
-    Dead,
-}
-
-impl SingleTerminal {
-    /// The stored state.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Skipped => "SKIPPED",
-            Self::Dead => "DEAD",
-        }
-    }
-}
+pub use crate::rows::{ErrorClass, SingleTerminal};
 
 /// How one processing attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

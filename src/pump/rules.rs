@@ -18,20 +18,7 @@ pub struct HeadRules {
     pub retry_max: Duration,
 }
 
-/// The head as the pump sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Head {
-    /// Smallest unfinished MSG_ID ≤ W.
-    pub msg_id: i64,
-    /// FAILED (backing off) or PENDING.
-    pub failed: bool,
-    /// Processing attempts started so far.
-    pub attempts: i32,
-    /// When a FAILED head is due again.
-    pub next_attempt_at: Option<DateTime<Utc>>,
-    /// First processing attempt (stamped once).
-    pub processing_started_at: Option<DateTime<Utc>>,
-}
+pub use crate::rows::Head;
 
 /// What to do with the head now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

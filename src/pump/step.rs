@@ -691,7 +691,7 @@ impl PumpCore {
         msg_type: &str,
         key: &str,
     ) -> Result<Outcome, StoreError> {
-        let detail = format!("identity {key} already bound to message {:?}", Some(holder));
+        let detail = format!("identity {key} already bound to message {holder}");
         let now = self.clock.now();
         tx.finish_single(
             msg_id,
@@ -720,10 +720,7 @@ impl PumpCore {
         let (Prepared::Decoded(msg), Some(load)) = (&prepared, cache.as_mut()) else {
             return Route::Own(prepared);
         };
-        if !matches!(
-            load.states.get(&msg_id).map(String::as_str),
-            Some("PENDING" | "FAILED")
-        ) {
+        if !load.states.get(&msg_id).is_some_and(|s| s.is_unfinished()) {
             return Route::Elsewhere;
         }
         let msg_type = type_label(msg);

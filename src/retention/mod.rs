@@ -263,22 +263,6 @@ impl Job {
     }
 }
 
-/// A whole job at `clock`'s now, with the configured pause between batches (tools and tests;
-/// the actor runs the same steps one message at a time).
-pub async fn run_job(
-    store: &Store,
-    clock: &dyn crate::clock::Clock,
-    cfg: &RetentionConfig,
-) -> JobReport {
-    let mut job = Job::new(clock.now());
-    while job.step(store, cfg, clock.now()).await {
-        if !cfg.batch_pause.is_zero() {
-            tokio::time::sleep(cfg.batch_pause).await;
-        }
-    }
-    job.report
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

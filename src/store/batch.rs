@@ -1,10 +1,9 @@
-//! One outcome statement for many group members (issue 10): the planned flight rows, events
-//! and SUCCEEDED states of consecutive members written by ONE statement, so a group costs
-//! O(1) round trips instead of a savepoint and a write per message. The rows are exactly what
-//! the members' one-by-one writes would leave ([`super::business::write_plan`]): a flight that
-//! several members change is written once with the last member's state, events keep their
-//! order (event ids in member order, then plan order), and `processed_seq` ascends with
-//! `MSG_ID`.
+//! The outcome statement (issue 10): the planned flight rows, events and SUCCEEDED states of
+//! one member, or of consecutive group members, written by ONE statement, so a group costs
+//! O(1) round trips instead of a savepoint and a write per message. The rows of a batch are
+//! exactly what the members' one-by-one writes would leave: a flight that several members
+//! change is written once with the last member's state, events keep their order (event ids in
+//! member order, then plan order), and `processed_seq` ascends with `MSG_ID`.
 
 use std::collections::HashMap;
 
@@ -27,6 +26,36 @@ pub struct PlannedWrite {
     pub plan: Plan,
     /// Its processing time (terminal, event and flight times).
     pub now: DateTime<Utc>,
+}
+
+/// One member's outcome as the outcome statement writes it.
+#[derive(Debug, Clone)]
+pub(super) struct MemberWrite<'a> {
+    /// The member.
+    pub msg_id: i64,
+    /// `TYPE` or `TYPE-STYP` for its row.
+    pub msg_type: &'a str,
+    /// The identity it binds.
+    pub identity: &'a str,
+    /// What the rules planned (its schedule snapshot, if any, is written before).
+    pub plan: &'a Plan,
+    /// What the late guard refused (`proc_state.stale_fields`); None: nothing.
+    pub stale: Option<serde_json::Value>,
+    /// Its processing time (terminal, event and flight times).
+    pub now: DateTime<Utc>,
+}
+
+impl PlannedWrite {
+    fn member(&self) -> MemberWrite<'_> {
+        MemberWrite {
+            msg_id: self.msg_id,
+            msg_type: &self.msg_type,
+            identity: &self.identity,
+            plan: &self.plan,
+            stale: None,
+            now: self.now,
+        }
+    }
 }
 
 /// What the batch does to one flight: its state after the last member that changed it.
@@ -69,141 +98,50 @@ pub(super) async fn write_batch(
     tx: &mut Transaction<'_, Postgres>,
     batch: &[PlannedWrite],
 ) -> Result<(), StoreError> {
+    let members: Vec<MemberWrite<'_>> = batch.iter().map(PlannedWrite::member).collect();
+    write_outcomes(tx, &members).await
+}
+
+/// Every row the members' plans change, every event they raise and their SUCCEEDED terminal
+/// states with the backfill intent and the identity, in ONE statement (data-modifying CTEs):
+/// one round trip however many flights and members. A plan has at most one change per flight
+/// and a batch never deletes and re-creates one ([`joins`]), so the upsert and the delete never
+/// meet the same row.
+pub(super) async fn write_outcomes(
+    tx: &mut Transaction<'_, Postgres>,
+    batch: &[MemberWrite<'_>],
+) -> Result<(), StoreError> {
     if batch.is_empty() {
         return Ok(());
     }
-    // Each flight once, with its final state, in first-touched order.
-    let mut order: Vec<&str> = Vec::new();
-    let mut finals: HashMap<&str, Final<'_>> = HashMap::new();
-    for w in batch {
-        for change in &w.plan.changes {
-            match change {
-                FlightChange::Created { after } | FlightChange::Updated { after, .. } => {
-                    let flid = after.flid.as_str();
-                    let created_by = match (finals.get(flid), change) {
-                        (Some(Final::Up { created_by, .. }), _) => *created_by,
-                        (None, FlightChange::Created { .. }) => Some(w.msg_id),
-                        _ => None,
-                    };
-                    if !finals.contains_key(flid) {
-                        order.push(flid);
-                    }
-                    finals.insert(
-                        flid,
-                        Final::Up {
-                            after,
-                            created_by,
-                            updated_by: w.msg_id,
-                            at: w.now,
-                        },
-                    );
-                }
-                FlightChange::Deleted { before, .. } => {
-                    let flid = before.flid.as_str();
-                    if !finals.contains_key(flid) {
-                        order.push(flid);
-                    }
-                    finals.insert(flid, Final::Deleted);
-                }
-            }
-        }
-    }
-    let mut up_flid = Vec::new();
-    let mut up_master: Vec<Option<String>> = Vec::new();
-    let mut up_fields = Vec::new();
-    let mut up_versions = Vec::new();
-    let mut up_created: Vec<i64> = Vec::new();
-    let mut up_updated: Vec<i64> = Vec::new();
-    let mut up_at: Vec<DateTime<Utc>> = Vec::new();
-    let mut deleted: Vec<&str> = Vec::new();
-    for flid in order {
-        match &finals[flid] {
-            Final::Up {
-                after,
-                created_by,
-                updated_by,
-                at,
-            } => {
-                let json = serde_json::to_value(after)
-                    .map_err(|e| StoreError::Corrupt(format!("flight {flid}: {e}")))?;
-                up_flid.push(flid);
-                up_master.push(after.master().map(str::to_string));
-                up_fields.push(json["fields"].clone());
-                up_versions.push(json["versions"].clone());
-                // On insert the creator is the batch member that created it (or, for a row
-                // that exists, the conflict branch keeps the stored one).
-                up_created.push(created_by.unwrap_or(*updated_by));
-                up_updated.push(*updated_by);
-                up_at.push(*at);
-            }
-            Final::Deleted => deleted.push(flid),
-        }
-    }
-    let (mut ev_msg, mut ev_key, mut ev_type, mut ev_payload, mut ev_at) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for w in batch {
-        for e in &w.plan.events {
-            ev_msg.push(w.msg_id);
-            ev_key.push(e.flight_key.as_str());
-            ev_type.push(e.event_type.as_str());
-            ev_payload.push(&e.payload);
-            ev_at.push(w.now);
-        }
-    }
+    let flights = FlightRows::of(batch)?;
+    let events = EventRows::of(batch);
     let ids: Vec<i64> = batch.iter().map(|w| w.msg_id).collect();
-    let types: Vec<&str> = batch.iter().map(|w| w.msg_type.as_str()).collect();
-    let idents: Vec<&str> = batch.iter().map(|w| w.identity.as_str()).collect();
+    let types: Vec<&str> = batch.iter().map(|w| w.msg_type).collect();
+    let idents: Vec<&str> = batch.iter().map(|w| w.identity).collect();
     let ats: Vec<DateTime<Utc>> = batch.iter().map(|w| w.now).collect();
-    // `m`: the processing order. A volatile function in the select list is evaluated after
-    // the ORDER BY, so `processed_seq` follows the members' MSG_ID order.
-    let done = sqlx::query(
-        "WITH up AS ( \
-             INSERT INTO flight_state (flid, master_flid, fields, versions, created_by_msg, \
-                                       updated_by_msg, updated_at) \
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::jsonb[], \
-                                  $5::bigint[], $6::bigint[], $7::timestamptz[]) \
-             ON CONFLICT (flid) DO UPDATE SET master_flid = EXCLUDED.master_flid, \
-                  fields = EXCLUDED.fields, versions = EXCLUDED.versions, \
-                  updated_by_msg = EXCLUDED.updated_by_msg, updated_at = EXCLUDED.updated_at \
-             RETURNING 1), \
-         del AS (DELETE FROM flight_state WHERE flid = ANY($8::text[]) RETURNING 1), \
-         ev AS ( \
-             INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
-             SELECT e.m, e.k, e.t, e.p, e.a \
-             FROM UNNEST($9::bigint[], $10::text[], $11::text[], $12::jsonb[], \
-                         $13::timestamptz[]) WITH ORDINALITY AS e(m, k, t, p, a, o) \
-             ORDER BY e.o \
-             RETURNING 1), \
-         m AS ( \
-             SELECT u.id, u.ty, u.ident, u.at, nextval('proc_order_seq') AS seq \
-             FROM UNNEST($14::bigint[], $15::text[], $16::text[], $17::timestamptz[]) \
-                  WITH ORDINALITY AS u(id, ty, ident, at, o) \
-             ORDER BY u.o) \
-         UPDATE proc_state p SET state = 'SUCCEEDED', error_class = NULL, error_text = NULL, \
-                terminal_reason = NULL, terminal_at = m.at, next_attempt_at = NULL, \
-                processed_seq = m.seq, backfill_next_at = m.at, msg_type = m.ty, \
-                stale_fields = NULL, updated_at = m.at, identity_key = m.ident \
-         FROM m WHERE p.msg_id = m.id",
-    )
-    .bind(&up_flid)
-    .bind(&up_master)
-    .bind(&up_fields)
-    .bind(&up_versions)
-    .bind(&up_created)
-    .bind(&up_updated)
-    .bind(&up_at)
-    .bind(&deleted)
-    .bind(&ev_msg)
-    .bind(&ev_key)
-    .bind(&ev_type)
-    .bind(&ev_payload)
-    .bind(&ev_at)
-    .bind(&ids)
-    .bind(&types)
-    .bind(&idents)
-    .bind(&ats)
-    .execute(&mut **tx)
-    .await?;
+    let stale: Vec<Option<&serde_json::Value>> = batch.iter().map(|w| w.stale.as_ref()).collect();
+    let done = sqlx::query(BATCH_SQL)
+        .bind(&flights.flid)
+        .bind(&flights.master)
+        .bind(&flights.fields)
+        .bind(&flights.versions)
+        .bind(&flights.created)
+        .bind(&flights.updated)
+        .bind(&flights.at)
+        .bind(&flights.deleted)
+        .bind(&events.msg)
+        .bind(&events.key)
+        .bind(&events.kind)
+        .bind(&events.payload)
+        .bind(&events.at)
+        .bind(&ids)
+        .bind(&types)
+        .bind(&idents)
+        .bind(&ats)
+        .bind(&stale)
+        .execute(&mut **tx)
+        .await?;
     if done.rows_affected() != batch.len() as u64 {
         // Every member was locked and unfinished in the group's load: a shortfall means the
         // load and the store disagree; the caller falls back to member-by-member writes.
@@ -214,4 +152,141 @@ pub(super) async fn write_batch(
         )));
     }
     Ok(())
+}
+
+/// The batch statement: flight upserts (`$1`–`$7`) and deletes (`$8`), events (`$9`–`$13`)
+/// and the members' SUCCEEDED states (`$14`–`$18`). `m`: the processing order. A volatile
+/// function in the select list is evaluated after the ORDER BY, so `processed_seq` follows the
+/// members' MSG_ID order.
+const BATCH_SQL: &str = "WITH up AS ( \
+         INSERT INTO flight_state (flid, master_flid, fields, versions, created_by_msg, \
+                                   updated_by_msg, updated_at) \
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::jsonb[], \
+                              $5::bigint[], $6::bigint[], $7::timestamptz[]) \
+         ON CONFLICT (flid) DO UPDATE SET master_flid = EXCLUDED.master_flid, \
+              fields = EXCLUDED.fields, versions = EXCLUDED.versions, \
+              updated_by_msg = EXCLUDED.updated_by_msg, updated_at = EXCLUDED.updated_at \
+         RETURNING 1), \
+     del AS (DELETE FROM flight_state WHERE flid = ANY($8::text[]) RETURNING 1), \
+     ev AS ( \
+         INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
+         SELECT e.m, e.k, e.t, e.p, e.a \
+         FROM UNNEST($9::bigint[], $10::text[], $11::text[], $12::jsonb[], \
+                     $13::timestamptz[]) WITH ORDINALITY AS e(m, k, t, p, a, o) \
+         ORDER BY e.o \
+         RETURNING 1), \
+     m AS ( \
+         SELECT u.id, u.ty, u.ident, u.at, u.stale, nextval('proc_order_seq') AS seq \
+         FROM UNNEST($14::bigint[], $15::text[], $16::text[], $17::timestamptz[], \
+                     $18::jsonb[]) \
+              WITH ORDINALITY AS u(id, ty, ident, at, stale, o) \
+         ORDER BY u.o) \
+     UPDATE proc_state p SET state = 'SUCCEEDED', error_class = NULL, error_text = NULL, \
+            terminal_reason = NULL, terminal_at = m.at, next_attempt_at = NULL, \
+            processed_seq = m.seq, backfill_next_at = m.at, msg_type = m.ty, \
+            stale_fields = m.stale, updated_at = m.at, identity_key = m.ident \
+     FROM m WHERE p.msg_id = m.id";
+
+/// Each flight the batch changes once, with its final state, in first-touched order.
+fn finals<'a>(batch: &[MemberWrite<'a>]) -> Vec<(&'a str, Final<'a>)> {
+    let mut order: Vec<&'a str> = Vec::new();
+    let mut finals: HashMap<&'a str, Final<'a>> = HashMap::new();
+    for w in batch {
+        for change in &w.plan.changes {
+            let (flid, last) = match change {
+                FlightChange::Created { after } | FlightChange::Updated { after, .. } => {
+                    let flid = after.flid.as_str();
+                    let created_by = match (finals.get(flid), change) {
+                        (Some(Final::Up { created_by, .. }), _) => *created_by,
+                        (None, FlightChange::Created { .. }) => Some(w.msg_id),
+                        _ => None,
+                    };
+                    let up = Final::Up {
+                        after,
+                        created_by,
+                        updated_by: w.msg_id,
+                        at: w.now,
+                    };
+                    (flid, up)
+                }
+                FlightChange::Deleted { before, .. } => (before.flid.as_str(), Final::Deleted),
+            };
+            if finals.insert(flid, last).is_none() {
+                order.push(flid);
+            }
+        }
+    }
+    order
+        .into_iter()
+        .filter_map(|flid| finals.remove(flid).map(|last| (flid, last)))
+        .collect()
+}
+
+/// The flight columns of the batch statement.
+#[derive(Default)]
+struct FlightRows<'a> {
+    flid: Vec<&'a str>,
+    master: Vec<Option<String>>,
+    fields: Vec<serde_json::Value>,
+    versions: Vec<serde_json::Value>,
+    created: Vec<i64>,
+    updated: Vec<i64>,
+    at: Vec<DateTime<Utc>>,
+    deleted: Vec<&'a str>,
+}
+
+impl<'a> FlightRows<'a> {
+    fn of(batch: &[MemberWrite<'a>]) -> Result<Self, StoreError> {
+        let mut rows = Self::default();
+        for (flid, last) in finals(batch) {
+            let Final::Up {
+                after,
+                created_by,
+                updated_by,
+                at,
+            } = last
+            else {
+                rows.deleted.push(flid);
+                continue;
+            };
+            let json = serde_json::to_value(after)
+                .map_err(|e| StoreError::Corrupt(format!("flight {flid}: {e}")))?;
+            rows.flid.push(flid);
+            rows.master.push(after.master().map(str::to_string));
+            rows.fields.push(json["fields"].clone());
+            rows.versions.push(json["versions"].clone());
+            // On insert the creator is the batch member that created it (or, for a row that
+            // exists, the conflict branch keeps the stored one).
+            rows.created.push(created_by.unwrap_or(updated_by));
+            rows.updated.push(updated_by);
+            rows.at.push(at);
+        }
+        Ok(rows)
+    }
+}
+
+/// The event columns of the batch statement, in member order, then plan order.
+#[derive(Default)]
+struct EventRows<'a> {
+    msg: Vec<i64>,
+    key: Vec<&'a str>,
+    kind: Vec<&'a str>,
+    payload: Vec<&'a serde_json::Value>,
+    at: Vec<DateTime<Utc>>,
+}
+
+impl<'a> EventRows<'a> {
+    fn of(batch: &[MemberWrite<'a>]) -> Self {
+        let mut rows = Self::default();
+        for w in batch {
+            for e in &w.plan.events {
+                rows.msg.push(w.msg_id);
+                rows.key.push(e.flight_key.as_str());
+                rows.kind.push(e.event_type.as_str());
+                rows.payload.push(&e.payload);
+                rows.at.push(w.now);
+            }
+        }
+        rows
+    }
 }

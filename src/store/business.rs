@@ -1,14 +1,17 @@
-//! The business transaction (seed §3 flow ③): under the pipeline lock, load the flights the
-//! message touches, let the pure rules plan, write flight changes + events + snapshot + the
-//! terminal state with its backfill intent — all in ONE PostgreSQL transaction.
+//! The business work of one message (seed §3 flow ③) inside the group transaction
+//! ([`super::GroupTx`]): under the pipeline lock, load the flights the message touches, let the
+//! pure rules plan, write flight changes + events + snapshot + the terminal state with its
+//! backfill intent — committed with the group.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
-use super::{Store, StoreError};
-use crate::flight::{FieldVersion, Flight, FlightChange, GuardedPlan, Plan, Refused, Tombstones};
+use super::batch::{write_outcomes, MemberWrite};
+use super::StoreError;
+use crate::flight::{FieldVersion, Flight, GuardedPlan, Plan, Refused, Tombstones};
+use crate::rows::ProcState;
 
 /// Advisory lock key of the pipeline lock ("msgp"): business transactions, and later operator
 /// replay and backfill confirmation, serialise on it.
@@ -34,87 +37,10 @@ pub enum BusinessResult {
     },
 }
 
-impl Store {
-    /// Runs the business transaction for `msg_id`. `plan` is the pure rule applied to the
-    /// loaded state; `load` are the flights it needs (their code-shares are loaded too).
-    pub async fn commit_business(
-        &self,
-        msg_id: i64,
-        msg_type: &str,
-        load: &[String],
-        plan: impl FnOnce(&BTreeMap<String, Flight>) -> Plan,
-        now: DateTime<Utc>,
-    ) -> Result<BusinessResult, StoreError> {
-        let (result, _) = self
-            .business_tx(
-                msg_id,
-                msg_type,
-                load,
-                false,
-                |current, _| GuardedPlan {
-                    plan: plan(current),
-                    refused: Refused::default(),
-                },
-                now,
-            )
-            .await?;
-        Ok(result)
-    }
-
-    /// The business transaction of a late message (`source = 'LATE'`, SPEC §6 G1): as
-    /// [`Store::commit_business`], and additionally
-    /// - loads the tombstones of the loaded and named flights (their newest `FLIGHT_DELETED`
-    ///   event: send time + message id) under the same lock, for the guarded `plan`;
-    /// - records what the guard refused on the row (`proc_state.stale_fields`,
-    ///   `{"FLID": ["GATE", …]}`; NULL when nothing was refused) in the same commit.
-    ///
-    /// Returns what was refused (empty unless committed).
-    pub async fn commit_business_late(
-        &self,
-        msg_id: i64,
-        msg_type: &str,
-        load: &[String],
-        plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
-        now: DateTime<Utc>,
-    ) -> Result<(BusinessResult, Refused), StoreError> {
-        self.business_tx(msg_id, msg_type, load, true, plan, now)
-            .await
-    }
-
-    /// The one transaction; `guarded` loads tombstones and writes `stale_fields`.
-    async fn business_tx(
-        &self,
-        msg_id: i64,
-        msg_type: &str,
-        load: &[String],
-        guarded: bool,
-        plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
-        now: DateTime<Utc>,
-    ) -> Result<(BusinessResult, Refused), StoreError> {
-        let mut tx = self.pool().begin().await?;
-        let done = business_in(&mut tx, msg_id, msg_type, load, None, guarded, plan, now).await?;
-        match done.0 {
-            BusinessResult::NotUnfinished | BusinessResult::Duplicate { .. } => {
-                tx.rollback().await?
-            }
-            BusinessResult::Committed { .. } => tx.commit().await?,
-        }
-        Ok(done)
-    }
-
-    /// Loads flights by id (tests, tools).
-    pub async fn flights(&self, flids: &[String]) -> Result<BTreeMap<String, Flight>, StoreError> {
-        let mut tx = self.pool().begin().await?;
-        let flights = load_flights(&mut tx, flids).await?;
-        tx.rollback().await?;
-        Ok(flights)
-    }
-}
-
 /// The business work of one message inside an open transaction (the caller commits, or rolls
-/// back to its savepoint): lock and load, plan, write. With `identity`, the identity is checked
-/// in the load (held by another message → `Duplicate`) and bound in the outcome statement:
-/// one row version and one round trip fewer than a binding of its own. On `NotUnfinished` and
+/// back to its savepoint): lock and load, plan, write. The identity is checked in the load
+/// (held by another message → `Duplicate`) and bound in the outcome statement: one row
+/// version and one round trip fewer than a binding of its own. On `NotUnfinished` and
 /// `Duplicate` nothing was written.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn business_in(
@@ -122,13 +48,13 @@ pub(super) async fn business_in(
     msg_id: i64,
     msg_type: &str,
     load: &[String],
-    identity: Option<&str>,
+    identity: &str,
     guarded: bool,
     plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
     now: DateTime<Utc>,
 ) -> Result<(BusinessResult, Refused), StoreError> {
     let (state, holder, current) = lock_and_load(tx, msg_id, load, identity).await?;
-    if !matches!(state.as_deref(), Some("PENDING" | "FAILED")) {
+    if !state.is_some_and(ProcState::is_unfinished) {
         return Ok((BusinessResult::NotUnfinished, Refused::default()));
     }
     if let Some(holder) = holder {
@@ -153,14 +79,14 @@ pub(super) async fn business_in(
 }
 
 /// Writes a planned outcome: the schedule snapshot (and the answered request), then the flight
-/// rows, events and SUCCEEDED state in one statement ([`write_outcome`]).
+/// rows, events and SUCCEEDED state in one statement ([`write_outcomes`], a batch of one).
 pub(super) async fn write_plan(
     tx: &mut Transaction<'_, Postgres>,
     msg_id: i64,
     msg_type: &str,
     plan: &Plan,
     refused: &Refused,
-    identity: Option<&str>,
+    identity: &str,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     if let Some(s) = &plan.snapshot {
@@ -193,8 +119,15 @@ pub(super) async fn write_plan(
             .await?;
         }
     }
-    let stale = (!refused.is_empty()).then(|| refused.to_json());
-    write_outcome(tx, plan, msg_id, msg_type, identity, stale, now).await
+    let member = MemberWrite {
+        msg_id,
+        msg_type,
+        identity,
+        plan,
+        stale: (!refused.is_empty()).then(|| refused.to_json()),
+        now,
+    };
+    write_outcomes(tx, &[member]).await
 }
 
 /// The named flights and every code-share of them, locked for the transaction.
@@ -241,10 +174,10 @@ async fn lock_and_load(
     tx: &mut Transaction<'_, Postgres>,
     msg_id: i64,
     flids: &[String],
-    identity: Option<&str>,
-) -> Result<(Option<String>, Option<i64>, BTreeMap<String, Flight>), StoreError> {
+    identity: &str,
+) -> Result<(Option<ProcState>, Option<i64>, BTreeMap<String, Flight>), StoreError> {
     type Row = (
-        String,
+        ProcState,
         Option<i64>,
         Option<String>,
         Option<serde_json::Value>,
@@ -272,7 +205,7 @@ async fn lock_and_load(
     .bind(identity)
     .fetch_all(&mut **tx)
     .await?;
-    let state = rows.first().map(|r| r.0.clone());
+    let state = rows.first().map(|r| r.0);
     let holder = rows.first().and_then(|r| r.1);
     let mut flights = BTreeMap::new();
     for (_, _, flid, fields, versions) in rows {
@@ -307,81 +240,4 @@ async fn load_tombstones(
         .into_iter()
         .map(|(flid, at, msg_id)| (flid, FieldVersion { at, msg_id }))
         .collect())
-}
-
-/// Every row the plan changes, every event it raises and the SUCCEEDED terminal state with its
-/// backfill intent, in ONE statement (data-modifying CTEs): one round trip however many flights
-/// a message touches. A plan has at most one change per flight, so the upsert and the delete
-/// never meet the same row; events get their ids in plan order (the delivery order per key).
-async fn write_outcome(
-    tx: &mut Transaction<'_, Postgres>,
-    plan: &Plan,
-    msg_id: i64,
-    msg_type: &str,
-    identity: Option<&str>,
-    stale: Option<serde_json::Value>,
-    now: DateTime<Utc>,
-) -> Result<(), StoreError> {
-    let mut up_flid = Vec::new();
-    let mut up_master: Vec<Option<String>> = Vec::new();
-    let mut up_fields = Vec::new();
-    let mut up_versions = Vec::new();
-    let mut deleted = Vec::new();
-    for change in &plan.changes {
-        match change {
-            FlightChange::Created { after } | FlightChange::Updated { after, .. } => {
-                let json = serde_json::to_value(after)
-                    .map_err(|e| StoreError::Corrupt(format!("flight {}: {e}", after.flid)))?;
-                up_flid.push(after.flid.clone());
-                up_master.push(after.master().map(str::to_string));
-                up_fields.push(json["fields"].clone());
-                up_versions.push(json["versions"].clone());
-            }
-            FlightChange::Deleted { before, .. } => deleted.push(before.flid.clone()),
-        }
-    }
-    let ev_key: Vec<&str> = plan.events.iter().map(|e| e.flight_key.as_str()).collect();
-    let ev_type: Vec<&str> = plan.events.iter().map(|e| e.event_type.as_str()).collect();
-    let ev_payload: Vec<&serde_json::Value> = plan.events.iter().map(|e| &e.payload).collect();
-    sqlx::query(
-        "WITH up AS ( \
-             INSERT INTO flight_state (flid, master_flid, fields, versions, created_by_msg, \
-                                       updated_by_msg, updated_at) \
-             SELECT u.flid, u.master, u.fields, u.versions, $1, $1, $2 \
-             FROM UNNEST($5::text[], $6::text[], $7::jsonb[], $8::jsonb[]) \
-                  AS u(flid, master, fields, versions) \
-             ON CONFLICT (flid) DO UPDATE SET master_flid = EXCLUDED.master_flid, \
-                  fields = EXCLUDED.fields, versions = EXCLUDED.versions, \
-                  updated_by_msg = EXCLUDED.updated_by_msg, updated_at = EXCLUDED.updated_at \
-             RETURNING 1), \
-         del AS (DELETE FROM flight_state WHERE flid = ANY($9::text[]) RETURNING 1), \
-         ev AS ( \
-             INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
-             SELECT $1, e.k, e.t, e.p, $2 \
-             FROM UNNEST($10::text[], $11::text[], $12::jsonb[]) WITH ORDINALITY AS e(k, t, p, o) \
-             ORDER BY e.o \
-             RETURNING 1) \
-         UPDATE proc_state SET state = 'SUCCEEDED', error_class = NULL, error_text = NULL, \
-                terminal_reason = NULL, terminal_at = $2, next_attempt_at = NULL, \
-                processed_seq = nextval('proc_order_seq'), backfill_next_at = $2, \
-                msg_type = $3, stale_fields = $4, updated_at = $2, \
-                identity_key = COALESCE($13, identity_key) \
-         WHERE msg_id = $1",
-    )
-    .bind(msg_id)
-    .bind(now)
-    .bind(msg_type)
-    .bind(stale)
-    .bind(&up_flid)
-    .bind(&up_master)
-    .bind(&up_fields)
-    .bind(&up_versions)
-    .bind(&deleted)
-    .bind(&ev_key)
-    .bind(&ev_type)
-    .bind(&ev_payload)
-    .bind(identity)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
 }

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{Store, StoreError};
+use crate::rows::EventState;
 
 /// A PENDING event the dispatcher may send now.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -147,7 +148,8 @@ impl Store {
         acked: &[Acked],
         at: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
-        self.mark_acked(acked, at, "SENT", "sent_at").await
+        self.mark_acked(acked, at, EventState::Sent, "sent_at")
+            .await
     }
 
     /// Records failed sends: one more attempt, the error, and when to retry.
@@ -179,16 +181,18 @@ impl Store {
         acked: &[Acked],
         at: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
-        self.mark_acked(acked, at, "DEAD", "dead_at").await
+        self.mark_acked(acked, at, EventState::Dead, "dead_at")
+            .await
     }
 
     /// PENDING → `state` with the ack's partition/offset and `at` in `time_column`, one
-    /// statement for the whole batch. Both arguments are constants of this file.
+    /// statement for the whole batch. `time_column` is a constant of this file (a column
+    /// name cannot be bound); the state is bound.
     async fn mark_acked(
         &self,
         acked: &[Acked],
         at: DateTime<Utc>,
-        state: &'static str,
+        state: EventState,
         time_column: &'static str,
     ) -> Result<u64, StoreError> {
         if acked.is_empty() {
@@ -198,7 +202,7 @@ impl Store {
         let parts: Vec<i32> = acked.iter().map(|a| a.partition).collect();
         let offsets: Vec<i64> = acked.iter().map(|a| a.offset).collect();
         let sql = format!(
-            "UPDATE msg_event e SET state = '{state}', {time_column} = $4, next_attempt_at = NULL, \
+            "UPDATE msg_event e SET state = $5, {time_column} = $4, next_attempt_at = NULL, \
                     kafka_partition = u.p, kafka_offset = u.o \
              FROM UNNEST($1::bigint[], $2::int[], $3::bigint[]) AS u(id, p, o) \
              WHERE e.event_id = u.id AND e.state = 'PENDING'"
@@ -208,6 +212,7 @@ impl Store {
             .bind(&parts)
             .bind(&offsets)
             .bind(at)
+            .bind(state)
             .execute(self.pool())
             .await?;
         Ok(done.rows_affected())
@@ -277,23 +282,6 @@ impl Store {
     pub async fn requeue_dead_events(
         &self,
         event_ids: &[i64],
-        actor: &str,
-        reason: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Requeued, crate::store::replay::AdminError> {
-        let audit = crate::store::replay::Audit {
-            actor,
-            reason,
-            ticket: None,
-        };
-        self.requeue_dead_events_audited(event_ids, audit, now)
-            .await
-    }
-
-    /// [`Store::requeue_dead_events`] with the operator's ticket in the audit row.
-    pub async fn requeue_dead_events_audited(
-        &self,
-        event_ids: &[i64],
         audit: crate::store::replay::Audit<'_>,
         now: DateTime<Utc>,
     ) -> Result<Requeued, crate::store::replay::AdminError> {
@@ -301,7 +289,7 @@ impl Store {
         let (actor, why, ids) = validate_action(audit.actor, audit.reason, event_ids, "event")?;
         let ticket = audit.ticket.map(str::trim).filter(|t| !t.is_empty());
         let mut tx = self.pool().begin().await?;
-        let before: Vec<(i64, i64, String)> = sqlx::query_as(
+        let before: Vec<(i64, i64, EventState)> = sqlx::query_as(
             "SELECT event_id, msg_id, state FROM msg_event WHERE event_id = ANY($1) \
              ORDER BY event_id FOR UPDATE",
         )

@@ -14,8 +14,7 @@ use super::business::{business_in, load_flights, write_plan, PIPELINE_LOCK_KEY};
 use super::queue::{finish_single_on, mark_failed_on, HeadTuple, UNFINISHED};
 use super::{BusinessResult, HeadRow, Store, StoreError};
 use crate::flight::{Flight, FlightChange, GuardedPlan, Plan, Refused, Tombstones};
-use crate::pump::outcome::{ErrorClass, SingleTerminal};
-use crate::pump::rules::Head;
+use crate::rows::{ErrorClass, Head, ProcState, SingleTerminal};
 
 /// One member's attempt stamp: its head row as read before the stamp, the attempt number the
 /// stamp gave it and the stamp's time — what [`Store::give_back_stamps`] needs to undo it.
@@ -41,7 +40,7 @@ pub struct GroupTx {
 #[derive(Debug, Default)]
 pub struct GroupLoad {
     /// State of each member's row.
-    pub states: HashMap<i64, String>,
+    pub states: HashMap<i64, ProcState>,
     /// Which message holds each of the members' identities.
     pub holders: HashMap<String, i64>,
     /// Every flight any member names, and their code-shares.
@@ -72,7 +71,7 @@ impl GroupLoad {
 
     /// A load over `flights` (the code-share index built from them).
     fn new(
-        states: HashMap<i64, String>,
+        states: HashMap<i64, ProcState>,
         holders: HashMap<String, i64>,
         flights: BTreeMap<String, Flight>,
     ) -> Self {
@@ -136,7 +135,7 @@ impl GroupLoad {
             }
         }
         self.holders.insert(identity.to_string(), msg_id);
-        self.states.insert(msg_id, "SUCCEEDED".into());
+        self.states.insert(msg_id, ProcState::Succeeded);
     }
 }
 
@@ -165,8 +164,10 @@ impl Store {
 
     /// Starts an attempt of every message of a group in ONE autocommit statement on the
     /// relaxed pool, before any of them is read: a message that kills the process still counts
-    /// its attempt (as [`Store::stamp_attempt`]). Returns `(msg_id, attempts)` of the rows
-    /// still unfinished, in MSG_ID order.
+    /// its attempt. Relaxed commit: the group's synchronous commit flushes the WAL up to and
+    /// including this record, so the stamp is durable whenever its outcome is; a crash before
+    /// that may lose it, and the attempt is simply stamped again. Returns `(msg_id, attempts)`
+    /// of the rows still unfinished, in MSG_ID order.
     pub async fn stamp_attempts(
         &self,
         ids: &[i64],
@@ -205,9 +206,15 @@ impl Store {
             .iter()
             .map(|s| s.before.processing_started_at.unwrap_or(s.at))
             .collect();
-        let states: Vec<&str> = stamps
+        let states: Vec<ProcState> = stamps
             .iter()
-            .map(|s| if s.before.failed { "FAILED" } else { "PENDING" })
+            .map(|s| {
+                if s.before.failed {
+                    ProcState::Failed
+                } else {
+                    ProcState::Pending
+                }
+            })
             .collect();
         let next: Vec<Option<DateTime<Utc>>> =
             stamps.iter().map(|s| s.before.next_attempt_at).collect();
@@ -264,9 +271,12 @@ impl GroupTx {
         Ok(())
     }
 
-    /// The business work of one message (see `Store::commit_business`), not committed,
-    /// binding `identity` in the same statements: `Duplicate` when another message holds it
-    /// (the unique index still guards a race: the statement then fails).
+    /// The business work of one message with a load of its own (see [`business_in`]), not
+    /// committed, binding `identity` in the same statements: `Duplicate` when another message
+    /// holds it (the unique index still guards a race: the statement then fails). `guarded`:
+    /// a late message (`source = 'LATE'`, SPEC §6 G1) — the tombstones of its flights are
+    /// loaded under the same lock for `plan`, and what the guard refused is recorded on the
+    /// row (`proc_state.stale_fields`).
     #[allow(clippy::too_many_arguments)]
     pub async fn business(
         &mut self,
@@ -283,7 +293,7 @@ impl GroupTx {
             msg_id,
             msg_type,
             load,
-            Some(identity),
+            identity,
             guarded,
             plan,
             now,
@@ -340,7 +350,7 @@ impl GroupTx {
         keys: &[String],
         flids: &[String],
     ) -> Result<GroupLoad, StoreError> {
-        let states: Vec<(i64, String)> = sqlx::query_as(
+        let states: Vec<(i64, ProcState)> = sqlx::query_as(
             "SELECT msg_id, state FROM proc_state WHERE msg_id = ANY($1) ORDER BY msg_id FOR UPDATE",
         )
         .bind(ids)
@@ -382,7 +392,7 @@ impl GroupTx {
             msg_type,
             plan,
             &Refused::default(),
-            Some(identity),
+            identity,
             now,
         )
         .await

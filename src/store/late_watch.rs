@@ -41,30 +41,10 @@ impl WatchRange {
         self.last_id < self.first_id
     }
 
-    /// Its window has passed at `now`: closed if absent at this check.
-    pub fn expired(&self, now: DateTime<Utc>) -> bool {
-        self.expires_at <= now
-    }
-
     /// Does it hold `id`?
     pub fn contains(&self, id: i64) -> bool {
         (self.first_id..=self.last_id).contains(&id)
     }
-}
-
-/// One released id's watch, for operators and tests: open (inside a range) or detected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WatchEntry {
-    /// The released inbox id.
-    pub msg_id: i64,
-    /// When the poller released it.
-    pub released_at: DateTime<Utc>,
-    /// End of its watch window.
-    pub expires_at: DateTime<Utc>,
-    /// Last check that found it absent (or the detecting check).
-    pub checked_at: Option<DateTime<Utc>>,
-    /// When it was found in the inbox (and enqueued as LATE).
-    pub detected_at: Option<DateTime<Utc>>,
 }
 
 /// A detected id and whether this detection enqueued it.
@@ -256,46 +236,6 @@ impl Store {
         .bind(ids)
         .fetch_all(self.pool())
         .await?)
-    }
-
-    /// The watch of `msg_id`, if any (operators, tests): its detection record, or the open
-    /// range holding it.
-    pub async fn late_watch_entry(&self, msg_id: i64) -> Result<Option<WatchEntry>, StoreError> {
-        type Row = (
-            DateTime<Utc>,
-            DateTime<Utc>,
-            Option<DateTime<Utc>>,
-            Option<DateTime<Utc>>,
-        );
-        let detected: Option<Row> = sqlx::query_as(
-            "SELECT released_at, expires_at, checked_at, detected_at FROM late_watch \
-             WHERE msg_id = $1",
-        )
-        .bind(msg_id)
-        .fetch_optional(self.pool())
-        .await?;
-        let open: Option<Row> = match detected {
-            Some(_) => None,
-            None => {
-                sqlx::query_as(
-                    "SELECT released_at, expires_at, checked_at, NULL::timestamptz \
-                     FROM late_watch_range WHERE first_id <= $1 AND last_id >= $1 \
-                     ORDER BY first_id DESC LIMIT 1",
-                )
-                .bind(msg_id)
-                .fetch_optional(self.pool())
-                .await?
-            }
-        };
-        Ok(detected.or(open).map(
-            |(released_at, expires_at, checked_at, detected_at)| WatchEntry {
-                msg_id,
-                released_at,
-                expires_at,
-                checked_at,
-                detected_at,
-            },
-        ))
     }
 }
 

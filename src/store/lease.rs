@@ -233,11 +233,6 @@ impl InstanceLock {
         self.inner.epoch
     }
 
-    /// Who we are in the lease row (`host:pid#n`).
-    pub fn holder(&self) -> &str {
-        &self.inner.holder
-    }
-
     /// Renews the lease. Errors: [`StoreError::LeaseTakenOver`] / [`StoreError::LeaseTampered`]
     /// (stop at once), or a transient failure (the store, [`StoreError::LeaseTimeout`]): the
     /// lease may still be ours until [`InstanceLock::expired_locally`].

@@ -29,7 +29,7 @@ pub use cursor::{SeedOutcome, StoredCursor};
 pub use enqueue::{EnqueueRow, RoundWrite};
 pub use group::{GroupLoad, GroupTx, Stamp};
 pub use lease::{session_name, InstanceLock, LeaseConfig};
-pub use queue::{Backlog, Binding, HeadRow};
+pub use queue::{Backlog, HeadRow};
 pub use raw_copy::{purge_expired_raw_copies, PendingCopy, StoredCopy};
 pub use schema::SchemaState;
 pub use vacuum::{Maintenance, TableActivity, MAINTAINED_TABLES};
@@ -105,9 +105,9 @@ pub struct Store {
     /// Shared pool.
     pool: PgPool,
     /// A small pool whose sessions run with `synchronous_commit = off`: the pump's per-message
-    /// bookkeeping (attempt stamp, identity binding) commits there as ONE autocommit statement
-    /// instead of BEGIN; SET LOCAL; UPDATE; COMMIT — durable no later than the synchronous
-    /// business commit that follows it (the WAL is flushed in order), re-done if a crash loses it.
+    /// bookkeeping (a group's attempt stamps) commits there as ONE autocommit statement instead
+    /// of BEGIN; SET LOCAL; UPDATE; COMMIT — durable no later than the synchronous business
+    /// commit that follows it (the WAL is flushed in order), re-done if a crash loses it.
     relaxed: PgPool,
 }
 
@@ -151,12 +151,6 @@ impl Store {
             create_database_if_missing(&options).await?;
         }
         Ok(session_pool(settings, options).await?)
-    }
-
-    /// Wraps an existing pool (tests, tools); runs migrations.
-    pub async fn from_pool(pool: PgPool) -> Result<Self, StoreError> {
-        MIGRATOR.run(&pool).await?;
-        Ok(Self::with_relaxed(pool))
     }
 
     /// The same store whose every connection carries this instance's fencing epoch: from now

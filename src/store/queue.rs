@@ -1,13 +1,12 @@
-//! `PROC_STATE` as the pump's queue: the head, stamping an attempt, FAILED with backoff, and
-//! the one-statement terminal states (non-business, poison).
+//! `PROC_STATE` as the pump's queue: the head rows, FAILED with backoff, and the one-statement
+//! terminal states (non-business, poison).
 
 use chrono::{DateTime, Utc};
-use sqlx::{Executor, Postgres};
+use sqlx::PgConnection;
 
 use super::{Store, StoreError};
 use crate::late::Source;
-use crate::pump::outcome::{ErrorClass, SingleTerminal};
-use crate::pump::rules::Head;
+use crate::rows::{ErrorClass, Head, ProcState, SingleTerminal};
 
 /// The head with what the metrics need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,24 +28,15 @@ pub struct Backlog {
     pub oldest: Option<DateTime<Utc>>,
 }
 
-/// Result of binding a message's business identity.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Binding {
-    /// This message holds the identity (first binding, or bound on an earlier attempt).
-    Bound,
-    /// Another message holds it: a business duplicate.
-    Duplicate {
-        /// The message that holds it.
-        holder: Option<i64>,
-    },
-}
-
+/// The unfinished rows ([`ProcState::is_unfinished`]) as SQL. A literal, not a bound value:
+/// the partial index `proc_state_head_idx` (migration 0001) has this predicate, and the
+/// planner only uses it for a query that repeats it.
 pub(super) const UNFINISHED: &str = "state IN ('PENDING', 'FAILED')";
 
 /// `msg_id, state, attempts, next_attempt_at, processing_started_at, since, source`.
 pub(super) type HeadTuple = (
     i64,
-    String,
+    ProcState,
     i32,
     Option<DateTime<Utc>>,
     Option<DateTime<Utc>>,
@@ -55,82 +45,6 @@ pub(super) type HeadTuple = (
 );
 
 impl Store {
-    /// The smallest unfinished MSG_ID ≤ W (partial index `proc_state_head_idx`).
-    pub async fn head(&self) -> Result<Option<HeadRow>, StoreError> {
-        let row: Option<HeadTuple> = sqlx::query_as(&format!(
-            "SELECT msg_id, state, attempts, next_attempt_at, processing_started_at, \
-                        COALESCE(received_at, enqueued_at), source \
-                 FROM proc_state \
-                 WHERE {UNFINISHED} AND msg_id <= (SELECT w FROM inbox_cursor WHERE id = 1) \
-                 ORDER BY msg_id LIMIT 1"
-        ))
-        .fetch_optional(self.pool())
-        .await?;
-        row.map(head_row).transpose()
-    }
-
-    /// Up to `limit` unfinished ids ≤ W from `from` on (the raw read-ahead window).
-    pub async fn next_unfinished(&self, from: i64, limit: i64) -> Result<Vec<i64>, StoreError> {
-        Ok(sqlx::query_scalar(&format!(
-            "SELECT msg_id FROM proc_state \
-             WHERE {UNFINISHED} AND msg_id >= $1 \
-               AND msg_id <= (SELECT w FROM inbox_cursor WHERE id = 1) \
-             ORDER BY msg_id LIMIT $2"
-        ))
-        .bind(from)
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?)
-    }
-
-    /// Starts an attempt: counts it, stamps PROCESSING_STARTED_AT once. Returns the attempt
-    /// number, or None when the row is no longer unfinished.
-    pub async fn stamp_attempt(
-        &self,
-        msg_id: i64,
-        now: DateTime<Utc>,
-    ) -> Result<Option<i32>, StoreError> {
-        // Relaxed commit (one autocommit statement on the relaxed pool): the business
-        // transaction's synchronous commit flushes the WAL up to and including this record, so
-        // the stamp is durable whenever its outcome is; a crash before that may lose it, and
-        // the attempt is simply stamped again.
-        Ok(sqlx::query_scalar(&format!(
-            "UPDATE proc_state SET attempts = attempts + 1, \
-                    processing_started_at = COALESCE(processing_started_at, $2), updated_at = $2 \
-             WHERE msg_id = $1 AND {UNFINISHED} RETURNING attempts"
-        ))
-        .bind(msg_id)
-        .bind(now)
-        .fetch_optional(self.relaxed())
-        .await?)
-    }
-
-    /// FAILED with a class and the next attempt time.
-    pub async fn mark_failed(
-        &self,
-        msg_id: i64,
-        class: ErrorClass,
-        detail: &str,
-        next_attempt_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        mark_failed_on(self.pool(), msg_id, class, detail, next_attempt_at, now).await
-    }
-
-    /// A non-business terminal state (MALFORMED, SKIPPED, EXHAUSTED…) in ONE statement that
-    /// also sets the backfill intent and the processing order (seed §2 write boundaries).
-    pub async fn finish_single(
-        &self,
-        msg_id: i64,
-        state: SingleTerminal,
-        class: ErrorClass,
-        detail: &str,
-        msg_type: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        finish_single_on(self.pool(), msg_id, state, class, detail, msg_type, now).await
-    }
-
     /// Poison escalation: DEAD(EXHAUSTED) with the backfill intent, in ONE statement that
     /// re-checks the poison facts on the row itself — so an operator replay that reset the row
     /// in between makes this a no-op instead of being overwritten (lifecycle gate, G5).
@@ -157,61 +71,6 @@ impl Store {
         .execute(self.pool())
         .await?;
         Ok(done.rows_affected() == 1)
-    }
-
-    /// Binds the identity in its own statement; first binding wins (unique index over the
-    /// rows that are not DEAD: a DEAD record does not hold its identity, migration 0012).
-    pub async fn bind_identity(&self, msg_id: i64, key: &str) -> Result<Binding, StoreError> {
-        // Relaxed commit (relaxed pool), as for the stamp: the binding is durable no later than
-        // the business transaction that follows it; if a crash loses it, the next attempt
-        // binds again.
-        // An archived holder (PROC_STATE_HST, migration 0014) is outside the unique index:
-        // checked first. Archived rows never come back, so no race widens this.
-        let archived: Option<i64> = sqlx::query_scalar(
-            "SELECT msg_id FROM proc_state_hst WHERE identity_key = $1 AND state <> 'DEAD' \
-             AND msg_id <> $2",
-        )
-        .bind(key)
-        .bind(msg_id)
-        .fetch_optional(self.pool())
-        .await?;
-        if let Some(holder) = archived {
-            return Ok(Binding::Duplicate {
-                holder: Some(holder),
-            });
-        }
-        let bound = sqlx::query(
-            "UPDATE proc_state SET identity_key = $2 WHERE msg_id = $1 \
-             AND identity_key IS DISTINCT FROM $2",
-        )
-        .bind(msg_id)
-        .bind(key)
-        .execute(self.relaxed())
-        .await;
-        match bound {
-            Ok(_) => Ok(Binding::Bound),
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
-                let holder: Option<i64> = sqlx::query_scalar(
-                    "SELECT msg_id FROM proc_state WHERE identity_key = $1 \
-                         AND state <> 'DEAD'",
-                )
-                .bind(key)
-                .fetch_optional(self.pool())
-                .await?;
-                Ok(Binding::Duplicate { holder })
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Unfinished count and oldest age (metrics; scans the partial index).
-    pub async fn backlog(&self) -> Result<Backlog, StoreError> {
-        let (unfinished, oldest): (i64, Option<DateTime<Utc>>) = sqlx::query_as(&format!(
-            "SELECT count(*), min(COALESCE(received_at, enqueued_at)) FROM proc_state WHERE {UNFINISHED}"
-        ))
-        .fetch_one(self.pool())
-        .await?;
-        Ok(Backlog { unfinished, oldest })
     }
 
     /// The backlog gauges from index-backed reads only, cheap at any backlog: an exact count
@@ -262,7 +121,7 @@ pub(super) fn head_row(
     Ok(HeadRow {
         head: Head {
             msg_id,
-            failed: state == "FAILED",
+            failed: state == ProcState::Failed,
             attempts,
             next_attempt_at: next,
             processing_started_at: started,
@@ -272,9 +131,9 @@ pub(super) fn head_row(
     })
 }
 
-/// [`Store::mark_failed`] on any executor (the pool, or a group's transaction).
-pub(super) async fn mark_failed_on<'e>(
-    exec: impl Executor<'e, Database = Postgres>,
+/// FAILED with a class and the next attempt time (a group member, `GroupTx::mark_failed`).
+pub(super) async fn mark_failed_on(
+    conn: &mut PgConnection,
     msg_id: i64,
     class: ErrorClass,
     detail: &str,
@@ -287,18 +146,19 @@ pub(super) async fn mark_failed_on<'e>(
          WHERE msg_id = $1 AND {UNFINISHED}"
     ))
     .bind(msg_id)
-    .bind(class.as_str())
+    .bind(class)
     .bind(truncate(detail))
     .bind(next_attempt_at)
     .bind(now)
-    .execute(exec)
+    .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
 }
 
-/// [`Store::finish_single`] on any executor (the pool, or a group's transaction).
-pub(super) async fn finish_single_on<'e>(
-    exec: impl Executor<'e, Database = Postgres>,
+/// A non-business terminal state (DEAD, SKIPPED) in ONE statement that also sets the backfill
+/// intent and the processing order (seed §2 write boundaries; `GroupTx::finish_single`).
+pub(super) async fn finish_single_on(
+    conn: &mut PgConnection,
     msg_id: i64,
     state: SingleTerminal,
     class: ErrorClass,
@@ -314,12 +174,12 @@ pub(super) async fn finish_single_on<'e>(
          WHERE msg_id = $1 AND {UNFINISHED}"
     ))
     .bind(msg_id)
-    .bind(state.as_str())
-    .bind(class.as_str())
+    .bind(state.state())
+    .bind(class)
     .bind(truncate(detail))
     .bind(now)
     .bind(msg_type)
-    .execute(exec)
+    .execute(conn)
     .await?;
     Ok(done.rows_affected() == 1)
 }

@@ -25,11 +25,26 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::{Store, StoreError, PIPELINE_LOCK_KEY};
+use crate::rows::{ErrorClass, ProcState};
 
 /// Error classes a replay accepts (SPEC §2).
-pub const REPLAYABLE_CLASSES: &[&str] = &["CODEC_ERROR", "UNSUPPORTED", "INFRA", "EXHAUSTED"];
+pub const REPLAYABLE_CLASSES: &[ErrorClass] = &[
+    ErrorClass::CodecError,
+    ErrorClass::Unsupported,
+    ErrorClass::Infra,
+    ErrorClass::Exhausted,
+];
 /// States a replay accepts.
-pub const REPLAYABLE_STATES: &[&str] = &["DEAD", "FAILED"];
+pub const REPLAYABLE_STATES: &[ProcState] = &[ProcState::Dead, ProcState::Failed];
+
+/// "A, B, C" (refusal texts).
+pub fn names<T: std::fmt::Display>(values: &[T]) -> String {
+    values
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Why an operator action was not run at all (nothing changed, nothing audited).
 #[derive(Debug, thiserror::Error)]
@@ -78,9 +93,9 @@ pub enum RowOutcome {
     /// Changed.
     Applied {
         /// State before.
-        previous_state: String,
+        previous_state: ProcState,
         /// Error class before.
-        previous_class: Option<String>,
+        previous_class: Option<ErrorClass>,
         /// Mark confirmation before (Some: the inbox row was marked and stays marked).
         previous_backfill_at: Option<DateTime<Utc>>,
         /// Abandon reason before.
@@ -157,213 +172,178 @@ pub struct Audit<'a> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Expect {
     /// `proc_state.state` seen (None: any).
-    pub state: Option<String>,
+    pub state: Option<ProcState>,
     /// `proc_state.error_class` seen (None: any).
-    pub class: Option<String>,
+    pub class: Option<ErrorClass>,
 }
 
 impl Expect {
     /// "FAILED(INFRA)", "DEAD", "any state".
     fn describe(&self) -> String {
-        match (&self.state, &self.class) {
+        match (self.state, self.class) {
             (Some(s), Some(c)) => format!("{s}({c})"),
-            (Some(s), None) => s.clone(),
+            (Some(s), None) => s.to_string(),
             (None, Some(c)) => format!("class {c}"),
             (None, None) => "any state".into(),
         }
     }
 
-    fn matches(&self, state: &str, class: Option<&str>) -> bool {
-        self.state.as_deref().is_none_or(|s| s == state)
-            && self.class.as_deref().is_none_or(|c| Some(c) == class)
+    fn matches(&self, state: ProcState, class: Option<ErrorClass>) -> bool {
+        self.state.is_none_or(|s| s == state) && self.class.is_none_or(|c| Some(c) == class)
     }
 }
 
 /// The row before the change, as locked; whether the change applied.
 type Locked = (
-    String,
-    Option<String>,
+    ProcState,
+    Option<ErrorClass>,
     Option<DateTime<Utc>>,
     Option<String>,
     bool,
 );
 
+/// The replay statement. `cur` locks the row (waiting for a sweep that holds it) and sees its
+/// newest version; the UPDATE applies only if that version is replayable (`$6`: the classes,
+/// `$7`: the states), as the operator saw it (`$3`, `$4`) and its raw text is there (`$5`).
+const REPLAY_SQL: &str = "WITH cur AS ( \
+         SELECT msg_id, state, error_class, backfill_at, backfill_abandon_reason \
+         FROM proc_state WHERE msg_id = $1 FOR UPDATE \
+     ), done AS ( \
+         UPDATE proc_state p SET state = 'PENDING', attempts = 0, \
+                processing_started_at = NULL, next_attempt_at = NULL, \
+                error_class = NULL, error_text = NULL, processed_seq = NULL, \
+                terminal_reason = NULL, terminal_at = NULL, identity_key = NULL, \
+                backfill_next_at = NULL, backfill_at = NULL, backfill_attempts = 0, \
+                backfill_abandon_reason = NULL, backfill_abandoned_at = NULL, \
+                backfill_error = NULL, updated_at = $2 \
+         FROM cur \
+         WHERE p.msg_id = cur.msg_id \
+           AND cur.state = ANY($7) AND cur.error_class = ANY($6) \
+           AND p.state = ANY($7) AND p.error_class = ANY($6) \
+           AND ($3::text IS NULL OR cur.state = $3) \
+           AND ($4::text IS NULL OR cur.error_class = $4) \
+           AND $5::boolean \
+         RETURNING p.msg_id \
+     ) \
+     SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
+            EXISTS (SELECT 1 FROM done) FROM cur";
+
+/// The backfill recovery statement (same shape as [`REPLAY_SQL`]).
+const RECOVER_SQL: &str = "WITH cur AS ( \
+         SELECT msg_id, state, error_class, backfill_at, backfill_abandon_reason \
+         FROM proc_state WHERE msg_id = $1 FOR UPDATE \
+     ), done AS ( \
+         UPDATE proc_state p SET backfill_abandon_reason = NULL, \
+                backfill_abandoned_at = NULL, backfill_attempts = 0, \
+                backfill_error = NULL, backfill_next_at = $2, updated_at = $2 \
+         FROM cur \
+         WHERE p.msg_id = cur.msg_id \
+           AND cur.state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
+           AND cur.backfill_abandon_reason IS NOT NULL AND cur.backfill_at IS NULL \
+           AND p.state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
+           AND p.backfill_abandon_reason IS NOT NULL AND p.backfill_at IS NULL \
+           AND ($3::text IS NULL OR cur.state = $3) \
+           AND ($4::text IS NULL OR cur.error_class = $4) \
+         RETURNING p.msg_id \
+     ) \
+     SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
+            EXISTS (SELECT 1 FROM done) FROM cur";
+
+/// The action [`run_action`] runs.
+#[derive(Debug, Clone, Copy)]
+enum Action<'a> {
+    /// A replay; the requested ids whose inbox row still holds text.
+    Replay { in_inbox: &'a [i64] },
+    /// A backfill recovery.
+    Recover,
+}
+
+impl Action<'_> {
+    /// `audit_log.action`.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Replay { .. } => ACTION_REPLAY,
+            Self::Recover => ACTION_RECOVER_BACKFILL,
+        }
+    }
+
+    /// Why the action does not apply to a row as it is (before any expectation).
+    fn refusal(self, state: ProcState, class: Option<ErrorClass>) -> String {
+        match self {
+            Self::Replay { .. } if !REPLAYABLE_STATES.contains(&state) => {
+                format!("state {state} is not replayable (only DEAD or FAILED)")
+            }
+            Self::Replay { .. } => format!(
+                "error class {} is not replayable (only {})",
+                class.map_or("NULL", ErrorClass::as_str),
+                names(REPLAYABLE_CLASSES)
+            ),
+            Self::Recover if state.is_unfinished() => {
+                format!("state {state} is not terminal; there is no backfill to recover")
+            }
+            Self::Recover => "backfill is not abandoned".to_string(),
+        }
+    }
+}
+
 /// Replay: DEAD/FAILED rows of the classes CODEC_ERROR, UNSUPPORTED, INFRA, EXHAUSTED go back
 /// to PENDING (attempts 0, processing start, next attempt, error, processing order and
 /// terminal fields cleared) and lose their backfill intent, confirmation, attempts and abandon
-/// reason, in ONE conditional statement per row. Anything else is refused with a reason.
-/// The pump then processes them as the current head(s): replay does not restore historic
-/// order. Audited (who, why, when, which rows, per-row result).
-pub async fn replay(
-    store: &Store,
-    msg_ids: &[i64],
-    actor: &str,
-    reason: &str,
-    now: DateTime<Utc>,
-) -> Result<AdminReport, AdminError> {
-    let rows: Vec<(i64, Expect)> = msg_ids.iter().map(|id| (*id, Expect::default())).collect();
-    let audit = Audit {
-        actor,
-        reason,
-        ticket: None,
-    };
-    replay_checked(store, &rows, audit, false, now, None).await
-}
-
-/// [`replay`] with the state each row was seen in (refused when it moved since), the ticket,
-/// and a dry run (the same transaction, rolled back, not audited). A replayed row also loses
-/// its business identity: the pump binds it again, so a DEAD record whose identity another
-/// record holds by now ends SKIPPED(DUPLICATE) naming the holder (migration 0012).
+/// reason, in ONE conditional statement per row. Anything else is refused with a reason, and
+/// so is a row that moved since the operator saw it (`rows`: each id with the state it was
+/// seen in). A replayed row also loses its business identity: the pump binds it again, so a
+/// DEAD record whose identity another record holds by now ends SKIPPED(DUPLICATE) naming the
+/// holder (migration 0012). The pump then processes them as the current head(s): replay does
+/// not restore historic order. Audited (who, why, when, which rows, per-row result), unless a
+/// dry run (the same transaction, rolled back).
 ///
 /// `in_inbox`: the requested ids whose inbox row still holds text (the caller read the
 /// inbox); any other row replays only from its raw copy, and is refused without one
-/// ([`NO_RAW_TEXT`]). None does not check the source (callers that do not see the inbox).
-pub async fn replay_checked(
+/// ([`NO_RAW_TEXT`]).
+pub async fn replay(
     store: &Store,
     rows: &[(i64, Expect)],
     audit: Audit<'_>,
     dry_run: bool,
     now: DateTime<Utc>,
-    in_inbox: Option<&[i64]>,
+    in_inbox: &[i64],
 ) -> Result<AdminReport, AdminError> {
-    let classes = REPLAYABLE_CLASSES
-        .iter()
-        .map(|c| format!("'{c}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    // `cur` locks the row (waiting for a sweep that holds it) and sees its newest version;
-    // the UPDATE applies only if that version is replayable and as the operator saw it.
-    let sql = format!(
-        "WITH cur AS ( \
-             SELECT msg_id, state, error_class, backfill_at, backfill_abandon_reason \
-             FROM proc_state WHERE msg_id = $1 FOR UPDATE \
-         ), done AS ( \
-             UPDATE proc_state p SET state = 'PENDING', attempts = 0, \
-                    processing_started_at = NULL, next_attempt_at = NULL, \
-                    error_class = NULL, error_text = NULL, processed_seq = NULL, \
-                    terminal_reason = NULL, terminal_at = NULL, identity_key = NULL, \
-                    backfill_next_at = NULL, backfill_at = NULL, backfill_attempts = 0, \
-                    backfill_abandon_reason = NULL, backfill_abandoned_at = NULL, \
-                    backfill_error = NULL, updated_at = $2 \
-             FROM cur \
-             WHERE p.msg_id = cur.msg_id \
-               AND cur.state IN ('DEAD', 'FAILED') AND cur.error_class IN ({classes}) \
-               AND p.state IN ('DEAD', 'FAILED') AND p.error_class IN ({classes}) \
-               AND ($3::text IS NULL OR cur.state = $3) \
-               AND ($4::text IS NULL OR cur.error_class = $4) \
-               AND $5::boolean \
-             RETURNING p.msg_id \
-         ) \
-         SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
-                EXISTS (SELECT 1 FROM done) FROM cur"
-    );
     run_action(
         store,
         rows,
         audit,
         dry_run,
         now,
-        ACTION_REPLAY,
-        &sql,
-        Some(in_inbox),
-        |state, class| {
-            if !REPLAYABLE_STATES.contains(&state) {
-                format!("state {state} is not replayable (only DEAD or FAILED)")
-            } else {
-                format!(
-                    "error class {} is not replayable (only {})",
-                    class.unwrap_or("NULL"),
-                    REPLAYABLE_CLASSES.join(", ")
-                )
-            }
-        },
+        Action::Replay { in_inbox },
     )
     .await
 }
 
 /// Recovery of abandoned backfills: terminal rows abandoned (MISSING_ROW or MAX_ATTEMPTS) and
 /// not confirmed get their abandon reason, error and attempts cleared and are due at once
-/// (`backfill_next_at = now`). Anything else is refused with a reason. Audited.
+/// (`backfill_next_at = now`). Anything else is refused with a reason. Audited, unless a dry
+/// run.
 pub async fn recover_abandoned(
     store: &Store,
     msg_ids: &[i64],
-    actor: &str,
-    reason: &str,
-    now: DateTime<Utc>,
-) -> Result<AdminReport, AdminError> {
-    let rows: Vec<(i64, Expect)> = msg_ids.iter().map(|id| (*id, Expect::default())).collect();
-    let audit = Audit {
-        actor,
-        reason,
-        ticket: None,
-    };
-    recover_abandoned_checked(store, &rows, audit, false, now).await
-}
-
-/// [`recover_abandoned`] with the state each row was seen in, the ticket and a dry run.
-pub async fn recover_abandoned_checked(
-    store: &Store,
-    rows: &[(i64, Expect)],
     audit: Audit<'_>,
     dry_run: bool,
     now: DateTime<Utc>,
 ) -> Result<AdminReport, AdminError> {
-    let sql = "WITH cur AS ( \
-             SELECT msg_id, state, error_class, backfill_at, backfill_abandon_reason \
-             FROM proc_state WHERE msg_id = $1 FOR UPDATE \
-         ), done AS ( \
-             UPDATE proc_state p SET backfill_abandon_reason = NULL, \
-                    backfill_abandoned_at = NULL, backfill_attempts = 0, \
-                    backfill_error = NULL, backfill_next_at = $2, updated_at = $2 \
-             FROM cur \
-             WHERE p.msg_id = cur.msg_id \
-               AND cur.state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
-               AND cur.backfill_abandon_reason IS NOT NULL AND cur.backfill_at IS NULL \
-               AND p.state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
-               AND p.backfill_abandon_reason IS NOT NULL AND p.backfill_at IS NULL \
-               AND ($3::text IS NULL OR cur.state = $3) \
-               AND ($4::text IS NULL OR cur.error_class = $4) \
-             RETURNING p.msg_id \
-         ) \
-         SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
-                EXISTS (SELECT 1 FROM done) FROM cur";
-    run_action(
-        store,
-        rows,
-        audit,
-        dry_run,
-        now,
-        ACTION_RECOVER_BACKFILL,
-        sql,
-        None,
-        |state, _| {
-            if !matches!(state, "SUCCEEDED" | "SKIPPED" | "DEAD") {
-                format!("state {state} is not terminal; there is no backfill to recover")
-            } else {
-                "backfill is not abandoned".to_string()
-            }
-        },
-    )
-    .await
+    let rows: Vec<(i64, Expect)> = msg_ids.iter().map(|id| (*id, Expect::default())).collect();
+    run_action(store, &rows, audit, dry_run, now, Action::Recover).await
 }
 
 /// The shared frame: validate, one transaction under the pipeline lock, one statement per
 /// distinct id (ascending, so two actions lock in the same order), the audit row, commit — or,
 /// for a dry run, roll back without an audit row.
-///
-/// `sources`: Some for a replay (its statement takes `$5`, "the raw text is there"), holding
-/// the ids known to be in the inbox when checked ([`replay_checked`]).
-#[allow(clippy::too_many_arguments)]
 async fn run_action(
     store: &Store,
     requested: &[(i64, Expect)],
     audit: Audit<'_>,
     dry_run: bool,
     now: DateTime<Utc>,
-    action: &str,
-    sql: &str,
-    sources: Option<Option<&[i64]>>,
-    refusal: impl Fn(&str, Option<&str>) -> String,
+    action: Action<'_>,
 ) -> Result<AdminReport, AdminError> {
     let all: Vec<i64> = requested.iter().map(|r| r.0).collect();
     let (actor, why, ids) = validate_action(audit.actor, audit.reason, &all, "message")?;
@@ -381,64 +361,7 @@ async fn run_action(
             .find(|r| r.0 == msg_id)
             .map(|r| r.1.clone())
             .unwrap_or_default();
-        // A replay's raw text: the inbox, else our copy (share-locked until commit, so the
-        // expiry purge skips it), else none — then the statement does not apply.
-        let source = match sources {
-            Some(Some(in_inbox)) => Some(raw_source(&mut tx, msg_id, in_inbox).await?),
-            _ => None,
-        };
-        let mut query = sqlx::query_as::<_, Locked>(sql)
-            .bind(msg_id)
-            .bind(now)
-            .bind(expect.state.as_deref())
-            .bind(expect.class.as_deref());
-        if sources.is_some() {
-            query = query.bind(!matches!(source, Some(None)));
-        }
-        let locked: Option<Locked> = query.fetch_optional(&mut *tx).await?;
-        let outcome = match locked {
-            None => RowOutcome::Refused {
-                reason: "no such message".into(),
-            },
-            Some((state, class, backfill_at, abandon, true)) => RowOutcome::Applied {
-                previous_state: state,
-                previous_class: class,
-                previous_backfill_at: backfill_at,
-                previous_abandon: abandon,
-                source: source.flatten(),
-            },
-            Some((state, class, _, _, false))
-                if matches!(source, Some(None))
-                    && replayable(&state, class.as_deref())
-                    && expect.matches(&state, class.as_deref()) =>
-            {
-                RowOutcome::Refused {
-                    reason: NO_RAW_TEXT.into(),
-                }
-            }
-            Some((state, class, _, _, false)) => {
-                let base = refusal(&state, class.as_deref());
-                let now_is = match &class {
-                    Some(c) => format!("{state}({c})"),
-                    None => state.clone(),
-                };
-                let reason = if expect.matches(&state, class.as_deref()) {
-                    base
-                } else {
-                    let moved = format!(
-                        "the row moved since it was seen: expected {}, now {now_is}",
-                        expect.describe()
-                    );
-                    // Say also when the row as it is now could not be acted on at all.
-                    if base.contains("not replayable") || base.contains("not terminal") {
-                        format!("{moved}; {base}")
-                    } else {
-                        moved
-                    }
-                };
-                RowOutcome::Refused { reason }
-            }
-        };
+        let outcome = act_on_row(&mut tx, msg_id, &expect, now, action).await?;
         rows.push(RowResult { msg_id, outcome });
     }
     if dry_run {
@@ -449,44 +372,15 @@ async fn run_action(
             dry_run: true,
         });
     }
-    let audit_id = insert_audit(
-        &mut tx,
-        now,
-        AuditRow {
-            actor,
-            action,
-            reason: why,
-            ticket,
-        },
-        &ids,
-        audit_json(&rows),
-    )
-    .await?;
+    let row = AuditRow {
+        actor,
+        action: action.name(),
+        reason: why,
+        ticket,
+    };
+    let audit_id = insert_audit(&mut tx, now, row, &ids, audit_json(&rows)).await?;
     tx.commit().await?;
-    if action == ACTION_REPLAY {
-        for r in &rows {
-            match &r.outcome {
-                RowOutcome::Applied { source, .. } => {
-                    crate::telemetry::replay(r.msg_id, true, why, source.map(RawSource::as_str))
-                }
-                RowOutcome::Refused { reason } => {
-                    crate::telemetry::replay(r.msg_id, false, reason, None)
-                }
-            }
-        }
-    } else {
-        for r in &rows {
-            tracing::warn!(
-                msg_id = r.msg_id,
-                action,
-                actor,
-                reason = why,
-                ticket,
-                applied = r.outcome.is_applied(),
-                "operator action"
-            );
-        }
-    }
+    log_action(&rows, row, action);
     Ok(AdminReport {
         audit_id,
         rows,
@@ -494,8 +388,117 @@ async fn run_action(
     })
 }
 
+/// One row of an action: for a replay its raw text's source first (the inbox, else our copy,
+/// share-locked until commit so the expiry purge skips it, else none — then the statement
+/// does not apply), then the row's conditional statement.
+async fn act_on_row(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    msg_id: i64,
+    expect: &Expect,
+    now: DateTime<Utc>,
+    action: Action<'_>,
+) -> Result<RowOutcome, sqlx::Error> {
+    let source = match action {
+        Action::Replay { in_inbox } => Some(raw_source(tx, msg_id, in_inbox).await?),
+        Action::Recover => None,
+    };
+    let sql = match action {
+        Action::Replay { .. } => REPLAY_SQL,
+        Action::Recover => RECOVER_SQL,
+    };
+    let mut query = sqlx::query_as::<_, Locked>(sql)
+        .bind(msg_id)
+        .bind(now)
+        .bind(expect.state)
+        .bind(expect.class);
+    if let Some(source) = source {
+        query = query
+            .bind(source.is_some())
+            .bind(REPLAYABLE_CLASSES)
+            .bind(REPLAYABLE_STATES);
+    }
+    let locked: Option<Locked> = query.fetch_optional(&mut **tx).await?;
+    Ok(judge(locked, source, expect, action))
+}
+
+/// What the row's statement said, for the report: applied, or refused and why (no row, no
+/// raw text, not acted on as it is, or moved since the operator saw it). Pure.
+fn judge(
+    locked: Option<Locked>,
+    source: Option<Option<RawSource>>,
+    expect: &Expect,
+    action: Action<'_>,
+) -> RowOutcome {
+    let Some((state, class, backfill_at, abandon, applied)) = locked else {
+        return RowOutcome::Refused {
+            reason: "no such message".into(),
+        };
+    };
+    if applied {
+        return RowOutcome::Applied {
+            previous_state: state,
+            previous_class: class,
+            previous_backfill_at: backfill_at,
+            previous_abandon: abandon,
+            source: source.flatten(),
+        };
+    }
+    let reason =
+        if matches!(source, Some(None)) && replayable(state, class) && expect.matches(state, class)
+        {
+            NO_RAW_TEXT.into()
+        } else if expect.matches(state, class) {
+            action.refusal(state, class)
+        } else {
+            let now_is = match class {
+                Some(c) => format!("{state}({c})"),
+                None => state.to_string(),
+            };
+            let moved = format!(
+                "the row moved since it was seen: expected {}, now {now_is}",
+                expect.describe()
+            );
+            let base = action.refusal(state, class);
+            // Say also when the row as it is now could not be acted on at all.
+            if base.contains("not replayable") || base.contains("not terminal") {
+                format!("{moved}; {base}")
+            } else {
+                moved
+            }
+        };
+    RowOutcome::Refused { reason }
+}
+
+/// The log line (and for a replay the metric) of each row, after the commit.
+fn log_action(rows: &[RowResult], audit: AuditRow<'_>, action: Action<'_>) {
+    for r in rows {
+        match (&r.outcome, action) {
+            (RowOutcome::Applied { source, .. }, Action::Replay { .. }) => {
+                crate::telemetry::replay(
+                    r.msg_id,
+                    true,
+                    audit.reason,
+                    source.map(RawSource::as_str),
+                )
+            }
+            (RowOutcome::Refused { reason }, Action::Replay { .. }) => {
+                crate::telemetry::replay(r.msg_id, false, reason, None)
+            }
+            (outcome, Action::Recover) => tracing::warn!(
+                msg_id = r.msg_id,
+                action = audit.action,
+                actor = audit.actor,
+                reason = audit.reason,
+                ticket = audit.ticket,
+                applied = outcome.is_applied(),
+                "operator action"
+            ),
+        }
+    }
+}
+
 /// A replay's state and class (the statement's own condition, for the refusal text).
-fn replayable(state: &str, class: Option<&str>) -> bool {
+fn replayable(state: ProcState, class: Option<ErrorClass>) -> bool {
     REPLAYABLE_STATES.contains(&state) && class.is_some_and(|c| REPLAYABLE_CLASSES.contains(&c))
 }
 
@@ -628,17 +631,6 @@ pub struct AuditEntry {
     pub result: serde_json::Value,
     /// The operator's ticket, if given.
     pub ticket: Option<String>,
-}
-
-impl Store {
-    /// Audit rows, oldest first (tests, the admin surface).
-    pub async fn audit_entries(&self) -> Result<Vec<AuditEntry>, StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT id, at, actor, action, reason, msg_ids, result, ticket FROM audit_log ORDER BY id",
-        )
-        .fetch_all(self.pool())
-        .await?)
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Retention of our own records (issue 13 item 5): one bounded batch per call, each its own
 //! transaction, so a crash mid-batch rolls the whole batch back and the next job redoes it —
-//! nothing is lost or doubled. The housekeeping job (`crate::retention`) loops over them.
+//! nothing is lost or doubled. The housekeeping job (the `retention` module above the store)
+//! loops over them.
 
 use chrono::{DateTime, Utc};
 

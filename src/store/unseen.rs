@@ -22,20 +22,6 @@ impl Store {
         Ok(rows.into_iter().collect())
     }
 
-    /// The ids among `ids` that have no `PROC_STATE` row, live or archived.
-    pub async fn not_enqueued(&self, ids: &[i64]) -> Result<Vec<i64>, StoreError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        Ok(sqlx::query_scalar(
-            "SELECT i FROM UNNEST($1::bigint[]) AS i \
-             WHERE NOT EXISTS (SELECT 1 FROM proc_state_all p WHERE p.msg_id = i) ORDER BY i",
-        )
-        .bind(ids)
-        .fetch_all(self.pool())
-        .await?)
-    }
-
     /// In ONE transaction: record each id in `inbox_unseen` (found at `now` with W = `w`) and
     /// enqueue it as `PENDING` with source `LATE`. Returns the ids this call enqueued (an id
     /// that got a row meanwhile is left alone).

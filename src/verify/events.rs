@@ -3,9 +3,10 @@
 //! raised no event is fine (no real change).
 
 use super::{Finding, VerifyError};
+use crate::rows::{EventState, ProcState};
 use crate::store::Store;
 
-type EventRow = (i64, Option<String>, String, bool, bool, bool);
+type EventRow = (i64, Option<ProcState>, EventState, bool, bool, bool);
 
 /// The finding and the number of SENT events (for the Kafka read-back).
 pub(super) async fn run(store: &Store, batch: i64) -> Result<(Finding, u64), VerifyError> {
@@ -31,15 +32,15 @@ pub(super) async fn run(store: &Store, batch: i64) -> Result<(Finding, u64), Ver
         after = last.0;
         for (id, msg_state, state, landed, has_error, tried) in rows {
             f.checked += 1;
-            if msg_state.as_deref() != Some("SUCCEEDED") {
+            if msg_state != Some(ProcState::Succeeded) {
                 f.violation(id);
                 continue;
             }
-            match state.as_str() {
-                "SENT" if landed => sent += 1,
-                "PENDING" if !tried => f.note("pending (queued)", id),
-                "PENDING" if has_error => f.note("pending (backing off)", id),
-                "DEAD" if has_error => f.note("dead (with error)", id),
+            match state {
+                EventState::Sent if landed => sent += 1,
+                EventState::Pending if !tried => f.note("pending (queued)", id),
+                EventState::Pending if has_error => f.note("pending (backing off)", id),
+                EventState::Dead if has_error => f.note("dead (with error)", id),
                 _ => f.violation(id),
             }
         }

@@ -13,6 +13,7 @@ use sqlx::Row;
 
 use super::{Finding, VerifyError, VerifyInput};
 use crate::cutover::CutoverStock;
+use crate::rows::ProcState;
 use crate::store::replay::ACTION_REPLAY;
 
 const STOCK: &str = "skipped at cutover (previous system's stock)";
@@ -21,7 +22,7 @@ const REPLAYED: &str = "replayed, pending again, still carrying the mark of its 
 /// What PostgreSQL knows of one inbox id.
 #[derive(Debug, Clone, Default)]
 struct Known {
-    state: Option<String>,
+    state: Option<ProcState>,
     watched: bool,
     replayed: bool,
 }
@@ -122,7 +123,7 @@ async fn read_page(
 /// Our record of each id (live or archived), whether a released hole watches it, and whether
 /// an audited replay named it (the GIN index on `audit_log.msg_ids` answers that).
 async fn read_known(input: &VerifyInput, ids: &[i64]) -> Result<HashMap<i64, Known>, VerifyError> {
-    let rows: Vec<(i64, Option<String>, bool, bool)> = sqlx::query_as(
+    let rows: Vec<(i64, Option<ProcState>, bool, bool)> = sqlx::query_as(
         "SELECT u.id, p.state, COALESCE((SELECT l.last_id >= u.id FROM late_watch_range l \
            WHERE l.first_id <= u.id ORDER BY l.first_id DESC LIMIT 1), false), \
            EXISTS (SELECT 1 FROM audit_log a WHERE a.action = $2 AND a.msg_ids @> ARRAY[u.id]) \
@@ -174,8 +175,8 @@ impl Scan {
             }
             return;
         }
-        match k.state.as_deref() {
-            Some("SUCCEEDED" | "SKIPPED" | "DEAD") => {}
+        match k.state {
+            Some(s) if s.is_terminal() => {}
             Some(_) if k.replayed => self.terminal.note(REPLAYED, id),
             _ => self.terminal.violation(id),
         }

@@ -10,12 +10,13 @@ use std::collections::{HashMap, HashSet};
 use sqlx::Row;
 
 use super::{Finding, VerifyError, VerifyInput};
+use crate::rows::ProcState;
 
 /// `(msg_id, state, source, processed_seq, confirmed (backfill_at set), intent
 /// (backfill_next_at set), abandon reason, last backfill error set)`.
 type StateRow = (
     i64,
-    String,
+    ProcState,
     String,
     Option<i64>,
     bool,
@@ -24,20 +25,16 @@ type StateRow = (
     bool,
 );
 
-fn is_terminal(state: &str) -> bool {
-    matches!(state, "SUCCEEDED" | "SKIPPED" | "DEAD")
-}
-
 /// The inbox row exists, or the record says why it may not.
 fn judge_present(f: &mut Finding, r: &StateRow, in_inbox: bool) {
-    let (id, state, is_marked, abandon) = (r.0, &r.1, r.4, r.6.as_deref());
+    let (id, state, is_marked, abandon) = (r.0, r.1, r.4, r.6.as_deref());
     f.checked += 1;
     if in_inbox {
         return;
     }
     if abandon == Some("MISSING_ROW") {
         f.note("abandoned MISSING_ROW", id);
-    } else if is_marked && is_terminal(state) {
+    } else if is_marked && state.is_terminal() {
         // Our mark was written and confirmed; only the DB owner deletes inbox rows.
         f.note("purged after the mark was confirmed", id);
     } else {
@@ -70,7 +67,7 @@ fn judge_fifo(
 /// A terminal row is marked (and the inbox carries our mark), or pending marking with a reason.
 fn judge_marked(f: &mut Finding, r: &StateRow, row: Option<&Option<String>>, mark_value: &str) {
     let (id, is_marked, intent, abandon, errored) = (r.0, r.4, r.5, r.6.as_deref(), r.7);
-    if !is_terminal(&r.1) {
+    if !r.1.is_terminal() {
         return;
     }
     f.checked += 1;

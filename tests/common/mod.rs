@@ -23,6 +23,7 @@ use msgx_core::inbox::names::{InboxNames, OutboxNames};
 use msgx_core::inbox::Inbox;
 use msgx_core::poller::{poll_once, PollConfig, PollReport};
 use msgx_core::settings::Settings;
+use msgx_core::store::replay::{self, AdminError, AdminReport, Audit, Expect};
 use msgx_core::store::Store;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::PgPoolOptions;
@@ -241,6 +242,88 @@ impl TestEnv {
             .expect("proc_state row")
     }
 
+    /// The named flights and their code-shares as stored, decoded as the pump's load decodes
+    /// them (the service has no reader of its own: flights leave as events).
+    pub async fn flights(
+        &self,
+        flids: &[String],
+    ) -> Result<
+        std::collections::BTreeMap<String, msgx_core::flight::Flight>,
+        Box<dyn std::error::Error>,
+    > {
+        let rows: Vec<(String, serde_json::Value, serde_json::Value)> = sqlx::query_as(
+            "SELECT flid, fields, versions FROM flight_state \
+             WHERE flid = ANY($1) OR master_flid = ANY($1) ORDER BY flid",
+        )
+        .bind(flids)
+        .fetch_all(self.store.pool())
+        .await?;
+        let mut out = std::collections::BTreeMap::new();
+        for (flid, fields, versions) in rows {
+            let json = serde_json::json!({"flid": flid, "fields": fields, "versions": versions});
+            out.insert(flid, serde_json::from_value(json)?);
+        }
+        Ok(out)
+    }
+
+    /// A replay of `ids` on `store` as the operator surface runs it (`Ops::replay`): the raw
+    /// text looked up in this env's inbox first; no expectation (any state; the refusals
+    /// then name what is not replayable).
+    pub async fn replay_on(
+        &self,
+        store: &Store,
+        ids: &[i64],
+        actor: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<AdminReport, AdminError> {
+        let rows: Vec<(i64, Expect)> = ids.iter().map(|id| (*id, Expect::default())).collect();
+        let in_inbox = self.inbox.ids_with_text(ids).await.expect("inbox");
+        replay::replay(store, &rows, audit(actor, reason), false, now, &in_inbox).await
+    }
+
+    /// The late watch of `msg_id`, if any: its detection record, or the open range holding it.
+    pub async fn late_watch_entry(&self, msg_id: i64) -> Result<Option<WatchEntry>, sqlx::Error> {
+        type Row = (
+            DateTime<Utc>,
+            DateTime<Utc>,
+            Option<DateTime<Utc>>,
+            Option<DateTime<Utc>>,
+        );
+        let detected: Option<Row> = sqlx::query_as(
+            // The detection record first, else the open range holding it.
+            "SELECT released_at, expires_at, checked_at, detected_at FROM ( \
+                 SELECT 0 AS k, released_at, expires_at, checked_at, detected_at \
+                 FROM late_watch WHERE msg_id = $1 \
+                 UNION ALL \
+                 SELECT 1, released_at, expires_at, checked_at, NULL::timestamptz \
+                 FROM late_watch_range WHERE first_id <= $1 AND last_id >= $1) w \
+             ORDER BY k LIMIT 1",
+        )
+        .bind(msg_id)
+        .fetch_optional(self.store.pool())
+        .await?;
+        Ok(detected.map(
+            |(released_at, expires_at, checked_at, detected_at)| WatchEntry {
+                released_at,
+                expires_at,
+                checked_at,
+                detected_at,
+            },
+        ))
+    }
+
+    /// Every `audit_log` row, oldest first (operators read them per message: `inspect`).
+    pub async fn audit_entries(
+        &self,
+    ) -> Result<Vec<msgx_core::store::replay::AuditEntry>, sqlx::Error> {
+        sqlx::query_as(
+            "SELECT id, at, actor, action, reason, msg_ids, result, ticket FROM audit_log ORDER BY id",
+        )
+        .fetch_all(self.store.pool())
+        .await
+    }
+
     /// MSG_IDs in the order they reached a terminal state.
     pub async fn processing_order(&self) -> Vec<i64> {
         sqlx::query_scalar(
@@ -304,6 +387,28 @@ impl TestEnv {
 }
 
 /// Shared ManualClock as the trait object the actors take.
+/// One released id's watch: open (inside a range) or detected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchEntry {
+    /// When the poller released it.
+    pub released_at: DateTime<Utc>,
+    /// End of its watch window.
+    pub expires_at: DateTime<Utc>,
+    /// Last check that found it absent (or the detecting check).
+    pub checked_at: Option<DateTime<Utc>>,
+    /// When it was found in the inbox (and enqueued as LATE).
+    pub detected_at: Option<DateTime<Utc>>,
+}
+
+/// An operator's audit (who, why), no ticket.
+pub fn audit<'a>(actor: &'a str, reason: &'a str) -> Audit<'a> {
+    Audit {
+        actor,
+        reason,
+        ticket: None,
+    }
+}
+
 pub fn shared(clock: &ManualClock) -> Arc<dyn msgx_core::clock::Clock> {
     Arc::new(clock.clone())
 }

@@ -91,7 +91,7 @@ async fn gate_of(env: &TestEnv, flid: &str) -> Option<String> {
 
 /// The last audit row's per-row result of `id`.
 async fn audited_row(env: &TestEnv, id: i64) -> serde_json::Value {
-    let audit = env.store.audit_entries().await.expect("audit");
+    let audit = env.audit_entries().await.expect("audit");
     let last = audit.last().expect("an audit row");
     assert_eq!(last.action, "REPLAY");
     last.result["rows"]

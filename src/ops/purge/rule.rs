@@ -17,6 +17,7 @@ use std::collections::{HashMap, HashSet};
 use crate::cutover::CutoverStock;
 use crate::inbox::survey::MarkRow;
 use crate::ops::OpsError;
+use crate::rows::ProcState;
 use crate::store::Store;
 
 /// Reasons an UNMARKED inbox row holds the purge, in the order they are reported.
@@ -48,7 +49,7 @@ pub const MARKED_REASONS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Record {
     /// `state`.
-    pub state: String,
+    pub state: ProcState,
     /// `backfill_at` is set: the sweep confirmed the mark.
     pub confirmed: bool,
     /// `backfill_abandon_reason`.
@@ -77,23 +78,19 @@ pub(crate) enum Unrecorded {
     NeverEnqueued,
 }
 
-fn is_terminal(state: &str) -> bool {
-    matches!(state, "SUCCEEDED" | "SKIPPED" | "DEAD")
-}
-
 /// The verdict for one row (pure: the reads are done by [`Rule::judge`]).
 pub(crate) fn verdict(marked: bool, record: Option<&Record>, unrecorded: Unrecorded) -> Verdict {
     let held = match (record, marked) {
-        (Some(r), true) => match r.state.as_str() {
-            "FAILED" => "marked_failed",
-            s if !is_terminal(s) => "marked_pending",
+        (Some(r), true) => match r.state {
+            ProcState::Failed => "marked_failed",
+            ProcState::Pending => "marked_pending",
             _ if r.abandoned.is_some() => "marked_abandoned",
             _ if !r.confirmed => "marked_awaiting_confirmation",
             _ => return Verdict::Purgeable,
         },
-        (Some(r), false) => match (r.state.as_str(), r.abandoned.as_deref()) {
-            ("FAILED", _) => "failed",
-            (s, _) if !is_terminal(s) => "pending",
+        (Some(r), false) => match (r.state, r.abandoned.as_deref()) {
+            (ProcState::Failed, _) => "failed",
+            (ProcState::Pending, _) => "pending",
             (_, Some("MISSING_ROW")) => "abandoned_missing_row",
             (_, Some(_)) => "abandoned_max_attempts",
             _ if !r.confirmed => "awaiting_sweep",
@@ -124,7 +121,7 @@ pub(crate) struct Rule {
     pub stock: Option<CutoverStock>,
 }
 
-type RecordRow = (i64, String, bool, Option<String>);
+type RecordRow = (i64, ProcState, bool, Option<String>);
 
 impl Rule {
     /// Reads W and the cutover record.
@@ -199,7 +196,7 @@ mod tests {
 
     fn rec(state: &str, confirmed: bool, abandoned: Option<&str>) -> Record {
         Record {
-            state: state.into(),
+            state: ProcState::try_from(state).expect("state"),
             confirmed,
             abandoned: abandoned.map(Into::into),
         }

@@ -1,0 +1,248 @@
+//! What our rows hold, typed: the states of `PROC_STATE` and `MSG_EVENT`, the error classes
+//! and the head row the pump decides on. Below both the store (which reads and writes them)
+//! and the pump (which decides on them), so neither reaches into the other for a type.
+//!
+//! The names are strings only at the SQL edge: each type converts one way with `as_str` (and
+//! binds as `TEXT`), the other way with `TryFrom<&str>` (and decodes from `TEXT`; a name no
+//! migration allows is a corrupt row). The names are those of the `CHECK` constraints in
+//! migrations 0001 (`proc_state.state`) and 0002 (`msg_event.state`).
+
+use chrono::{DateTime, Utc};
+
+/// A stored name that is not one of the type's names (a manual edit, or a newer schema).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{name}` is not a known {what}")]
+pub struct UnknownName {
+    /// What was expected (`proc_state.state`, …).
+    pub what: &'static str,
+    /// What was found.
+    pub name: String,
+}
+
+/// One enum stored as `TEXT`: `as_str`, `TryFrom<&str>`, `Display`, and sqlx's
+/// `Type`/`Encode`/`Decode` (and arrays) for PostgreSQL through those two.
+macro_rules! text_enum {
+    ($ty:ident, $what:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Every value, in declaration order.
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            /// The stored and exported name.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $name),+
+                }
+            }
+        }
+
+        impl TryFrom<&str> for $ty {
+            type Error = UnknownName;
+            fn try_from(name: &str) -> Result<Self, UnknownName> {
+                match name {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err(UnknownName { what: $what, name: name.to_string() }),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl sqlx::Type<sqlx::Postgres> for $ty {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        impl sqlx::postgres::PgHasArrayType for $ty {
+            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
+            }
+        }
+
+        impl sqlx::Encode<'_, sqlx::Postgres> for $ty {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<sqlx::Postgres>>::encode_by_ref(&self.as_str(), buf)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $ty {
+            fn decode(
+                value: sqlx::postgres::PgValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                let name = <&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+                Ok($ty::try_from(name)?)
+            }
+        }
+    };
+}
+
+/// `proc_state.state` (migration 0001).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProcState {
+    /// Enqueued, not yet processed (or replayed).
+    Pending,
+    /// An attempt failed; retried after a backoff.
+    Failed,
+    /// Business work committed.
+    Succeeded,
+    /// A business duplicate, or an approved skip.
+    Skipped,
+    /// Malformed, missing, or poison.
+    Dead,
+}
+
+text_enum!(ProcState, "proc_state.state", {
+    Pending => "PENDING",
+    Failed => "FAILED",
+    Succeeded => "SUCCEEDED",
+    Skipped => "SKIPPED",
+    Dead => "DEAD",
+});
+
+impl ProcState {
+    /// PENDING or FAILED: the pump still owes it an outcome.
+    pub fn is_unfinished(self) -> bool {
+        matches!(self, Self::Pending | Self::Failed)
+    }
+
+    /// SUCCEEDED, SKIPPED or DEAD: an outcome is recorded (with its backfill intent).
+    pub fn is_terminal(self) -> bool {
+        !self.is_unfinished()
+    }
+}
+
+/// `msg_event.state` (migration 0002).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventState {
+    /// Waiting for (another) send.
+    Pending,
+    /// Acknowledged by the broker.
+    Sent,
+    /// Copied to the dead-letter topic after the last attempt.
+    Dead,
+}
+
+text_enum!(EventState, "msg_event.state", {
+    Pending => "PENDING",
+    Sent => "SENT",
+    Dead => "DEAD",
+});
+
+/// Error classes and skip reasons recorded on `PROC_STATE.ERROR_CLASS` (SPEC §2, §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// Not a valid message, or its inbox row/text is gone: DEAD, not replayable.
+    Malformed,
+    /// The message contradicts the protocol (reserved for the real SIS format).
+    Protocol,
+    /// A type/subtype the codec does not know yet: FAILED with backoff, replayable.
+    Unsupported,
+    /// The codec cannot handle something in a known message: FAILED, replayable.
+    CodecError,
+    /// A store timed out or dropped the connection: FAILED with backoff, replayable.
+    Infra,
+    /// Poison: attempts or head deadline exhausted: DEAD, replayable.
+    Exhausted,
+    /// A business duplicate (identity already bound): SKIPPED.
+    Duplicate,
+}
+
+text_enum!(ErrorClass, "proc_state.error_class", {
+    Malformed => "MALFORMED",
+    Protocol => "PROTOCOL",
+    Unsupported => "UNSUPPORTED",
+    CodecError => "CODEC_ERROR",
+    Infra => "INFRA",
+    Exhausted => "EXHAUSTED",
+    Duplicate => "DUPLICATE",
+});
+
+/// Terminal states written by one statement (non-business).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SingleTerminal {
+    /// SKIPPED (business duplicate).
+    Skipped,
+    /// DEAD (malformed, missing row, exhausted).
+    Dead,
+}
+
+impl SingleTerminal {
+    /// The state it writes.
+    pub fn state(self) -> ProcState {
+        match self {
+            Self::Skipped => ProcState::Skipped,
+            Self::Dead => ProcState::Dead,
+        }
+    }
+
+    /// The stored state.
+    pub fn as_str(self) -> &'static str {
+        self.state().as_str()
+    }
+}
+
+/// The head as the pump sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    /// Smallest unfinished MSG_ID ≤ W.
+    pub msg_id: i64,
+    /// FAILED (backing off) or PENDING.
+    pub failed: bool,
+    /// Processing attempts started so far.
+    pub attempts: i32,
+    /// When a FAILED head is due again.
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    /// First processing attempt (stamped once).
+    pub processing_started_at: Option<DateTime<Utc>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One conversion each way, for every name the migrations allow.
+    #[test]
+    fn names_round_trip() {
+        for s in ProcState::ALL {
+            assert_eq!(ProcState::try_from(s.as_str()), Ok(*s));
+        }
+        for s in EventState::ALL {
+            assert_eq!(EventState::try_from(s.as_str()), Ok(*s));
+        }
+        for c in ErrorClass::ALL {
+            assert_eq!(ErrorClass::try_from(c.as_str()), Ok(*c));
+        }
+        assert_eq!(
+            ProcState::try_from("pending").unwrap_err().to_string(),
+            "`pending` is not a known proc_state.state"
+        );
+    }
+
+    #[test]
+    fn unfinished_and_terminal() {
+        let unfinished: Vec<_> = ProcState::ALL
+            .iter()
+            .filter(|s| s.is_unfinished())
+            .collect();
+        assert_eq!(unfinished, [&ProcState::Pending, &ProcState::Failed]);
+        assert!(ProcState::ALL
+            .iter()
+            .all(|s| s.is_terminal() != s.is_unfinished()));
+    }
+}
