@@ -69,7 +69,7 @@ async fn compat_send(
         Ok(b) => b,
         Err(r) => return *r,
     };
-    let parsed: CompatRequest = match serde_json::from_slice(&body) {
+    let parsed: CompatRequest = match crate::admin::parse_json(&body) {
         Ok(p) => p,
         Err(e) => {
             return error(

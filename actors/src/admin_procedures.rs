@@ -84,7 +84,7 @@ async fn skip(
         Ok(b) => b,
         Err(r) => return *r,
     };
-    let parsed: SkipRequest = match serde_json::from_slice(&body) {
+    let parsed: SkipRequest = match crate::admin::parse_json(&body) {
         Ok(p) => p,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("bad JSON body: {e}")),
     };

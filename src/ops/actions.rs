@@ -13,7 +13,8 @@ use crate::store::replay::{
 pub const MAX_IDS: usize = 10_000;
 
 /// A replay. Either `msg_ids` with `expect_state` (the state the operator saw; a row that moved
-/// since is refused), or `error_class` with `from_id`..=`to_id` (and optionally `state`).
+/// since is refused), or `error_class` with `from_id`..=`to_id` (and optionally `state`; a
+/// range with `to_id` below `from_id` is empty), never both.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
@@ -352,6 +353,11 @@ impl Ops {
                 ))
             }
             (false, false) => {
+                if req.state.is_some() {
+                    return Err(OpsError::Invalid(
+                        "state goes with error_class; with msg_ids use expect_state".into(),
+                    ));
+                }
                 let Some(seen) = req.expect_state.as_deref() else {
                     return Err(OpsError::Invalid(
                         "expect_state is required with msg_ids: the state you saw the rows in \
@@ -380,16 +386,13 @@ impl Ops {
                     req.error_class.as_deref().unwrap_or_default(),
                     "error_class",
                 )?;
+                // A range with to_id below from_id selects nothing (an empty report): the
+                // request is well formed (docs/openapi.json cannot compare two fields).
                 let (Some(from), Some(to)) = (req.from_id, req.to_id) else {
                     return Err(OpsError::Invalid(
                         "error_class needs from_id and to_id (an id range)".into(),
                     ));
                 };
-                if from > to {
-                    return Err(OpsError::Invalid(format!(
-                        "from_id {from} is above to_id {to}"
-                    )));
-                }
                 let state = req
                     .state
                     .as_deref()
