@@ -19,9 +19,6 @@
 //! [`messages::WorkError`], never strings.
 
 pub mod admin;
-pub mod admin_api;
-pub mod admin_procedures;
-pub mod admin_verify;
 pub mod app;
 pub mod auth;
 pub mod backfill_sweeper;
