@@ -3,16 +3,17 @@
 //! installations). Compared in constant time, never logged. `/metrics`, `/healthz` and
 //! `/readyz` need no token.
 //!
-//! - `read`: `GET /admin/*` (status, messages, dead events);
+//! - `read`: every `GET /admin/*` (status, messages, dead events, verify, survey,
+//!   purge-readiness, cutover-plan);
 //! - `operate`: the audited mutations `POST /admin/*` (and everything `read` may);
 //! - `compat`: `POST /cminmsgs/send` only (upstream's entry; it cannot read or operate).
 //!
-//! No token → 401; a valid token without the scope → 403. Either answer changes nothing.
+//! No token → 401; a valid token without the scope → 403 ([`Denied`], which the admin
+//! surface answers as its `AdminError`). Either answer changes nothing.
 
 use actix_web::http::header;
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::HttpRequest;
 use msgx_core::settings::HttpSettings;
-use serde_json::json;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +27,8 @@ pub enum Scope {
 }
 
 impl Scope {
-    fn name(self) -> &'static str {
+    /// As in the settings and the 403's message.
+    pub fn name(self) -> &'static str {
         match self {
             Self::Read => "read",
             Self::Operate => "operate",
@@ -121,26 +123,30 @@ impl Tokens {
         (known, allowed)
     }
 
-    /// None when the request carries a token with `scope`; else the 401 or 403 to send.
-    pub fn denied(&self, req: &HttpRequest, scope: Scope) -> Option<HttpResponse> {
+    /// Ok when the request carries a token with `scope`; else why not (logged here, with the
+    /// path, never the token).
+    pub fn check(&self, req: &HttpRequest, scope: Scope) -> Result<(), Denied> {
         match self.grant(req, scope) {
-            (_, true) => None,
+            (_, true) => Ok(()),
             (true, false) => {
                 tracing::warn!(path = %req.path(), scope = scope.name(), "request with a token lacking the scope");
-                Some(HttpResponse::Forbidden().json(json!({
-                    "error": format!("the token lacks the `{}` scope", scope.name())
-                })))
+                Err(Denied::Forbidden(scope))
             }
             (false, _) => {
                 tracing::warn!(path = %req.path(), peer = ?req.peer_addr(), "request without a valid token");
-                Some(
-                    HttpResponse::Unauthorized()
-                        .insert_header((header::WWW_AUTHENTICATE, "Bearer"))
-                        .json(json!({ "error": "missing or wrong bearer token" })),
-                )
+                Err(Denied::Unauthenticated)
             }
         }
     }
+}
+
+/// Why a request may not use a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// No bearer token, or one that is not configured (401).
+    Unauthenticated,
+    /// A configured token without the scope (403).
+    Forbidden(Scope),
 }
 
 /// Constant-time comparison: the time depends only on the configured token's length, never on

@@ -13,9 +13,6 @@
 //! nothing: they report to telemetry.
 
 pub mod admin;
-pub mod admin_api;
-pub mod admin_procedures;
-pub mod admin_verify;
 pub mod app;
 pub mod auth;
 pub mod backfill_sweeper;

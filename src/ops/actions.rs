@@ -14,7 +14,8 @@ use crate::store::replay::{
 pub const MAX_IDS: usize = 10_000;
 
 /// A replay. Either `msg_ids` with `expect_state` (the state the operator saw; a row that moved
-/// since is refused), or `error_class` with `from_id`..=`to_id` (and optionally `state`).
+/// since is refused), or `error_class` with `from_id`..=`to_id` (and optionally `state`; a
+/// range with `to_id` below `from_id` is empty), never both.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
@@ -325,6 +326,11 @@ fn check_class(value: &str, key: &str) -> Result<ErrorClass, OpsError> {
 /// A replay by ids: each expected in `expect_state` (required: a row that moved since the
 /// operator saw it is refused) and `expect_class`, if given.
 fn rows_by_ids(req: &ReplayRequest) -> Result<Vec<(i64, Expect)>, OpsError> {
+    if req.state.is_some() {
+        return Err(OpsError::Invalid(
+            "state goes with error_class; with msg_ids use expect_state".into(),
+        ));
+    }
     let Some(seen) = req.expect_state.as_deref() else {
         return Err(OpsError::Invalid(
             "expect_state is required with msg_ids: the state you saw the rows in \
@@ -404,11 +410,8 @@ impl Ops {
                 "error_class needs from_id and to_id (an id range)".into(),
             ));
         };
-        if from > to {
-            return Err(OpsError::Invalid(format!(
-                "from_id {from} is above to_id {to}"
-            )));
-        }
+        // A range with to_id below from_id selects nothing (an empty report): the request is
+        // well formed (docs/openapi.json cannot compare two fields).
         let state = req
             .state
             .as_deref()

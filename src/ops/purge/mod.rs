@@ -25,7 +25,8 @@ pub const PURGE_BATCH: u32 = 5_000;
 /// Example ids kept per reason.
 pub const SAMPLE_IDS: usize = 20;
 
-/// The range: `to_id`, or `received_before`; neither: the whole inbox.
+/// The range: up to `to_id`, or up to `received_before`, or both (the lower of the two);
+/// neither: the whole inbox.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PurgeRequest {
@@ -158,15 +159,16 @@ impl Ops {
 
     /// The last id of the requested range (None: the inbox has nothing in it).
     async fn purge_range_end(&self, req: &PurgeRequest) -> Result<Option<i64>, OpsError> {
+        if let Some(t) = req.to_id.filter(|t| *t < 1) {
+            return Err(OpsError::Invalid(format!("to_id {t} is below 1")));
+        }
+        // Both bounds: the range ends at the lower one (each alone ends a prefix of the ids).
         Ok(match (req.to_id, req.received_before) {
-            (Some(_), Some(_)) => {
-                return Err(OpsError::Invalid(
-                    "give to_id or received_before, not both".into(),
-                ))
-            }
-            (Some(t), None) if t < 1 => {
-                return Err(OpsError::Invalid(format!("to_id {t} is below 1")))
-            }
+            (Some(t), Some(before)) => self
+                .inbox
+                .max_id_received_before(before)
+                .await?
+                .map(|r| r.min(t)),
             (Some(t), None) => Some(t),
             (None, Some(t)) => self.inbox.max_id_received_before(t).await?,
             (None, None) => self.inbox.max_id().await?,

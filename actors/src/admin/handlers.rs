@@ -1,0 +1,165 @@
+//! The handlers: each names its scope and input as extractors ([`super::extract`]), calls the
+//! same [`msgx_core::ops`] operation as the CLI and answers its serde output as JSON; a
+//! refusal is an [`AdminError`].
+
+use actix_web::{web, HttpResponse};
+use msgx_core::cutover::CutoverMode;
+use msgx_core::ops::{
+    CompatRequest, PurgeRequest, RecoverRequest, ReplayRequest, RequeueRequest, SkipRequest,
+    SurveyRequest,
+};
+use msgx_core::verify::{verify as run_verify, VerifyInput};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::AdminError;
+use super::extract::{Authorized, Body, Compat, CompatBody, Operate, Query, Read};
+use super::AdminState;
+
+type Answer = Result<HttpResponse, AdminError>;
+
+fn ok<T: serde::Serialize>(value: T) -> Answer {
+    Ok(HttpResponse::Ok().json(value))
+}
+
+/// `GET /admin/status` → `Ops::status`.
+pub async fn status(_: Authorized<Read>, state: web::Data<AdminState>) -> Answer {
+    ok(state.ops.status(state.clock.now()).await?)
+}
+
+/// `GET /admin/messages/{msg_id}` → `Ops::inspect`.
+pub async fn message(
+    _: Authorized<Read>,
+    state: web::Data<AdminState>,
+    raw: web::Path<String>,
+) -> Answer {
+    let msg_id = raw
+        .parse::<i64>()
+        .map_err(|_| AdminError::BadRequest(format!("`{raw}` is not a message id")))?;
+    ok(state.ops.inspect(msg_id).await?)
+}
+
+/// `?after=&limit=` of the dead-event listing.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadQuery {
+    #[serde(default)]
+    after: Option<i64>,
+    #[serde(default)]
+    limit: Option<i64>,
+}
+
+/// `GET /admin/events/dead` → `Ops::list_dead_events`.
+pub async fn dead_events(
+    _: Authorized<Read>,
+    state: web::Data<AdminState>,
+    Query(q): Query<DeadQuery>,
+) -> Answer {
+    let (after, limit) = (q.after.unwrap_or(0), q.limit.unwrap_or(100));
+    ok(state.ops.list_dead_events(after, limit).await?)
+}
+
+/// `POST /admin/replay` → `Ops::replay`.
+pub async fn replay(
+    _: Authorized<Operate>,
+    state: web::Data<AdminState>,
+    Body(body, _): Body<ReplayRequest>,
+) -> Answer {
+    ok(state.ops.replay(&body, state.clock.now()).await?)
+}
+
+/// `POST /admin/recover-backfill` → `Ops::recover_backfill`.
+pub async fn recover_backfill(
+    _: Authorized<Operate>,
+    state: web::Data<AdminState>,
+    Body(body, _): Body<RecoverRequest>,
+) -> Answer {
+    ok(state.ops.recover_backfill(&body, state.clock.now()).await?)
+}
+
+/// `POST /admin/events/requeue` → `Ops::requeue_events`.
+pub async fn requeue_events(
+    _: Authorized<Operate>,
+    state: web::Data<AdminState>,
+    Body(body, _): Body<RequeueRequest>,
+) -> Answer {
+    ok(state.ops.requeue_events(&body, state.clock.now()).await?)
+}
+
+/// `GET /admin/verify` → `msgx_core::verify`: 200 when every invariant holds, 409 with the
+/// findings when one is violated, 503 when the check could not run. Kafka is not read back
+/// here (`verify --kafka` does that from the command line).
+pub async fn verify(_: Authorized<Read>, input: Option<web::Data<VerifyInput>>) -> Answer {
+    let input = input.ok_or_else(|| AdminError::NotFound("verify is not wired here".into()))?;
+    match run_verify(&input).await {
+        Ok(report) if report.ok() => ok(json!({ "ok": true, "report": report })),
+        Ok(report) => Ok(HttpResponse::Conflict().json(json!({ "ok": false, "report": report }))),
+        Err(e) => {
+            tracing::warn!(error = %e, "verify failed to run");
+            Err(AdminError::Unavailable(e.to_string()))
+        }
+    }
+}
+
+/// `GET /admin/survey` → `Ops::survey`.
+pub async fn survey(
+    _: Authorized<Read>,
+    state: web::Data<AdminState>,
+    Query(q): Query<SurveyRequest>,
+) -> Answer {
+    ok(state.ops.survey(&q).await?)
+}
+
+/// `POST /admin/skip` → `Ops::skip` (approver, reason, ticket required; audited).
+pub async fn skip(
+    _: Authorized<Operate>,
+    state: web::Data<AdminState>,
+    Body(body, _): Body<SkipRequest>,
+) -> Answer {
+    ok(state.ops.skip(&body, state.clock.now()).await?)
+}
+
+/// `GET /admin/purge-readiness` → `Ops::purge_readiness`.
+pub async fn purge_readiness(
+    _: Authorized<Read>,
+    state: web::Data<AdminState>,
+    Query(q): Query<PurgeRequest>,
+) -> Answer {
+    ok(state.ops.purge_readiness(&q).await?)
+}
+
+/// `?mode=min|zero|max|<id>` of the cutover plan.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanQuery {
+    mode: String,
+}
+
+/// `GET /admin/cutover-plan` → `Ops::cutover_plan` (`msgexchange cutover plan`).
+pub async fn cutover_plan(
+    _: Authorized<Read>,
+    state: web::Data<AdminState>,
+    Query(q): Query<PlanQuery>,
+) -> Answer {
+    let mode = match CutoverMode::parse(&q.mode) {
+        Ok(Some(mode)) => mode,
+        Ok(None) => return Err(AdminError::BadRequest("mode is empty".into())),
+        Err(why) => return Err(AdminError::BadRequest(format!("mode: {why}"))),
+    };
+    ok(state.ops.cutover_plan(mode).await?)
+}
+
+/// `POST /cminmsgs/send` → `Ops::compat_register`: 201 when this call registered the id, 200
+/// when it was registered before.
+pub async fn compat_send(
+    _: Authorized<Compat>,
+    state: web::Data<AdminState>,
+    Body(body, _): Body<CompatRequest, CompatBody>,
+) -> Answer {
+    let r = state.ops.compat_register(&body, state.clock.now()).await?;
+    Ok(if r.registered {
+        HttpResponse::Created().json(r)
+    } else {
+        HttpResponse::Ok().json(r)
+    })
+}
