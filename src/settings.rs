@@ -152,9 +152,13 @@ pub use retention::{RetentionSettings, VacuumMode};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineSettings {
-    /// Pause between poll rounds when the last batch was not full.
+    /// Pause between poll rounds when the inbox is idle: empty rounds back off to it.
     #[serde(with = "humantime_serde_compat")]
     pub poll_interval: Duration,
+    /// Shortest gap between two round starts while rounds find rows (adaptive discovery):
+    /// under traffic a row waits about this long for its round; ≤ `poll_interval`.
+    #[serde(with = "humantime_serde_compat")]
+    pub min_poll_gap: Duration,
     /// Rows read per poll round (`LIMIT`).
     pub claim_batch: u32,
     /// While the rows read are not contiguous from W+1 (a hole), read up to this many pages of
@@ -385,6 +389,7 @@ impl Settings {
         self.retention.validate()?;
         let p = &self.pipeline;
         check_nonzero(p.poll_interval, "pipeline.poll_interval")?;
+        check_min_poll_gap(p)?;
         check_nonzero(p.max_commit_delay, "pipeline.max_commit_delay")?;
         if p.claim_batch == 0 || p.claim_batch > 50_000 {
             return Err(invalid(
@@ -579,6 +584,21 @@ fn check_positive(v: u32, key: &'static str) -> Result<(), SettingsError> {
     Ok(())
 }
 
+/// `pipeline.min_poll_gap`: above zero (never a busy loop) and at most `poll_interval`.
+fn check_min_poll_gap(p: &PipelineSettings) -> Result<(), SettingsError> {
+    check_nonzero(p.min_poll_gap, "pipeline.min_poll_gap")?;
+    if p.min_poll_gap > p.poll_interval {
+        return Err(invalid(
+            "pipeline.min_poll_gap",
+            format!(
+                "{:?} is longer than pipeline.poll_interval {:?}",
+                p.min_poll_gap, p.poll_interval
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_nonzero(d: Duration, key: &'static str) -> Result<(), SettingsError> {
     if d.is_zero() {
         return Err(invalid(key, "must be longer than 0s"));
@@ -701,6 +721,13 @@ mod tests {
         assert!(e.contains("http.listen"), "{e}");
         let e = err_of(&[("MSGX_PIPELINE__POLL_INTERVAL", "0s")]);
         assert!(e.contains("pipeline.poll_interval"), "{e}");
+        let e = err_of(&[("MSGX_PIPELINE__MIN_POLL_GAP", "0s")]);
+        assert!(e.contains("pipeline.min_poll_gap"), "{e}");
+        let e = err_of(&[
+            ("MSGX_PIPELINE__POLL_INTERVAL", "200ms"),
+            ("MSGX_PIPELINE__MIN_POLL_GAP", "1s"),
+        ]);
+        assert!(e.contains("pipeline.min_poll_gap"), "{e}");
     }
 
     #[test]

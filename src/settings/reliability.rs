@@ -110,6 +110,7 @@ fn durations(s: &Settings) -> Vec<(&'static str, Duration)> {
         ("dispatch.retry_initial", s.dispatch.retry_initial),
         ("dispatch.retry_max", s.dispatch.retry_max),
         ("pipeline.poll_interval", s.pipeline.poll_interval),
+        ("pipeline.min_poll_gap", s.pipeline.min_poll_gap),
         ("pipeline.max_commit_delay", s.pipeline.max_commit_delay),
         ("processing.head_deadline", s.processing.head_deadline),
         ("processing.retry_initial", s.processing.retry_initial),
