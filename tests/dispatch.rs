@@ -356,23 +356,26 @@ async fn a_fatal_producer_error_rebuilds_the_producer_and_nothing_is_lost() {
     env.cleanup().await;
 }
 
+/// A dispatcher actor whose safety-net poll is far longer than any test: only a wake-up can
+/// deliver in time.
+fn idle_dispatcher(env: &TestEnv, bootstrap: &str) -> actix::Addr<Dispatcher> {
+    let d = deps(env, bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
+    Dispatcher::new(
+        env.store.clone(),
+        common::shared(&env.clock),
+        producer(&d),
+        d.cfg.clone(),
+        d.idle_poll,
+    )
+    .start()
+}
+
 #[actix_rt::test]
 async fn the_actor_delivers_when_woken_without_busy_polling() {
     let _ports = PORTS.read().await;
     let env = TestEnv::new("disp_actor").await;
     let cluster = mock(1);
-    let bootstrap = cluster.bootstrap_servers();
-    // A safety-net poll far longer than the test: only the wake-up can deliver in time.
-    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
-    let producer = producer(&d);
-    let addr = Dispatcher::new(
-        env.store.clone(),
-        common::shared(&env.clock),
-        producer,
-        d.cfg.clone(),
-        d.idle_poll,
-    )
-    .start();
+    let addr = idle_dispatcher(&env, &cluster.bootstrap_servers());
     // Let the start-up round find nothing.
     tokio::time::sleep(Duration::from_millis(300)).await;
     seed_events(&env, &keys(20, 4)).await;
@@ -668,16 +671,7 @@ async fn a_pump_commit_wakes_the_dispatcher_without_its_timer() {
     let _ports = PORTS.read().await;
     let env = TestEnv::new("disp_chain").await;
     let cluster = mock(1);
-    let bootstrap = cluster.bootstrap_servers();
-    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
-    let dispatcher = Dispatcher::new(
-        env.store.clone(),
-        common::shared(&env.clock),
-        producer(&d),
-        d.cfg.clone(),
-        d.idle_poll,
-    )
-    .start();
+    let dispatcher = idle_dispatcher(&env, &cluster.bootstrap_servers());
     let wiring = Wiring::default();
     wiring.update(|r| r.events.push(dispatcher.recipient()));
     let core = env.pump(&[]);
