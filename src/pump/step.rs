@@ -158,22 +158,32 @@ enum Route {
     Own(Prepared),
 }
 
-/// Planned members waiting for their one outcome statement: their writes, and with each its
-/// attempt number (for a FAILED outcome in the fallback) and its provisional outcome.
+/// Planned members waiting for their one outcome statement: their writes, and in member order
+/// the provisional outcomes — of each write with its attempt number (for a FAILED outcome in
+/// the fallback), and of members finished elsewhere meanwhile (no write: they ride along so
+/// the outcomes stay in member order).
 #[derive(Default)]
 struct Batch {
     writes: Vec<PlannedWrite>,
-    members: Vec<(i32, StepOutcome)>,
+    members: Vec<(Option<i32>, StepOutcome)>,
 }
 
 impl Batch {
     fn push(&mut self, attempts: i32, write: PlannedWrite, step: StepOutcome) {
         self.writes.push(write);
-        self.members.push((attempts, step));
+        self.members.push((Some(attempts), step));
+    }
+
+    fn ride(&mut self, step: StepOutcome) {
+        self.members.push((None, step));
     }
 
     fn len(&self) -> usize {
-        self.writes.len()
+        self.members.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.members.is_empty()
     }
 }
 
@@ -611,6 +621,10 @@ impl PumpCore {
                     pending.push(m.attempts, w, step(outcome, started.elapsed()));
                     None
                 }
+                Route::Elsewhere if !pending.is_empty() => {
+                    pending.ride(step(Outcome::FinishedElsewhere, started.elapsed()));
+                    None
+                }
                 route => Some(self.write_own(tx, &m, route).await?),
             };
             if let Some(outcome) = outcome {
@@ -734,7 +748,13 @@ impl PumpCore {
             first = writes[0].msg_id,
             "batch outcome statement failed; writing its members one by one"
         );
-        for (w, (attempts, mut step)) in writes.iter().zip(members) {
+        let mut next_write = writes.iter();
+        for (attempts, mut step) in members {
+            let (Some(attempts), Some(w)) = (attempts, attempts.and_then(|_| next_write.next()))
+            else {
+                done.push(step); // finished elsewhere: nothing to write
+                continue;
+            };
             let outcome = self.write_alone(tx, w, attempts).await?;
             let stop = !outcome.is_terminal();
             if stop {
