@@ -20,6 +20,9 @@
 //! never reported as "lag 0". Newest rows purged by the DB owner (the next id still above W)
 //! are not.
 
+mod pace;
+pub use pace::Pace;
+
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -28,7 +31,7 @@ use chrono::{DateTime, Utc};
 use crate::clock::Clock;
 use crate::inbox::evidence::EvidenceError;
 use crate::inbox::{Inbox, InboxError, InboxRow};
-use crate::store::{EnqueueRow, RoundWrite, Store, StoreError};
+use crate::store::{EnqueueRow, RoundWrite, Store, StoreError, StoredCursor};
 use crate::telemetry;
 use crate::watermark::{
     advance, check_holes, Advance, Cursor, Evidence, EvidenceDecision, Hole, HoleSetError, Round,
@@ -62,11 +65,14 @@ pub struct PollConfig {
     /// `late.compensation_window`: how far below W the compensation scan re-reads. Only told
     /// in the id-regression log line (what a regressed inbox's reused ids can count on).
     pub compensation_window: u64,
+    /// `pipeline.min_poll_gap`: the shortest gap between two round starts while rounds find
+    /// rows (the actor's [`Pace`]; a round itself does not read it).
+    pub min_gap: Duration,
 }
 
 impl Default for PollConfig {
     /// The shipped defaults (`config/default.toml`): 1000 rows, 20 pages ahead, 5 min, asynchronous enqueue
-    /// commit, 7 days of late watch, no transaction evidence.
+    /// commit, 7 days of late watch, no transaction evidence, rounds at least 20 ms apart.
     fn default() -> Self {
         Self {
             claim_batch: 1000,
@@ -76,6 +82,7 @@ impl Default for PollConfig {
             watch_window: Duration::from_secs(7 * 24 * 3600),
             hole_evidence: None,
             compensation_window: 100_000,
+            min_gap: Duration::from_millis(20),
         }
     }
 }
@@ -236,7 +243,8 @@ impl PollError {
     }
 }
 
-/// Runs one round.
+/// Runs one round: read, decide, commit, then the inbox head (each stage timed in
+/// [`PollStages`]).
 pub async fn poll_once(
     inbox: &Inbox,
     store: &Store,
@@ -245,128 +253,22 @@ pub async fn poll_once(
 ) -> Result<PollReport, PollError> {
     let started = Instant::now();
     let mut stages = PollStages::default();
-    let stored = store.read_cursor().await?;
-    stages.read_cursor = started.elapsed();
+    let (stored, rows, complete) = read_stage(inbox, store, cfg, &mut stages).await?;
     let before = stored.cursor;
-    check_holes(before.w, &stored.holes).map_err(|source| PollError::CorruptHoles {
-        w: before.w,
-        source,
-    })?;
-    let t = Instant::now();
-    let (rows, complete) = read_window(inbox, before.w, cfg).await?;
-    stages.read_rows = t.elapsed();
     let now = clock.now();
     let t = Instant::now();
-    let Decided {
-        rows,
-        advance: mut decision,
-        evidence,
-        sighted,
-        complete,
-    } = match cfg.hole_evidence {
-        None => {
-            let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-            Decided {
-                complete,
-                advance: advance(round(
-                    before.w,
-                    &stored.holes,
-                    &ids,
-                    complete,
-                    now,
-                    cfg,
-                    None,
-                )),
-                rows,
-                evidence: None,
-                sighted: false,
-            }
-        }
-        Some(ev) => {
-            decide_with_evidence(
-                inbox,
-                before.w,
-                &stored.holes,
-                (rows, complete),
-                now,
-                cfg,
-                ev,
-            )
-            .await?
-        }
-    };
-    let batch_full = !complete;
-    // Every hole not yet sighted on the server clock gets its sighting, wherever it lies (a
-    // hole further on, seen while W waits at an older one, is decided on its own sighting).
-    if cfg.hole_evidence.is_some() {
-        stamp_sightings(inbox, &mut decision.holes).await;
-    }
+    let mut decided =
+        decide_stage(inbox, before.w, &stored.holes, (rows, complete), now, cfg).await?;
     stages.decide = t.elapsed();
-
-    let enqueue: Vec<EnqueueRow> = rows[..decision.enqueue]
-        .iter()
-        .map(|r| EnqueueRow {
-            msg_id: r.id,
-            received_at: r.received_at,
-        })
-        .collect();
-    let after = Cursor {
-        w: decision.w,
-        hole_since: decision.hole_since,
-    };
-    let unchanged = enqueue.is_empty() && after == before && decision.holes == stored.holes;
     let t = Instant::now();
-    let enqueued_new = if unchanged {
-        0 // nothing to write: spare the store an empty transaction every second
-    } else {
-        store
-            .commit_round(RoundWrite {
-                expected_w: before.w,
-                cursor: after,
-                rows: &enqueue,
-                now,
-                async_commit: cfg.async_commit,
-                holes: &decision.holes,
-                released: &decision.released,
-                watch_until: crate::clock::plus(now, cfg.watch_window),
-            })
-            .await?
-    };
+    let (after, enqueued_new) = commit_stage(store, &stored, &decided, now, cfg).await?;
     stages.commit = t.elapsed();
-    report_evidence(&decision);
-    if !decision.dropped.is_empty() {
-        let dropped: Vec<(i64, i64)> = decision.dropped.iter().map(|h| (h.first, h.last)).collect();
-        telemetry::holes_dropped(before.w, &dropped);
-    }
-
-    // The head: the last row read, or — when nothing is above W — the inbox's own MAX(id), so
-    // an inbox that went backwards is seen (never "lag 0" with the head below W).
+    let batch_full = !decided.complete;
     let t = Instant::now();
-    let inbox_head = match (rows.last(), batch_full) {
-        (_, true) => inbox.max_id().await.ok().flatten(),
-        (Some(last), false) => Some(last.id),
-        (None, false) => match inbox.max_id().await {
-            Ok(head) => head,
-            Err(e) => {
-                tracing::warn!(error = %e, watermark = before.w, "reading the inbox head failed");
-                None
-            }
-        },
-    };
-    // A head below W (or an empty table) is a regression only when the table will hand out
-    // ids W already passed: the DB owner purging the newest rows is not one.
-    let regressed = match inbox_head {
-        Some(head) if head >= decision.w => false,
-        head => match inbox.next_auto_increment().await {
-            Ok(Some(next)) => next <= decision.w,
-            Ok(None) => head.is_some(),
-            Err(e) => {
-                tracing::warn!(error = %e, watermark = decision.w, "reading the inbox AUTO_INCREMENT failed");
-                head.is_some()
-            }
-        },
-    };
+    let (inbox_head, regressed) = head_stage(inbox, &decided, before.w).await;
     stages.inbox_head = t.elapsed();
+    let rows = std::mem::take(&mut decided.rows);
+    let decision = decided.advance;
     let lag = match rows.get(decision.enqueue) {
         Some(waiting) => waiting
             .received_at
@@ -382,8 +284,8 @@ pub async fn poll_once(
         inbox_head,
         lag,
         duration: started.elapsed(),
-        hole_evidence: evidence,
-        hole_sighted: sighted,
+        hole_evidence: decided.evidence,
+        hole_sighted: decided.sighted,
         regressed,
         compensation_window: cfg.compensation_window,
         stages,
@@ -393,6 +295,129 @@ pub async fn poll_once(
             .map(|o| cfg.max_commit_delay.saturating_sub(o.age)),
         advance: decision,
     })
+}
+
+/// The cursor and its holes (checked), then the rows above W.
+async fn read_stage(
+    inbox: &Inbox,
+    store: &Store,
+    cfg: PollConfig,
+    stages: &mut PollStages,
+) -> Result<(StoredCursor, Vec<InboxRow>, bool), PollError> {
+    let t = Instant::now();
+    let stored = store.read_cursor().await?;
+    stages.read_cursor = t.elapsed();
+    let w = stored.cursor.w;
+    check_holes(w, &stored.holes).map_err(|source| PollError::CorruptHoles { w, source })?;
+    let t = Instant::now();
+    let (rows, complete) = read_window(inbox, w, cfg).await?;
+    stages.read_rows = t.elapsed();
+    Ok((stored, rows, complete))
+}
+
+/// The decision: the timer rule, or the evidence rule when on — then every hole not yet
+/// sighted on the server clock gets its sighting, wherever it lies (a hole further on, seen
+/// while W waits at an older one, is decided on its own sighting).
+async fn decide_stage(
+    inbox: &Inbox,
+    w: i64,
+    holes: &[Hole],
+    (rows, complete): (Vec<InboxRow>, bool),
+    now: DateTime<Utc>,
+    cfg: PollConfig,
+) -> Result<Decided, PollError> {
+    let Some(ev) = cfg.hole_evidence else {
+        let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
+        return Ok(Decided {
+            advance: advance(round(w, holes, &ids, complete, now, cfg, None)),
+            rows,
+            complete,
+            evidence: None,
+            sighted: false,
+        });
+    };
+    let mut decided = decide_with_evidence(inbox, w, holes, (rows, complete), now, cfg, ev).await?;
+    stamp_sightings(inbox, &mut decided.advance.holes).await;
+    Ok(decided)
+}
+
+/// The enqueue transaction (rows ≤ the new W, cursor, holes, releases); skipped when nothing
+/// changed. Returns the new cursor and how many rows were new to PROC_STATE.
+async fn commit_stage(
+    store: &Store,
+    stored: &StoredCursor,
+    decided: &Decided,
+    now: DateTime<Utc>,
+    cfg: PollConfig,
+) -> Result<(Cursor, u64), PollError> {
+    let decision = &decided.advance;
+    let before = stored.cursor;
+    let enqueue: Vec<EnqueueRow> = decided.rows[..decision.enqueue]
+        .iter()
+        .map(|r| EnqueueRow {
+            msg_id: r.id,
+            received_at: r.received_at,
+        })
+        .collect();
+    let after = Cursor {
+        w: decision.w,
+        hole_since: decision.hole_since,
+    };
+    let unchanged = enqueue.is_empty() && after == before && decision.holes == stored.holes;
+    let enqueued_new = if unchanged {
+        0 // nothing to write: spare the store an empty transaction every round
+    } else {
+        store
+            .commit_round(RoundWrite {
+                expected_w: before.w,
+                cursor: after,
+                rows: &enqueue,
+                now,
+                async_commit: cfg.async_commit,
+                holes: &decision.holes,
+                released: &decision.released,
+                watch_until: crate::clock::plus(now, cfg.watch_window),
+            })
+            .await?
+    };
+    report_evidence(decision);
+    if !decision.dropped.is_empty() {
+        let dropped: Vec<(i64, i64)> = decision.dropped.iter().map(|h| (h.first, h.last)).collect();
+        telemetry::holes_dropped(before.w, &dropped);
+    }
+    Ok((after, enqueued_new))
+}
+
+/// The head: the last row read, or — when nothing is above W, or the batch was full — the
+/// inbox's own MAX(id), so an inbox that went backwards is seen (never "lag 0" with the head
+/// below W). Also whether it regressed.
+async fn head_stage(inbox: &Inbox, decided: &Decided, w_before: i64) -> (Option<i64>, bool) {
+    let w = decided.advance.w;
+    let inbox_head = match (decided.rows.last(), decided.complete) {
+        (_, false) => inbox.max_id().await.ok().flatten(),
+        (Some(last), true) => Some(last.id),
+        (None, true) => match inbox.max_id().await {
+            Ok(head) => head,
+            Err(e) => {
+                tracing::warn!(error = %e, watermark = w_before, "reading the inbox head failed");
+                None
+            }
+        },
+    };
+    // A head below W (or an empty table) is a regression only when the table will hand out
+    // ids W already passed: the DB owner purging the newest rows is not one.
+    let regressed = match inbox_head {
+        Some(head) if head >= w => false,
+        head => match inbox.next_auto_increment().await {
+            Ok(Some(next)) => next <= w,
+            Ok(None) => head.is_some(),
+            Err(e) => {
+                tracing::warn!(error = %e, watermark = w, "reading the inbox AUTO_INCREMENT failed");
+                head.is_some()
+            }
+        },
+    };
+    (inbox_head, regressed)
 }
 
 fn decision_age(since: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<Duration> {

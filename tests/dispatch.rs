@@ -357,23 +357,26 @@ async fn a_fatal_producer_error_rebuilds_the_producer_and_nothing_is_lost() {
     env.cleanup().await;
 }
 
+/// A dispatcher actor whose safety-net poll is far longer than any test: only a wake-up can
+/// deliver in time.
+fn idle_dispatcher(env: &TestEnv, bootstrap: &str) -> actix::Addr<Dispatcher> {
+    let d = deps(env, bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
+    Dispatcher::new(
+        env.store.clone(),
+        common::shared(&env.clock),
+        producer(&d),
+        d.cfg.clone(),
+        d.idle_poll,
+    )
+    .start()
+}
+
 #[actix_rt::test]
 async fn the_actor_delivers_when_woken_without_busy_polling() {
     let _ports = PORTS.read().await;
     let env = TestEnv::new("disp_actor").await;
     let cluster = mock(1);
-    let bootstrap = cluster.bootstrap_servers();
-    // A safety-net poll far longer than the test: only the wake-up can deliver in time.
-    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
-    let producer = producer(&d);
-    let addr = Dispatcher::new(
-        env.store.clone(),
-        common::shared(&env.clock),
-        producer,
-        d.cfg.clone(),
-        d.idle_poll,
-    )
-    .start();
+    let addr = idle_dispatcher(&env, &cluster.bootstrap_servers());
     // Let the start-up round find nothing.
     tokio::time::sleep(Duration::from_millis(300)).await;
     seed_events(&env, &keys(20, 4)).await;
@@ -656,4 +659,49 @@ async fn the_selection_keeps_key_order_across_pages_whatever_the_statistics() {
         .await
         .expect("select");
     assert_eq!(all.len(), 500);
+}
+
+/// Issue 21, the whole wake-up chain without a timer: W moves → the pump steps (its idle poll
+/// an hour) → its commit wakes the dispatcher (its safety net an hour too) → the events are
+/// acknowledged and SENT within seconds.
+#[actix_rt::test]
+async fn a_pump_commit_wakes_the_dispatcher_without_its_timer() {
+    use msgx_actors::messages::WatermarkMoved;
+    use msgx_actors::pump::Pump;
+    use msgx_actors::wiring::Wiring;
+    let _ports = PORTS.read().await;
+    let env = TestEnv::new("disp_chain").await;
+    let cluster = mock(1);
+    let dispatcher = idle_dispatcher(&env, &cluster.bootstrap_servers());
+    let wiring = Wiring::default();
+    wiring.update(|r| r.events.push(dispatcher.recipient()));
+    let core = env.pump(&[]);
+    let pump = Pump::new(
+        core,
+        common::shared(&env.clock),
+        Duration::from_secs(3600),
+        wiring,
+    )
+    .start();
+    // Both start-up rounds find nothing; then only the wake-ups can deliver in time.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..3 {
+        let text = common::msgs::flop(i + 1, &format!("WK{i}"), &[("GATE", "B1")]);
+        env.insert_message(&text).await;
+    }
+    env.poll(env.poll_cfg(1000)).await;
+    pump.do_send(WatermarkMoved { w: 3 });
+    let start = Instant::now();
+    loop {
+        let s = states(&env).await;
+        if s.get("SENT").copied().unwrap_or(0) > 0 && s.keys().all(|k| k == "SENT") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "not delivered: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    env.cleanup().await;
 }

@@ -252,3 +252,143 @@ async fn a_crash_loop_exceeds_the_restart_intensity_and_is_fatal() {
     assert_eq!(*starts.lock().expect("lock"), 3);
     assert_eq!(health.readiness().children_down, vec!["crashy"]);
 }
+
+/// Counts the statements a MySQL client sends through it (COM_QUERY and COM_STMT_EXECUTE:
+/// a command is a packet with sequence number 0): the inbox queries of one poller exactly,
+/// whatever else runs on the shared server. The connection must not use TLS.
+async fn counting_proxy(target: &'static str) -> (u16, Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let count = Arc::new(AtomicU64::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                continue;
+            };
+            let (mut c_read, mut c_write) = client.into_split();
+            let (mut s_read, mut s_write) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut s_read, &mut c_write).await;
+            });
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut header = [0u8; 4];
+                loop {
+                    if c_read.read_exact(&mut header).await.is_err() {
+                        return;
+                    }
+                    let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+                    let mut body = vec![0u8; len];
+                    if c_read.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    if header[3] == 0 && matches!(body.first(), Some(0x03 | 0x17)) {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if s_write.write_all(&header).await.is_err()
+                        || s_write.write_all(&body).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, count)
+}
+
+/// Records when each W move arrived.
+struct MoveClock(Arc<Mutex<Vec<(i64, std::time::Instant)>>>);
+
+impl Actor for MoveClock {
+    type Context = Context<Self>;
+}
+
+impl Handler<WatermarkMoved> for MoveClock {
+    type Result = ();
+    fn handle(&mut self, m: WatermarkMoved, _: &mut Context<Self>) {
+        let at = std::time::Instant::now();
+        self.0.lock().expect("lock").push((m.w, at));
+    }
+}
+
+/// Adaptive discovery (issue 21): an idle inbox sees one round per `poll_interval` (counted in
+/// inbox statements, not busy-looped), and under traffic a committed row is found by a round
+/// about `min_poll_gap` later — far sooner than `poll_interval`.
+#[actix_rt::test]
+async fn discovery_follows_the_traffic_and_idles_at_the_poll_interval() {
+    use msgx_actors::health::Health;
+    use msgx_actors::inbox_poller::InboxPoller;
+    use std::sync::atomic::Ordering;
+    let env = TestEnv::new("actor_pace").await;
+    env.insert_rows(3).await; // a head at or above W: no AUTO_INCREMENT read per round
+    let (port, statements) = counting_proxy("127.0.0.1:3306").await;
+    let url = format!("mysql://root@127.0.0.1:{port}/{}?ssl-mode=disabled", env.db);
+    let interval = Duration::from_millis(600);
+    let settings = env.settings(&[
+        ("MSGX_INBOX__URL", url.as_str()),
+        ("MSGX_PIPELINE__POLL_INTERVAL", "600ms"),
+        ("MSGX_PIPELINE__MIN_POLL_GAP", "20ms"),
+    ]);
+    let inbox = msgx_core::inbox::Inbox::new(&settings.inbox, &env.names, env.tz).expect("inbox");
+    let moves = Arc::new(Mutex::new(Vec::new()));
+    let wiring = Wiring::default();
+    let probe = MoveClock(moves.clone()).start();
+    wiring.update(|r| r.watermark.push(probe.recipient()));
+    let _poller = InboxPoller::new(
+        inbox,
+        env.store.clone(),
+        common::shared(&env.clock),
+        msgx_actors::app::poll_config(&settings.pipeline),
+        interval,
+        wiring,
+        Health::default(),
+    )
+    .start();
+    // The first round finds the three rows; the empty rounds after it back off (20 ms
+    // doubling) to the interval within ~1.3 s.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(env.cursor().await.0, 3);
+
+    // Idle: one round (rows above W + MAX(id)) per poll_interval.
+    let before = statements.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let idle = statements.load(Ordering::SeqCst) - before;
+    assert!(
+        (2..=8).contains(&idle),
+        "{idle} inbox statements in 1.8 s idle at a 600 ms interval (3 rounds of 2 expected)"
+    );
+
+    // Traffic: a row every 30 ms; each is found far sooner than the interval.
+    let mut committed = Vec::new();
+    for _ in 0..20 {
+        let id = env.insert_rows(1).await[0];
+        committed.push((id, std::time::Instant::now()));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let moves = moves.lock().expect("lock").clone();
+    let found_after: Vec<Duration> = committed
+        .iter()
+        .skip(1) // the first row may wait out the idle interval
+        .map(|(id, at)| {
+            let seen = moves
+                .iter()
+                .find(|(w, _)| w >= id)
+                .map(|(_, t)| *t)
+                .unwrap_or_else(|| panic!("row {id} never enqueued: {moves:?}"));
+            seen.saturating_duration_since(*at)
+        })
+        .collect();
+    let worst = found_after.iter().max().copied().unwrap_or_default();
+    assert!(
+        worst < Duration::from_millis(300),
+        "under traffic a row waited {worst:?} for its round (poll_interval {interval:?}): {found_after:?}"
+    );
+    env.cleanup().await;
+}

@@ -1084,3 +1084,38 @@ async fn stamps_of_a_group_cut_off_from_the_store_are_given_back_when_it_returns
     after_the_failed_group(&env, &mut pump, &ids).await;
     env.cleanup().await;
 }
+
+/// Issue 21: a group is the ready heads there when it starts and commits as soon as they are
+/// written — it never holds them waiting for members that are not coming (`group_max_wait` is
+/// an hour here, `group_max` 256). The heads enqueued later make the next group.
+#[tokio::test]
+async fn a_group_commits_as_soon_as_its_ready_heads_are_done() {
+    let env = TestEnv::new("pump_group_close").await;
+    for i in 0..3 {
+        env.insert_message(&flop(i + 1, &format!("CL{i}"), &[("GATE", "A1")]))
+            .await;
+    }
+    env.poll(env.poll_cfg(1000)).await;
+    let mut pump = env.pump(&[
+        ("MSGX_PROCESSING__GROUP_MAX", "256"),
+        ("MSGX_PROCESSING__GROUP_MAX_WAIT", "1h"),
+    ]);
+    let started = std::time::Instant::now();
+    let group = tokio::time::timeout(Duration::from_secs(30), pump.step_group())
+        .await
+        .expect("the group closed without waiting for more heads")
+        .expect("group");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let ids: Vec<i64> = group.into_iter().map(|s| outcome(s).0).collect();
+    assert_eq!(ids, vec![1, 2, 3], "one group of the three ready heads");
+    assert_eq!(env.processing_order().await, vec![1, 2, 3], "committed");
+
+    env.insert_message(&flop(4, "CL3", &[("GATE", "A2")])).await;
+    env.poll(env.poll_cfg(1000)).await;
+    let next = pump.step_group().await.expect("group");
+    assert_eq!(
+        next.into_iter().map(|s| outcome(s).0).collect::<Vec<_>>(),
+        vec![4]
+    );
+    env.cleanup().await;
+}

@@ -194,6 +194,7 @@ pub fn poll_config(p: &PipelineSettings) -> PollConfig {
         watch_window: std::time::Duration::from_secs(7 * 24 * 3600),
         hole_evidence: None,
         compensation_window: 100_000,
+        min_gap: p.min_poll_gap,
     }
 }
 

@@ -1,13 +1,16 @@
 //! InboxPoller: runs one discovery round ([`msgx_core::poller::poll_once`]) at a time and
-//! decides only when to run the next: at once while batches come back full or a hole was
-//! released, else after `poll_interval`. Rounds never overlap (the mailbox waits on each).
+//! decides only when to run the next ([`Pace`]): at once while batches come back full or a hole
+//! was released, `min_poll_gap` after the start of a round that found rows, and backing off to
+//! `poll_interval` while rounds come back empty. Rounds never overlap (the mailbox waits on
+//! each).
 
 use std::time::Duration;
 
 use actix::{Actor, AsyncContext, AtomicResponse, Context, Handler};
+use chrono::{DateTime, Utc};
 use msgx_core::clock::SharedClock;
 use msgx_core::inbox::Inbox;
-use msgx_core::poller::{poll_once, PollConfig, PollError, PollReport};
+use msgx_core::poller::{poll_once, Pace, PollConfig, PollError, PollReport};
 use msgx_core::store::Store;
 use msgx_core::telemetry;
 
@@ -27,8 +30,10 @@ pub struct InboxPoller {
     clock: SharedClock,
     /// Batch size, hole delay, commit mode.
     cfg: PollConfig,
-    /// Pause after a round that was not full.
+    /// The idle pace (for the start-up log).
     poll_interval: Duration,
+    /// When the next round starts, and whether it may read pages ahead.
+    pace: Pace,
     /// Where to report moves and releases.
     wiring: Wiring,
     /// Readiness for `/readyz`.
@@ -37,10 +42,6 @@ pub struct InboxPoller {
     next: NextRun,
     /// W after the last good round, only for logs (PostgreSQL holds the truth).
     last_w: Option<i64>,
-    /// When a round last read pages ahead (`pipeline.hole_sight_ahead`). A full window re-polls
-    /// at once; while W waits at a hole those back-to-back rounds read one page, and the pages
-    /// ahead are read again at most once per `poll_interval`.
-    last_read_ahead: Option<std::time::Instant>,
 }
 
 impl InboxPoller {
@@ -60,16 +61,21 @@ impl InboxPoller {
             clock,
             cfg,
             poll_interval,
+            pace: Pace::new(cfg.min_gap, poll_interval),
             wiring,
             health,
             next: NextRun::default(),
             last_w: None,
-            last_read_ahead: None,
         }
     }
 
-    fn after_round(&mut self, result: &Result<PollReport, PollError>, ctx: &mut Context<Self>) {
-        let again_now = match result {
+    fn after_round(
+        &mut self,
+        result: &Result<PollReport, PollError>,
+        started: DateTime<Utc>,
+        ctx: &mut Context<Self>,
+    ) {
+        match result {
             Ok(report) => {
                 report.event().emit();
                 self.health.poll_ok();
@@ -86,27 +92,15 @@ impl InboxPoller {
                         at: self.clock.now(),
                     });
                 }
-                report.poll_again_now()
             }
             Err(e) => {
                 telemetry::poll_failed(e.stage(), e, self.last_w);
                 self.health.poll_failed(e.to_string());
-                false
             }
-        };
-        // At once when more is waiting; else after the poll interval — or sooner, when the hole
-        // W waits at comes due before that.
-        // (A hole already due but not released is held by evidence: the interval, no spin.)
-        let due = result
-            .as_ref()
-            .ok()
-            .and_then(|r| r.next_due)
-            .filter(|d| !d.is_zero());
-        let delay = if again_now {
-            Duration::ZERO
-        } else {
-            due.map_or(self.poll_interval, |d| d.min(self.poll_interval))
-        };
+        }
+        let delay = self
+            .pace
+            .after_round(result.as_ref().ok(), started, self.clock.now());
         self.next.arm(ctx, PollNow, delay, false);
     }
 }
@@ -119,6 +113,7 @@ impl Actor for InboxPoller {
             claim_batch = self.cfg.claim_batch,
             max_commit_delay = ?self.cfg.max_commit_delay,
             poll_interval = ?self.poll_interval,
+            min_poll_gap = ?self.cfg.min_gap,
             "inbox poller started"
         );
         ctx.notify(PollNow);
@@ -130,11 +125,12 @@ impl Handler<PollNow> for InboxPoller {
 
     fn handle(&mut self, _: PollNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
-        let ahead_due = self
-            .last_read_ahead
-            .is_none_or(|t| t.elapsed() >= self.poll_interval);
+        let started = self.clock.now();
         let cfg = PollConfig {
-            sight_ahead: if ahead_due { self.cfg.sight_ahead } else { 1 },
+            sight_ahead: match self.pace.may_read_ahead(started) {
+                true => self.cfg.sight_ahead,
+                false => 1,
+            },
             ..self.cfg
         };
         let page = cfg.claim_batch.max(1) as usize;
@@ -142,9 +138,9 @@ impl Handler<PollNow> for InboxPoller {
         let round = async move { poll_once(&inbox, &store, clock.as_ref(), cfg).await };
         crate::work::atomic(self, round, move |result, act, ctx| {
             if result.as_ref().is_ok_and(|r| r.read > page) {
-                act.last_read_ahead = Some(std::time::Instant::now());
+                act.pace.read_ahead(started);
             }
-            act.after_round(result, ctx);
+            act.after_round(result, started, ctx);
         })
     }
 }

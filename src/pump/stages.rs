@@ -1,7 +1,8 @@
 //! Where the pump's time goes, recorded by the real step itself (no hand-made copy of it in
 //! the benches): wall time per stage summed over the run, and how many groups and messages.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The stages of a group, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +94,64 @@ impl StageTimes {
     }
 }
 
+/// The pump's running [`StageTimes`], shared with the timers that add to them, so a stage is
+/// timed by a scope ([`StageLog::time`]) while the step goes on borrowing the pump.
+#[derive(Debug, Clone, Default)]
+pub struct StageLog(Arc<Mutex<StageTimes>>);
+
+impl StageLog {
+    /// Starts timing one call of `stage`; the time is added when the timer is dropped.
+    pub fn time(&self, stage: Stage) -> StageTimer {
+        StageTimer {
+            log: self.clone(),
+            stage,
+            calls: 1,
+            started: Instant::now(),
+        }
+    }
+
+    /// Counts a committed group of `messages`.
+    pub fn group(&self, messages: u64) {
+        let mut t = self.lock();
+        t.groups += 1;
+        t.messages += messages;
+    }
+
+    /// The totals so far.
+    pub fn snapshot(&self) -> StageTimes {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, StageTimes> {
+        // Counters only: a panic mid-add leaves them usable.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A stage being timed: adds its wall time (and calls) to the log when dropped — at the end of
+/// its scope, or on an early return.
+#[derive(Debug)]
+pub struct StageTimer {
+    log: StageLog,
+    stage: Stage,
+    calls: u64,
+    started: Instant,
+}
+
+impl StageTimer {
+    /// Counts the scope as `calls` calls (e.g. the members decoded), not one.
+    pub fn calls(&mut self, calls: u64) {
+        self.calls = calls;
+    }
+}
+
+impl Drop for StageTimer {
+    fn drop(&mut self) {
+        let took = self.started.elapsed();
+        self.log.lock().add(self.stage, took, self.calls);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +165,25 @@ mod tests {
         assert_eq!(t.get(Stage::Commit), (Duration::from_millis(5), 2));
         assert_eq!(t.total(), Duration::from_millis(6));
         assert_eq!(Stage::ALL[Stage::Business as usize], Stage::Business);
+    }
+
+    #[test]
+    fn a_timer_adds_its_scope_when_dropped() {
+        let log = StageLog::default();
+        {
+            let mut t = log.time(Stage::Decode);
+            t.calls(3);
+            assert_eq!(
+                log.snapshot().get(Stage::Decode).1,
+                0,
+                "not before the scope ends"
+            );
+        }
+        let _ = log.time(Stage::Load);
+        log.group(3);
+        let s = log.snapshot();
+        assert_eq!(s.get(Stage::Decode).1, 3);
+        assert_eq!(s.get(Stage::Load).1, 1);
+        assert_eq!((s.groups, s.messages), (1, 3));
     }
 }

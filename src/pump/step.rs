@@ -13,7 +13,7 @@ use chrono_tz::Tz;
 
 use super::outcome::{ErrorClass, Outcome, SingleTerminal};
 use super::rules::{backoff, decide, HeadDecision, HeadRules, PoisonReason};
-use super::stages::{Stage, StageTimes};
+use super::stages::{Stage, StageLog, StageTimes};
 use crate::clock::SharedClock;
 use crate::codec::{Codec, CodecError, DecodedMessage};
 use crate::flight::{self, GuardedPlan, Refused};
@@ -126,7 +126,7 @@ pub struct PumpCore {
     /// Committed outcomes not yet returned by `step` (one at a time).
     done: VecDeque<StepOutcome>,
     /// Time spent per stage by the real steps (benches read it).
-    stages: StageTimes,
+    stages: StageLog,
     /// Most members of the next group (≤ `group_max`): what the last group fitted into
     /// `group_max_wait`, so members are not stamped, read and loaded only to be sent back.
     group_cap: u32,
@@ -158,19 +158,40 @@ enum Route {
     Own(Prepared),
 }
 
-/// Planned members waiting for their one outcome statement, with where their provisional
-/// step is and their attempt number (for a FAILED outcome in the fallback).
+/// Planned members waiting for their one outcome statement: their writes, and in member order
+/// the provisional outcomes — of each write with its attempt number (for a FAILED outcome in
+/// the fallback), and of members finished elsewhere meanwhile (no write: they ride along so
+/// the outcomes stay in member order).
 #[derive(Default)]
 struct Batch {
     writes: Vec<PlannedWrite>,
-    members: Vec<(usize, i32)>,
+    members: Vec<(Option<i32>, StepOutcome)>,
 }
 
 impl Batch {
-    fn push(&mut self, step: usize, attempts: i32, write: PlannedWrite) {
+    fn push(&mut self, attempts: i32, write: PlannedWrite, step: StepOutcome) {
         self.writes.push(write);
-        self.members.push((step, attempts));
+        self.members.push((Some(attempts), step));
     }
+
+    fn ride(&mut self, step: StepOutcome) {
+        self.members.push((None, step));
+    }
+
+    fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+}
+
+/// A member routed for its write, with the time its routing took (part of its `took`).
+struct Routed {
+    member: Member,
+    route: Route,
+    routing: Duration,
 }
 
 /// What the work outside PostgreSQL (raw read, decode) made of a member.
@@ -201,7 +222,7 @@ impl PumpCore {
             ahead: BTreeMap::new(),
             ahead_error: None,
             done: VecDeque::new(),
-            stages: StageTimes::default(),
+            stages: StageLog::default(),
             group_cap: cfg.group_max,
             unreturned: Vec::new(),
         }
@@ -213,8 +234,8 @@ impl PumpCore {
     }
 
     /// Time spent per stage so far (benches).
-    pub fn stages(&self) -> &StageTimes {
-        &self.stages
+    pub fn stages(&self) -> StageTimes {
+        self.stages.snapshot()
     }
 
     /// One head's outcome: hands out the next outcome of the last committed group, or runs
@@ -238,10 +259,10 @@ impl PumpCore {
             return Ok(self.done.drain(..).collect());
         }
         self.give_back_pending().await?;
-        let t = Instant::now();
         let limit = self.cfg.group_max.max(self.cfg.read_ahead).max(1);
+        let timer = self.stages.time(Stage::Head);
         let candidates = self.store.heads(i64::from(limit)).await?;
-        self.stages.add(Stage::Head, t.elapsed(), 1);
+        drop(timer);
         let Some(first) = candidates.first().copied() else {
             self.ahead.clear();
             return Ok(vec![StepOutcome::Idle]);
@@ -275,10 +296,10 @@ impl PumpCore {
         now: DateTime<Utc>,
     ) -> Result<Vec<StepOutcome>, StoreError> {
         let group = self.group_of(candidates, now);
-        let t = Instant::now();
         let ids: Vec<i64> = group.iter().map(|r| r.head.msg_id).collect();
+        let timer = self.stages.time(Stage::Stamp);
         let stamped = self.store.stamp_attempts(&ids, now).await?;
-        self.stages.add(Stage::Stamp, t.elapsed(), 1);
+        drop(timer);
         let members: Vec<Member> = group
             .iter()
             .filter_map(|row| {
@@ -303,9 +324,9 @@ impl PumpCore {
             self.give_back(stamps).await;
             return Ok(vec![StepOutcome::Idle]); // finished elsewhere meanwhile
         }
-        let t = Instant::now();
+        let timer = self.stages.time(Stage::RawRead);
         self.read_ahead(candidates, &members).await;
-        self.stages.add(Stage::RawRead, t.elapsed(), 1);
+        drop(timer);
         let result = self.run_group(&members, now).await;
         if result.is_err() {
             self.give_back(stamps).await;
@@ -475,19 +496,38 @@ impl PumpCore {
     }
 
     /// The members one after another in one transaction; stops after a FAILED one or when
-    /// the group has run `group_max_wait`. Members planned on the group's load are written
-    /// together by one outcome statement per batch; the others (DEAD, FAILED, duplicates, LATE
-    /// rows, schedules) write on their own, after the batch before them. Members that did not
-    /// run get their stamp back.
+    /// the group has run `group_max_wait` — and closes as soon as its members are done: it
+    /// never waits for heads that are not there. Stages: prepare (texts, decode, copies),
+    /// load, route (plan on the load, no I/O), write (batches and own writes), finish (copies,
+    /// stamps of members that did not run, commit). Members planned on the group's load are
+    /// written together by one outcome statement per batch; the others (DEAD, FAILED,
+    /// duplicates, LATE rows, schedules) write on their own, after the batch before them.
     async fn run_group(
         &mut self,
         members: &[Member],
         now: DateTime<Utc>,
     ) -> Result<Vec<StepOutcome>, StoreError> {
         let group_started = Instant::now();
-        // Raw texts and decoding first (no I/O: read ahead), up to the first member that
-        // fails there (the group ends with it).
-        let t = Instant::now();
+        let (prepared, copies) = self.prepare_stage(members)?;
+        let mut tx = self.store.begin_group().await?;
+        let timer = self.stages.time(Stage::Load);
+        let load = self.load_group(&mut tx, members, &prepared).await?;
+        drop(timer);
+        let routed = self.route_stage(members, prepared, load);
+        let steps = self
+            .write_stage(&mut tx, routed, now, group_started)
+            .await?;
+        self.finish_stage(tx, members, steps, copies, now, group_started)
+            .await
+    }
+
+    /// Raw texts and decoding first (no I/O: read ahead), up to the first member that fails
+    /// there (the group ends with it); then the copies of their texts, when kept.
+    fn prepare_stage(
+        &mut self,
+        members: &[Member],
+    ) -> Result<(Vec<Prepared>, Vec<PendingCopy>), StoreError> {
+        let mut timer = self.stages.time(Stage::Decode);
         let mut prepared = Vec::with_capacity(members.len());
         for m in members {
             let p = self.prepare(m.row.head.msg_id);
@@ -497,26 +537,64 @@ impl PumpCore {
                 break;
             }
         }
-        self.stages
-            .add(Stage::Decode, t.elapsed(), prepared.len() as u64);
-        let t = Instant::now();
+        timer.calls(prepared.len() as u64);
+        drop(timer);
+        // The compressing counts toward the copies' one call (their write, at the finish).
+        let mut timer = self.cfg.raw_copy.then(|| self.stages.time(Stage::RawCopy));
+        if let Some(t) = timer.as_mut() {
+            t.calls(0);
+        }
         let copies = self.copies_of(&members[..prepared.len()])?;
-        let mut copy_time = t.elapsed();
-        let mut tx = self.store.begin_group().await?;
-        let t = Instant::now();
-        let mut cache = self.load_group(&mut tx, members, &prepared).await?;
-        self.stages.add(Stage::Load, t.elapsed(), 1);
-        let mut steps = Vec::with_capacity(members.len());
+        Ok((prepared, copies))
+    }
+
+    /// Every prepared member's route, in order (pure: planning on the load applies each plan
+    /// to it for the members after).
+    fn route_stage(
+        &mut self,
+        members: &[Member],
+        prepared: Vec<Prepared>,
+        mut load: Option<GroupLoad>,
+    ) -> Vec<Routed> {
+        members
+            .iter()
+            .zip(prepared)
+            .map(|(m, p)| {
+                let started = Instant::now();
+                let route = self.route(m, p, &mut load);
+                Routed {
+                    member: *m,
+                    route,
+                    routing: started.elapsed(),
+                }
+            })
+            .collect()
+    }
+
+    /// Writes the routed members in order until one is not terminal (FAILED) or the group
+    /// has run `group_max_wait`; a member joining the batch is written with it, everything
+    /// else after the batch before it. Returns the outcomes of the members that ran, in order,
+    /// every one written in the transaction.
+    async fn write_stage(
+        &mut self,
+        tx: &mut GroupTx,
+        routed: Vec<Routed>,
+        now: DateTime<Utc>,
+        group_started: Instant,
+    ) -> Result<Vec<StepOutcome>, StoreError> {
+        let mut done = Vec::with_capacity(routed.len());
         let mut pending = Batch::default();
-        let mut stopped = false;
-        for (m, p) in members.iter().zip(prepared) {
-            if !steps.is_empty() && group_started.elapsed() >= self.cfg.group_max_wait {
+        for Routed {
+            member: m,
+            route,
+            routing,
+        } in routed
+        {
+            let ran = done.len() + pending.len();
+            if ran > 0 && group_started.elapsed() >= self.cfg.group_max_wait {
                 break;
             }
             let started = Instant::now();
-            let msg_id = m.row.head.msg_id;
-            let route = self.route(m, p, &mut cache);
-            // Everything but a member joining the batch writes after the batch before it.
             let flush_first = match &route {
                 Route::Elsewhere => false,
                 Route::Planned(w) if w.plan.snapshot.is_none() => {
@@ -524,49 +602,81 @@ impl PumpCore {
                 }
                 _ => true,
             };
-            if flush_first && self.flush(&mut tx, &mut pending, &mut steps).await? {
-                stopped = true;
-                break;
+            if flush_first && self.flush(tx, &mut pending, &mut done).await? {
+                return Ok(done);
             }
+            let head_age = (now - m.row.since).to_std().unwrap_or(Duration::ZERO);
+            let step = |outcome, took: Duration| StepOutcome::Processed {
+                msg_id: m.row.head.msg_id,
+                outcome,
+                took: took + routing,
+                head_age,
+            };
             let outcome = match route {
-                Route::Elsewhere => Outcome::FinishedElsewhere,
                 Route::Planned(w) if w.plan.snapshot.is_none() => {
                     let outcome = Outcome::Succeeded {
                         changes: w.plan.changes.len(),
                         events: w.plan.events.len(),
                     };
-                    pending.push(steps.len(), m.attempts, w);
-                    outcome
+                    pending.push(m.attempts, w, step(outcome, started.elapsed()));
+                    None
                 }
-                Route::Planned(w) => self.write_alone(&mut tx, &w, m.attempts).await?,
-                Route::Duplicate {
-                    holder,
-                    msg_type,
-                    key,
-                } => {
-                    self.duplicate(&mut tx, msg_id, holder, &msg_type, &key)
-                        .await?
+                Route::Elsewhere if !pending.is_empty() => {
+                    pending.ride(step(Outcome::FinishedElsewhere, started.elapsed()));
+                    None
                 }
-                Route::Own(p) => self.member(&mut tx, m, p).await?,
+                route => Some(self.write_own(tx, &m, route).await?),
             };
-            let stop = !outcome.is_terminal();
-            steps.push(StepOutcome::Processed {
-                msg_id,
-                outcome,
-                took: started.elapsed(),
-                head_age: (now - m.row.since).to_std().unwrap_or(Duration::ZERO),
-            });
-            if stop {
-                stopped = true;
-                break;
+            if let Some(outcome) = outcome {
+                let stop = !outcome.is_terminal();
+                done.push(step(outcome, started.elapsed()));
+                if stop {
+                    return Ok(done);
+                }
             }
-            if steps.len() == 2 {
+            if done.len() + pending.len() == 2 {
                 crate::failpoint::hit("pump_mid_group");
             }
         }
-        if !stopped {
-            self.flush(&mut tx, &mut pending, &mut steps).await?;
+        self.flush(tx, &mut pending, &mut done).await?;
+        Ok(done)
+    }
+
+    /// A member that does not join the batch, written now (nothing for one finished
+    /// elsewhere).
+    async fn write_own(
+        &mut self,
+        tx: &mut GroupTx,
+        m: &Member,
+        route: Route,
+    ) -> Result<Outcome, StoreError> {
+        match route {
+            Route::Elsewhere => Ok(Outcome::FinishedElsewhere),
+            Route::Planned(w) => self.write_alone(tx, &w, m.attempts).await,
+            Route::Duplicate {
+                holder,
+                msg_type,
+                key,
+            } => {
+                self.duplicate(tx, m.row.head.msg_id, holder, &msg_type, &key)
+                    .await
+            }
+            Route::Own(p) => self.member(tx, m, p).await,
         }
+    }
+
+    /// The members that ran leave the read-ahead buffer and size the next group; their copies
+    /// are written and the stamps of the members that did not run taken back in the group's
+    /// transaction, which then commits.
+    async fn finish_stage(
+        &mut self,
+        mut tx: GroupTx,
+        members: &[Member],
+        steps: Vec<StepOutcome>,
+        copies: Vec<PendingCopy>,
+        now: DateTime<Utc>,
+        group_started: Instant,
+    ) -> Result<Vec<StepOutcome>, StoreError> {
         let ran = steps.len();
         for m in &members[..ran] {
             self.ahead.remove(&m.row.head.msg_id);
@@ -582,17 +692,14 @@ impl PumpCore {
         };
         // The copies of the members that ran, in the transaction that records their outcome:
         // committed with it or not at all.
-        let t = Instant::now();
+        let copy_timer = self.cfg.raw_copy.then(|| self.stages.time(Stage::RawCopy));
         let copies: Vec<PendingCopy> = copies
             .into_iter()
             .filter(|c| steps.iter().any(|s| recorded(s, c.msg_id)))
             .collect();
         tx.write_raw_copies(&copies, now).await?;
-        copy_time += t.elapsed();
-        if self.cfg.raw_copy {
-            self.stages.add(Stage::RawCopy, copy_time, 1);
-        }
-        let t = Instant::now();
+        drop(copy_timer);
+        let timer = self.stages.time(Stage::Commit);
         let not_run: Vec<i64> = members[ran..].iter().map(|m| m.row.head.msg_id).collect();
         if !not_run.is_empty() {
             tx.unstamp(&not_run).await?;
@@ -601,9 +708,8 @@ impl PumpCore {
         tx.commit().await?;
         // Seed §4 "committed, mark not written" (and events not yet delivered).
         crate::failpoint::hit("pump_after_business_commit");
-        self.stages.add(Stage::Commit, t.elapsed(), 1);
-        self.stages.groups += 1;
-        self.stages.messages += ran as u64;
+        drop(timer);
+        self.stages.group(ran as u64);
         telemetry::pump_group(ran, group_started.elapsed());
         if !copies.is_empty() {
             let raw: u64 = copies.iter().map(|c| c.raw_bytes as u64).sum();
@@ -613,25 +719,27 @@ impl PumpCore {
         Ok(steps)
     }
 
-    /// Writes the pending batch in one statement. When that statement fails (a constraint, a
-    /// trigger), its members are written one by one under their own savepoints, exactly as
-    /// without batching: the first that fails takes its FAILED outcome, the group ends with
-    /// it (`steps` cut after it) and `true` is returned.
+    /// Writes the pending batch in one statement, its members' outcomes then joining `done`.
+    /// When that statement fails (a constraint, a trigger), its members are written one by one
+    /// under their own savepoints, exactly as without batching: the first that fails takes its
+    /// FAILED outcome, the group ends with it (the members after it did not run) and `true` is
+    /// returned.
     async fn flush(
         &mut self,
         tx: &mut GroupTx,
         batch: &mut Batch,
-        steps: &mut Vec<StepOutcome>,
+        done: &mut Vec<StepOutcome>,
     ) -> Result<bool, StoreError> {
         if batch.writes.is_empty() {
             return Ok(false);
         }
         let Batch { writes, members } = std::mem::take(batch);
-        let t = Instant::now();
+        let mut timer = self.stages.time(Stage::Business);
+        timer.calls(writes.len() as u64);
         let written = tx.write_batch(&writes).await?;
-        self.stages
-            .add(Stage::Business, t.elapsed(), writes.len() as u64);
+        drop(timer);
         let Err(e) = written else {
+            done.extend(members.into_iter().map(|(_, step)| step));
             return Ok(false);
         };
         tracing::warn!(
@@ -640,13 +748,22 @@ impl PumpCore {
             first = writes[0].msg_id,
             "batch outcome statement failed; writing its members one by one"
         );
-        for (w, (step, attempts)) in writes.iter().zip(members) {
+        let mut next_write = writes.iter();
+        for (attempts, mut step) in members {
+            let (Some(attempts), Some(w)) = (attempts, attempts.and_then(|_| next_write.next()))
+            else {
+                done.push(step); // finished elsewhere: nothing to write
+                continue;
+            };
             let outcome = self.write_alone(tx, w, attempts).await?;
-            if !outcome.is_terminal() {
-                if let Some(StepOutcome::Processed { outcome: o, .. }) = steps.get_mut(step) {
+            let stop = !outcome.is_terminal();
+            if stop {
+                if let StepOutcome::Processed { outcome: o, .. } = &mut step {
                     *o = outcome;
                 }
-                steps.truncate(step + 1);
+            }
+            done.push(step);
+            if stop {
                 return Ok(true);
             }
         }
@@ -661,14 +778,14 @@ impl PumpCore {
         w: &PlannedWrite,
         attempts: i32,
     ) -> Result<Outcome, StoreError> {
-        let t = Instant::now();
+        let timer = self.stages.time(Stage::Savepoint);
         tx.savepoint().await?;
-        self.stages.add(Stage::Savepoint, t.elapsed(), 1);
-        let t = Instant::now();
+        drop(timer);
+        let timer = self.stages.time(Stage::Business);
         let written = tx
             .write_planned(w.msg_id, &w.msg_type, &w.identity, &w.plan, w.now)
             .await;
-        self.stages.add(Stage::Business, t.elapsed(), 1);
+        drop(timer);
         match written {
             Ok(()) => Ok(Outcome::Succeeded {
                 changes: w.plan.changes.len(),
@@ -732,11 +849,11 @@ impl PumpCore {
                 key,
             };
         }
-        let t = Instant::now();
+        let timer = self.stages.time(Stage::Plan);
         let current = load.current(&flight::flights_to_load(msg));
         let plan = flight::plan(msg, msg_id, &current);
         load.apply(msg_id, &key, &plan);
-        self.stages.add(Stage::Plan, t.elapsed(), 1);
+        drop(timer);
         Route::Planned(PlannedWrite {
             msg_id,
             msg_type,
@@ -794,14 +911,14 @@ impl PumpCore {
         };
         let msg_type = type_label(&msg);
         let key = msg.identity_key(self.cfg.identity_with_date, self.cfg.tz);
-        let t = Instant::now();
+        let timer = self.stages.time(Stage::Savepoint);
         tx.savepoint().await?;
-        self.stages.add(Stage::Savepoint, t.elapsed(), 1);
-        let t = Instant::now();
+        drop(timer);
+        let timer = self.stages.time(Stage::Business);
         let result = self
             .business(tx, msg_id, &msg, &msg_type, &key, m.row.source)
             .await;
-        self.stages.add(Stage::Business, t.elapsed(), 1);
+        drop(timer);
         match result {
             Ok(BusinessResult::Committed { changes, events }) => {
                 Ok(Outcome::Succeeded { changes, events })

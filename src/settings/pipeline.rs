@@ -11,9 +11,13 @@ use super::{check_nonzero, check_retries, duration, invalid, SettingsError};
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineSettings {
-    /// Pause between poll rounds when the last batch was not full.
+    /// Pause between poll rounds when the inbox is idle: empty rounds back off to it.
     #[serde(with = "duration")]
     pub poll_interval: Duration,
+    /// Shortest gap between two round starts while rounds find rows (adaptive discovery):
+    /// under traffic a row waits about this long for its round; ≤ `poll_interval`.
+    #[serde(with = "duration")]
+    pub min_poll_gap: Duration,
     /// Rows read per poll round (`LIMIT`).
     pub claim_batch: u32,
     /// While the rows read are not contiguous from W+1 (a hole), read up to this many pages of
@@ -35,6 +39,18 @@ pub struct PipelineSettings {
 impl PipelineSettings {
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
         check_nonzero(self.poll_interval, "pipeline.poll_interval")?;
+        // Above zero (never a busy loop) and at most poll_interval.
+        check_nonzero(self.min_poll_gap, "pipeline.min_poll_gap")?;
+        if self.min_poll_gap > self.poll_interval {
+            return Err(invalid(
+                "pipeline.min_poll_gap",
+                format!(
+                    "{} is longer than pipeline.poll_interval {}",
+                    humantime::format_duration(self.min_poll_gap),
+                    humantime::format_duration(self.poll_interval)
+                ),
+            ));
+        }
         check_nonzero(self.max_commit_delay, "pipeline.max_commit_delay")?;
         if self.claim_batch == 0 || self.claim_batch > 50_000 {
             return Err(invalid(

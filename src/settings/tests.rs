@@ -53,6 +53,13 @@ fn bad_values_name_their_key() {
     assert!(e.contains("http.listen"), "{e}");
     let e = err_of(&[("MSGX_PIPELINE__POLL_INTERVAL", "0s")]);
     assert!(e.contains("pipeline.poll_interval"), "{e}");
+    let e = err_of(&[("MSGX_PIPELINE__MIN_POLL_GAP", "0s")]);
+    assert!(e.contains("pipeline.min_poll_gap"), "{e}");
+    let e = err_of(&[
+        ("MSGX_PIPELINE__POLL_INTERVAL", "200ms"),
+        ("MSGX_PIPELINE__MIN_POLL_GAP", "1s"),
+    ]);
+    assert!(e.contains("pipeline.min_poll_gap"), "{e}");
 }
 
 #[test]

@@ -173,6 +173,7 @@ impl TestEnv {
             watch_window: std::time::Duration::from_secs(7 * 24 * 3600),
             hole_evidence: None,
             compensation_window: 100_000,
+            min_gap: std::time::Duration::from_millis(20),
         }
     }
 
