@@ -161,11 +161,7 @@ async fn skipped_cutover_stock_is_purgeable_only_where_marked() {
     let texts: Vec<String> = (1..=5).map(|s| flop(s, &format!("S{s}"), &[])).collect();
     let stock = insert(&env, 0, &texts).await;
     // A stock row rolled back at the cutover: a gap, a hole like any other.
-    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
-        .bind(stock[3])
-        .execute(&env.owner)
-        .await
-        .expect("gap");
+    env.delete_as_owner(&[stock[3]]).await;
     mark(&env, &[stock[0], stock[1], stock[4]]).await;
     msgx_actors::app::apply_cutover(
         &env.store,

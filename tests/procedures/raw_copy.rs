@@ -54,12 +54,7 @@ pub(super) async fn dead_and_marked(env: &TestEnv, raw_copy: bool, gate: &str) -
 
 /// The DB owner purges a marked row.
 async fn purge_inbox_row(env: &TestEnv, id: i64) {
-    let r = sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
-        .bind(id)
-        .execute(&env.owner)
-        .await
-        .expect("owner purges");
-    assert_eq!(r.rows_affected(), 1);
+    assert_eq!(env.delete_as_owner(&[id]).await, 1);
 }
 
 fn replay_req(id: i64) -> ReplayRequest {
@@ -74,10 +69,7 @@ fn replay_req(id: i64) -> ReplayRequest {
 }
 
 async fn copies(env: &TestEnv) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM raw_copy")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("copies")
+    env.scalar("SELECT count(*) FROM raw_copy").await
 }
 
 async fn gate_of(env: &TestEnv, flid: &str) -> Option<String> {
