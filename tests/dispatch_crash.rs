@@ -64,11 +64,8 @@ async fn a_crash_between_ack_and_sent_resends_and_loses_nothing() {
         "all 30 processed and every event sent",
         Duration::from_secs(60),
         || async {
-            count(
-                &env,
-                "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'",
-            )
-            .await
+            env.count("SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'")
+                .await
                 == 30
                 && env
                     .count("SELECT count(*) FROM msg_event WHERE state <> 'SENT'")

@@ -205,11 +205,9 @@ async fn archive_conditions_one_by_one() {
     assert_eq!(ids(&env, "proc_state").await, live);
     // Moved as they were: every column the same, only the table changed.
     assert_eq!(snapshot(&env).await, before);
-    let stamped = count(
-        &env,
-        "SELECT count(*) FROM proc_state_hst WHERE archived_at IS NOT NULL",
-    )
-    .await;
+    let stamped = env
+        .count("SELECT count(*) FROM proc_state_hst WHERE archived_at IS NOT NULL")
+        .await;
     assert_eq!(stamped, 5);
     // A second job finds nothing more.
     assert_eq!(job(&env, &cfg(&env, &[])).await.archived, 0);
@@ -791,11 +789,9 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
         "mark latency with the job {lat_b:?} vs {lat_a:?}"
     );
     // Nothing unfinished piles up: the pump kept processing.
-    let unfinished = count(
-        &env,
-        "SELECT count(*) FROM proc_state WHERE state IN ('PENDING', 'FAILED')",
-    )
-    .await;
+    let unfinished = env
+        .count("SELECT count(*) FROM proc_state WHERE state IN ('PENDING', 'FAILED')")
+        .await;
     assert!(unfinished < 100, "{unfinished} unfinished after the run");
     env.cleanup().await;
 }
