@@ -13,7 +13,6 @@ use common::seed::Proc;
 use common::TestEnv;
 use msgx_core::clock::Clock as _;
 use msgx_core::codec::Codec as _;
-use msgx_core::inbox::Inbox;
 use msgx_core::pump::{ErrorClass, Outcome, StepOutcome};
 use msgx_core::store::{Store, PIPELINE_LOCK_KEY};
 
