@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use common::msgs::{flop, unknown_type};
-use common::proxy::Proxy;
+use common::proxied::ProxiedInbox;
+use common::seed::Proc;
 use common::{audit, TestEnv};
 use msgx_core::backfill::{sweep_once, MissingKind, SweepConfig, SweepReport};
 use msgx_core::clock::Clock;
@@ -105,21 +106,24 @@ fn flops(from: i64, n: i64) -> Vec<String> {
 }
 
 /// A terminal row written directly (state, class, source), due now.
-async fn terminal_row(env: &TestEnv, id: i64, state: &str, class: Option<&str>, source: &str) {
+async fn terminal_row(
+    env: &TestEnv,
+    id: i64,
+    state: &'static str,
+    class: Option<&'static str>,
+    source: &'static str,
+) {
     let now = env.clock.now();
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, state, source, received_at, enqueued_at, error_class, \
-                terminal_reason, terminal_at, backfill_next_at) \
-         VALUES ($1, $2, $3, $4, $4, $5, $5, $4, $4)",
-    )
-    .bind(id)
-    .bind(state)
-    .bind(source)
-    .bind(now)
-    .bind(class)
-    .execute(env.store.pool())
-    .await
-    .expect("terminal row");
+    Proc {
+        source,
+        received_at: Some(now),
+        error_class: class,
+        terminal_reason: class,
+        backfill_next_at: Some(now),
+        ..Proc::terminal(id, state, now)
+    }
+    .insert(env)
+    .await;
 }
 
 /// As the DB owner: a trigger that refuses to update these inbox ids.
@@ -154,11 +158,8 @@ async fn marks_empty_marks_with_owner_value_and_local_processed_time() {
         assert_eq!(mark(&env, *id).await, (None, None), "the pump never marks");
     }
     // One row carries a blank status: empty too.
-    sqlx::query("UPDATE CMINMSGS SET CMINMSGS_STATUS = '  ' WHERE CMINMSGS_ID = ?")
-        .bind(ids[4])
-        .execute(&env.owner)
-        .await
-        .expect("blank");
+    env.owner_update("CMINMSGS_STATUS = '  '", &[], &ids[4..5])
+        .await;
     env.clock.advance(Duration::from_secs(7));
     let now = env.clock.now();
     let r = sweep(&env, &cfg(&env, &[])).await;
@@ -191,21 +192,10 @@ async fn an_existing_mark_is_never_overwritten() {
     let ids = processed(&env, &flops(1, 3), &[]).await;
     // Someone marked the first one (another value, an old time); the second has only a
     // processed time (odd, but the time must survive); the third is empty.
-    sqlx::query(
-        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'LEGACY', \
-         CMINMSGS_DATE_PROCESSED = '2020-01-01 00:00:00' WHERE CMINMSGS_ID = ?",
-    )
-    .bind(ids[0])
-    .execute(&env.owner)
-    .await
-    .expect("owner mark");
-    sqlx::query(
-        "UPDATE CMINMSGS SET CMINMSGS_DATE_PROCESSED = '2021-02-02 02:02:02' WHERE CMINMSGS_ID = ?",
-    )
-    .bind(ids[1])
-    .execute(&env.owner)
-    .await
-    .expect("owner time");
+    let legacy = "CMINMSGS_STATUS = 'LEGACY', CMINMSGS_DATE_PROCESSED = '2020-01-01 00:00:00'";
+    env.owner_update(legacy, &[], &ids[..1]).await;
+    let time_only = "CMINMSGS_DATE_PROCESSED = '2021-02-02 02:02:02'";
+    env.owner_update(time_only, &[], &ids[1..2]).await;
     let r = sweep(&env, &cfg(&env, &[])).await;
     assert_eq!((r.marked, r.already_marked), (2, 1));
     assert_eq!(r.already, vec![(ids[0], "LEGACY".to_string())]);
@@ -230,11 +220,7 @@ async fn missing_rows_abandon_at_once_telling_purged_from_never_seen() {
     let env = TestEnv::new("bf_missing").await;
     let ids = processed(&env, &flops(1, 2), &[]).await;
     // The DB owner purges a row we read and processed, before it was marked.
-    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
-        .bind(ids[0])
-        .execute(&env.owner)
-        .await
-        .expect("purge as owner");
+    env.delete_as_owner(&[ids[0]]).await;
     // A compat registration for an id that never existed in the inbox, DEAD on processing.
     let never = ids[1] + 1000;
     terminal_row(&env, never, "DEAD", Some("MALFORMED"), "COMPAT").await;
@@ -274,10 +260,11 @@ async fn missing_rows_abandon_at_once_telling_purged_from_never_seen() {
 async fn transient_failures_back_off_doubling_then_abandon_and_recover() {
     let env = TestEnv::new("bf_transient").await;
     let ids = processed(&env, &flops(1, 2), &[]).await;
-    let proxy = Proxy::start("127.0.0.1:3306").await;
-    let mut settings = env.settings(&[]);
-    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db).into();
-    let via_proxy = Inbox::new(&settings.inbox, &env.names, env.tz).expect("adapter");
+    let ProxiedInbox {
+        proxy,
+        inbox: via_proxy,
+        ..
+    } = env.inbox_via_proxy(&[]).await;
     let c = cfg(&env, &[("MSGX_BACKFILL__MAX_ATTEMPTS", "4")]);
     proxy.cut();
 
@@ -450,33 +437,19 @@ async fn permanently_failing_rows_do_not_starve_newer_rows() {
 }
 
 async fn newer_unmarked(env: &TestEnv, ids: &[i64]) -> i64 {
-    sqlx::query_scalar(
+    env.scalar_for(
         "SELECT count(*) FROM proc_state WHERE msg_id = ANY($1) AND backfill_at IS NULL",
+        ids,
     )
-    .bind(ids)
-    .fetch_one(env.store.pool())
     .await
-    .expect("count")
 }
 
 #[tokio::test]
 async fn r_overrides_backoff_and_null_received_at_falls_back_to_enqueue_time() {
     let env = TestEnv::new("bf_overdue").await;
     // Four inbox rows, one with NULL DATE_RECEIVED, discovered by the poller.
-    let null_recv = {
-        let r = sqlx::query("INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (NULL, '<MSG/>')")
-            .execute(&env.owner)
-            .await
-            .expect("insert");
-        r.last_insert_id() as i64
-    };
-    let null_recv_recent = {
-        let r = sqlx::query("INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (NULL, '<MSG/>')")
-            .execute(&env.owner)
-            .await
-            .expect("insert");
-        r.last_insert_id() as i64
-    };
+    let null_recv = env.insert_unreceived().await;
+    let null_recv_recent = env.insert_unreceived().await;
     let old_recv = env.insert_rows(1).await[0];
     let recent_recv = env.insert_rows(1).await[0];
     env.poll(env.poll_cfg(100)).await;
@@ -551,7 +524,10 @@ async fn pending_and_failed_rows_are_never_marked() {
 }
 
 /// Inbox rows + PROC_STATE rows in chosen states, by SQL (clearer than driving the pump).
-async fn rows_in_states(env: &TestEnv, states: &[(&str, Option<&str>)]) -> Vec<i64> {
+async fn rows_in_states(
+    env: &TestEnv,
+    states: &[(&'static str, Option<&'static str>)],
+) -> Vec<i64> {
     let ids = env.insert_rows(states.len()).await;
     for (id, (state, class)) in ids.iter().zip(states) {
         terminal_row(env, *id, state, *class, "POLL").await;
@@ -585,10 +561,8 @@ async fn replay_applies_to_replayable_rows_only_and_is_audited() {
     .execute(env.store.pool())
     .await
     .expect("failed rows");
-    sqlx::query("UPDATE proc_state SET processed_seq = nextval('proc_order_seq')")
-        .execute(env.store.pool())
-        .await
-        .expect("seq");
+    env.exec("UPDATE proc_state SET processed_seq = nextval('proc_order_seq')")
+        .await;
     let r = sweep(&env, &cfg(&env, &[])).await;
     assert_eq!(r.marked, 4, "the four terminal rows are marked");
     // One DEAD row's backfill abandoned earlier (recovered by the replay).

@@ -29,6 +29,7 @@ use common::instance::{
 };
 use common::kafka::{consume, Received};
 use common::proxy::Proxy;
+use common::seed::{self, Event, Proc};
 use common::tansu::Tansu;
 use common::TestEnv;
 use rand::Rng;
@@ -165,12 +166,9 @@ async fn chaos_nothing_lost_nothing_reordered() {
             status.is_some_and(|s| s.success()),
             "SIGTERM exits 0 within shutdown_grace: {status:?}"
         );
-        let released: bool = sqlx::query_scalar(
-            "SELECT backend_pid IS NULL AND expires_at <= now() FROM instance_lease",
-        )
-        .fetch_one(env.store.pool())
-        .await
-        .expect("lease");
+        let released: bool = env
+            .scalar("SELECT backend_pid IS NULL AND expires_at <= now() FROM instance_lease")
+            .await;
         assert!(released, "the lease was released at shutdown");
     }
     // One duplicate run: the first round's seed again.
@@ -190,11 +188,9 @@ async fn chaos_nothing_lost_nothing_reordered() {
     }
     let (code, out) = verify(&direct, &["--kafka"]);
     assert_eq!(code, Some(0), "verify:\n{out}");
-    let skipped: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM proc_state WHERE terminal_reason = 'DUPLICATE'")
-            .fetch_one(env.store.pool())
-            .await
-            .expect("dups");
+    let skipped: i64 = env
+        .scalar("SELECT count(*) FROM proc_state WHERE terminal_reason = 'DUPLICATE'")
+        .await;
     assert!(
         skipped > 0,
         "the duplicate run produced business duplicates"
@@ -242,6 +238,17 @@ async fn chaos_nothing_lost_nothing_reordered() {
     env.cleanup().await;
 }
 
+/// `verify --json` findings by invariant name.
+fn findings(out: &str) -> HashMap<String, serde_json::Value> {
+    let report: serde_json::Value = serde_json::from_str(out).expect("json");
+    report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| (f["invariant"].as_str().unwrap_or("").to_string(), f.clone()))
+        .collect()
+}
+
 /// `verify` finds each kind of violation, names it with an example id, and exits 1; a clean
 /// store exits 0; an unreachable store exits 2.
 #[tokio::test]
@@ -253,69 +260,31 @@ async fn verify_reports_each_violation() {
     assert_eq!(code, Some(0), "clean: {out}");
 
     let now = chrono::Utc::now();
-    let q = |sql: &'static str| sqlx::query(sql);
-    sqlx::query("UPDATE inbox_cursor SET w = $1")
-        .bind(ids[4])
-        .execute(env.store.pool())
-        .await
-        .expect("w");
+    env.set_w(ids[4]).await;
     // ids[0], ids[1]: SUCCEEDED and marked, but processed in the wrong order (FIFO).
     // ids[2]: SUCCEEDED, no mark and no intent. ids[3]: PENDING but marked (with a wrong
     // value) and with an event. ids[4]: not enqueued although ≤ W. 9_999_999: no inbox row.
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at, processed_seq, backfill_at) \
-         VALUES ($1, 'SUCCEEDED', $5, $5, 2, $5), ($2, 'SUCCEEDED', $5, $5, 1, $5), \
-                ($3, 'SUCCEEDED', $5, $5, 3, NULL), ($4, 'PENDING', $5, NULL, NULL, NULL), \
-                (9999999, 'PENDING', $5, NULL, NULL, NULL)",
+    let done = |id, seq| Proc::terminal(id, "SUCCEEDED", now).seq(seq);
+    seed::procs(
+        &env,
+        [
+            done(ids[0], 2).marked(now),
+            done(ids[1], 1).marked(now),
+            done(ids[2], 3),
+            Proc::pending(ids[3], now),
+            Proc::pending(9_999_999, now),
+        ],
     )
-    .bind(ids[0])
-    .bind(ids[1])
-    .bind(ids[2])
-    .bind(ids[3])
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("rows");
-    sqlx::query(
-        "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
-         VALUES ($1, 'FL1', 'FLIGHT_UPDATED', '{}', $2)",
-    )
-    .bind(ids[3])
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("event");
-    sqlx::query(
-        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED', CMINMSGS_DATE_PROCESSED = NOW() \
-         WHERE CMINMSGS_ID IN (?, ?)",
-    )
-    .bind(ids[0])
-    .bind(ids[1])
-    .execute(&env.owner)
-    .await
-    .expect("marks");
-    sqlx::query(
-        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'BOGUS', CMINMSGS_DATE_PROCESSED = NOW() \
-         WHERE CMINMSGS_ID = ?",
-    )
-    .bind(ids[3])
-    .execute(&env.owner)
-    .await
-    .expect("bad mark");
-    q("ALTER TABLE late_watch DISABLE TRIGGER fence")
-        .execute(env.store.pool())
-        .await
-        .expect("unfence");
+    .await;
+    Event::pending(ids[3], "FL1", now).insert(&env).await;
+    env.mark_as_owner(&ids[..2], "PROCESSED").await;
+    env.mark_as_owner(&ids[3..4], "BOGUS").await;
+    env.exec("ALTER TABLE late_watch DISABLE TRIGGER fence")
+        .await;
 
     let (code, out) = verify(&vars, &["--json", "--batch", "2"]);
     assert_eq!(code, Some(1), "{out}");
-    let report: serde_json::Value = serde_json::from_str(&out).expect("json");
-    let by_name: HashMap<String, &serde_json::Value> = report["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .map(|f| (f["invariant"].as_str().unwrap_or("").to_string(), f))
-        .collect();
+    let by_name = findings(&out);
     for (inv, example) in [
         ("inbox_covered", ids[4]),
         ("inbox_row_present", 9_999_999),
@@ -324,7 +293,7 @@ async fn verify_reports_each_violation() {
         ("mark_only_terminal", ids[3]),
         ("mark_value", ids[3]),
     ] {
-        let f = by_name[inv];
+        let f = &by_name[inv];
         assert_eq!(f["violations"], 1, "{inv}: {f}");
         assert_eq!(f["examples"][0], example, "{inv}: {f}");
     }
@@ -378,35 +347,25 @@ async fn verify_finds_straddling_duplicates_and_notes_allowed_exceptions() {
         .seed_cutover(&stock, now + chrono::Duration::days(7))
         .await
         .expect("seed");
-    sqlx::query("UPDATE inbox_cursor SET w = $1")
-        .bind(ids[9])
-        .execute(env.store.pool())
-        .await
-        .expect("w");
+    env.set_w(ids[9]).await;
     // The unique index broken by hand, so that a real duplicate can exist.
-    sqlx::query("DROP INDEX proc_state_identity_idx")
-        .execute(env.store.pool())
-        .await
-        .expect("drop index");
+    env.exec("DROP INDEX proc_state_identity_idx").await;
     // ids[4]: replayed (audited), PENDING again, its inbox row keeps the first run's mark.
     // ids[5..=7]: identities A, B, B — the duplicate B pair straddles pages of 2.
     // ids[8]: DEAD keeping identity C, which ids[9] holds.
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at, backfill_at, identity_key) \
-         VALUES ($1, 'PENDING', $7, NULL, NULL, NULL), ($2, 'SUCCEEDED', $7, $7, $7, 'A'), \
-                ($3, 'SUCCEEDED', $7, $7, $7, 'B'), ($4, 'SUCCEEDED', $7, $7, $7, 'B'), \
-                ($5, 'DEAD', $7, $7, $7, 'C'), ($6, 'SUCCEEDED', $7, $7, $7, 'C')",
+    let holder = |id, state, key| Proc::terminal(id, state, now).marked(now).identity(key);
+    seed::procs(
+        &env,
+        [
+            Proc::pending(ids[4], now),
+            holder(ids[5], "SUCCEEDED", "A"),
+            holder(ids[6], "SUCCEEDED", "B"),
+            holder(ids[7], "SUCCEEDED", "B"),
+            holder(ids[8], "DEAD", "C"),
+            holder(ids[9], "SUCCEEDED", "C"),
+        ],
     )
-    .bind(ids[4])
-    .bind(ids[5])
-    .bind(ids[6])
-    .bind(ids[7])
-    .bind(ids[8])
-    .bind(ids[9])
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("rows");
+    .await;
     sqlx::query(
         "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
          VALUES ($1, 'ops', 'REPLAY', 'test', ARRAY[$2]::bigint[], '{}')",
@@ -416,33 +375,13 @@ async fn verify_finds_straddling_duplicates_and_notes_allowed_exceptions() {
     .execute(env.store.pool())
     .await
     .expect("audit");
-    sqlx::query(
-        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED', CMINMSGS_DATE_PROCESSED = NOW() \
-         WHERE CMINMSGS_ID >= ?",
-    )
-    .bind(ids[4])
-    .execute(&env.owner)
-    .await
-    .expect("marks");
-    sqlx::query(
-        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'DONE_LEGACY', CMINMSGS_DATE_PROCESSED = NOW() \
-         WHERE CMINMSGS_ID = ?",
-    )
-    .bind(ids[0])
-    .execute(&env.owner)
-    .await
-    .expect("legacy mark");
+    env.mark_as_owner(&ids[4..], "PROCESSED").await;
+    env.mark_as_owner(&ids[..1], "DONE_LEGACY").await;
 
     for batch in ["2", "1"] {
         let (code, out) = verify(&vars, &["--json", "--batch", batch]);
         assert_eq!(code, Some(1), "batch {batch}: {out}");
-        let report: serde_json::Value = serde_json::from_str(&out).expect("json");
-        let by_name: HashMap<String, &serde_json::Value> = report["findings"]
-            .as_array()
-            .expect("findings")
-            .iter()
-            .map(|f| (f["invariant"].as_str().unwrap_or("").to_string(), f))
-            .collect();
+        let by_name = findings(&out);
         let note = |inv: &str, what: &str| -> (u64, Vec<i64>) {
             let n = by_name[inv]["notes"]
                 .as_array()
@@ -459,7 +398,7 @@ async fn verify_finds_straddling_duplicates_and_notes_allowed_exceptions() {
             (n["count"].as_u64().unwrap_or(0), examples)
         };
         // The straddling duplicate, and only it.
-        let identity = by_name["identity_unique"];
+        let identity = &by_name["identity_unique"];
         assert_eq!(identity["violations"], 1, "batch {batch}: {identity}");
         assert_eq!(identity["examples"][0], ids[7], "batch {batch}: {identity}");
         assert_eq!(note("identity_unique", "DEAD"), (1, vec![ids[8]]));

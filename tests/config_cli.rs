@@ -96,11 +96,7 @@ fn check_config_redacts_passwords() {
             ("MSGX_INBOX__URL", "mysql://reader:s3cr3t@inbox:3306/aodb"),
         ],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::process::assert_ok(&out);
     let all = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -131,11 +127,7 @@ fn runs_from_any_directory_and_prints_the_effective_toml() {
             .expect("run")
     };
     let out = run(&["check-config"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::process::assert_ok(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         !stdout.contains("operator-secret") && !stdout.contains("kafka-pw-42"),
@@ -147,11 +139,7 @@ fn runs_from_any_directory_and_prints_the_effective_toml() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("configuration OK"));
 
     let out = run(&["--config", partial.to_str().expect("utf8"), "check-config"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::process::assert_ok(&out);
     let parsed: toml::Table = toml::from_str(&String::from_utf8_lossy(&out.stdout)).expect("toml");
     assert_eq!(parsed["pipeline"]["claim_batch"].as_integer(), Some(17));
     assert_eq!(
@@ -196,11 +184,7 @@ async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
     vars.push(("MSGX_LOG__LEVEL".into(), "warn".into()));
     let vars_ref: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let out = msgx(&["dev", "inbox-fixture"], &vars_ref);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::process::assert_ok(&out);
     let ids = env.insert_rows(3).await;
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -858,11 +842,7 @@ fn the_debian_package_installs_and_its_config_checks() {
         .env("MSGEXCHANGE_CONFIG", "/etc/msgexchange/msgexchange.toml")
         .output()
         .expect("installed binary");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::process::assert_ok(&out);
     let effective = String::from_utf8_lossy(&out.stdout);
     assert!(
         effective.contains("create_database = false"),

@@ -4,6 +4,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::seed::Proc;
 use common::TestEnv;
 use msgx_actors::app::apply_cutover;
 use msgx_core::clock::Clock;
@@ -34,9 +35,7 @@ async fn each_mode_seeds_a_fresh_store() {
     ] {
         let env = TestEnv::new("cutover").await;
         assert_eq!(purged_inbox(&env).await, (1000, 1004));
-        let out = apply_cutover(&env.store, &env.inbox, Some(mode), &env.clock, WATCH)
-            .await
-            .expect("seeded");
+        let out = cutover(&env, mode).await.expect("seeded");
         assert_eq!(out, Some(SeedOutcome::Seeded { w: seeded }), "{mode}");
         let stored = env.store.read_cursor().await.expect("cursor");
         assert_eq!(stored.cursor.w, seeded);
@@ -63,38 +62,30 @@ async fn each_mode_seeds_a_fresh_store() {
     }
 }
 
+/// The service's start-up cutover step on this env.
+async fn cutover(env: &TestEnv, mode: CutoverMode) -> anyhow::Result<Option<SeedOutcome>> {
+    apply_cutover(&env.store, &env.inbox, Some(mode), &env.clock, WATCH).await
+}
+
 #[tokio::test]
 async fn seeding_is_refused_on_an_upgraded_store_and_skipped_when_already_seeded() {
     let env = TestEnv::new("cutover_refuse").await;
     purged_inbox(&env).await;
     // Without seeding, W = 0: the purged prefix is a hole; the store now has a hole timer.
     env.poll(env.poll_cfg(100)).await;
-    let err = apply_cutover(
-        &env.store,
-        &env.inbox,
-        Some(CutoverMode::Max),
-        &env.clock,
-        WATCH,
-    )
-    .await
-    .expect_err("refused");
+    let err = cutover(&env, CutoverMode::Max).await.expect_err("refused");
     assert!(format!("{err:#}").contains("refused"), "{err:#}");
 
     // An instance that already has processing records.
     let env2 = TestEnv::new("cutover_refuse2").await;
-    sqlx::query("INSERT INTO proc_state (msg_id, enqueued_at, source) VALUES (7, now(), 'COMPAT')")
-        .execute(env2.store.pool())
+    let compat = Proc {
+        source: "COMPAT",
+        ..Proc::pending(7, chrono::Utc::now())
+    };
+    compat.insert(&env2).await;
+    let err = cutover(&env2, CutoverMode::Zero)
         .await
-        .expect("compat row");
-    let err = apply_cutover(
-        &env2.store,
-        &env2.inbox,
-        Some(CutoverMode::Zero),
-        &env2.clock,
-        WATCH,
-    )
-    .await
-    .expect_err("refused");
+        .expect_err("refused");
     assert!(
         format!("{err:#}").contains("1 processing records"),
         "{err:#}"
@@ -104,26 +95,12 @@ async fn seeding_is_refused_on_an_upgraded_store_and_skipped_when_already_seeded
     // Seeded once; the same setting on the next start is a no-op, not a failure.
     let env3 = TestEnv::new("cutover_again").await;
     let (_, max) = purged_inbox(&env3).await;
-    apply_cutover(
-        &env3.store,
-        &env3.inbox,
-        Some(CutoverMode::Max),
-        &env3.clock,
-        WATCH,
-    )
-    .await
-    .expect("first");
+    cutover(&env3, CutoverMode::Max).await.expect("first");
     env3.insert_rows(1).await;
     env3.poll(env3.poll_cfg(100)).await;
-    let again = apply_cutover(
-        &env3.store,
-        &env3.inbox,
-        Some(CutoverMode::Max),
-        &env3.clock,
-        WATCH,
-    )
-    .await
-    .expect("second start");
+    let again = cutover(&env3, CutoverMode::Max)
+        .await
+        .expect("second start");
     assert!(matches!(again, Some(SeedOutcome::AlreadySeeded { w, .. }) if w == max + 1));
     assert_eq!(env3.cursor().await.0, max + 1, "W untouched");
 
@@ -156,14 +133,7 @@ async fn stock_with_gaps(
     stock.extend(env.insert_rows(296).await);
     // Row by row: a range UPDATE would wait for the held insert's lock.
     for id in stock.iter().filter(|id| **id <= 100) {
-        sqlx::query(
-            "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED', \
-             CMINMSGS_DATE_PROCESSED = NOW() WHERE CMINMSGS_ID = ?",
-        )
-        .bind(id)
-        .execute(&env.owner)
-        .await
-        .expect("the previous system's marks");
+        env.mark_as_owner(&[*id], "PROCESSED").await;
     }
     let mut gaps = vec![held_id];
     gaps.extend(rolled_back);
@@ -172,16 +142,12 @@ async fn stock_with_gaps(
 
 /// `msgexchange cutover plan --mode … --json`.
 fn plan(env: &TestEnv, mode: &str) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
-        .args(["cutover", "plan", "--mode", mode, "--json"])
-        .envs(env.binary_env())
-        .env("MSGX_LOG__LEVEL", "error")
-        .output()
-        .expect("cutover plan");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::process::succeed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+            .args(["cutover", "plan", "--mode", mode, "--json"])
+            .envs(env.binary_env())
+            .env("MSGX_LOG__LEVEL", "error"),
+        "cutover plan",
     );
     serde_json::from_slice(&out.stdout).expect("plan json")
 }
@@ -276,16 +242,11 @@ async fn cutover_skips_the_visible_stock_for_good_and_watches_its_gaps() {
             expect,
             "{mode}: exactly the non-stock rows"
         );
-        let late: String = sqlx::query_scalar("SELECT source FROM proc_state WHERE msg_id = $1")
-            .bind(held_id)
-            .fetch_one(env.store.pool())
-            .await
-            .expect("late row");
+        let late: String = env
+            .scalar_for("SELECT source FROM proc_state WHERE msg_id = $1", held_id)
+            .await;
         assert_eq!(late, "LATE", "the held insert was a gap: processed as LATE");
-        let unseen: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_unseen")
-            .fetch_one(env.store.pool())
-            .await
-            .expect("unseen");
+        let unseen: i64 = env.scalar("SELECT count(*) FROM inbox_unseen").await;
         assert_eq!(
             unseen, 0,
             "the compensation scan never took the stock for unseen rows"

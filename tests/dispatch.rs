@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use actix::Actor;
+use common::dispatch::EXHAUST_FAST;
 use common::kafka::{consume, Received};
 use common::TestEnv;
 use msgx_actors::app::DispatchDeps;
@@ -40,20 +41,6 @@ fn mock(brokers: i32) -> MockCluster<'static, DefaultProducerContext> {
     cluster
 }
 
-/// Dispatch deps for this env and broker, with `MSGX_*` overrides.
-fn deps(env: &TestEnv, bootstrap: &str, extra: &[(&str, &str)]) -> DispatchDeps {
-    let mut all = vec![
-        ("MSGX_KAFKA__BROKERS", bootstrap),
-        ("MSGX_KAFKA__DELIVERY_TIMEOUT", "3s"),
-        ("MSGX_KAFKA__REQUEST_TIMEOUT", "1s"),
-        ("MSGX_DISPATCH__RETRY_INITIAL", "1s"),
-        ("MSGX_DISPATCH__RETRY_MAX", "8s"),
-    ];
-    all.extend_from_slice(extra);
-    let settings = env.settings(&all);
-    DispatchDeps::new(&settings, bootstrap)
-}
-
 fn producer(d: &DispatchDeps) -> EventProducer {
     EventProducer::new(&d.kafka, &d.bootstrap).expect("producer")
 }
@@ -62,10 +49,9 @@ fn producer(d: &DispatchDeps) -> EventProducer {
 /// the event ids in order.
 async fn seed_events(env: &TestEnv, keys: &[String]) -> Vec<i64> {
     let now = env.clock.now();
-    let base: i64 = sqlx::query_scalar("SELECT COALESCE(max(msg_id), 0) FROM proc_state")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("max");
+    let base: i64 = env
+        .scalar("SELECT COALESCE(max(msg_id), 0) FROM proc_state")
+        .await;
     let msg_ids: Vec<i64> = (1..=keys.len() as i64).map(|i| base + i).collect();
     sqlx::query(
         "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at) \
@@ -173,7 +159,7 @@ async fn every_event_arrives_in_key_order_with_cloudevents_headers() {
     let env = TestEnv::new("disp_all").await;
     let cluster = mock(3);
     let bootstrap = cluster.bootstrap_servers();
-    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
+    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
     let ids = seed_events(&env, &keys(1000, 37)).await;
     let mut p = producer(&d);
     let mut state = DispatchState::default();
@@ -201,12 +187,9 @@ async fn every_event_arrives_in_key_order_with_cloudevents_headers() {
             || r.payload.contains(&format!("\"msg_id\":{msg_id}"))
     );
     // Where each landed is recorded.
-    let missing: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM msg_event WHERE kafka_offset IS NULL OR sent_at IS NULL",
-    )
-    .fetch_one(env.store.pool())
-    .await
-    .expect("offsets");
+    let missing: i64 = env
+        .scalar("SELECT count(*) FROM msg_event WHERE kafka_offset IS NULL OR sent_at IS NULL")
+        .await;
     assert_eq!(missing, 0);
     env.cleanup().await;
 }
@@ -217,7 +200,7 @@ async fn broker_errors_delay_events_but_lose_none() {
     let env = TestEnv::new("disp_errors").await;
     let cluster = mock(3);
     let bootstrap = cluster.bootstrap_servers();
-    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__BATCH", "200")]);
+    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__BATCH", "200")]);
     let ids = seed_events(&env, &keys(600, 25)).await;
     let mut p = producer(&d);
     let mut state = DispatchState::default();
@@ -244,13 +227,12 @@ async fn broker_errors_delay_events_but_lose_none() {
     assert_eq!(down.acked, 0, "{down:?}");
     assert!(down.failed > 0, "{down:?}");
     flush(&env.store, &mut state).await.expect("flush");
-    let backing_off: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM msg_event WHERE state = 'PENDING' AND next_attempt_at > $1",
-    )
-    .bind(env.clock.now())
-    .fetch_one(env.store.pool())
-    .await
-    .expect("count");
+    let backing_off: i64 = env
+        .scalar_for(
+            "SELECT count(*) FROM msg_event WHERE state = 'PENDING' AND next_attempt_at > $1",
+            env.clock.now(),
+        )
+        .await;
     assert_eq!(backing_off as usize, down.failed);
     // Later events of a backing-off key wait; a round now selects no event of those keys.
     let blocked_keys: Vec<String> = sqlx::query_scalar(
@@ -275,10 +257,9 @@ async fn broker_errors_delay_events_but_lose_none() {
     let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
     assert_eq!(unique.len(), ids.len(), "none lost");
     assert_per_key_order(&got);
-    let retried: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE attempts > 0")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("attempts");
+    let retried: i64 = env
+        .scalar("SELECT count(*) FROM msg_event WHERE attempts > 0")
+        .await;
     assert!(retried > 0);
     env.cleanup().await;
 }
@@ -289,15 +270,7 @@ async fn exhausted_events_go_dead_and_to_the_dead_letter_topic() {
     let env = TestEnv::new("disp_dead").await;
     let cluster = mock(1);
     let bootstrap = cluster.bootstrap_servers();
-    let d = deps(
-        &env,
-        &bootstrap,
-        &[
-            ("MSGX_DISPATCH__MAX_ATTEMPTS", "2"),
-            ("MSGX_KAFKA__DELIVERY_TIMEOUT", "1s"),
-            ("MSGX_KAFKA__REQUEST_TIMEOUT", "500ms"),
-        ],
-    );
+    let d = env.dispatch_deps(&bootstrap, EXHAUST_FAST);
     let ids = seed_events(&env, &keys(5, 5)).await;
     let mut p = producer(&d);
     let mut state = DispatchState::default();
@@ -338,7 +311,7 @@ async fn a_fatal_producer_error_rebuilds_the_producer_and_nothing_is_lost() {
     let env = TestEnv::new("disp_fatal").await;
     let cluster = mock(1);
     let bootstrap = cluster.bootstrap_servers();
-    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__BATCH", "50")]);
+    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__BATCH", "50")]);
     let ids = seed_events(&env, &keys(200, 10)).await;
     let mut p = producer(&d);
     let mut state = DispatchState::default();
@@ -401,13 +374,12 @@ async fn hold_check(env: &TestEnv) -> (Vec<String>, i64, i64) {
     .fetch_all(env.store.pool())
     .await
     .expect("failed keys");
-    let undelivered_other: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM msg_event WHERE state <> 'SENT' AND NOT (flight_key = ANY($1))",
-    )
-    .bind(&failed_keys)
-    .fetch_one(env.store.pool())
-    .await
-    .expect("count");
+    let undelivered_other: i64 = env
+        .scalar_for(
+            "SELECT count(*) FROM msg_event WHERE state <> 'SENT' AND NOT (flight_key = ANY($1))",
+            &failed_keys,
+        )
+        .await;
     let overtaken: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM msg_event s JOIN msg_event f \
            ON f.flight_key = s.flight_key AND f.attempts > 0 AND f.state = 'PENDING' \
@@ -462,7 +434,7 @@ async fn one_broker_down_holds_back_only_the_keys_it_leads() {
             .expect("leader");
     }
     let bootstrap = cluster.bootstrap_servers();
-    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
+    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
     let ids = seed_events(&env, &keys(300, 30)).await;
     let mut p = producer(&d);
     let mut state = DispatchState::default();
@@ -494,7 +466,7 @@ async fn a_failed_event_holds_back_the_later_events_of_its_key() {
     let env = TestEnv::new("disp_hold").await;
     let cluster = mock(1);
     let bootstrap = cluster.bootstrap_servers();
-    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__BATCH", "60")]);
+    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__BATCH", "60")]);
     let ids = seed_events(&env, &keys(600, 30)).await;
     let mut p = producer(&d);
     let mut state = DispatchState::default();
@@ -526,7 +498,7 @@ async fn every_event_arrives_in_key_order_on_a_real_broker() {
     let broker = common::tansu::Tansu::start();
     broker.create_topic(TOPIC, PARTITIONS as u32);
     broker.create_topic(DLQ, PARTITIONS as u32);
-    let d = deps(&env, &broker.bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
+    let d = env.dispatch_deps(&broker.bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
     let ids = seed_events(&env, &keys(600, 29)).await;
     let mut p = producer(&d);
     let mut state = DispatchState::default();
@@ -559,7 +531,7 @@ async fn shutdown_writes_sent_for_what_was_acknowledged_then_stops() {
     let env = TestEnv::new("disp_shutdown").await;
     let cluster = mock(1);
     let bootstrap = cluster.bootstrap_servers();
-    let d = deps(&env, &bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
+    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
     seed_events(&env, &keys(30, 5)).await;
     let addr = Dispatcher::new(
         env.store.clone(),
@@ -598,10 +570,7 @@ async fn the_selection_keeps_key_order_across_pages_whatever_the_statistics() {
         .execute(env.store.pool())
         .await
         .expect("sent");
-    sqlx::query("ANALYZE msg_event")
-        .execute(env.store.pool())
-        .await
-        .expect("analyze");
+    env.exec("ANALYZE msg_event").await;
     // 3,000 pending: the first 2,500 on key HELD (its first one backing off), then 500 on
     // 50 other keys.
     let mut ks: Vec<String> = vec!["HELD".to_string(); 2_500];

@@ -5,9 +5,10 @@
 mod common;
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::kafka::{consume, Received};
+use common::process::exit_status;
 use common::service::{free_port, kill9, spawn_service, wait_for};
 use common::{msgs, TestEnv};
 use rdkafka::mocking::MockCluster;
@@ -19,13 +20,6 @@ fn read_ce_ids(bootstrap: &str, at_least: usize) -> Vec<i64> {
         .iter()
         .map(Received::ce_id)
         .collect()
-}
-
-async fn count(env: &TestEnv, sql: &str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("count")
 }
 
 #[tokio::test]
@@ -50,22 +44,14 @@ async fn a_crash_between_ack_and_sent_resends_and_loses_nothing() {
     let mut with_failpoint = kafka.to_vec();
     with_failpoint.push(("MSGEXCHANGE_FAILPOINT", "dispatch_after_ack"));
     let mut svc = spawn_service(&env, &with_failpoint, free_port());
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = svc.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "never reached the failpoint"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let late = "never reached the failpoint";
+    let status = exit_status(&mut svc, Duration::from_secs(60), late).await;
     assert!(!status.success(), "aborted at the failpoint: {status:?}");
-    let events = count(&env, "SELECT count(*) FROM msg_event").await;
+    let events = env.count("SELECT count(*) FROM msg_event").await;
     assert!(events > 0, "the pump committed events before the crash");
     assert_eq!(
-        count(&env, "SELECT count(*) FROM msg_event WHERE state = 'SENT'").await,
+        env.count("SELECT count(*) FROM msg_event WHERE state = 'SENT'")
+            .await,
         0,
         "the crash came before SENT"
     );
@@ -78,13 +64,13 @@ async fn a_crash_between_ack_and_sent_resends_and_loses_nothing() {
         "all 30 processed and every event sent",
         Duration::from_secs(60),
         || async {
-            count(
-                &env,
-                "SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'",
-            )
-            .await
+            env.count("SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'")
+                .await
                 == 30
-                && count(&env, "SELECT count(*) FROM msg_event WHERE state <> 'SENT'").await == 0
+                && env
+                    .count("SELECT count(*) FROM msg_event WHERE state <> 'SENT'")
+                    .await
+                    == 0
         },
     )
     .await;

@@ -13,6 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::contract::{self, Contract};
+use common::dispatch::EXHAUST_FAST;
 use common::kafka::{consume, Received};
 use common::msgs::{adft, fdel, flop, schedule};
 use common::TestEnv;
@@ -20,7 +21,6 @@ use msgx_actors::app::DispatchDeps;
 use msgx_core::dispatch::{dispatch_once, DispatchState};
 use msgx_core::flight::EventType;
 use msgx_core::kafka::EventProducer;
-use msgx_core::pump::StepOutcome;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::RDKafkaRespErr;
@@ -197,18 +197,11 @@ async fn run_pipeline(env: &TestEnv) -> Vec<(i64, String, String, Value)> {
     }
     env.poll(env.poll_cfg(100)).await;
     let mut pump = env.pump(&[]);
-    let mut processed = 0;
-    loop {
-        match pump.step().await.expect("step") {
-            StepOutcome::Idle => break,
-            StepOutcome::Processed { outcome, .. } => {
-                assert_eq!(outcome.label(), "succeeded", "{outcome:?}");
-                processed += 1;
-            }
-            other => panic!("unexpected {other:?}"),
-        }
+    let done = common::drive::drain_processed(&mut pump).await;
+    for (_, outcome) in &done {
+        assert_eq!(outcome.label(), "succeeded", "{outcome:?}");
     }
-    assert_eq!(processed, texts.len());
+    assert_eq!(done.len(), texts.len());
     let rows: Vec<(i64, String, String, String)> = sqlx::query_as(
         "SELECT event_id, flight_key, event_type, payload::text FROM msg_event ORDER BY event_id",
     )
@@ -237,19 +230,6 @@ fn check_stored(contract: &Contract, events: &[(i64, String, String, Value)]) {
     assert!(has("SCHEDULE_APPLIED", &|p| p["request_id"].is_null()));
 }
 
-/// Dispatch deps for this env and broker, with `MSGX_*` overrides.
-fn deps(env: &TestEnv, bootstrap: &str, extra: &[(&str, &str)]) -> DispatchDeps {
-    let mut all = vec![
-        ("MSGX_KAFKA__BROKERS", bootstrap),
-        ("MSGX_KAFKA__DELIVERY_TIMEOUT", "3s"),
-        ("MSGX_KAFKA__REQUEST_TIMEOUT", "1s"),
-        ("MSGX_DISPATCH__RETRY_INITIAL", "1s"),
-        ("MSGX_DISPATCH__RETRY_MAX", "8s"),
-    ];
-    all.extend_from_slice(extra);
-    DispatchDeps::new(&env.settings(&all), bootstrap)
-}
-
 /// Rounds until nothing is PENDING, moving the injected clock past backoffs.
 async fn drain(env: &TestEnv, d: &DispatchDeps, p: &mut EventProducer, state: &mut DispatchState) {
     for _ in 0..100 {
@@ -257,11 +237,9 @@ async fn drain(env: &TestEnv, d: &DispatchDeps, p: &mut EventProducer, state: &m
             .await
             .expect("round");
         if r.selected == 0 && !state.has_unrecorded() {
-            let pending: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE state = 'PENDING'")
-                    .fetch_one(env.store.pool())
-                    .await
-                    .expect("pending");
+            let pending: i64 = env
+                .scalar("SELECT count(*) FROM msg_event WHERE state = 'PENDING'")
+                .await;
             if pending == 0 {
                 return;
             }
@@ -365,7 +343,7 @@ async fn pipeline_events_match_the_contract_on_a_real_broker() {
     let broker = common::tansu::Tansu::start();
     broker.create_topic(TOPIC, PARTITIONS as u32);
     broker.create_topic(DLQ, PARTITIONS as u32);
-    let d = deps(&env, &broker.bootstrap, &[("MSGX_DISPATCH__BATCH", "4")]);
+    let d = env.dispatch_deps(&broker.bootstrap, &[("MSGX_DISPATCH__BATCH", "4")]);
     // One round, then a "restart": its acks were never recorded, a new producer re-sends them.
     let mut p = EventProducer::new(&d.kafka, &d.bootstrap).expect("producer");
     let mut state = DispatchState::default();
@@ -378,10 +356,7 @@ async fn pipeline_events_match_the_contract_on_a_real_broker() {
     let mut state = DispatchState::default();
     drain(&env, &d, &mut p, &mut state).await;
 
-    let stored: HashMap<i64, (String, String)> = events
-        .iter()
-        .map(|(id, k, t, _)| (*id, (k.clone(), t.clone())))
-        .collect();
+    let stored = by_event_id(&events);
     let got = consume(&broker.bootstrap, TOPIC, PARTITIONS, events.len() + 4);
     for r in &got {
         check_record(&doc, &contract, &stored, r, "");
@@ -392,6 +367,14 @@ async fn pipeline_events_match_the_contract_on_a_real_broker() {
     assert!(duplicates > 0, "the restart re-sent the unrecorded acks");
     run_consumer_example(&broker.bootstrap, &ids, duplicates);
     env.cleanup().await;
+}
+
+/// `(key, type)` of each stored event, by event id.
+fn by_event_id(events: &[(i64, String, String, Value)]) -> HashMap<i64, (String, String)> {
+    events
+        .iter()
+        .map(|(id, k, t, _)| (*id, (k.clone(), t.clone())))
+        .collect()
 }
 
 fn mock() -> MockCluster<'static, DefaultProducerContext> {
@@ -413,15 +396,7 @@ async fn dead_letters_match_the_contract() {
     check_stored(&contract, &events);
     let cluster = mock();
     let bootstrap = cluster.bootstrap_servers();
-    let d = deps(
-        &env,
-        &bootstrap,
-        &[
-            ("MSGX_DISPATCH__MAX_ATTEMPTS", "2"),
-            ("MSGX_KAFKA__DELIVERY_TIMEOUT", "1s"),
-            ("MSGX_KAFKA__REQUEST_TIMEOUT", "500ms"),
-        ],
-    );
+    let d = env.dispatch_deps(&bootstrap, EXHAUST_FAST);
     cluster
         .topic_error(
             TOPIC,
@@ -431,10 +406,7 @@ async fn dead_letters_match_the_contract() {
     let mut p = EventProducer::new(&d.kafka, &d.bootstrap).expect("producer");
     let mut state = DispatchState::default();
     drain(&env, &d, &mut p, &mut state).await;
-    let stored: HashMap<i64, (String, String)> = events
-        .iter()
-        .map(|(id, k, t, _)| (*id, (k.clone(), t.clone())))
-        .collect();
+    let stored = by_event_id(&events);
     let dead = consume(&bootstrap, DLQ, PARTITIONS, events.len());
     for r in &dead {
         check_record(&doc, &contract, &stored, r, "Dead");

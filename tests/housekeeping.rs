@@ -15,10 +15,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use common::msgs::{fdel, flop};
 use common::TestEnv;
-use msgx_actors::app::{start_pipeline, HousekeepingDeps, PipelineDeps};
+use msgx_actors::app::HousekeepingDeps;
 use msgx_actors::messages::HousekeepNow;
-use msgx_actors::wiring::Wiring;
-use msgx_core::backfill::{sweep_once, SweepConfig};
 use msgx_core::clock::{Clock, SharedClock, SystemClock};
 use msgx_core::pump::{PumpCore, StepOutcome};
 use msgx_core::retention::{Job, JobReport, RetentionConfig};
@@ -102,13 +100,6 @@ async fn ids(env: &TestEnv, table: &str) -> BTreeSet<i64> {
         .expect("ids")
         .into_iter()
         .collect()
-}
-
-async fn count(env: &TestEnv, sql: &str) -> i64 {
-    sqlx::query_scalar(sql)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("count")
 }
 
 /// Every row of proc_state and proc_state_hst as JSON without `archived_at`, by id.
@@ -221,19 +212,14 @@ async fn archive_conditions_one_by_one() {
     assert_eq!(ids(&env, "proc_state").await, live);
     // Moved as they were: every column the same, only the table changed.
     assert_eq!(snapshot(&env).await, before);
-    let stamped = count(
-        &env,
-        "SELECT count(*) FROM proc_state_hst WHERE archived_at IS NOT NULL",
-    )
-    .await;
+    let stamped = env
+        .count("SELECT count(*) FROM proc_state_hst WHERE archived_at IS NOT NULL")
+        .await;
     assert_eq!(stamped, 5);
     // A second job finds nothing more.
     assert_eq!(job(&env, &cfg(&env, &[])).await.archived, 0);
     // The row counts show on the sizes (estimates after ANALYZE).
-    sqlx::query("ANALYZE proc_state_hst")
-        .execute(env.store.pool())
-        .await
-        .expect("analyze");
+    env.exec("ANALYZE proc_state_hst").await;
     let sizes = job(&env, &cfg(&env, &[])).await.sizes;
     assert!(
         sizes.iter().any(|(t, n)| t == "proc_state_hst" && *n == 5),
@@ -283,10 +269,7 @@ async fn a_crash_mid_batch_loses_or_doubles_nothing() {
         assert_eq!(hst.len() + live.len(), 2500, "no row lost");
         assert_eq!(snapshot(&env).await, before);
         // Start over for the second variant.
-        sqlx::query("DROP TRIGGER hk_crash ON proc_state")
-            .execute(env.store.pool())
-            .await
-            .expect("drop trigger");
+        env.exec("DROP TRIGGER hk_crash ON proc_state").await;
         sqlx::query(
             "WITH m AS (DELETE FROM proc_state_hst RETURNING *) \
              INSERT INTO proc_state SELECT msg_id, state, source, received_at, enqueued_at, \
@@ -309,39 +292,12 @@ async fn a_crash_mid_batch_loses_or_doubles_nothing() {
     env.cleanup().await;
 }
 
-async fn discover(env: &TestEnv, last: i64) {
-    for _ in 0..50 {
-        if env.cursor().await.0 >= last {
-            return;
-        }
-        env.poll(env.poll_cfg(2000)).await;
-    }
-    panic!("W did not reach {last}");
-}
-
-async fn sweep_all(env: &TestEnv) {
-    let settings = env.settings(&[]);
-    let cfg = SweepConfig::new(&settings.backfill, &env.names);
-    while sweep_once(&env.inbox, &env.store, &env.clock, &cfg)
-        .await
-        .expect("sweep")
-        .selected
-        > 0
-    {}
-}
-
 /// Steps the pump until idle; returns each processed id with its outcome label.
 async fn drain(pump: &mut PumpCore) -> Vec<(i64, String)> {
-    let mut done = Vec::new();
-    loop {
-        match pump.step().await.expect("step") {
-            StepOutcome::Idle => return done,
-            StepOutcome::Processed {
-                msg_id, outcome, ..
-            } => done.push((msg_id, format!("{outcome:?}"))),
-            other => panic!("unexpected step {other:?}"),
-        }
-    }
+    let done = common::drive::drain_processed(pump).await;
+    done.into_iter()
+        .map(|(msg_id, outcome)| (msg_id, format!("{outcome:?}")))
+        .collect()
 }
 
 /// What the dispatcher would write after the broker's ack.
@@ -385,14 +341,14 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
     let mut pump = env.pump(&[]);
     let first = env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await;
     let other = env.insert_message(&flop(2, "F2", &[("GATE", "B1")])).await;
-    discover(&env, other).await;
+    env.discover(other).await;
     assert_eq!(drain(&mut pump).await.len(), 2);
     deliver_all(&env).await;
-    sweep_all(&env).await;
+    env.sweep_all().await;
     env.clock.advance(100 * DAY);
     let report = job(&env, &cfg(&env, &[])).await;
     assert!(report.deleted.get("msg_event") >= Some(&2), "{report:?}");
-    assert_eq!(count(&env, "SELECT count(*) FROM msg_event").await, 0);
+    assert_eq!(env.count("SELECT count(*) FROM msg_event").await, 0);
     assert_eq!(report.archived, 2, "{report:?}");
     assert_eq!(
         ids(&env, "proc_state_hst").await,
@@ -411,7 +367,7 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
             .expect("late"),
         vec![late]
     );
-    discover(&env, late).await;
+    env.discover(late).await;
     let done = drain(&mut pump).await;
     assert_eq!(done.len(), 2, "{done:?}");
     for id in [again, late] {
@@ -426,14 +382,14 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
     assert_eq!(gate_of(&env, "F1").await.as_deref(), Some("A1"));
     // 3. The other archived record's identity holds the same way, naming its holder.
     let third = env.insert_message(&flop(2, "F2", &[("GATE", "B9")])).await;
-    discover(&env, third).await;
+    env.discover(third).await;
     drain(&mut pump).await;
     assert_eq!(env.state_of(third).await.0, "SKIPPED");
     assert_duplicate_of(&env, third, other).await;
 
     // "Enqueued" means live or archived: the compensation scan does not enqueue the archived
     // rows again, and verify finds every inbox row covered.
-    sweep_all(&env).await;
+    env.sweep_all().await;
     let settings = env.settings(&[("MSGX_LATE__COMPENSATION_WINDOW", "1000")]);
     let scan = msgx_core::late::DetectConfig::from_settings(&settings)
         .expect("cfg")
@@ -563,13 +519,10 @@ async fn other_tables_expire_in_batches() {
     let third = job(&env, &c).await;
     assert!(third.deleted.values().all(|n| *n == 0), "{third:?}");
     // What is left: the young rows and the kept events.
-    assert_eq!(count(&env, "SELECT count(*) FROM schd_snap_log").await, 7);
-    assert_eq!(count(&env, "SELECT count(*) FROM audit_log").await, 2);
-    assert_eq!(count(&env, "SELECT count(*) FROM late_watch").await, 4);
-    assert_eq!(
-        count(&env, "SELECT count(*) FROM late_watch_range").await,
-        5
-    );
+    assert_eq!(env.count("SELECT count(*) FROM schd_snap_log").await, 7);
+    assert_eq!(env.count("SELECT count(*) FROM audit_log").await, 2);
+    assert_eq!(env.count("SELECT count(*) FROM late_watch").await, 4);
+    assert_eq!(env.count("SELECT count(*) FROM late_watch_range").await, 5);
     let events: Vec<(String, String)> =
         sqlx::query_as("SELECT state, event_type FROM msg_event ORDER BY event_id")
             .fetch_all(env.store.pool())
@@ -617,10 +570,10 @@ async fn the_late_guard_works_after_old_events_are_gone() {
     insert_at(&env, 11, &flop(10, "F1", &[("GATE", "A2")])).await;
     insert_at(&env, 12, &flop(11, "F2", &[("GATE", "B1")])).await;
     insert_at(&env, 13, &fdel(12, "F2")).await;
-    discover(&env, 13).await;
+    env.discover(13).await;
     assert_eq!(drain(&mut pump).await.len(), 3);
     deliver_all(&env).await;
-    sweep_all(&env).await;
+    env.sweep_all().await;
     env.clock.advance(100 * DAY);
     let report = job(&env, &cfg(&env, &[])).await;
     // Every event but the FLIGHT_DELETED tombstone is gone; the rows without events moved.
@@ -653,11 +606,9 @@ async fn the_late_guard_works_after_old_events_are_gone() {
         None,
         "a deleted flight stays deleted"
     );
-    let stale: Option<serde_json::Value> =
-        sqlx::query_scalar("SELECT stale_fields FROM proc_state WHERE msg_id = 5")
-            .fetch_one(env.store.pool())
-            .await
-            .expect("stale");
+    let stale: Option<serde_json::Value> = env
+        .scalar("SELECT stale_fields FROM proc_state WHERE msg_id = 5")
+        .await;
     assert!(stale.is_some(), "the refused field is reported");
     env.cleanup().await;
 }
@@ -751,25 +702,11 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
     .execute(env.store.pool())
     .await
     .expect("archivable rows");
-    sqlx::query("ANALYZE proc_state")
-        .execute(env.store.pool())
-        .await
-        .expect("analyze");
+    env.exec("ANALYZE proc_state").await;
 
     let clock: SharedClock = Arc::new(SystemClock);
-    let wiring = Wiring::default();
-    let (fatal, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let _sup = start_pipeline(PipelineDeps {
-        wiring: wiring.clone(),
-        housekeeping: HousekeepingDeps::from_settings(&settings),
-        ..PipelineDeps::from_settings(
-            &settings,
-            env.inbox.clone(),
-            env.store.clone(),
-            clock.clone(),
-            fatal,
-        )
-        .expect("pipeline deps")
+    let pipeline = common::pipeline::start(&env, &settings, clock.clone(), |d| {
+        d.housekeeping = HousekeepingDeps::from_settings(&settings)
     });
     // Upstream: 40 messages a second for as long as the test runs.
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
@@ -802,7 +739,7 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
     let a_to = Utc::now();
 
     // Phase B: the same traffic with the archive job running beside it.
-    let housekeeper = wiring.housekeeper().expect("housekeeper running");
+    let housekeeper = pipeline.wiring.housekeeper().expect("housekeeper running");
     let started = Instant::now();
     assert!(
         housekeeper.send(HousekeepNow).await.expect("mailbox"),
@@ -810,7 +747,7 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
     );
     let b_from = Utc::now();
     let archived = loop {
-        let n = count(&env, "SELECT count(*) FROM proc_state_hst").await;
+        let n = env.count("SELECT count(*) FROM proc_state_hst").await;
         if n == ARCHIVABLE || started.elapsed() > Duration::from_secs(240) {
             break n;
         }
@@ -862,11 +799,9 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
         "mark latency with the job {lat_b:?} vs {lat_a:?}"
     );
     // Nothing unfinished piles up: the pump kept processing.
-    let unfinished = count(
-        &env,
-        "SELECT count(*) FROM proc_state WHERE state IN ('PENDING', 'FAILED')",
-    )
-    .await;
+    let unfinished = env
+        .count("SELECT count(*) FROM proc_state WHERE state IN ('PENDING', 'FAILED')")
+        .await;
     assert!(unfinished < 100, "{unfinished} unfinished after the run");
     env.cleanup().await;
 }
@@ -932,17 +867,14 @@ async fn vacuum_reclaims_dead_tuples_the_server_leaves() {
     use msgx_core::store::Maintenance;
 
     let env = TestEnv::new("hk_vacuum").await;
-    sqlx::query("ALTER TABLE audit_log SET (autovacuum_enabled = false)")
-        .execute(env.store.pool())
-        .await
-        .expect("opt out");
+    env.exec("ALTER TABLE audit_log SET (autovacuum_enabled = false)")
+        .await;
     bloat_audit_log(&env, 5_000).await;
     let dead = dead_at_least(&env, "audit_log", 10_000).await;
     assert!(dead >= 10_000, "dead tuples after the updates: {dead}");
-    let server: bool = sqlx::query_scalar("SELECT current_setting('autovacuum') = 'on'")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("show");
+    let server: bool = env
+        .scalar("SELECT current_setting('autovacuum') = 'on'")
+        .await;
     assert_eq!(env.store.server_autovacuum().await.expect("read"), server);
 
     let policy = |mode| VacuumPolicy {
@@ -1010,28 +942,11 @@ async fn vacuum_reclaims_dead_tuples_the_server_leaves() {
     let mut hk = HousekeepingDeps::from_settings(&settings).expect("housekeeping on");
     assert_eq!(hk.vacuum_check, Duration::from_secs(1));
     hk.period = Duration::from_secs(86_400);
-    let (fatal, _rx) = tokio::sync::mpsc::unbounded_channel();
     let clock: SharedClock = Arc::new(SystemClock);
-    let _sup = start_pipeline(PipelineDeps {
-        housekeeping: Some(hk),
-        ..PipelineDeps::from_settings(
-            &settings,
-            env.inbox.clone(),
-            env.store.clone(),
-            clock,
-            fatal,
-        )
-        .expect("pipeline deps")
-    });
+    let _pipeline = common::pipeline::start(&env, &settings, clock, |d| d.housekeeping = Some(hk));
     let deadline = Instant::now() + Duration::from_secs(30);
-    let last_vacuum_count = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'audit_log'",
-        )
-        .fetch_one(env.store.pool())
-        .await
-        .expect("count")
-    };
+    let last_vacuum_count =
+        || env.count("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'audit_log'");
     while last_vacuum_count().await < 2 {
         assert!(
             Instant::now() < deadline,

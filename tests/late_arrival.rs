@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use actix::Actor;
 use common::msgs::{adft, fdel, flop};
-use common::proxy::Proxy;
+use common::proxied::{ProxiedInbox, QUICK_INBOX};
 use common::TestEnv;
 use metrics_exporter_prometheus::PrometheusHandle;
 use msgx_actors::late_detector::LateDetector;
@@ -19,7 +19,7 @@ use msgx_actors::messages::{DetectNow, HolesReleased};
 use msgx_core::codec::model::Field;
 use msgx_core::inbox::Inbox;
 use msgx_core::late::{detect_once, DetectConfig, DetectError, DetectReport, LateHit};
-use msgx_core::pump::{PumpCore, StepOutcome};
+use msgx_core::pump::PumpCore;
 use msgx_core::store::Store;
 use serde_json::json;
 use sqlx::{MySql, Transaction};
@@ -94,21 +94,13 @@ fn hits(ids: &[i64]) -> Vec<LateHit> {
         .collect()
 }
 
-/// Steps the pump until idle; returns the processed ids in order.
+/// Steps the pump until idle; returns the processed ids in order (each succeeded).
 async fn drain(pump: &mut PumpCore) -> Vec<i64> {
-    let mut done = Vec::new();
-    loop {
-        match pump.step().await.expect("step") {
-            StepOutcome::Idle => return done,
-            StepOutcome::Processed {
-                msg_id, outcome, ..
-            } => {
-                assert_eq!(outcome.label(), "succeeded", "{msg_id}: {outcome:?}");
-                done.push(msg_id);
-            }
-            other => panic!("unexpected step {other:?}"),
-        }
+    let done = common::drive::drain_processed(pump).await;
+    for (msg_id, outcome) in &done {
+        assert_eq!(outcome.label(), "succeeded", "{msg_id}: {outcome:?}");
     }
+    done.into_iter().map(|(msg_id, _)| msg_id).collect()
 }
 
 async fn source_of(env: &TestEnv, msg_id: i64) -> Option<String> {
@@ -120,19 +112,19 @@ async fn source_of(env: &TestEnv, msg_id: i64) -> Option<String> {
 }
 
 async fn stale_fields(env: &TestEnv, msg_id: i64) -> Option<serde_json::Value> {
-    sqlx::query_scalar("SELECT stale_fields FROM proc_state WHERE msg_id = $1")
-        .bind(msg_id)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("stale_fields")
+    env.scalar_for(
+        "SELECT stale_fields FROM proc_state WHERE msg_id = $1",
+        msg_id,
+    )
+    .await
 }
 
 async fn backfill_intent_set(env: &TestEnv, msg_id: i64) -> bool {
-    sqlx::query_scalar("SELECT backfill_next_at IS NOT NULL FROM proc_state WHERE msg_id = $1")
-        .bind(msg_id)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("intent")
+    env.scalar_for(
+        "SELECT backfill_next_at IS NOT NULL FROM proc_state WHERE msg_id = $1",
+        msg_id,
+    )
+    .await
 }
 
 #[tokio::test]
@@ -204,13 +196,12 @@ async fn a_late_row_is_detected_enqueued_and_applied_without_overtaking_newer_da
     );
     assert_eq!(counter(STALE) - before.1, 1.0);
     assert_eq!(stale_fields(&env, newer).await, None);
-    let payload: serde_json::Value = sqlx::query_scalar(
-        "SELECT payload FROM msg_event WHERE msg_id = $1 AND event_type = 'FLIGHT_UPDATED'",
-    )
-    .bind(late)
-    .fetch_one(env.store.pool())
-    .await
-    .expect("event of the late message");
+    let payload: serde_json::Value = env
+        .scalar_for(
+            "SELECT payload FROM msg_event WHERE msg_id = $1 AND event_type = 'FLIGHT_UPDATED'",
+            late,
+        )
+        .await;
     assert_eq!(
         payload["changes"],
         json!({"STND": {"before": "S1", "after": "S5"}, "BLTS": {"before": null, "after": "7"}})
@@ -265,12 +256,12 @@ async fn late_deletes_and_late_updates_of_deleted_flights_are_refused_and_record
         assert_eq!(env.state_of(id).await.0, "SUCCEEDED");
         assert!(backfill_intent_set(&env, id).await);
     }
-    let late_events: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE msg_id = ANY($1)")
-            .bind(vec![late_del, late_upd])
-            .fetch_one(env.store.pool())
-            .await
-            .expect("events");
+    let late_events: i64 = env
+        .scalar_for(
+            "SELECT count(*) FROM msg_event WHERE msg_id = ANY($1)",
+            vec![late_del, late_upd],
+        )
+        .await;
     assert_eq!(late_events, 0, "nothing applied, nothing announced");
     common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
@@ -398,13 +389,11 @@ async fn an_unreachable_inbox_keeps_the_watch_intact() {
     assert_eq!(release_hole(&env).await, (hole, hole));
     tx.commit().await.expect("late commit");
 
-    let proxy = Proxy::start("127.0.0.1:3306").await;
-    let mut settings = env.settings(&[
-        ("MSGX_INBOX__CONNECT_TIMEOUT", "500ms"),
-        ("MSGX_INBOX__QUERY_TIMEOUT", "2s"),
-    ]);
-    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db).into();
-    let via_proxy = Inbox::new(&settings.inbox, &env.names, env.tz).expect("adapter");
+    let ProxiedInbox {
+        proxy,
+        settings,
+        inbox: via_proxy,
+    } = env.inbox_via_proxy(QUICK_INBOX).await;
     let cfg = DetectConfig::from_settings(&settings).expect("cfg");
     proxy.cut();
     // Even past its window: an id is never closed without a successful check.

@@ -8,6 +8,7 @@ mod common;
 use msgx_core::cutover::{CutoverMode, CutoverStock};
 
 use chrono::{DateTime, Utc};
+use common::seed::{self, Proc};
 use common::TestEnv;
 use msgx_core::clock::Clock;
 use msgx_core::pump::ErrorClass;
@@ -29,39 +30,26 @@ async fn stamp(store: &Store, msg_id: i64, now: DateTime<Utc>) -> Result<Option<
 }
 
 async fn attempts(env: &TestEnv, msg_id: i64) -> i32 {
-    sqlx::query_scalar("SELECT attempts FROM proc_state WHERE msg_id = $1")
-        .bind(msg_id)
-        .fetch_one(env.store.pool())
+    env.scalar_for("SELECT attempts FROM proc_state WHERE msg_id = $1", msg_id)
         .await
-        .expect("attempts")
 }
 
 #[tokio::test]
 async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
     let env = TestEnv::new("lease_fence").await;
     let now = env.clock.now();
-    sqlx::query("INSERT INTO proc_state (msg_id, enqueued_at) VALUES (1, $1), (2, $1)")
-        .bind(now)
-        .execute(env.store.pool())
-        .await
-        .expect("rows");
+    seed::procs(&env, [Proc::pending(1, now), Proc::pending(2, now)]).await;
 
-    let lock_a = InstanceLock::acquire_with(&env.store, quick())
-        .await
-        .expect("lock a");
+    let lock_a = acquire(&env).await.expect("lock a");
     let store_a = fenced_store(&env, &lock_a).await;
     assert_eq!(stamp(&store_a, 1, now).await.expect("a writes"), Some(1));
 
     // A's lock session dies (network cut, pg_terminate_backend); its pools live on.
-    sqlx::query("SELECT pg_terminate_backend(backend_pid) FROM instance_lease")
-        .execute(env.store.pool())
-        .await
-        .expect("terminate");
+    env.exec("SELECT pg_terminate_backend(backend_pid) FROM instance_lease")
+        .await;
     // Half a ttl without a renewal from a session that is gone: taken over before expiry.
     tokio::time::sleep(std::time::Duration::from_millis(900)).await;
-    let lock_b = InstanceLock::acquire_with(&env.store, quick())
-        .await
-        .expect("lock b");
+    let lock_b = acquire(&env).await.expect("lock b");
     assert_eq!(lock_b.epoch(), lock_a.epoch() + 1);
     let store_b = fenced_store(&env, &lock_b).await;
 
@@ -109,10 +97,8 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
 
     // An epoch moved behind B's back (a newer instance whose lock B still sees) also fails
     // B's check and fences its writes.
-    sqlx::query("UPDATE instance_lease SET epoch = epoch + 1")
-        .execute(env.store.pool())
-        .await
-        .expect("bump");
+    env.exec("UPDATE instance_lease SET epoch = epoch + 1")
+        .await;
     assert!(lock_b.check().await.is_err());
     assert!(stamp(&store_b, 1, now)
         .await
@@ -121,6 +107,11 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
     store_a.pool().close().await;
     store_b.pool().close().await;
     env.cleanup().await;
+}
+
+/// A lease on this env's store with the quick settings.
+async fn acquire(env: &TestEnv) -> Result<InstanceLock, StoreError> {
+    InstanceLock::acquire_with(&env.store, quick()).await
 }
 
 fn quick() -> LeaseConfig {
@@ -135,20 +126,14 @@ fn quick() -> LeaseConfig {
 #[tokio::test]
 async fn a_frozen_holder_is_taken_over_after_the_ttl_and_a_released_lease_at_once() {
     let env = TestEnv::new("lease_ttl").await;
-    let a = InstanceLock::acquire_with(&env.store, quick())
-        .await
-        .expect("a");
+    let a = acquire(&env).await.expect("a");
     // A renews: B stands by.
     a.check().await.expect("renew");
-    let refused = InstanceLock::acquire_with(&env.store, quick())
-        .await
-        .expect_err("held");
+    let refused = acquire(&env).await.expect_err("held");
     assert!(matches!(refused, StoreError::InstanceLocked), "{refused}");
     // A freezes (stops renewing, keeps its session): after the ttl B takes over.
     tokio::time::sleep(std::time::Duration::from_millis(1700)).await;
-    let b = InstanceLock::acquire_with(&env.store, quick())
-        .await
-        .expect("b takes over");
+    let b = acquire(&env).await.expect("b takes over");
     assert_eq!(b.epoch(), a.epoch() + 1);
     // A wakes up: its renewal says it was taken over (it must stop).
     let lost = a.check().await.expect_err("taken over");
@@ -157,9 +142,7 @@ async fn a_frozen_holder_is_taken_over_after_the_ttl_and_a_released_lease_at_onc
     b.release().await.expect("release");
     // A renewal that fires after the release (the supervisor still ticking) renews nothing.
     b.check().await.expect("no-op after release");
-    let c = InstanceLock::acquire_with(&env.store, quick())
-        .await
-        .expect("c at once");
+    let c = acquire(&env).await.expect("c at once");
     assert_eq!(c.epoch(), b.epoch() + 1);
     c.release().await.expect("release c");
     env.cleanup().await;
@@ -169,30 +152,17 @@ async fn a_frozen_holder_is_taken_over_after_the_ttl_and_a_released_lease_at_onc
 #[tokio::test]
 async fn a_lease_row_edited_by_hand_is_refused() {
     let env = TestEnv::new("lease_tamper").await;
-    let a = InstanceLock::acquire_with(&env.store, quick())
-        .await
-        .expect("a");
-    sqlx::query("UPDATE instance_lease SET expires_at = now() + interval '30 days'")
-        .execute(env.store.pool())
-        .await
-        .expect("edit");
-    let standby = InstanceLock::acquire_with(&env.store, quick())
-        .await
-        .expect_err("refused");
+    let a = acquire(&env).await.expect("a");
+    env.exec("UPDATE instance_lease SET expires_at = now() + interval '30 days'")
+        .await;
+    let standby = acquire(&env).await.expect_err("refused");
     assert!(matches!(standby, StoreError::LeaseTampered(_)), "{standby}");
-    sqlx::query("UPDATE instance_lease SET holder = 'someone:1'")
-        .execute(env.store.pool())
-        .await
-        .expect("edit holder");
+    env.exec("UPDATE instance_lease SET holder = 'someone:1'")
+        .await;
     let held = a.check().await.expect_err("refuse to act");
     assert!(matches!(held, StoreError::LeaseTampered(_)), "{held}");
-    sqlx::query("DELETE FROM instance_lease")
-        .execute(env.store.pool())
-        .await
-        .expect("delete");
-    let gone = InstanceLock::acquire_with(&env.store, quick())
-        .await
-        .expect_err("no row");
+    env.exec("DELETE FROM instance_lease").await;
+    let gone = acquire(&env).await.expect_err("no row");
     assert!(matches!(gone, StoreError::LeaseTampered(_)), "{gone}");
     env.cleanup().await;
 }
@@ -245,9 +215,7 @@ async fn store_sessions_carry_the_configured_timeouts() {
 #[tokio::test]
 async fn a_hanging_renewal_times_out_and_the_next_one_succeeds() {
     let env = TestEnv::new("lease_hang").await;
-    let a = InstanceLock::acquire_with(&env.store, quick())
-        .await
-        .expect("a");
+    let a = acquire(&env).await.expect("a");
     let mut tx = env.store.pool().begin().await.expect("begin");
     sqlx::query("LOCK TABLE instance_lease IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *tx)

@@ -120,11 +120,7 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
     env.poll(env.poll_cfg(1000)).await;
     let purged = vec![ids[5], ids[23]];
     for id in &purged {
-        sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
-            .bind(id)
-            .execute(&env.owner)
-            .await
-            .expect("purge as owner");
+        env.delete_as_owner(&[*id]).await;
     }
     // The inbox takes its time writing marks: the sweeper holds its row locks meanwhile.
     env.owner
@@ -422,13 +418,8 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
     // confirmed (or abandoned for its missing inbox row), every existing inbox row marked.
     let mut core = env.pump(&[("MSGX_PROCESSING__MAX_ATTEMPTS", "1")]);
     while core.step().await.expect("step") != StepOutcome::Idle {}
-    let cfg = SweepConfig::new(&settings.backfill, &env.names);
-    while sweep_once(&env.inbox, &env.store, &env.clock, &cfg)
-        .await
-        .expect("sweep")
-        .selected
-        > 0
-    {}
+    env.sweep_until_idle(&SweepConfig::new(&settings.backfill, &env.names))
+        .await;
     let end = rows(&env.store).await;
     check_rows(&end);
     let marks = inbox_marks(&env).await;

@@ -1094,16 +1094,12 @@ fn compose_environment_matches_the_config() {
         .output()
         .is_ok_and(|o| o.status.success());
     if ok {
-        let out = Command::new("docker")
-            .args(["compose", "-f"])
-            .arg(repo().join("docker-compose.yml"))
-            .args(["config", "--quiet"])
-            .output()
-            .expect("docker compose config");
-        assert!(
-            out.status.success(),
-            "docker compose config: {}",
-            String::from_utf8_lossy(&out.stderr)
+        common::process::succeed(
+            Command::new("docker")
+                .args(["compose", "-f"])
+                .arg(repo().join("docker-compose.yml"))
+                .args(["config", "--quiet"]),
+            "docker compose config",
         );
     }
 }

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use actix::{Actor, Context, Handler};
 use common::TestEnv;
-use msgx_actors::app::{start_pipeline, PipelineDeps};
 use msgx_actors::messages::{HolesReleased, PollNow, WatermarkMoved};
 use msgx_actors::wiring::Wiring;
 use msgx_core::devtools::simulator::{simulate, SimConfig};
@@ -55,19 +54,8 @@ async fn simulator_and_poller_concurrently_lose_nothing() {
     ]);
     let seen = Seen::default();
     let probe = Probe(seen.clone()).start();
-    let wiring = Wiring::default();
-    let (fatal, _fatal_rx) = tokio::sync::mpsc::unbounded_channel();
-    let _sup = start_pipeline(PipelineDeps {
-        wiring: wiring.clone(),
-        ..PipelineDeps::from_settings(
-            &settings,
-            env.inbox.clone(),
-            env.store.clone(),
-            common::shared(&env.clock),
-            fatal,
-        )
-        .expect("pipeline deps")
-    });
+    let pipeline = common::pipeline::start(&env, &settings, common::shared(&env.clock), |_| {});
+    let wiring = &pipeline.wiring;
     // The probe listens next to the late detector.
     tokio::time::sleep(Duration::from_millis(100)).await;
     wiring.update(|r| {

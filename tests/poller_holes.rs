@@ -200,10 +200,7 @@ async fn a_fifty_million_id_jump_is_one_range_released_in_one_quick_round_and_wa
         took < Duration::from_secs(1),
         "the release round took {took:?}"
     );
-    let ranges: i64 = sqlx::query_scalar("SELECT count(*) FROM late_watch_range")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("ranges");
+    let ranges: i64 = env.scalar("SELECT count(*) FROM late_watch_range").await;
     assert_eq!(ranges, 1, "one row, not 50M");
     assert_eq!(
         env.store.late_watch_open().await.expect("open"),
@@ -228,11 +225,9 @@ async fn a_fifty_million_id_jump_is_one_range_released_in_one_quick_round_and_wa
         d.detected.iter().map(|h| h.msg_id).collect::<Vec<_>>(),
         vec![late]
     );
-    let source: String = sqlx::query_scalar("SELECT source FROM proc_state WHERE msg_id = $1")
-        .bind(late)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("late row enqueued");
+    let source: String = env
+        .scalar_for("SELECT source FROM proc_state WHERE msg_id = $1", late)
+        .await;
     assert_eq!(source, "LATE");
     let spans: Vec<(i64, i64)> =
         sqlx::query_as("SELECT first_id, last_id FROM late_watch_range ORDER BY first_id")
@@ -288,10 +283,7 @@ async fn a_corrupt_hole_table_stops_the_poller_and_w_stays() {
     assert!(err.to_string().contains("inbox_hole is corrupt"), "{err}");
     assert_eq!(env.cursor().await.0, ids[2], "W stays");
     // The documented repair: clear the table; every hole is re-aged from now (safe).
-    sqlx::query("DELETE FROM inbox_hole")
-        .execute(env.store.pool())
-        .await
-        .expect("repair");
+    env.exec("DELETE FROM inbox_hole").await;
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, ids[2] + 1);
     env.cleanup().await;
@@ -348,13 +340,8 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
     // The compensation scan finds the reused ids below W. One is enqueued under the old row's
     // id but is another row (another receive time): reported as reused, never taken for the
     // old one. A truly unseen id below W is enqueued LATE.
-    sqlx::query(
-        "UPDATE CMINMSGS SET CMINMSGS_DATE_RECEIVED = '2020-01-01 00:00:00' WHERE CMINMSGS_ID = ?",
-    )
-    .bind(reused[1])
-    .execute(&env.owner)
-    .await
-    .expect("another row's receive time");
+    let received = "CMINMSGS_DATE_RECEIVED = '2020-01-01 00:00:00'";
+    env.owner_update(received, &[], &reused[1..2]).await;
     sqlx::query("DELETE FROM proc_state WHERE msg_id = $1")
         .bind(reused[0])
         .execute(env.store.pool())
@@ -370,11 +357,9 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
     assert_eq!(report.enqueued, vec![reused[0]]);
     assert_eq!(report.reused, vec![reused[1]]);
     assert_eq!(report.checked, 2);
-    let source: String = sqlx::query_scalar("SELECT source FROM proc_state WHERE msg_id = $1")
-        .bind(reused[0])
-        .fetch_one(env.store.pool())
-        .await
-        .expect("enqueued");
+    let source: String = env
+        .scalar_for("SELECT source FROM proc_state WHERE msg_id = $1", reused[0])
+        .await;
     assert_eq!(source, "LATE");
     // Idempotent: the next scan finds nothing new.
     let again = msgx_core::late::compensation_scan(&env.inbox, &env.store, &env.clock, &scan)
@@ -398,10 +383,7 @@ async fn rerunning_a_round_over_the_same_rows_changes_nothing() {
     assert_eq!(before.len(), 5);
 
     // Put W back (as after a lost async commit) and re-run over the same rows.
-    sqlx::query("UPDATE inbox_cursor SET w = 0")
-        .execute(env.store.pool())
-        .await
-        .expect("rewind");
+    env.exec("UPDATE inbox_cursor SET w = 0").await;
     env.clock.advance(Duration::from_secs(10));
     let r = env.poll(cfg).await;
     assert_eq!(r.enqueued_new, 0, "conflicts mean already enqueued");

@@ -4,8 +4,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::process::exit_status;
 use common::service::{free_port, kill9, spawn_service, wait_for};
 use common::TestEnv;
 use msgx_core::clock::Clock;
@@ -104,10 +105,7 @@ async fn a_second_writer_moving_w_is_refused() {
     env.insert_rows(2).await;
     let stale = env.store.read_cursor().await.expect("cursor").cursor;
     // Another writer moves W first; our commit with the stale expectation must fail.
-    sqlx::query("UPDATE inbox_cursor SET w = w + 1")
-        .execute(env.store.pool())
-        .await
-        .expect("bump");
+    env.exec("UPDATE inbox_cursor SET w = w + 1").await;
     let err = env
         .store
         .commit_round(msgx_core::store::RoundWrite {
@@ -289,17 +287,8 @@ async fn a_lost_lease_session_is_renewed_but_a_takeover_stops_the_service() {
     .execute(env.store.pool())
     .await
     .expect("take over");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = svc.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "service kept running without its lock"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let late = "service kept running without its lock";
+    let status = exit_status(&mut svc, Duration::from_secs(20), late).await;
     assert!(
         !status.success(),
         "exits non-zero so the process manager restarts it"

@@ -18,7 +18,6 @@ use chrono::{DateTime, TimeZone, Utc};
 use common::msgs::{fdel, flop, unknown_type};
 use common::TestEnv;
 use msgx_actors::admin::{configure, AdminState, Scope, Tokens};
-use msgx_core::backfill::{sweep_once, SweepConfig};
 use msgx_core::clock::Clock;
 use msgx_core::ops::{
     Ops, OpsError, PurgeRequest, SkipRequest, SurveyRequest, APPROVED_SKIP, SKIP_BATCH,
@@ -70,33 +69,8 @@ async fn insert(env: &TestEnv, start: usize, texts: &[String]) -> Vec<i64> {
     (first..first + texts.len() as i64).collect()
 }
 
-/// Polls until W reaches `last`.
-async fn discover(env: &TestEnv, last: i64) {
-    for _ in 0..50 {
-        if env.cursor().await.0 >= last {
-            return;
-        }
-        env.poll(env.poll_cfg(2000)).await;
-    }
-    panic!("W did not reach {last}");
-}
-
-async fn sweep_all(env: &TestEnv) {
-    let settings = env.settings(&[]);
-    let cfg = SweepConfig::new(&settings.backfill, &env.names);
-    while sweep_once(&env.inbox, &env.store, &env.clock, &cfg)
-        .await
-        .expect("sweep")
-        .selected
-        > 0
-    {}
-}
-
 async fn audit_count(env: &TestEnv) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM audit_log")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("audit")
+    env.count("SELECT count(*) FROM audit_log").await
 }
 
 /// `(state, terminal_reason)` of every row, by id.
@@ -130,7 +104,7 @@ async fn survey_counts_a_known_inbox() {
         "<MSG/>".to_string(),
     ];
     let ids = insert(&env, 0, &texts).await;
-    discover(&env, ids[6]).await;
+    env.discover(ids[6]).await;
     // Two processed (one message per step): the backlog is the other five plus what comes
     // above W.
     let mut core = env.pump(&[("MSGX_PROCESSING__GROUP_MAX", "1")]);
@@ -199,11 +173,7 @@ async fn survey_counts_a_known_inbox() {
         (3, Some(ids[3]), Some(ids[5]))
     );
     // A purged unfinished row is counted as missing, not surveyed.
-    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
-        .bind(ids[2])
-        .execute(&env.owner)
-        .await
-        .expect("purge");
+    env.delete_as_owner(&[ids[2]]).await;
     let s = ops(&env)
         .survey(&SurveyRequest::default())
         .await
@@ -245,7 +215,7 @@ fn skip_req(from: i64, to: i64) -> SkipRequest {
 async fn skip_refuses_without_approval_or_beyond_w() {
     let env = TestEnv::new("proc_skip_refuse").await;
     let ids = insert(&env, 0, &[flop(1, "F1", &[]), flop(2, "F2", &[])]).await;
-    discover(&env, ids[1]).await;
+    env.discover(ids[1]).await;
     let above = insert(&env, 2, &[flop(3, "F3", &[])]).await;
     let before = states(&env).await;
     let now = env.clock.now();
@@ -298,14 +268,14 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
     texts.extend((3..=n as i64).map(|s| flop(s, &format!("F{s}"), &[])));
     let ids = insert(&env, 0, &texts).await;
     let (first, last) = (ids[0], ids[n - 1]);
-    discover(&env, last).await;
+    env.discover(last).await;
     let mut core = env.pump(&[]);
     for _ in 0..2 {
         core.step().await.expect("step");
     }
     assert_eq!(env.state_of(first).await.0, "SUCCEEDED");
     assert_eq!(env.state_of(ids[1]).await.0, "FAILED", "the head holds");
-    sweep_all(&env).await;
+    env.sweep_all().await;
     let now = env.clock.now();
 
     // Dry run: counts, changes and audits nothing.
@@ -399,7 +369,7 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
     // The pump has no head any more; the normal sweep marks every skipped row.
     assert_eq!(core.step().await.expect("step"), StepOutcome::Idle);
     assert_eq!(unmarked_inbox(&env).await.len(), n - 1);
-    sweep_all(&env).await;
+    env.sweep_all().await;
     assert_eq!(unmarked_inbox(&env).await, Vec::<i64>::new());
     let ready = ops(&env)
         .purge_readiness(&PurgeRequest::default())
@@ -423,7 +393,7 @@ async fn purge_readiness_names_every_reason() {
     let env = TestEnv::new("proc_purge").await;
     let texts: Vec<String> = (1..=11).map(|s| flop(s, &format!("F{s}"), &[])).collect();
     let ids = insert(&env, 0, &texts).await;
-    discover(&env, ids[10]).await;
+    env.discover(ids[10]).await;
     let beyond = insert(&env, 11, &[flop(12, "F12", &[])]).await[0];
     let now = env.clock.now();
     let pg = env.store.pool();
@@ -441,13 +411,8 @@ async fn purge_readiness_names_every_reason() {
         set(terminal, ids[i]).await;
         set(confirmed, ids[i]).await;
     }
-    for i in [0, 1] {
-        sqlx::query("UPDATE CMINMSGS SET CMINMSGS_STATUS = 'Y' WHERE CMINMSGS_ID = ?")
-            .bind(ids[i])
-            .execute(&env.owner)
-            .await
-            .expect("mark");
-    }
+    env.owner_update("CMINMSGS_STATUS = 'Y'", &[], &ids[..2])
+        .await;
     set(terminal, ids[2]).await; // awaiting the sweep
                                  // ids[3] stays PENDING.
     set(
@@ -569,7 +534,7 @@ fn state(env: &TestEnv) -> AdminState {
 async fn procedures_over_http_respect_the_scopes() {
     let env = TestEnv::new("proc_http").await;
     let ids = insert(&env, 0, &[flop(1, "F1", &[]), fdel(2, "F1")]).await;
-    discover(&env, ids[1]).await;
+    env.discover(ids[1]).await;
     let app = test::init_service(App::new().configure(configure(state(&env)))).await;
     let get = |uri: &str, token: &str| {
         test::TestRequest::get()
@@ -621,11 +586,8 @@ async fn procedures_over_http_respect_the_scopes() {
 
 async fn mark(env: &TestEnv, ids: &[i64]) {
     for id in ids {
-        sqlx::query("UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED' WHERE CMINMSGS_ID = ?")
-            .bind(id)
-            .execute(&env.owner)
-            .await
-            .expect("mark");
+        env.owner_update("CMINMSGS_STATUS = 'PROCESSED'", &[], &[*id])
+            .await;
     }
 }
 
@@ -634,14 +596,23 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
     use actix::Actor as _;
     use msgx_actors::messages::RefreshBoundary;
     use msgx_actors::purge_watch::PurgeWatch;
-    use msgx_core::ops::{Advance, BoundaryWatch};
+    use msgx_core::ops::BoundaryWatch;
+
+    /// `(rows read, caught up, pulled down)`: every field of one step's `Advance`.
+    async fn step(watch: &mut BoundaryWatch, env: &TestEnv, cap: u64) -> (u64, bool, bool) {
+        let a = watch
+            .advance(&env.inbox, &env.store, cap)
+            .await
+            .expect("advance");
+        (a.rows, a.caught_up, a.pulled_down)
+    }
 
     let env = TestEnv::new("proc_boundary").await;
     let texts: Vec<String> = (1..=5).map(|s| flop(s, &format!("F{s}"), &[])).collect();
     let ids = insert(&env, 0, &texts).await;
     // Our records are finished and confirmed; the marks arrive one by one (the purge rule
     // needs both: tests/procedures/purge_rule.rs).
-    discover(&env, ids[4]).await;
+    env.discover(ids[4]).await;
     sqlx::query("UPDATE proc_state SET state = 'SUCCEEDED', terminal_at = $1, backfill_at = $1")
         .bind(env.clock.now())
         .execute(env.store.pool())
@@ -649,66 +620,18 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
         .expect("finished");
     let mut watch = BoundaryWatch::default();
     // Nothing marked: no boundary; it stopped at the first row.
-    let a = watch
-        .advance(&env.inbox, &env.store, 1_000)
-        .await
-        .expect("advance");
-    assert_eq!(
-        (a, watch.boundary),
-        (
-            Advance {
-                rows: 1,
-                caught_up: true,
-                pulled_down: false
-            },
-            None
-        )
-    );
+    assert_eq!(step(&mut watch, &env, 1_000).await, (1, true, false));
+    assert_eq!(watch.boundary, None);
     mark(&env, &ids[0..2]).await;
-    let a = watch
-        .advance(&env.inbox, &env.store, 1_000)
-        .await
-        .expect("advance");
-    assert_eq!(
-        a,
-        Advance {
-            rows: 3,
-            caught_up: true,
-            pulled_down: false
-        }
-    );
+    assert_eq!(step(&mut watch, &env, 1_000).await, (3, true, false));
     assert_eq!(watch.boundary, Some((ids[1], Some(utc(1)))));
     // It reads on from the boundary only: rows 3, 4 (marked) and 5 (not).
     mark(&env, &ids[2..4]).await;
-    let a = watch
-        .advance(&env.inbox, &env.store, 1_000)
-        .await
-        .expect("advance");
-    assert_eq!(
-        a,
-        Advance {
-            rows: 3,
-            caught_up: true,
-            pulled_down: false
-        }
-    );
+    assert_eq!(step(&mut watch, &env, 1_000).await, (3, true, false));
     assert_eq!(watch.boundary, Some((ids[3], Some(utc(3)))));
     // The row cap: nothing read, not caught up, boundary kept.
-    let a = watch
-        .advance(&env.inbox, &env.store, 0)
-        .await
-        .expect("advance");
-    assert_eq!(
-        (a, watch.boundary.map(|b| b.0)),
-        (
-            Advance {
-                rows: 0,
-                caught_up: false,
-                pulled_down: false
-            },
-            Some(ids[3])
-        )
-    );
+    assert_eq!(step(&mut watch, &env, 0).await, (0, false, false));
+    assert_eq!(watch.boundary.map(|b| b.0), Some(ids[3]));
     // The same report as purge readiness, and the actor runs the same step.
     let r = ops(&env)
         .purge_readiness(&PurgeRequest::default())
@@ -756,15 +679,11 @@ async fn cli_survey_skip_and_purge_readiness() {
         &[flop(1, "F1", &[]), unknown_type(2), fdel(3, "F1")],
     )
     .await;
-    discover(&env, ids[2]).await;
+    env.discover(ids[2]).await;
     let (from, to) = (ids[0].to_string(), ids[2].to_string());
 
     let out = cli(&env, &["survey", "--json"]).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::process::assert_ok(&out);
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(
         (v["count"].clone(), v["by_type"].as_array().map(Vec::len)),
@@ -822,18 +741,14 @@ async fn cli_survey_skip_and_purge_readiness() {
         ],
     )
     .await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::process::assert_ok(&out);
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["skipped"], json!(3));
     assert_eq!(audit_count(&env).await, 1);
 
     // The binary stamps the skip with the real clock: the sweep runs after it.
     env.clock.set(Utc::now() + chrono::Duration::seconds(1));
-    sweep_all(&env).await;
+    env.sweep_all().await;
     let out = cli(&env, &["purge-readiness"]).await;
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);

@@ -6,13 +6,12 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::process::exit_status;
+use common::service::{kill9, spawn_service};
 use common::TestEnv;
-use msgx_actors::app::{start_pipeline, PipelineDeps};
 use msgx_actors::messages::PollNow;
-use msgx_actors::wiring::Wiring;
 use msgx_core::devtools::messages::Mix;
 use msgx_core::devtools::simulator::{simulate, SimConfig};
 
@@ -24,19 +23,7 @@ async fn processing_order_equals_msg_id_order_with_holes_and_late_commits() {
         ("MSGX_PIPELINE__CLAIM_BATCH", "200"),
         ("MSGX_PROCESSING__IDLE_POLL", "50ms"),
     ]);
-    let wiring = Wiring::default();
-    let (fatal, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let _sup = start_pipeline(PipelineDeps {
-        wiring: wiring.clone(),
-        ..PipelineDeps::from_settings(
-            &settings,
-            env.inbox.clone(),
-            env.store.clone(),
-            common::shared(&env.clock),
-            fatal,
-        )
-        .expect("pipeline deps")
-    });
+    let pipeline = common::pipeline::start(&env, &settings, common::shared(&env.clock), |_| {});
     let cfg = SimConfig {
         rate_per_sec: 0.0, // as fast as the connections go
         connections: 6,
@@ -62,15 +49,12 @@ async fn processing_order_equals_msg_id_order_with_holes_and_late_commits() {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         env.clock.advance(Duration::from_secs(301)); // ages holes past max-commit-delay
-        if let Some(p) = wiring.poller() {
+        if let Some(p) = pipeline.wiring.poller() {
             let _ = p.send(PollNow).await;
         }
-        let unfinished: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM proc_state WHERE state IN ('PENDING','FAILED')",
-        )
-        .fetch_one(env.store.pool())
-        .await
-        .expect("count");
+        let unfinished = env
+            .count("SELECT count(*) FROM proc_state WHERE state IN ('PENDING','FAILED')")
+            .await;
         let done = env.processing_order().await.len();
         if unfinished == 0 && done == report.committed_ids.len() {
             break;
@@ -86,11 +70,9 @@ async fn processing_order_equals_msg_id_order_with_holes_and_late_commits() {
         order, report.committed_ids,
         "processing order = ascending MSG_ID, nothing lost"
     );
-    let dead: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM proc_state WHERE error_class = 'MALFORMED'")
-            .fetch_one(env.store.pool())
-            .await
-            .expect("count");
+    let dead = env
+        .count("SELECT count(*) FROM proc_state WHERE error_class = 'MALFORMED'")
+        .await;
     assert!(dead > 0, "malformed messages were in the mix and went DEAD");
     common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
@@ -100,15 +82,13 @@ async fn processing_order_equals_msg_id_order_with_holes_and_late_commits() {
 async fn killed_mid_transaction_reprocesses_exactly_once_in_effect() {
     let env = TestEnv::new("kill_tx").await;
     // Make the business transaction of flight SLOW hang inside, after its flight write.
-    sqlx::raw_sql(
+    env.exec(
         "CREATE FUNCTION slow() RETURNS trigger AS $$ BEGIN \
            IF NEW.flight_key = 'SLOW' THEN PERFORM pg_sleep(3); END IF; RETURN NEW; END $$ \
            LANGUAGE plpgsql; \
          CREATE TRIGGER slow BEFORE INSERT ON msg_event FOR EACH ROW EXECUTE FUNCTION slow();",
     )
-    .execute(env.store.pool())
-    .await
-    .expect("trigger");
+    .await;
     let before = env
         .insert_message(&common::msgs::flop(1, "F0", &[("GATE", "A1")]))
         .await;
@@ -119,29 +99,10 @@ async fn killed_mid_transaction_reprocesses_exactly_once_in_effect() {
         .insert_message(&common::msgs::flop(3, "SLOW", &[("STND", "S3")]))
         .await;
 
-    let spawn = || {
-        Command::new(env!("CARGO_BIN_EXE_msgexchange"))
-            .arg("run")
-            .envs(env.binary_env())
-            .env("MSGX_HTTP__LISTEN", "127.0.0.1:0")
-            .env("MSGX_PIPELINE__POLL_INTERVAL", "50ms")
-            .env("MSGX_LOG__LEVEL", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn")
-    };
-    let mut svc = spawn();
+    let mut svc = spawn_service(&env, &[], 0);
     let start = Instant::now();
     loop {
-        let sleeping: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'PgSleep'",
-        )
-        .bind(&env.db)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("activity");
+        let sleeping: i64 = env.scalar_for("SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event = 'PgSleep'", &env.db).await;
         if sleeping > 0 {
             break;
         }
@@ -151,26 +112,21 @@ async fn killed_mid_transaction_reprocesses_exactly_once_in_effect() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    svc.kill().expect("kill -9");
-    svc.wait().expect("reap");
+    kill9(&mut svc);
     assert_eq!(
         env.state_of(slow).await.0,
         "PENDING",
         "nothing of the killed transaction committed"
     );
-    sqlx::raw_sql("DROP TRIGGER slow ON msg_event")
-        .execute(env.store.pool())
-        .await
-        .expect("drop");
+    env.exec("DROP TRIGGER slow ON msg_event").await;
 
-    let mut svc = spawn();
+    let mut svc = spawn_service(&env, &[], 0);
     let start = Instant::now();
     while env.state_of(after).await.0 != "SUCCEEDED" {
         assert!(start.elapsed() < Duration::from_secs(60), "not reprocessed");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    svc.kill().expect("kill");
-    svc.wait().expect("reap");
+    kill9(&mut svc);
 
     assert_eq!(env.processing_order().await, vec![before, slow, after]);
     let events: Vec<(i64, String)> = sqlx::query_as(
@@ -187,11 +143,7 @@ async fn killed_mid_transaction_reprocesses_exactly_once_in_effect() {
         ],
         "exactly one effect per message"
     );
-    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM proc_state WHERE msg_id = $1")
-        .bind(slow)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("attempts");
+    let attempts: i32 = env.proc_col("attempts", slow).await;
     assert_eq!(attempts, 2, "the killed attempt counted");
     common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
@@ -226,44 +178,15 @@ async fn killed_in_group_at(failpoint: &'static str) {
             .await,
         );
     }
-    let spawn = |failpoint: Option<&str>| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
-        cmd.arg("run")
-            .envs(env.binary_env())
-            .env("MSGX_HTTP__LISTEN", "127.0.0.1:0")
-            .env("MSGX_PIPELINE__POLL_INTERVAL", "50ms")
-            .env("MSGX_LOG__LEVEL", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if let Some(f) = failpoint {
-            cmd.env("MSGEXCHANGE_FAILPOINT", f);
-        }
-        cmd.spawn().expect("spawn")
-    };
-    let mut svc = spawn(Some(failpoint));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = svc.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "never reached the failpoint"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let mut svc = spawn_service(&env, &[("MSGEXCHANGE_FAILPOINT", failpoint)], 0);
+    let status = exit_status(
+        &mut svc,
+        Duration::from_secs(60),
+        "never reached the failpoint",
+    )
+    .await;
     assert!(!status.success(), "aborted mid-group: {status:?}");
-    let pool = env.store.pool().clone();
-    let count = |sql: &'static str| {
-        let pool = pool.clone();
-        async move {
-            sqlx::query_scalar::<_, i64>(sql)
-                .fetch_one(&pool)
-                .await
-                .expect("count")
-        }
-    };
+    let count = |sql: &'static str| env.count(sql);
     assert_eq!(
         count("SELECT count(*) FROM proc_state WHERE state <> 'PENDING'").await,
         0,
@@ -277,14 +200,13 @@ async fn killed_in_group_at(failpoint: &'static str) {
         "the group's attempts were stamped before it ran ({stamped})"
     );
 
-    let mut svc = spawn(None);
+    let mut svc = spawn_service(&env, &[], 0);
     let start = Instant::now();
     while count("SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'").await < 20 {
         assert!(start.elapsed() < Duration::from_secs(60), "not redone");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    svc.kill().expect("kill");
-    svc.wait().expect("reap");
+    kill9(&mut svc);
     assert_eq!(env.processing_order().await, ids, "MSG_ID order");
     let per_msg: Vec<(i64, i64)> =
         sqlx::query_as("SELECT msg_id, count(*) FROM msg_event GROUP BY msg_id ORDER BY msg_id")
@@ -296,10 +218,7 @@ async fn killed_in_group_at(failpoint: &'static str) {
         per_msg.iter().all(|(_, n)| *n == 1),
         "exactly one effect each: {per_msg:?}"
     );
-    let max_attempts: i32 = sqlx::query_scalar("SELECT max(attempts) FROM proc_state")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("attempts");
+    let max_attempts: i32 = env.scalar("SELECT max(attempts) FROM proc_state").await;
     assert_eq!(max_attempts, 2, "the aborted attempt counted once, no more");
     common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;

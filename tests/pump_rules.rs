@@ -7,11 +7,12 @@ mod common;
 use std::time::Duration;
 
 use common::msgs::{fdel, flop, unknown_type};
+use common::proxied::{ProxiedInbox, QUICK_INBOX};
 use common::proxy::Proxy;
+use common::seed::Proc;
 use common::TestEnv;
 use msgx_core::clock::Clock as _;
 use msgx_core::codec::Codec as _;
-use msgx_core::inbox::Inbox;
 use msgx_core::pump::{ErrorClass, Outcome, StepOutcome};
 use msgx_core::store::{Store, PIPELINE_LOCK_KEY};
 
@@ -71,12 +72,12 @@ async fn failed_head_blocks_everything_until_due_then_poison_by_deadline() {
     assert_eq!((id, o.label()), (good, "succeeded"));
     assert_eq!(env.processing_order().await, vec![bad, good]);
     // The poison statement wrote the backfill intent with the terminal state.
-    let intent: Option<chrono::DateTime<chrono::Utc>> =
-        sqlx::query_scalar("SELECT backfill_next_at FROM proc_state WHERE msg_id = $1")
-            .bind(bad)
-            .fetch_one(env.store.pool())
-            .await
-            .expect("row");
+    let intent: Option<chrono::DateTime<chrono::Utc>> = env
+        .scalar_for(
+            "SELECT backfill_next_at FROM proc_state WHERE msg_id = $1",
+            bad,
+        )
+        .await;
     assert!(intent.is_some());
     env.cleanup().await;
 }
@@ -110,13 +111,11 @@ async fn compat_row_beyond_w_waits_until_w_catches_up() {
     let b = env.insert_message(&flop(2, "F1", &[("GATE", "A2")])).await;
     let c = env.insert_message(&flop(3, "F1", &[("GATE", "A3")])).await;
     // The compat entry registers c directly, before the poller has seen anything.
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, enqueued_at, source) VALUES ($1, now(), 'COMPAT')",
-    )
-    .bind(c)
-    .execute(env.store.pool())
-    .await
-    .expect("compat");
+    let compat = Proc {
+        source: "COMPAT",
+        ..Proc::pending(c, chrono::Utc::now())
+    };
+    compat.insert(&env).await;
     let mut pump = env.pump(&[]);
     assert_eq!(
         pump.step().await.expect("step"),
@@ -133,11 +132,9 @@ async fn compat_row_beyond_w_waits_until_w_catches_up() {
         outcome(pump.step().await.expect("step"));
     }
     assert_eq!(env.processing_order().await, vec![a, b, c]);
-    let gate: String =
-        sqlx::query_scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'F1'")
-            .fetch_one(env.store.pool())
-            .await
-            .expect("flight");
+    let gate: String = env
+        .scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'F1'")
+        .await;
     assert_eq!(gate, "A3", "applied in id order");
     env.cleanup().await;
 }
@@ -156,11 +153,7 @@ async fn duplicate_malformed_unsupported_and_missing_rows() {
     // A row enqueued and then purged by the DB owner before processing.
     let purged = env.insert_message(&flop(9, "F2", &[])).await;
     env.poll(env.poll_cfg(100)).await;
-    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
-        .bind(purged)
-        .execute(&env.owner)
-        .await
-        .expect("purge as owner");
+    env.delete_as_owner(&[purged]).await;
 
     let mut pump = env.pump(&[]);
     let mut seen = Vec::new();
@@ -214,11 +207,9 @@ async fn duplicate_malformed_unsupported_and_missing_rows() {
         ("FAILED".into(), Some("UNSUPPORTED".into()))
     );
     // The duplicate changed nothing.
-    let gate: String =
-        sqlx::query_scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'F1'")
-            .fetch_one(env.store.pool())
-            .await
-            .expect("flight");
+    let gate: String = env
+        .scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'F1'")
+        .await;
     assert_eq!(gate, "A1");
 
     // Past the unsupported head (poison), the purged row is DEAD MALFORMED, not retried.
@@ -241,13 +232,11 @@ async fn inbox_cut_during_raw_read_is_infra_never_dead() {
     let env = TestEnv::new("pump_infra").await;
     let id = env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await;
     env.poll(env.poll_cfg(100)).await;
-    let proxy = Proxy::start("127.0.0.1:3306").await;
-    let mut settings = env.settings(&[
-        ("MSGX_INBOX__CONNECT_TIMEOUT", "500ms"),
-        ("MSGX_INBOX__QUERY_TIMEOUT", "2s"),
-    ]);
-    settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, env.db).into();
-    let via_proxy = Inbox::new(&settings.inbox, &env.names, env.tz).expect("adapter");
+    let ProxiedInbox {
+        proxy,
+        inbox: via_proxy,
+        ..
+    } = env.inbox_via_proxy(QUICK_INBOX).await;
     let mut pump = env.pump_with_inbox(via_proxy, &[]);
 
     proxy.cut();
@@ -300,28 +289,16 @@ async fn business_transaction_failing_half_way_leaves_nothing_and_is_retried() {
         matches!(o, Outcome::Failed { class: ErrorClass::Infra, ref detail, .. } if detail.contains("injected")),
         "{o:?}"
     );
-    let flights: i64 = sqlx::query_scalar("SELECT count(*) FROM flight_state")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("count");
-    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("count");
-    let snaps: i64 = sqlx::query_scalar("SELECT count(*) FROM schd_snap_log")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("count");
+    let flights: i64 = env.scalar("SELECT count(*) FROM flight_state").await;
+    let events: i64 = env.scalar("SELECT count(*) FROM msg_event").await;
+    let snaps: i64 = env.scalar("SELECT count(*) FROM schd_snap_log").await;
     assert_eq!(
         (flights, events, snaps),
         (0, 0, 0),
         "no partial change survives"
     );
 
-    sqlx::raw_sql("DROP TRIGGER boom ON msg_event")
-        .execute(env.store.pool())
-        .await
-        .expect("drop");
+    env.exec("DROP TRIGGER boom ON msg_event").await;
     env.clock.advance(Duration::from_secs(5));
     let (_, o) = outcome(pump.step().await.expect("step"));
     assert!(matches!(o, Outcome::Succeeded { changes: 2, .. }), "{o:?}");
@@ -398,17 +375,11 @@ async fn flight_rules_through_the_store_merge_cascade_and_redelete() {
         vec!["M", "S1", "S2"],
         "cascade after the master, once"
     );
-    let redelete_events: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE msg_id = $1")
-            .bind(ids[7])
-            .fetch_one(env.store.pool())
-            .await
-            .expect("count");
+    let redelete_events: i64 = env
+        .scalar_for("SELECT count(*) FROM msg_event WHERE msg_id = $1", ids[7])
+        .await;
     assert_eq!(redelete_events, 0, "re-delete is a no-op");
-    let snaps: i64 = sqlx::query_scalar("SELECT count(*) FROM schd_snap_log")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("count");
+    let snaps: i64 = env.scalar("SELECT count(*) FROM schd_snap_log").await;
     assert_eq!(snaps, 2);
     common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
@@ -469,17 +440,11 @@ async fn dead_holder(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore) -> i64
     .execute(env.store.pool())
     .await
     .expect("identity");
-    let bound: Option<String> =
-        sqlx::query_scalar("SELECT identity_key FROM proc_state WHERE msg_id = $1")
-            .bind(a)
-            .fetch_one(env.store.pool())
-            .await
-            .expect("identity");
+    let bound: Option<String> = env
+        .scalar_for("SELECT identity_key FROM proc_state WHERE msg_id = $1", a)
+        .await;
     assert_eq!(bound, Some(key), "the DEAD record holds its identity");
-    sqlx::raw_sql("DROP TRIGGER boom ON msg_event")
-        .execute(env.store.pool())
-        .await
-        .expect("drop");
+    env.exec("DROP TRIGGER boom ON msg_event").await;
     a
 }
 
@@ -526,17 +491,13 @@ async fn dead_record_releases_its_identity_resend_then_replay() {
         matches!(&o, Outcome::Skipped { reason: ErrorClass::Duplicate, detail } if detail.contains(&format!("bound to message {b}"))),
         "{o:?}"
     );
-    let text: String = sqlx::query_scalar("SELECT error_text FROM proc_state WHERE msg_id = $1")
-        .bind(a)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("text");
+    let text: String = env
+        .scalar_for("SELECT error_text FROM proc_state WHERE msg_id = $1", a)
+        .await;
     assert!(text.contains(&b.to_string()), "names the holder: {text}");
-    let gate: String =
-        sqlx::query_scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'BOOM'")
-            .fetch_one(env.store.pool())
-            .await
-            .expect("flight");
+    let gate: String = env
+        .scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'BOOM'")
+        .await;
     assert_eq!(gate, "B2", "the re-send's data stands");
     env.cleanup().await;
 }
@@ -686,11 +647,7 @@ async fn run_inbox(spec: &[Gen], group_max: &str) -> (Snapshot, u64) {
     }
     env.poll(env.poll_cfg(1000)).await;
     for id in purge {
-        sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
-            .bind(id)
-            .execute(&env.owner)
-            .await
-            .expect("purge as owner");
+        env.delete_as_owner(&[id]).await;
     }
     let mut pump = env.pump(&[
         ("MSGX_PROCESSING__GROUP_MAX", group_max),

@@ -27,6 +27,7 @@ use crate::common::instance::{
 use crate::common::kafka::{consume, Received};
 use crate::common::msgs;
 use crate::common::proxy::Proxy;
+use crate::common::seed::{self, Proc};
 use crate::common::tansu::{Tansu, TansuAdmin};
 use crate::common::TestEnv;
 
@@ -418,14 +419,7 @@ impl Seq {
             }
         }
         for i in &c.premarked {
-            sqlx::query(
-                "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED', \
-                 CMINMSGS_DATE_PROCESSED = NOW() WHERE CMINMSGS_ID = ?",
-            )
-            .bind(ids[*i])
-            .execute(&self.env.owner)
-            .await
-            .expect("premark");
+            self.env.mark_as_owner(&[ids[*i]], "PROCESSED").await;
         }
         let (mode, w) = match c.mode {
             Mode::Min => ("min".to_string(), ids[0] - 1),
@@ -709,39 +703,16 @@ async fn verify_notes_rows_the_owner_purged_after_the_mark() {
     let env = TestEnv::new("verify_purged").await;
     let ids = env.insert_rows(3).await;
     let now = chrono::Utc::now();
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at, processed_seq, \
-                                 backfill_at) \
-         VALUES ($1, 'SUCCEEDED', $4, $4, 1, $4), ($2, 'PENDING', $4, NULL, NULL, NULL), \
-                ($3, 'SUCCEEDED', $4, $4, 2, $4)",
+    let done = |id, seq| Proc::terminal(id, "SUCCEEDED", now).seq(seq).marked(now);
+    seed::procs(
+        &env,
+        [done(ids[0], 1), Proc::pending(ids[1], now), done(ids[2], 2)],
     )
-    .bind(ids[0])
-    .bind(ids[1])
-    .bind(ids[2])
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("records");
-    sqlx::query("UPDATE inbox_cursor SET w = $1")
-        .bind(ids[2])
-        .execute(env.store.pool())
-        .await
-        .expect("w");
-    sqlx::query(
-        "UPDATE CMINMSGS SET CMINMSGS_STATUS = 'PROCESSED', CMINMSGS_DATE_PROCESSED = NOW() \
-         WHERE CMINMSGS_ID IN (?, ?)",
-    )
-    .bind(ids[0])
-    .bind(ids[2])
-    .execute(&env.owner)
-    .await
-    .expect("marks");
+    .await;
+    env.set_w(ids[2]).await;
+    env.mark_as_owner(&[ids[0], ids[2]], "PROCESSED").await;
     // The owner purges ids[0] (finished) and, wrongly, ids[1] (pending).
-    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID <= ?")
-        .bind(ids[1])
-        .execute(&env.owner)
-        .await
-        .expect("purge");
+    env.purge_as_owner(ids[1]).await;
     let (code, out) = crate::common::instance::verify(&env.binary_env(), &["--json"]);
     assert_eq!(code, Some(1), "{out}");
     let report: serde_json::Value = serde_json::from_str(&out).expect("json");

@@ -278,11 +278,7 @@ impl Seq {
         };
         let ids = self.ids_to(b).await;
         self.model.check_purge(&self.env, b, &ids).await;
-        sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID <= ?")
-            .bind(b)
-            .execute(&self.env.owner)
-            .await
-            .expect("purge");
+        self.env.purge_as_owner(b).await;
     }
 
     /// Plan B (seed §6): a new table seeded above every id, the rows above the READY boundary

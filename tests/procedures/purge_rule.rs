@@ -14,7 +14,7 @@ use msgx_core::pump::StepOutcome;
 use super::common::msgs::{flop, unknown_type};
 use super::common::TestEnv;
 use super::raw_copy::dead_and_marked;
-use super::{discover, insert, mark, ops, sweep_all};
+use super::{insert, mark, ops};
 
 async fn readiness(env: &TestEnv) -> PurgeReadiness {
     ops(env)
@@ -75,9 +75,9 @@ async fn a_replayed_row_that_keeps_its_mark_holds_the_purge() {
     let env = TestEnv::new("purge_replayed").await;
     let dead = dead_and_marked(&env, false, "A1").await;
     let good = insert(&env, 1, &[flop(2, "RC2", &[])]).await[0];
-    discover(&env, good).await;
+    env.discover(good).await;
     drain(&mut env.pump(&[])).await;
-    sweep_all(&env).await;
+    env.sweep_all().await;
     let r = readiness(&env).await;
     assert!(r.ready, "{}", r.render());
     assert_eq!((r.boundary_id, r.purgeable), (Some(good), 2));
@@ -109,7 +109,7 @@ async fn a_replayed_row_that_keeps_its_mark_holds_the_purge() {
         vec![("marked_awaiting_confirmation".into(), 1, vec![dead])]
     );
     // The sweep finds the mark present and confirms it: purgeable again.
-    sweep_all(&env).await;
+    env.sweep_all().await;
     let r = readiness(&env).await;
     assert!(r.ready, "{}", r.render());
     assert_eq!(r.boundary_id, Some(good));
@@ -122,7 +122,7 @@ async fn a_replayed_row_that_keeps_its_mark_holds_the_purge() {
 async fn a_mark_by_someone_else_on_a_pending_row_holds_the_purge() {
     let env = TestEnv::new("purge_foreign").await;
     let ids = insert(&env, 0, &[flop(1, "F1", &[]), flop(2, "F2", &[])]).await;
-    discover(&env, ids[1]).await;
+    env.discover(ids[1]).await;
     mark(&env, &ids).await;
     let r = readiness(&env).await;
     assert!(!r.ready, "{}", r.render());
@@ -143,9 +143,9 @@ async fn a_mark_by_someone_else_on_a_pending_row_holds_the_purge() {
         ]
     );
     // Once we processed them and the sweep confirmed the (foreign) marks, they are purgeable.
-    discover(&env, beyond).await;
+    env.discover(beyond).await;
     drain(&mut env.pump(&[])).await;
-    sweep_all(&env).await;
+    env.sweep_all().await;
     let r = readiness(&env).await;
     assert!(r.ready, "{}", r.render());
     assert_eq!((r.purgeable, r.boundary_id), (3, Some(beyond)));
@@ -161,11 +161,7 @@ async fn skipped_cutover_stock_is_purgeable_only_where_marked() {
     let texts: Vec<String> = (1..=5).map(|s| flop(s, &format!("S{s}"), &[])).collect();
     let stock = insert(&env, 0, &texts).await;
     // A stock row rolled back at the cutover: a gap, a hole like any other.
-    sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
-        .bind(stock[3])
-        .execute(&env.owner)
-        .await
-        .expect("gap");
+    env.delete_as_owner(&[stock[3]]).await;
     mark(&env, &[stock[0], stock[1], stock[4]]).await;
     msgx_actors::app::apply_cutover(
         &env.store,
@@ -177,9 +173,9 @@ async fn skipped_cutover_stock_is_purgeable_only_where_marked() {
     .await
     .expect("cutover");
     let ours = insert(&env, 5, &[flop(6, "N6", &[])]).await[0];
-    discover(&env, ours).await;
+    env.discover(ours).await;
     drain(&mut env.pump(&[])).await;
-    sweep_all(&env).await;
+    env.sweep_all().await;
 
     let r = readiness(&env).await;
     assert!(!r.ready, "{}", r.render());
@@ -217,11 +213,11 @@ async fn the_boundary_gauge_moves_down_after_a_replay() {
     )
     .await;
     let (g1, bad, g3) = (ids[0], ids[1], ids[2]);
-    discover(&env, g3).await;
+    env.discover(g3).await;
     let mut pump = env.pump(&[("MSGX_PROCESSING__MAX_ATTEMPTS", "1")]);
     assert_eq!(drain(&mut pump).await, vec![g1, bad, bad, g3]);
     assert_eq!(env.state_of(bad).await.0, "DEAD");
-    sweep_all(&env).await;
+    env.sweep_all().await;
     let mut watch = BoundaryWatch::default();
     let a = watch
         .advance(&env.inbox, &env.store, 1_000)
@@ -269,7 +265,7 @@ async fn the_boundary_gauge_moves_down_after_a_replay() {
         Some(g1),
         "not confirmed yet: {a:?}"
     );
-    sweep_all(&env).await;
+    env.sweep_all().await;
     watch
         .advance(&env.inbox, &env.store, 1_000)
         .await

@@ -12,7 +12,7 @@ use msgx_core::store::StoredCopy;
 
 use super::common::msgs::flop;
 use super::common::TestEnv;
-use super::{discover, insert, ops, sweep_all};
+use super::{insert, ops};
 
 fn on(raw_copy: bool) -> &'static str {
     if raw_copy {
@@ -27,7 +27,7 @@ fn on(raw_copy: bool) -> &'static str {
 /// replayable row the DB owner may purge.
 pub(super) async fn dead_and_marked(env: &TestEnv, raw_copy: bool, gate: &str) -> i64 {
     let id = insert(env, 0, &[flop(1, "RC1", &[("GATE", gate)])]).await[0];
-    discover(env, id).await;
+    env.discover(id).await;
     let mut pump = env.pump(&[
         ("MSGX_PROCESSING__FLOP_SUBTYPES", "ARRE"),
         ("MSGX_PROCESSING__MAX_ATTEMPTS", "1"),
@@ -48,18 +48,13 @@ pub(super) async fn dead_and_marked(env: &TestEnv, raw_copy: bool, gate: &str) -
         env.state_of(id).await,
         ("DEAD".into(), Some("EXHAUSTED".into()))
     );
-    sweep_all(env).await;
+    env.sweep_all().await;
     id
 }
 
 /// The DB owner purges a marked row.
 async fn purge_inbox_row(env: &TestEnv, id: i64) {
-    let r = sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID = ?")
-        .bind(id)
-        .execute(&env.owner)
-        .await
-        .expect("owner purges");
-    assert_eq!(r.rows_affected(), 1);
+    assert_eq!(env.delete_as_owner(&[id]).await, 1);
 }
 
 fn replay_req(id: i64) -> ReplayRequest {
@@ -74,10 +69,7 @@ fn replay_req(id: i64) -> ReplayRequest {
 }
 
 async fn copies(env: &TestEnv) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM raw_copy")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("copies")
+    env.scalar("SELECT count(*) FROM raw_copy").await
 }
 
 async fn gate_of(env: &TestEnv, flid: &str) -> Option<String> {
@@ -221,7 +213,7 @@ async fn expired_copies_go_in_bounded_batches_and_only_those() {
     let pool = env.store.pool();
     // Two messages waiting for the pump (one PENDING, one FAILED), with expired copies.
     let waiting = insert(&env, 0, &[flop(1, "P1", &[]), flop(2, "P2", &[])]).await;
-    discover(&env, waiting[1]).await;
+    env.discover(waiting[1]).await;
     sqlx::query("UPDATE proc_state SET state = 'FAILED', error_class = 'INFRA' WHERE msg_id = $1")
         .bind(waiting[1])
         .execute(pool)
@@ -289,7 +281,7 @@ async fn a_message_of_several_megabytes_round_trips() {
     let text = flop(1, "BIG", &[("GATE", "H1"), ("PAD", filler.as_str())]);
     assert!(text.len() > 6_000_000);
     let id = insert(&env, 0, std::slice::from_ref(&text)).await[0];
-    discover(&env, id).await;
+    env.discover(id).await;
     let mut pump = env.pump(&[
         ("MSGX_RETENTION__RAW_COPY", "true"),
         ("MSGX_PROCESSING__MAX_MESSAGE_BYTES", "16777216"),
