@@ -333,7 +333,7 @@ async fn a_fatal_producer_error_rebuilds_the_producer_and_nothing_is_lost() {
 /// A dispatcher actor whose safety-net poll is far longer than any test: only a wake-up can
 /// deliver in time.
 fn idle_dispatcher(env: &TestEnv, bootstrap: &str) -> actix::Addr<Dispatcher> {
-    let d = deps(env, bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
+    let d = env.dispatch_deps(bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
     Dispatcher::new(
         env.store.clone(),
         common::shared(&env.clock),

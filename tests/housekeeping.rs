@@ -18,7 +18,7 @@ use common::TestEnv;
 use msgx_actors::app::HousekeepingDeps;
 use msgx_actors::messages::HousekeepNow;
 use msgx_core::clock::{Clock, SharedClock, SystemClock};
-use msgx_core::pump::{PumpCore, StepOutcome};
+use msgx_core::pump::PumpCore;
 use msgx_core::retention::{Job, JobReport, RetentionConfig};
 use msgx_core::settings::Settings;
 

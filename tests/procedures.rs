@@ -179,23 +179,35 @@ async fn survey_counts_a_known_inbox() {
         .await
         .expect("survey");
     assert_eq!((s.count, s.missing_rows), (6, 1));
-    // Bad ranges are refused.
-    for bad in [
+    // Every well-formed request has a meaning: ids and a receive window together survey the
+    // rows of the range received in the window; a reversed range or an empty window, nothing.
+    let s = ops(&env)
+        .survey(&SurveyRequest {
+            from_id: Some(ids[1]),
+            to_id: Some(ids[6]),
+            received_from: Some(utc(3)),
+            received_to: Some(utc(6)),
+        })
+        .await
+        .expect("survey");
+    assert_eq!(
+        (s.count, s.first_id, s.last_id),
+        (3, Some(ids[3]), Some(ids[5]))
+    );
+    for nothing in [
         SurveyRequest {
             from_id: Some(5),
             to_id: Some(3),
             ..Default::default()
         },
         SurveyRequest {
-            from_id: Some(1),
-            received_to: Some(utc(1)),
+            received_from: Some(utc(6)),
+            received_to: Some(utc(3)),
             ..Default::default()
         },
     ] {
-        assert!(matches!(
-            ops(&env).survey(&bad).await,
-            Err(OpsError::Invalid(_))
-        ));
+        let s = ops(&env).survey(&nothing).await.expect("survey");
+        assert_eq!(s.count, 0, "{nothing:?}");
     }
     env.cleanup().await;
 }
@@ -247,8 +259,14 @@ async fn skip_refuses_without_approval_or_beyond_w() {
             other => panic!("{field}: {other:?}"),
         }
     }
+    // A reversed range is empty: nothing skipped (and, below, nothing audited).
+    let reversed = ops(&env)
+        .skip(&skip_req(ids[1], ids[0]), now)
+        .await
+        .expect("a reversed range is well formed");
+    assert_eq!((reversed.skipped, reversed.batches.len()), (0, 0));
     assert!(matches!(
-        ops(&env).skip(&skip_req(ids[1], ids[0]), now).await,
+        ops(&env).skip(&skip_req(0, ids[0]), now).await,
         Err(OpsError::Invalid(_))
     ));
     match ops(&env).skip(&skip_req(ids[0], above[0]), now).await {
@@ -506,11 +524,22 @@ async fn purge_readiness_names_every_reason() {
         (r.to_id, r.rows, r.marked, r.ready),
         (Some(ids[2]), 3, 2, false)
     );
+    // Both bounds: the range ends at the lower of the two, whichever it is.
+    for (to_id, before) in [(ids[1], utc(3)), (ids[2], utc(2))] {
+        let r = ops(&env)
+            .purge_readiness(&PurgeRequest {
+                to_id: Some(to_id),
+                received_before: Some(before),
+            })
+            .await
+            .expect("purge");
+        assert_eq!((r.to_id, r.rows), (Some(ids[1]), 2), "{to_id} {before}");
+    }
     assert!(matches!(
         ops(&env)
             .purge_readiness(&PurgeRequest {
-                to_id: Some(1),
-                received_before: Some(utc(1))
+                to_id: Some(0),
+                ..Default::default()
             })
             .await,
         Err(OpsError::Invalid(_))
@@ -546,7 +575,12 @@ async fn procedures_over_http_respect_the_scopes() {
     assert_eq!(resp.status(), 200);
     let v: Value = test::read_body_json(resp).await;
     assert_eq!(v["count"], json!(2));
+    // A reversed range is well formed (the document cannot compare two fields): nothing.
     let resp = test::call_service(&app, get("/admin/survey?from_id=3&to_id=1", READ)).await;
+    assert_eq!(resp.status(), 200);
+    let v: Value = test::read_body_json(resp).await;
+    assert_eq!(v["count"], json!(0));
+    let resp = test::call_service(&app, get("/admin/survey?from_id=-1", READ)).await;
     assert_eq!(resp.status(), 400);
     let resp = test::call_service(&app, get("/admin/purge-readiness", READ)).await;
     assert_eq!(resp.status(), 200);
