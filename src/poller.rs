@@ -68,6 +68,10 @@ pub struct PollConfig {
     /// `pipeline.min_poll_gap`: the shortest gap between two round starts while rounds find
     /// rows (the actor's [`Pace`]; a round itself does not read it).
     pub min_gap: Duration,
+    /// Read the inbox head (`MAX(id)`, one indexed statement) before the rows, and the rows
+    /// only when the head is above W: a visible row above W exists exactly when it is. The
+    /// poller asks for it after an empty round, so an idle inbox costs one statement a round.
+    pub probe_head: bool,
 }
 
 impl Default for PollConfig {
@@ -83,6 +87,7 @@ impl Default for PollConfig {
             hole_evidence: None,
             compensation_window: 100_000,
             min_gap: Duration::from_millis(20),
+            probe_head: false,
         }
     }
 }
@@ -253,7 +258,7 @@ pub async fn poll_once(
 ) -> Result<PollReport, PollError> {
     let started = Instant::now();
     let mut stages = PollStages::default();
-    let (stored, rows, complete) = read_stage(inbox, store, cfg, &mut stages).await?;
+    let (stored, rows, complete, probed) = read_stage(inbox, store, cfg, &mut stages).await?;
     let before = stored.cursor;
     let now = clock.now();
     let t = Instant::now();
@@ -265,7 +270,7 @@ pub async fn poll_once(
     stages.commit = t.elapsed();
     let batch_full = !decided.complete;
     let t = Instant::now();
-    let (inbox_head, regressed) = head_stage(inbox, &decided, before.w).await;
+    let (inbox_head, regressed) = head_stage(inbox, &decided, before.w, probed).await;
     stages.inbox_head = t.elapsed();
     let rows = std::mem::take(&mut decided.rows);
     let decision = decided.advance;
@@ -297,22 +302,31 @@ pub async fn poll_once(
     })
 }
 
-/// The cursor and its holes (checked), then the rows above W.
+/// The cursor and its holes (checked), then the rows above W — with `probe_head`, only when
+/// the inbox head is above W (the head read is returned for [`head_stage`]).
 async fn read_stage(
     inbox: &Inbox,
     store: &Store,
     cfg: PollConfig,
     stages: &mut PollStages,
-) -> Result<(StoredCursor, Vec<InboxRow>, bool), PollError> {
+) -> Result<(StoredCursor, Vec<InboxRow>, bool, Option<Option<i64>>), PollError> {
     let t = Instant::now();
     let stored = store.read_cursor().await?;
     stages.read_cursor = t.elapsed();
     let w = stored.cursor.w;
     check_holes(w, &stored.holes).map_err(|source| PollError::CorruptHoles { w, source })?;
     let t = Instant::now();
-    let (rows, complete) = read_window(inbox, w, cfg).await?;
+    // A failed probe is no verdict: the rows are read as without it.
+    let probed = match cfg.probe_head {
+        true => inbox.max_id().await.ok(),
+        false => None,
+    };
+    let (rows, complete) = match probed {
+        Some(head) if head.is_none_or(|h| h <= w) => (Vec::new(), true),
+        _ => read_window(inbox, w, cfg).await?,
+    };
     stages.read_rows = t.elapsed();
-    Ok((stored, rows, complete))
+    Ok((stored, rows, complete, probed))
 }
 
 /// The decision: the timer rule, or the evidence rule when on — then every hole not yet
@@ -390,12 +404,18 @@ async fn commit_stage(
 
 /// The head: the last row read, or — when nothing is above W, or the batch was full — the
 /// inbox's own MAX(id), so an inbox that went backwards is seen (never "lag 0" with the head
-/// below W). Also whether it regressed.
-async fn head_stage(inbox: &Inbox, decided: &Decided, w_before: i64) -> (Option<i64>, bool) {
+/// below W; `probed`: the head [`read_stage`] read already). Also whether it regressed.
+async fn head_stage(
+    inbox: &Inbox,
+    decided: &Decided,
+    w_before: i64,
+    probed: Option<Option<i64>>,
+) -> (Option<i64>, bool) {
     let w = decided.advance.w;
     let inbox_head = match (decided.rows.last(), decided.complete) {
         (_, false) => inbox.max_id().await.ok().flatten(),
         (Some(last), true) => Some(last.id),
+        (None, true) if probed.is_some() => probed.flatten(),
         (None, true) => match inbox.max_id().await {
             Ok(head) => head,
             Err(e) => {

@@ -195,6 +195,7 @@ pub fn poll_config(p: &PipelineSettings) -> PollConfig {
         hole_evidence: None,
         compensation_window: 100_000,
         min_gap: p.min_poll_gap,
+        probe_head: false,
     }
 }
 

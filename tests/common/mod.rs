@@ -182,6 +182,7 @@ impl TestEnv {
             hole_evidence: None,
             compensation_window: 100_000,
             min_gap: std::time::Duration::from_millis(20),
+            probe_head: false,
         }
     }
 
