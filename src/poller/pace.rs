@@ -8,12 +8,9 @@
 //!   (rows arrived behind a hole W waits at) — is followed by the next one `min_poll_gap` after
 //!   its start: under traffic a round gathers what arrived meanwhile (about `rate × min_poll_gap`
 //!   rows) instead of one row per round, and the shared database never sees a busy loop.
-//! - An empty round within a quarter of `poll_interval` of the last round that found something
-//!   keeps the short gap: traffic is bursty (a writer's commits arrive in clumps), and a gap
-//!   doubled during a lull of a few tens of ms would make the next clump wait for it (measured:
-//!   discovery p99 270 ms at 100 msg/s with doubling from the first empty round).
-//! - After that an empty round doubles the gap, up to `poll_interval` (from 20 ms: 40, 80, …
-//!   ms, about 2 s in all with a 1 s interval), and the idle inbox sees one round per
+//! - An empty round doubles the gap, up to `poll_interval`: a short lull in the traffic costs
+//!   one more short round, not a whole interval, and after a few empty rounds (from 20 ms:
+//!   40, 80, … ms, about 2 s in all with a 1 s interval) the idle inbox sees one round per
 //!   `poll_interval`. A failed round waits the whole `poll_interval`.
 //! - The hole W waits at coming due sooner wakes the poller then.
 //!
@@ -37,8 +34,6 @@ pub struct Pace {
     gap: Duration,
     /// The inbox head after the last round that knew it.
     head: Option<i64>,
-    /// When the last round that found something started.
-    found_at: Option<DateTime<Utc>>,
     /// When a round last read pages ahead (`pipeline.hole_sight_ahead`).
     read_ahead_at: Option<DateTime<Utc>>,
 }
@@ -52,7 +47,6 @@ impl Pace {
             interval,
             gap: interval,
             head: None,
-            found_at: None,
             read_ahead_at: None,
         }
     }
@@ -91,13 +85,7 @@ impl Pace {
             return Duration::ZERO;
         }
         let found = r.moved() || r.enqueued_new > 0 || head_grew;
-        if found {
-            self.found_at = Some(started);
-        }
-        let lingering = self
-            .found_at
-            .is_some_and(|at| since(at, now) < self.interval / 4);
-        self.gap = if found || lingering {
+        self.gap = if found {
             self.min_gap
         } else {
             self.gap
@@ -205,9 +193,8 @@ mod tests {
         // W stays at 5 (6 is missing), but 8 arrived: the fill is looked for soon.
         let grew = report(5, 5, 0, Some(8));
         assert_eq!(pace.after_round(Some(&grew), t0(), t0()), GAP);
-        // Nothing new since: the short gap for a quarter interval, then back off.
-        assert_eq!(pace.after_round(Some(&grew), at(100), at(100)), GAP);
-        assert_eq!(pace.after_round(Some(&grew), at(300), at(300)), 2 * GAP);
+        // Nothing new since: back off.
+        assert_eq!(pace.after_round(Some(&grew), t0(), t0()), 2 * GAP);
     }
 
     #[test]
@@ -215,10 +202,8 @@ mod tests {
         let mut pace = Pace::new(GAP, INTERVAL);
         pace.after_round(Some(&report(5, 6, 1, Some(6))), t0(), t0());
         let empty = report(6, 6, 0, Some(6));
-        // A lull shorter than a quarter interval keeps the short gap (bursty traffic).
-        assert_eq!(pace.after_round(Some(&empty), at(200), at(200)), GAP);
         let waits: Vec<Duration> = (0..8)
-            .map(|_| pace.after_round(Some(&empty), at(300), at(300)))
+            .map(|_| pace.after_round(Some(&empty), t0(), t0()))
             .collect();
         let expect: Vec<Duration> = [40, 80, 160, 320, 640, 1000, 1000, 1000]
             .into_iter()
