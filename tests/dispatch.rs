@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use actix::Actor;
 use common::dispatch::EXHAUST_FAST;
-use common::kafka::{consume, Received};
+use common::kafka::{consume, inject_fatal_error, Received};
 use common::TestEnv;
 use msgx_actors::app::DispatchDeps;
 use msgx_actors::dispatcher::Dispatcher;
@@ -317,7 +317,7 @@ async fn a_fatal_producer_error_rebuilds_the_producer_and_nothing_is_lost() {
     let mut state = DispatchState::default();
     let first = round(&env, &mut p, &d.cfg, &mut state).await;
     assert_eq!(first.acked, 50);
-    p.inject_fatal_error("test: out of order sequence");
+    inject_fatal_error(&p, "test: out of order sequence");
     let broken = round(&env, &mut p, &d.cfg, &mut state).await;
     assert_eq!(broken.sent, 50, "the first round's acks are written");
     assert!(broken.producer_recreated.is_some(), "{broken:?}");

@@ -376,9 +376,7 @@ async fn daily_requester_asks_once_per_day() {
     env.clock.set(utc("2026-11-29T18:00:00Z"));
     let clock = common::shared(&env.clock);
     let hour = Duration::from_secs(3600);
-    let first = ScheduleRequester::new(ob.clone(), clock.clone())
-        .with_check_every(hour)
-        .start();
+    let first = ScheduleRequester::new(ob.clone(), clock.clone(), hour).start();
     let r = first
         .send(RequestTick)
         .await
@@ -413,9 +411,7 @@ async fn daily_requester_asks_once_per_day() {
     );
 
     // A restart the same day (a new instance: nothing in memory) and a direct step.
-    let second = ScheduleRequester::new(ob.clone(), clock.clone())
-        .with_check_every(hour)
-        .start();
+    let second = ScheduleRequester::new(ob.clone(), clock.clone(), hour).start();
     let r = second
         .send(RequestTick)
         .await
@@ -439,9 +435,7 @@ async fn daily_requester_asks_once_per_day() {
 
     // Next day 09:00 local: a requester started now asks at once (its start step).
     env.clock.set(utc("2026-12-01T01:00:00Z"));
-    let third = ScheduleRequester::new(ob.clone(), clock.clone())
-        .with_check_every(hour)
-        .start();
+    let third = ScheduleRequester::new(ob.clone(), clock.clone(), hour).start();
     let r = third
         .send(RequestTick)
         .await
@@ -481,9 +475,12 @@ async fn daily_requester_off_never_asks_but_reconciles() {
     let reg = outbound::register_schedule(&ob, Origin::Manual, day(2026, 11, 30), env.clock.now())
         .await
         .expect("register");
-    let requester = ScheduleRequester::new(ob.clone(), common::shared(&env.clock))
-        .with_check_every(Duration::from_secs(3600))
-        .start();
+    let requester = ScheduleRequester::new(
+        ob.clone(),
+        common::shared(&env.clock),
+        Duration::from_secs(3600),
+    )
+    .start();
     let r = requester
         .send(RequestTick)
         .await
