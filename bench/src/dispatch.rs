@@ -117,7 +117,13 @@ async fn run(
     print_backlog(&drained, bare_produce, bare_update, batch);
     if !args.steady.is_zero() {
         let lat = steady(&store, &deps, args).await?;
-        let probe = bare_latency_probe(&deps, args).await?;
+        let shape = ProbeShape {
+            rate: args.steady_rate,
+            length: args.steady,
+            payload_bytes: args.payload_bytes,
+            keys: args.keys,
+        };
+        let probe = bare_latency_probe(&deps, &shape).await?;
         print_latency("bare produce probe    ", args, &probe);
         println!(
             "  dispatcher adds       : p50 {:+.1}ms p99 {:+.1}ms over the bare probe at the same rate \
@@ -471,9 +477,20 @@ async fn latencies(store: &Store, first_event: i64) -> anyhow::Result<Vec<Durati
 /// acks, linger) sends records of the same size at `--steady-rate` for the steady phase's
 /// length to the same topic, each timed from `send` to its ack. What commit → SENT shows beyond
 /// this is the dispatcher's (and the store's) share.
-async fn bare_latency_probe(
+/// What a bare latency probe sends: `rate` records a second for `length`, of `payload_bytes`,
+/// over `keys` keys.
+pub(crate) struct ProbeShape {
+    pub(crate) rate: u64,
+    pub(crate) length: Duration,
+    pub(crate) payload_bytes: usize,
+    pub(crate) keys: u64,
+}
+
+/// Send → ack latency of a bare producer (same client settings, topic and headers as the
+/// dispatcher) at a steady rate: the broker's own floor, beside which our figures are read.
+pub(crate) async fn bare_latency_probe(
     deps: &DispatchDeps,
-    args: &DispatchBenchArgs,
+    args: &ProbeShape,
 ) -> anyhow::Result<Vec<Duration>> {
     let producer = EventProducer::new(&deps.kafka, &deps.bootstrap)?;
     let payload = vec![b'x'; args.payload_bytes];
@@ -484,7 +501,23 @@ async fn bare_latency_probe(
             ("ce_source", deps.cfg.ce_source.clone()),
         ])
     };
-    let mut pacer = Pacer::new(args.steady_rate as f64, args.steady, 1.0);
+    // Warm up: a new idempotent producer fetches metadata and its producer id before its first
+    // ack (hundreds of ms); timed from its first record, that start-up was the probe's p99.
+    let warm = Outgoing {
+        topic: &topic,
+        key: "FL-WARMUP",
+        payload: &payload,
+        timestamp_ms: chrono::Utc::now().timestamp_millis(),
+    };
+    match producer.send(warm, headers()) {
+        Ok(fut) => match fut.await {
+            Ok(Ok(_)) => {}
+            Ok(Err((e, _))) => anyhow::bail!("bare probe warm-up failed: {e}"),
+            Err(_) => anyhow::bail!("bare probe warm-up: delivery dropped"),
+        },
+        Err(e) => anyhow::bail!("bare probe warm-up send: {e}"),
+    }
+    let mut pacer = Pacer::new(args.rate as f64, args.length, 1.0);
     let mut pending = Vec::with_capacity(pacer.total() as usize);
     while let Some((made, n)) = pacer.next().await {
         for i in 0..n {

@@ -231,6 +231,8 @@ struct TailSample {
     total: Duration,
     /// When its inbox commit returned, from the phase's first commit.
     offset: Duration,
+    /// ... and on the wall clock (to find the moment in the service's log).
+    committed: DateTime<Utc>,
     discovery: Duration,
     processing: Duration,
     delivery: Duration,
@@ -297,6 +299,7 @@ impl Breakdown {
                 b.tail.push(TailSample {
                     total: span(inbox, sent),
                     offset: span(first, inbox),
+                    committed: inbox,
                     discovery: span(inbox, enqueued),
                     processing: span(enqueued, processed),
                     delivery: span(processed, sent),
@@ -358,17 +361,28 @@ impl Breakdown {
         let early = worst.iter().filter(|t| t.offset < poll_interval).count();
         let mut offsets: Vec<f64> = worst.iter().map(|t| t.offset.as_secs_f64()).collect();
         offsets.sort_by(f64::total_cmp);
-        let at: Vec<String> = offsets.iter().map(|o| format!("{o:.1}")).collect();
+        // Counted per tenth of a second: a stall shows as one moment with many samples.
+        let mut at: Vec<(String, usize)> = Vec::new();
+        for o in &offsets {
+            let tenth = format!("{o:.1}");
+            match at.last_mut() {
+                Some((t, n)) if *t == tenth => *n += 1,
+                _ => at.push((tenth, 1)),
+            }
+        }
+        let at: Vec<String> = at.iter().map(|(t, n)| format!("{t}×{n}")).collect();
+        let wall = worst.iter().map(|t| t.committed).min().unwrap_or_default();
         println!(
             "      worst 1 % ({} samples, ≥ {:.1} ms): {early} committed in the phase's first \
              poll_interval; median discovery {:.1} / processing {:.1} / delivery {:.1} ms; \
-             committed at +s {}",
+             committed at +s {} (first at {})",
             worst.len(),
             worst[worst.len() - 1].total.as_secs_f64() * 1e3,
             median(|t| t.discovery),
             median(|t| t.processing),
             median(|t| t.delivery),
-            at.join(" ")
+            at.join(" "),
+            wall.format("%H:%M:%S%.3f")
         );
     }
 }
