@@ -95,10 +95,10 @@ pub async fn enqueue(settings: &Settings, args: &EnqueueBenchArgs) -> anyhow::Re
         args.rows
     );
 
-    let dbs = BenchDbs::fresh(settings).await?;
-
-    let result = run(settings, args, claim_batch, &dbs).await;
-    dbs.finish(result, args.keep).await
+    BenchDbs::run_fresh(settings, args.keep, async |dbs| {
+        run(settings, args, claim_batch, dbs).await
+    })
+    .await
 }
 
 /// Everything between creating and dropping the databases.
