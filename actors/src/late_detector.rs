@@ -104,7 +104,8 @@ impl Handler<ScanNow> for LateDetector {
 
     fn handle(&mut self, _: ScanNow, ctx: &mut Self::Context) -> Self::Result {
         self.next_scan.cancel(ctx);
-        let (on, cfg) = (self.on.clone(), self.cfg.scan());
+        let on = self.on.clone();
+        let cfg = self.cfg.scan();
         let scan =
             async move { compensation_scan(&on.inbox, &on.store, on.clock.as_ref(), &cfg).await };
         crate::work::atomic(self, scan, |result, act, ctx| {

@@ -49,7 +49,7 @@ use msgx_core::settings::{redact_url, Settings};
 use msgx_core::store::Store;
 use sqlx::postgres::PgPool;
 
-use bare::{bare_phase, BareShape};
+use bare::{bare_phase, BareLoad, BareShape};
 use databases::BenchDbs;
 use inbox_load::{load_inbox, Loaded};
 use poller_run::{poll_phase, PollPhase};
@@ -171,7 +171,12 @@ async fn measure(
 ) -> anyhow::Result<Measured> {
     let async_commit = settings.pipeline.async_enqueue_commit;
     let pool = store.pool();
-    let bare = |shape| bare_phase(pool, shape, args.rows, claim_batch, async_commit);
+    let load = BareLoad {
+        rows: args.rows,
+        batch: claim_batch,
+        async_commit,
+    };
+    let bare = |shape| bare_phase(pool, shape, load);
     let bare_unnest_before = bare(BareShape::Unnest).await?;
     let bare_values = bare(BareShape::Values).await?;
     checkpoint(pool).await;

@@ -25,6 +25,12 @@ fn at(body: Body, sec: i64) -> DecodedMessage {
     m
 }
 
+/// The changes of `p`, of which the guard refused nothing.
+fn applied(p: &GuardedPlan) -> &[FlightChange] {
+    assert!(p.refused.is_empty(), "refused: {:?}", p.refused);
+    &p.plan.changes
+}
+
 fn v(sec: i64, msg_id: i64) -> FieldVersion {
     FieldVersion {
         at: base() + Duration::seconds(sec),
@@ -178,11 +184,7 @@ fn a_late_delete_of_a_flight_touched_later_is_refused_and_recorded() {
     assert_eq!(refused(&p), json!({"F1": [REFUSED_DELETE]}));
     // With an id after every write to the flight: applied (whatever its send time).
     let p = plan_guarded(&at(del, 0), 4, &st, &Tombstones::new());
-    assert!(p.refused.is_empty());
-    assert!(matches!(
-        p.plan.changes.as_slice(),
-        [FlightChange::Deleted { .. }]
-    ));
+    assert!(matches!(applied(&p), [FlightChange::Deleted { .. }]));
 }
 
 #[test]
@@ -228,11 +230,7 @@ fn a_late_message_does_not_resurrect_a_flight_deleted_by_a_newer_message() {
     // Deleted before the late message was sent: created as in id order.
     let deleted_before = Tombstones::from([("F1".to_string(), v(5, 1))]);
     let p = plan_guarded(&late, 2, &BTreeMap::new(), &deleted_before);
-    assert!(p.refused.is_empty());
-    assert!(matches!(
-        p.plan.changes.as_slice(),
-        [FlightChange::Created { .. }]
-    ));
+    assert!(matches!(applied(&p), [FlightChange::Created { .. }]));
 }
 
 #[test]
@@ -299,20 +297,12 @@ type FieldsAndVersions = (BTreeMap<Field, String>, BTreeMap<Field, i64>);
 
 const FLIDS: [&str; 3] = ["F1", "F2", "F3"];
 
-fn flid() -> impl Strategy<Value = String> {
-    flid_of(&FLIDS)
-}
-
-fn record() -> impl Strategy<Value = FlightRecord> {
-    record_of(&FLIDS)
-}
-
 fn body() -> impl Strategy<Value = Body> {
     prop_oneof![
-        prop::collection::vec(record(), 0..4).prop_map(schedule),
-        record().prop_map(Body::FlightUpdate),
-        record().prop_map(Body::AddFlight),
-        flid().prop_map(|flid| Body::FlightDelete { flid }),
+        prop::collection::vec(record_of(&FLIDS), 0..4).prop_map(schedule),
+        record_of(&FLIDS).prop_map(Body::FlightUpdate),
+        record_of(&FLIDS).prop_map(Body::AddFlight),
+        flid_of(&FLIDS).prop_map(|flid| Body::FlightDelete { flid }),
     ]
 }
 
@@ -403,7 +393,7 @@ proptest! {
     #[test]
     fn a_late_flop_ends_as_in_send_order(
         flops in prop::collection::vec(
-            (flid(), prop::collection::btree_set(prop::sample::select(&FIELDS[..3]), 1..3)),
+            (flid_of(&FLIDS), prop::collection::btree_set(prop::sample::select(&FIELDS[..3]), 1..3)),
             1..10,
         ),
         pick in any::<prop::sample::Index>(),
@@ -442,7 +432,7 @@ proptest! {
     /// (values and versions), exactly as processing strictly in `MSG_ID` order.
     #[test]
     fn late_arrivals_end_as_in_id_order(
-        msgs in prop::collection::vec((prop::bool::ANY, record(), 0i64..40), 1..14),
+        msgs in prop::collection::vec((prop::bool::ANY, record_of(&FLIDS), 0i64..40), 1..14),
         late_mask in prop::collection::vec(prop::bool::weighted(0.3), 14),
         late_order in Just(()).prop_perturb(|_, mut rng| rng.random::<u64>()),
     ) {
