@@ -171,12 +171,12 @@ async fn measure(
 ) -> anyhow::Result<Measured> {
     let async_commit = settings.pipeline.async_enqueue_commit;
     let pool = store.pool();
-    let load = BareLoad {
+    let bare_load = BareLoad {
         rows: args.rows,
         batch: claim_batch,
         async_commit,
     };
-    let bare = |shape| bare_phase(pool, shape, load);
+    let bare = |shape| bare_phase(pool, shape, bare_load);
     let bare_unnest_before = bare(BareShape::Unnest).await?;
     let bare_values = bare(BareShape::Values).await?;
     checkpoint(pool).await;
