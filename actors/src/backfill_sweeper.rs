@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::child::Child;
 use crate::messages::{SweepNow, TerminalCommitted, WorkError};
 use crate::next_run::NextRun;
+use crate::work::Handles;
 use actix::{Actor, AtomicResponse, Context, Handler};
 use msgx_core::backfill::rules::sweep_again_now;
 use msgx_core::backfill::{sweep_once, SweepConfig, SweepReport};
@@ -23,9 +24,7 @@ pub const DEFAULT_WAKE_GAP: Duration = Duration::from_secs(1);
 
 /// The backfill actor.
 pub struct BackfillSweeper {
-    inbox: Inbox,
-    store: Store,
-    clock: SharedClock,
+    on: Handles,
     cfg: Arc<SweepConfig>,
     /// The schedule.
     period: Duration,
@@ -47,9 +46,7 @@ impl BackfillSweeper {
         period: Duration,
     ) -> Self {
         Self {
-            inbox,
-            store,
-            clock,
+            on: Handles::new(inbox, store, clock),
             cfg: Arc::new(cfg),
             period,
             wake_gap: DEFAULT_WAKE_GAP.min(period),
@@ -99,13 +96,8 @@ impl Handler<SweepNow> for BackfillSweeper {
     fn handle(&mut self, _: SweepNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
         self.last_start = Some(Instant::now());
-        let (inbox, store, clock, cfg) = (
-            self.inbox.clone(),
-            self.store.clone(),
-            self.clock.clone(),
-            self.cfg.clone(),
-        );
-        let sweep = async move { sweep_once(&inbox, &store, clock.as_ref(), &cfg).await };
+        let (on, cfg) = (self.on.clone(), self.cfg.clone());
+        let sweep = async move { sweep_once(&on.inbox, &on.store, on.clock.as_ref(), &cfg).await };
         crate::work::atomic(self, sweep, |result, act, ctx| act.after_sweep(result, ctx))
     }
 }

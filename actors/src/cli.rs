@@ -164,18 +164,7 @@ fn config_sources(cli: &Cli) -> String {
 
 /// `dev inbox-fixture`.
 pub async fn inbox_fixture(settings: &Settings) -> anyhow::Result<()> {
-    fixture::create_inbox_fixture(
-        settings.inbox.url.expose(),
-        &settings.inbox_names()?,
-        &settings.outbox_names()?,
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "creating the inbox fixture at {}",
-            redact_url(&settings.inbox.url)
-        )
-    })?;
+    create_inbox_fixture_at(settings.inbox.url.expose(), settings).await?;
     println!(
         "inbox fixture ready: {} and {} in {}",
         settings.inbox.table,
@@ -183,6 +172,14 @@ pub async fn inbox_fixture(settings: &Settings) -> anyhow::Result<()> {
         redact_url(&settings.inbox.url)
     );
     Ok(())
+}
+
+/// Creates the inbox tables (configured names) in the inbox at `url`, as the DB owner (the
+/// bench creates them in its own inbox database).
+pub async fn create_inbox_fixture_at(url: &str, settings: &Settings) -> anyhow::Result<()> {
+    fixture::create_inbox_fixture(url, &settings.inbox_names()?, &settings.outbox_names()?)
+        .await
+        .with_context(|| format!("creating the inbox fixture at {}", redact_url(url)))
 }
 
 /// `dev simulate-upstream`.

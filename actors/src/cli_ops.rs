@@ -139,8 +139,18 @@ fn now() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now()
 }
 
-fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+/// Prints `value` as JSON (exactly what the admin API answers) or, for people, as `render`
+/// writes it.
+fn print_report<T: serde::Serialize>(
+    value: &T,
+    json: bool,
+    render: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        print!("{}", render(value));
+    }
     Ok(())
 }
 
@@ -154,11 +164,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> anyhow::Result<()
             // Clear the screen and go home: a refreshing view.
             print!("\x1b[2J\x1b[H");
         }
-        if args.json {
-            print_json(&status)?;
-        } else {
-            print!("{}", status.render());
-        }
+        print_report(&status, args.json, |s| s.render())?;
         if !args.watch {
             return Ok(());
         }
@@ -173,12 +179,7 @@ pub async fn status(settings: &Settings, args: &StatusArgs) -> anyhow::Result<()
 pub async fn inspect(settings: &Settings, args: &InspectArgs) -> anyhow::Result<()> {
     let ops = ops(settings).await?;
     let found = ops.inspect(args.msg_id).await?;
-    if args.json {
-        print_json(&found)
-    } else {
-        print!("{}", found.render());
-        Ok(())
-    }
+    print_report(&found, args.json, |r| r.render())
 }
 
 /// `msgexchange replay`.
@@ -198,12 +199,7 @@ pub async fn replay(settings: &Settings, args: &ReplayArgs) -> anyhow::Result<()
         dry_run: args.dry_run,
     };
     let report = ops.replay(&req, now()).await?;
-    if args.audit.json {
-        print_json(&report)
-    } else {
-        print!("{}", report.render());
-        Ok(())
-    }
+    print_report(&report, args.audit.json, |r| r.render())
 }
 
 /// `msgexchange recover-backfill`.
@@ -217,12 +213,7 @@ pub async fn recover_backfill(settings: &Settings, args: &RecoverArgs) -> anyhow
         dry_run: args.dry_run,
     };
     let report = ops.recover_backfill(&req, now()).await?;
-    if args.audit.json {
-        print_json(&report)
-    } else {
-        print!("{}", report.render());
-        Ok(())
-    }
+    print_report(&report, args.audit.json, |r| r.render())
 }
 
 /// `msgexchange events …`.
@@ -231,12 +222,7 @@ pub async fn events(settings: &Settings, cmd: &EventsCommand) -> anyhow::Result<
     match cmd {
         EventsCommand::ListDead(a) => {
             let page = ops.list_dead_events(a.after, a.limit).await?;
-            if a.json {
-                print_json(&page)
-            } else {
-                print!("{}", page.render());
-                Ok(())
-            }
+            print_report(&page, a.json, |r| r.render())
         }
         EventsCommand::Requeue(a) => {
             let req = RequeueRequest {
@@ -246,12 +232,7 @@ pub async fn events(settings: &Settings, cmd: &EventsCommand) -> anyhow::Result<
                 ticket: a.audit.ticket.clone(),
             };
             let report = ops.requeue_events(&req, now()).await?;
-            if a.audit.json {
-                print_json(&report)
-            } else {
-                print!("{}", report.render());
-                Ok(())
-            }
+            print_report(&report, a.audit.json, |r| r.render())
         }
     }
 }
@@ -346,12 +327,7 @@ pub async fn survey(settings: &Settings, args: &SurveyArgs) -> anyhow::Result<()
     if printed {
         eprintln!();
     }
-    if args.json {
-        print_json(&survey)
-    } else {
-        print!("{}", survey.render());
-        Ok(())
-    }
+    print_report(&survey, args.json, |r| r.render())
 }
 
 /// `msgexchange skip`.
@@ -366,12 +342,7 @@ pub async fn skip(settings: &Settings, args: &SkipArgs) -> anyhow::Result<()> {
         dry_run: args.dry_run,
     };
     let report = ops.skip(&req, now()).await?;
-    if args.json {
-        print_json(&report)
-    } else {
-        print!("{}", report.render());
-        Ok(())
-    }
+    print_report(&report, args.json, |r| r.render())
 }
 
 /// `msgexchange purge-readiness`: exit 0 either way (the report says READY or not).
@@ -382,12 +353,7 @@ pub async fn purge_readiness(settings: &Settings, args: &PurgeArgs) -> anyhow::R
         received_before: args.received_before,
     };
     let report = ops.purge_readiness(&req).await?;
-    if args.json {
-        print_json(&report)
-    } else {
-        print!("{}", report.render());
-        Ok(())
-    }
+    print_report(&report, args.json, |r| r.render())
 }
 
 /// `cutover …`.
@@ -418,10 +384,5 @@ pub async fn cutover(settings: &Settings, cmd: &CutoverCommand) -> anyhow::Resul
     let CutoverCommand::Plan(args) = cmd;
     let ops = ops(settings).await?;
     let plan = ops.cutover_plan(args.mode).await?;
-    if args.json {
-        print_json(&plan)
-    } else {
-        print!("{}", plan.render());
-        Ok(())
-    }
+    print_report(&plan, args.json, |r| r.render())
 }

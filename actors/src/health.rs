@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// What `/readyz` reports.
 #[derive(Clone, Default)]
@@ -24,6 +24,12 @@ struct Inner {
     lease: AtomicU8,
     /// Why the service is not running its pipeline yet (store unreachable, standing by).
     waiting: Mutex<Option<String>>,
+}
+
+/// What `m` holds. Each write is one assignment or insert, so a writer that panicked left it
+/// whole: a poisoned lock is used as is.
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 const LEASE_UNUSED: u8 = 0;
@@ -58,21 +64,13 @@ impl Health {
         self.inner
             .last_ok_unix
             .store(chrono::Utc::now().timestamp(), Ordering::Relaxed);
-        *self
-            .inner
-            .last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = None;
+        *locked(&self.inner.last_error) = None;
     }
 
     /// A round failed.
     pub fn poll_failed(&self, why: String) {
         self.inner.poll_ok.store(false, Ordering::Relaxed);
-        *self
-            .inner
-            .last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(why);
+        *locked(&self.inner.last_error) = Some(why);
     }
 
     /// `(ready, last success unix seconds, last error)`.
@@ -80,11 +78,7 @@ impl Health {
         (
             self.inner.poll_ok.load(Ordering::Relaxed),
             self.inner.last_ok_unix.load(Ordering::Relaxed),
-            self.inner
-                .last_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            locked(&self.inner.last_error).clone(),
         )
     }
 }
@@ -92,11 +86,7 @@ impl Health {
 impl Health {
     /// The supervisor's view of one child.
     pub fn child(&self, name: &'static str, alive: bool) {
-        self.inner
-            .children
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name, alive);
+        locked(&self.inner.children).insert(name, alive);
     }
 
     /// This instance holds (or does not hold) the lease; readiness requires it from now on.
@@ -107,18 +97,13 @@ impl Health {
 
     /// The pipeline is not running yet, and why (`None` once it runs).
     pub fn waiting(&self, why: Option<String>) {
-        *self.inner.waiting.lock().unwrap_or_else(|p| p.into_inner()) = why;
+        *locked(&self.inner.waiting) = why;
     }
 
     /// Everything `/readyz` reports.
     pub fn readiness(&self) -> Readiness {
         let (poll_ok, last_poll_ok_unix, error) = self.snapshot();
-        let children = self
-            .inner
-            .children
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let children = locked(&self.inner.children).clone();
         let children_down: Vec<&'static str> = children
             .iter()
             .filter(|(_, alive)| !**alive)
@@ -128,12 +113,7 @@ impl Health {
             LEASE_UNUSED => None,
             v => Some(v == LEASE_HELD),
         };
-        let waiting = self
-            .inner
-            .waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let waiting = locked(&self.inner.waiting).clone();
         Readiness {
             ready: poll_ok
                 && children_down.is_empty()

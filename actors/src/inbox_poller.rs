@@ -19,15 +19,13 @@ use crate::health::Health;
 use crate::messages::{HolesReleased, PollNow, RoundSummary, WatermarkMoved, WorkError};
 use crate::next_run::NextRun;
 use crate::wiring::Wiring;
+use crate::work::Handles;
 
 /// The discovery actor.
 pub struct InboxPoller {
-    /// Shared inbox (read only here).
-    inbox: Inbox,
-    /// Own PostgreSQL: cursor and queue.
-    store: Store,
-    /// Hole aging reads time here.
-    clock: SharedClock,
+    /// Shared inbox (read only here), own PostgreSQL (cursor and queue), and the clock hole
+    /// aging reads.
+    on: Handles,
     /// Batch size, hole delay, commit mode.
     cfg: PollConfig,
     /// The idle pace (for the start-up log).
@@ -56,9 +54,7 @@ impl InboxPoller {
         health: Health,
     ) -> Self {
         Self {
-            inbox,
-            store,
-            clock,
+            on: Handles::new(inbox, store, clock),
             cfg,
             poll_interval,
             pace: Pace::new(cfg.min_gap, poll_interval),
@@ -89,7 +85,7 @@ impl InboxPoller {
                     self.wiring.holes_released(HolesReleased {
                         first: r.first,
                         last: r.last,
-                        at: self.clock.now(),
+                        at: self.on.clock.now(),
                     });
                 }
             }
@@ -100,7 +96,7 @@ impl InboxPoller {
         }
         let delay = self
             .pace
-            .after_round(result.as_ref().ok(), started, self.clock.now());
+            .after_round(result.as_ref().ok(), started, self.on.clock.now());
         self.next.arm(ctx, PollNow, delay, false);
     }
 }
@@ -125,7 +121,7 @@ impl Handler<PollNow> for InboxPoller {
 
     fn handle(&mut self, _: PollNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
-        let started = self.clock.now();
+        let started = self.on.clock.now();
         let cfg = PollConfig {
             sight_ahead: match self.pace.may_read_ahead(started) {
                 true => self.cfg.sight_ahead,
@@ -135,8 +131,8 @@ impl Handler<PollNow> for InboxPoller {
             ..self.cfg
         };
         let page = cfg.claim_batch.max(1) as usize;
-        let (inbox, store, clock) = (self.inbox.clone(), self.store.clone(), self.clock.clone());
-        let round = async move { poll_once(&inbox, &store, clock.as_ref(), cfg).await };
+        let on = self.on.clone();
+        let round = async move { poll_once(&on.inbox, &on.store, on.clock.as_ref(), cfg).await };
         crate::work::atomic(self, round, move |result, act, ctx| {
             if result.as_ref().is_ok_and(|r| r.read > page) {
                 act.pace.read_ahead(started);

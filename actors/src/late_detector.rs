@@ -22,15 +22,13 @@ use msgx_core::telemetry;
 use crate::child::Child;
 use crate::messages::{DetectNow, HolesReleased, ScanNow, WorkError};
 use crate::next_run::NextRun;
+use crate::work::Handles;
 
 /// The late detector actor.
 pub struct LateDetector {
-    /// Shared inbox (one id check per batch).
-    inbox: Inbox,
-    /// Own PostgreSQL: the watch list and the queue.
-    store: Store,
-    /// Detection and expiry time.
-    clock: SharedClock,
+    /// Shared inbox (one id check per batch), own PostgreSQL (the watch list and the queue),
+    /// detection and expiry time.
+    on: Handles,
     /// Batch size, inbox names, statement timeout.
     cfg: DetectConfig,
     /// Pause between rounds (`late.detect_period`).
@@ -51,9 +49,7 @@ impl LateDetector {
         period: Duration,
     ) -> Self {
         Self {
-            inbox,
-            store,
-            clock,
+            on: Handles::new(inbox, store, clock),
             cfg,
             period,
             next: NextRun::default(),
@@ -108,13 +104,10 @@ impl Handler<ScanNow> for LateDetector {
 
     fn handle(&mut self, _: ScanNow, ctx: &mut Self::Context) -> Self::Result {
         self.next_scan.cancel(ctx);
-        let (inbox, store, clock, cfg) = (
-            self.inbox.clone(),
-            self.store.clone(),
-            self.clock.clone(),
-            self.cfg.scan(),
-        );
-        let scan = async move { compensation_scan(&inbox, &store, clock.as_ref(), &cfg).await };
+        let on = self.on.clone();
+        let cfg = self.cfg.scan();
+        let scan =
+            async move { compensation_scan(&on.inbox, &on.store, on.clock.as_ref(), &cfg).await };
         crate::work::atomic(self, scan, |result, act, ctx| {
             if let Err(e) = result {
                 tracing::error!(error = %e, "compensation scan failed; retrying next period");
@@ -132,13 +125,8 @@ impl Handler<DetectNow> for LateDetector {
 
     fn handle(&mut self, _: DetectNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
-        let (inbox, store, clock, cfg) = (
-            self.inbox.clone(),
-            self.store.clone(),
-            self.clock.clone(),
-            self.cfg.clone(),
-        );
-        let round = async move { detect_once(&inbox, &store, clock.as_ref(), &cfg).await };
+        let (on, cfg) = (self.on.clone(), self.cfg.clone());
+        let round = async move { detect_once(&on.inbox, &on.store, on.clock.as_ref(), &cfg).await };
         crate::work::atomic(self, round, |result, act, ctx| act.after_round(result, ctx))
     }
 }

@@ -5,6 +5,9 @@
 use std::future::Future;
 
 use actix::{Actor, ActorFutureExt, AtomicResponse, Context, WrapFuture};
+use msgx_core::clock::SharedClock;
+use msgx_core::inbox::Inbox;
+use msgx_core::store::Store;
 
 use crate::messages::WorkError;
 
@@ -29,4 +32,24 @@ where
             result.map(Into::into).map_err(Into::into)
         },
     )))
+}
+
+/// What the discovery-side actors' units of work (a poll round, a detection round, a sweep)
+/// run on: the shared inbox, our own PostgreSQL and the clock, cloned whole into each unit's
+/// future.
+#[derive(Debug, Clone)]
+pub(crate) struct Handles {
+    pub(crate) inbox: Inbox,
+    pub(crate) store: Store,
+    pub(crate) clock: SharedClock,
+}
+
+impl Handles {
+    pub(crate) fn new(inbox: Inbox, store: Store, clock: SharedClock) -> Self {
+        Self {
+            inbox,
+            store,
+            clock,
+        }
+    }
 }

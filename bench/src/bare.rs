@@ -22,15 +22,23 @@ pub(super) enum BareShape {
     Values,
 }
 
-/// `rows` rows in transactions of `batch` rows, like the poller's rounds (without the cursor
-/// update and the inbox reads); returns the wall time.
-async fn bare_insert(
-    pool: &PgPool,
-    shape: BareShape,
-    rows: u64,
-    batch: u32,
-    async_commit: bool,
-) -> anyhow::Result<Duration> {
+/// What a bare measurement writes: `rows` rows in transactions of `batch` rows, committed
+/// with `synchronous_commit = off` when `async_commit`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BareLoad {
+    pub(super) rows: u64,
+    pub(super) batch: u32,
+    pub(super) async_commit: bool,
+}
+
+/// The load in transactions like the poller's rounds (without the cursor update and the inbox
+/// reads); returns the wall time.
+async fn bare_insert(pool: &PgPool, shape: BareShape, load: BareLoad) -> anyhow::Result<Duration> {
+    let BareLoad {
+        rows,
+        batch,
+        async_commit,
+    } = load;
     let unnest_sql = "INSERT INTO bench_bare (msg_id, received_at, enqueued_at, source, state) \
                       SELECT id, recv, $3, 'POLL', 'PENDING' \
                       FROM UNNEST($1::bigint[], $2::timestamptz[]) AS r(id, recv) \
@@ -126,16 +134,14 @@ fn values_sql(rows: usize) -> String {
 pub(super) async fn bare_phase(
     pool: &PgPool,
     shape: BareShape,
-    rows: u64,
-    batch: u32,
-    async_commit: bool,
+    load: BareLoad,
 ) -> anyhow::Result<Duration> {
     sqlx::query("CREATE TABLE bench_bare (LIKE proc_state INCLUDING ALL)")
         .execute(pool)
         .await
         .context("creating the scratch table bench_bare")?;
     checkpoint(pool).await;
-    let took = bare_insert(pool, shape, rows, batch, async_commit)
+    let took = bare_insert(pool, shape, load)
         .await
         .with_context(|| format!("bare {shape:?} insert"))?;
     sqlx::query("DROP TABLE bench_bare")

@@ -22,9 +22,21 @@ pub(super) struct BenchDbs {
 }
 
 impl BenchDbs {
+    /// Runs a bench on fresh databases ([`BenchDbs::fresh`]), then ends it
+    /// ([`BenchDbs::finish`]): kept when `keep`, else dropped.
+    pub(super) async fn run_fresh(
+        settings: &Settings,
+        keep: bool,
+        run: impl AsyncFnOnce(&BenchDbs) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let dbs = Self::fresh(settings).await?;
+        let result = run(&dbs).await;
+        dbs.finish(result, keep).await
+    }
+
     /// Ends a run: keeps the databases (and says where) when asked, else drops them; the run's
     /// own error wins over a failed drop, which is still reported.
-    pub async fn finish(&self, result: anyhow::Result<()>, keep: bool) -> anyhow::Result<()> {
+    async fn finish(&self, result: anyhow::Result<()>, keep: bool) -> anyhow::Result<()> {
         if keep {
             println!(
                 "  kept                  : {} and {}",
@@ -86,7 +98,7 @@ impl BenchDbs {
     /// The databases `msgx_bench_<pid>` on the configured servers, refused when either already
     /// exists (an earlier `--keep` run with the same pid): "fresh" means fresh, and the
     /// clean-up in [`BenchDbs::finish`] must only ever drop what this run created.
-    pub(super) async fn fresh(settings: &Settings) -> anyhow::Result<Self> {
+    async fn fresh(settings: &Settings) -> anyhow::Result<Self> {
         let dbs = Self::new(settings, &format!("msgx_bench_{}", std::process::id()))?;
         dbs.ensure_absent().await?;
         Ok(dbs)
@@ -94,18 +106,7 @@ impl BenchDbs {
 
     /// Creates the inbox tables (configured names) in the bench inbox, as the DB owner.
     pub(super) async fn inbox_fixture(&self, settings: &Settings) -> anyhow::Result<()> {
-        msgx_core::devtools::fixture::create_inbox_fixture(
-            &self.inbox_url,
-            &settings.inbox_names()?,
-            &settings.outbox_names()?,
-        )
-        .await
-        .with_context(|| {
-            format!(
-                "creating the inbox fixture at {}",
-                redact_url(&self.inbox_url)
-            )
-        })
+        msgx_actors::cli::create_inbox_fixture_at(&self.inbox_url, settings).await
     }
 
     /// The inbox adapter on the bench inbox, exactly as the service builds it.

@@ -81,9 +81,10 @@ pub async fn discovery(settings: &Settings, args: &DiscoveryBenchArgs) -> anyhow
         args.duration >= Duration::from_secs(1) && args.duration <= Duration::from_secs(86_400),
         "--duration must be 1s..=24h"
     );
-    let dbs = BenchDbs::fresh(settings).await?;
-    let result = run(settings, args, &dbs).await;
-    dbs.finish(result, args.keep).await
+    BenchDbs::run_fresh(settings, args.keep, async |dbs| {
+        run(settings, args, dbs).await
+    })
+    .await
 }
 
 /// Commit wall times by id, written by the writers.

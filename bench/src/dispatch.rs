@@ -77,9 +77,10 @@ pub async fn dispatch(settings: &Settings, args: &DispatchBenchArgs) -> anyhow::
         (1..=10_000).contains(&batch),
         "--batch {batch} is outside 1..=10000"
     );
-    let dbs = BenchDbs::fresh(settings).await?;
-    let result = run(settings, args, batch, &dbs).await;
-    dbs.finish(result, args.keep).await
+    BenchDbs::run_fresh(settings, args.keep, async |dbs| {
+        run(settings, args, batch, dbs).await
+    })
+    .await
 }
 
 async fn run(

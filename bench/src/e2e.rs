@@ -78,9 +78,10 @@ pub struct E2eBenchArgs {
 /// Runs the end-to-end benchmark.
 pub async fn e2e(settings: &Settings, args: &E2eBenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.messages > 0, "--messages must be at least 1");
-    let dbs = BenchDbs::fresh(settings).await?;
-    let result = run(settings, args, &dbs).await;
-    dbs.finish(result, args.keep).await
+    BenchDbs::run_fresh(settings, args.keep, async |dbs| {
+        run(settings, args, dbs).await
+    })
+    .await
 }
 
 /// Loads the backlog, then runs the service through the phases and stops it, whatever

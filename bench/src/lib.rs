@@ -49,7 +49,7 @@ use msgx_core::settings::{redact_url, Settings};
 use msgx_core::store::Store;
 use sqlx::postgres::PgPool;
 
-use bare::{bare_phase, BareShape};
+use bare::{bare_phase, BareLoad, BareShape};
 use databases::BenchDbs;
 use inbox_load::{load_inbox, Loaded};
 use poller_run::{poll_phase, PollPhase};
@@ -95,10 +95,10 @@ pub async fn enqueue(settings: &Settings, args: &EnqueueBenchArgs) -> anyhow::Re
         args.rows
     );
 
-    let dbs = BenchDbs::fresh(settings).await?;
-
-    let result = run(settings, args, claim_batch, &dbs).await;
-    dbs.finish(result, args.keep).await
+    BenchDbs::run_fresh(settings, args.keep, async |dbs| {
+        run(settings, args, claim_batch, dbs).await
+    })
+    .await
 }
 
 /// Everything between creating and dropping the databases.
@@ -171,7 +171,12 @@ async fn measure(
 ) -> anyhow::Result<Measured> {
     let async_commit = settings.pipeline.async_enqueue_commit;
     let pool = store.pool();
-    let bare = |shape| bare_phase(pool, shape, args.rows, claim_batch, async_commit);
+    let bare_load = BareLoad {
+        rows: args.rows,
+        batch: claim_batch,
+        async_commit,
+    };
+    let bare = |shape| bare_phase(pool, shape, bare_load);
     let bare_unnest_before = bare(BareShape::Unnest).await?;
     let bare_values = bare(BareShape::Values).await?;
     checkpoint(pool).await;

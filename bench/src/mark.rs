@@ -104,9 +104,10 @@ pub async fn mark(settings: &Settings, args: &MarkBenchArgs) -> anyhow::Result<(
         args.rows
     );
 
-    let dbs = BenchDbs::fresh(settings).await?;
-    let result = run(settings, args, batch, steady_rows, &dbs).await;
-    dbs.finish(result, args.keep).await
+    BenchDbs::run_fresh(settings, args.keep, async |dbs| {
+        run(settings, args, batch, steady_rows, dbs).await
+    })
+    .await
 }
 
 /// Everything between creating and dropping the databases.

@@ -111,10 +111,10 @@ pub async fn pump(settings: &Settings, args: &PumpBenchArgs) -> anyhow::Result<(
     anyhow::ensure!(args.bare_tx > 0, "--bare-tx must be at least 1");
     anyhow::ensure!(!args.bare_time.is_zero(), "--bare-time must be positive");
 
-    let dbs = BenchDbs::fresh(settings).await?;
-
-    let result = run(settings, args, &dbs).await;
-    dbs.finish(result, args.keep).await
+    BenchDbs::run_fresh(settings, args.keep, async |dbs| {
+        run(settings, args, dbs).await
+    })
+    .await
 }
 
 /// Everything between creating and dropping the databases.
@@ -202,14 +202,9 @@ async fn measure(
          for the disk flush, as the pump's must",
         server.synchronous_commit
     );
-    let enqueue = enqueue_all(
-        inbox,
-        store,
-        msgx_actors::app::poll_config(&settings.pipeline),
-        loaded,
-    )
-    .await
-    .context("enqueueing the backlog")?;
+    let enqueue = enqueue_all(inbox, store, &settings.pipeline, loaded)
+        .await
+        .context("enqueueing the backlog")?;
     eprintln!(
         "bench pump: enqueued {} rows in {} rounds, {:.1}s (not timed)",
         enqueue.rows,
@@ -275,14 +270,9 @@ async fn measure_with_tables(
     let mut copy_run = None;
     if args.raw_copy == RawCopyRuns::Both {
         let again = pump_run::reset_store(store).await?;
-        enqueue_all(
-            inbox,
-            store,
-            msgx_actors::app::poll_config(&settings.pipeline),
-            loaded,
-        )
-        .await
-        .context("enqueueing the backlog again")?;
+        enqueue_all(inbox, store, &settings.pipeline, loaded)
+            .await
+            .context("enqueueing the backlog again")?;
         eprintln!(
             "bench pump: store emptied ({again}) and the backlog enqueued again; raw_copy on"
         );

@@ -19,7 +19,8 @@ use msgx_core::devtools::messages::{Generator, MessageKind, Mix};
 use msgx_core::inbox::names::InboxNames;
 use msgx_core::inbox::time::utc_to_local;
 use msgx_core::inbox::Inbox;
-use msgx_core::poller::{poll_once, PollConfig};
+use msgx_core::poller::poll_once;
+use msgx_core::settings::PipelineSettings;
 use msgx_core::store::Store;
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::{ConnectOptions, Connection};
@@ -245,13 +246,15 @@ pub(crate) struct Enqueued {
     pub(crate) elapsed: Duration,
 }
 
-/// `poll_once` until W reaches the inbox head; every row must be in proc_state.
+/// `poll_once` (configured as the service configures it) until W reaches the inbox head;
+/// every row must be in proc_state.
 pub(crate) async fn enqueue_all(
     inbox: &Inbox,
     store: &Store,
-    cfg: PollConfig,
+    pipeline: &PipelineSettings,
     loaded: &Loaded,
 ) -> anyhow::Result<Enqueued> {
+    let cfg = msgx_actors::app::poll_config(pipeline);
     let clock = SystemClock;
     let started = Instant::now();
     let mut rounds = 0u32;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::rules::{
-    after_failure, classify, overdue_before, AfterFailure, BackfillRules, MissingKind,
+    after_failure, classify, overdue_before, AfterFailure, BackfillRules, Checked, MissingKind,
 };
 use crate::clock::Clock;
 use crate::inbox::mark::MarkSql;
@@ -294,22 +294,30 @@ impl Pass<'_> {
         self.deadline.saturating_duration_since(Instant::now())
     }
 
+    /// Which of `ids` exist and how they are marked, within what is left of the budget. When
+    /// the inbox does not answer, each of them failed (`what: error`) and None comes back.
+    async fn check(&mut self, ids: &[i64], what: &str) -> Option<Checked> {
+        match self
+            .inbox
+            .mark_states_within(&self.cfg.marks, ids, self.remaining())
+            .await
+        {
+            Ok(found) => Some(classify(ids, found)),
+            Err(e) => {
+                let error = format!("{what}: {e}");
+                self.failed
+                    .extend(ids.iter().map(|id| (*id, error.clone())));
+                None
+            }
+        }
+    }
+
     /// The existence check, then the marks group by group. `Err` only for PostgreSQL.
     async fn run(&mut self) -> Result<(), StoreError> {
         let ids: Vec<i64> = self.rows.iter().map(|r| r.msg_id).collect();
-        let found = match self
-            .inbox
-            .mark_states_within(&self.cfg.marks, &ids, self.remaining())
-            .await
-        {
-            Ok(found) => found,
-            Err(e) => {
-                let error = format!("existence check: {e}");
-                self.failed = ids.into_iter().map(|id| (id, error.clone())).collect();
-                return Ok(());
-            }
+        let Some(checked) = self.check(&ids, "existence check").await else {
+            return Ok(());
         };
-        let checked = classify(&ids, found);
         for (id, value) in &checked.already {
             if value.trim() != self.cfg.mark_value {
                 tracing::info!(
@@ -441,20 +449,9 @@ impl Pass<'_> {
             self.report.deferred.extend(group);
             return;
         }
-        let found = match self
-            .inbox
-            .mark_states_within(&self.cfg.marks, &group, self.remaining())
-            .await
-        {
-            Ok(found) => found,
-            Err(e) => {
-                let error = format!("existence re-check: {e}");
-                self.failed
-                    .extend(group.into_iter().map(|id| (id, error.clone())));
-                return;
-            }
+        let Some(checked) = self.check(&group, "existence re-check").await else {
+            return;
         };
-        let checked = classify(&group, found);
         // The UPDATE wrote `written` of them; the others were marked by somebody else.
         let now_marked = checked.already.len() as u64;
         self.report.already_marked += now_marked.saturating_sub(written);

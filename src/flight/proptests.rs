@@ -2,18 +2,23 @@
 
 use std::collections::BTreeMap;
 
-use chrono::NaiveDate;
 use proptest::prelude::*;
 
-use super::tests::{msg, rec};
+use super::tests::{msg, rec, schedule};
 use super::*;
-use crate::codec::model::{Body, DecodedMessage, Field, FieldValue, FlightRecord, ScheduleKind};
+use crate::codec::model::{Body, DecodedMessage, Field, FieldValue, FlightRecord};
 
 const FLIDS: [&str; 4] = ["F1", "F2", "F3", "F4"];
-const FIELDS: [Field; 4] = [Field::Gate, Field::Stnd, Field::Stat, Field::Mfid];
+/// The fields the properties carry (MFID values are flids).
+pub(super) const FIELDS: [Field; 4] = [Field::Gate, Field::Stnd, Field::Stat, Field::Mfid];
+
+/// One of `flids`.
+pub(super) fn flid_of(flids: &'static [&'static str]) -> impl Strategy<Value = String> {
+    prop::sample::select(flids).prop_map(str::to_string)
+}
 
 fn flid() -> impl Strategy<Value = String> {
-    prop::sample::select(&FLIDS[..]).prop_map(str::to_string)
+    flid_of(&FLIDS)
 }
 
 /// A carried value: a small value set (MFID values are flids) or a clear.
@@ -25,22 +30,22 @@ fn field_value() -> impl Strategy<Value = (Field, Option<String>)> {
         .prop_map(|(f, v)| (f, v.map(str::to_string)))
 }
 
-fn record() -> impl Strategy<Value = FlightRecord> {
-    (flid(), prop::collection::vec(field_value(), 0..5)).prop_map(|(flid, fields)| {
+/// A record of one of `flids` carrying up to four values or clears.
+pub(super) fn record_of(flids: &'static [&'static str]) -> impl Strategy<Value = FlightRecord> {
+    (flid_of(flids), prop::collection::vec(field_value(), 0..5)).prop_map(|(flid, fields)| {
         let fields: Vec<(Field, Option<&str>)> =
             fields.iter().map(|(f, v)| (*f, v.as_deref())).collect();
         rec(&flid, &fields)
     })
 }
 
+fn record() -> impl Strategy<Value = FlightRecord> {
+    record_of(&FLIDS)
+}
+
 fn body() -> impl Strategy<Value = Body> {
     prop_oneof![
-        prop::collection::vec(record(), 0..6).prop_map(|flights| Body::Schedule {
-            kind: ScheduleKind::Download,
-            date: NaiveDate::from_ymd_opt(2026, 11, 30).unwrap(),
-            request_id: None,
-            flights,
-        }),
+        prop::collection::vec(record(), 0..6).prop_map(schedule),
         record().prop_map(Body::ScheduleAdd),
         record().prop_map(Body::FlightUpdate),
         record().prop_map(Body::AddFlight),
@@ -59,8 +64,11 @@ fn state() -> impl Strategy<Value = BTreeMap<String, Flight>> {
     })
 }
 
-/// What the caller loads: the named flights and their code-shares.
-fn loaded(m: &DecodedMessage, st: &BTreeMap<String, Flight>) -> BTreeMap<String, Flight> {
+/// What the processor loads for `m`: the named flights and their code-shares.
+pub(super) fn loaded(
+    m: &DecodedMessage,
+    st: &BTreeMap<String, Flight>,
+) -> BTreeMap<String, Flight> {
     let named = flights_to_load(m);
     st.iter()
         .filter(|(k, f)| {

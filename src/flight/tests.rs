@@ -57,7 +57,8 @@ pub(super) fn state(flights: &[(&str, &[(Field, &str)])]) -> BTreeMap<String, Fl
     flights.iter().map(flight).collect()
 }
 
-fn schedule(flights: Vec<FlightRecord>) -> Body {
+/// The daily schedule download of 2026-11-30 with `flights`.
+pub(super) fn schedule(flights: Vec<FlightRecord>) -> Body {
     Body::Schedule {
         kind: ScheduleKind::Download,
         date: NaiveDate::from_ymd_opt(2026, 11, 30).unwrap(),
@@ -223,6 +224,15 @@ fn update_event_lists_before_and_after_with_null_for_absent() {
     assert_eq!(p.events[0].payload["subtype"], json!("UPDT"));
 }
 
+/// Applies `m` as message `msg_id` to `st`; the version it gives the fields it carries.
+fn apply_as(m: &DecodedMessage, msg_id: i64, st: &mut BTreeMap<String, Flight>) -> FieldVersion {
+    plan(m, msg_id, st).apply(st);
+    FieldVersion {
+        at: m.meta.sent_at,
+        msg_id,
+    }
+}
+
 #[test]
 fn every_carried_field_is_versioned_changed_or_not() {
     let mut st = BTreeMap::new();
@@ -233,11 +243,7 @@ fn every_carried_field_is_versioned_changed_or_not() {
         )),
         1,
     );
-    plan(&m1, 10, &st).apply(&mut st);
-    let v1 = FieldVersion {
-        at: m1.meta.sent_at,
-        msg_id: 10,
-    };
+    let v1 = apply_as(&m1, 10, &mut st);
     assert_eq!(
         st["F1"].versions,
         BTreeMap::from([(Field::Gate, v1), (Field::Stnd, v1)])
@@ -254,11 +260,7 @@ fn every_carried_field_is_versioned_changed_or_not() {
         )),
         2,
     );
-    plan(&m2, 11, &st).apply(&mut st);
-    let v2 = FieldVersion {
-        at: m2.meta.sent_at,
-        msg_id: 11,
-    };
+    let v2 = apply_as(&m2, 11, &mut st);
     // GATE re-sent unchanged and STND cleared get v2 (kept as a tombstone); so does ETOT,
     // cleared while absent: a late older message may not set any of them.
     assert_eq!(

@@ -4,14 +4,15 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Duration, NaiveDate, TimeZone, Utc};
+use chrono::{DateTime, Duration, TimeZone, Utc};
 use proptest::prelude::*;
 use serde_json::json;
 
 use super::guard::{compare, is_newer, REFUSED_CREATE, REFUSED_DELETE};
-use super::tests::{msg, rec};
+use super::proptests::{flid_of, loaded, record_of, FIELDS};
+use super::tests::{msg, rec, schedule};
 use super::*;
-use crate::codec::model::{Body, DecodedMessage, Field, FieldValue, FlightRecord, ScheduleKind};
+use crate::codec::model::{Body, DecodedMessage, Field, FieldValue, FlightRecord};
 
 fn base() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 30, 1, 0, 0).unwrap()
@@ -22,6 +23,12 @@ fn at(body: Body, sec: i64) -> DecodedMessage {
     let mut m = msg(body, 0);
     m.meta.sent_at = base() + Duration::seconds(sec);
     m
+}
+
+/// The changes of `p`, of which the guard refused nothing.
+fn applied(p: &GuardedPlan) -> &[FlightChange] {
+    assert!(p.refused.is_empty(), "refused: {:?}", p.refused);
+    &p.plan.changes
 }
 
 fn v(sec: i64, msg_id: i64) -> FieldVersion {
@@ -177,11 +184,7 @@ fn a_late_delete_of_a_flight_touched_later_is_refused_and_recorded() {
     assert_eq!(refused(&p), json!({"F1": [REFUSED_DELETE]}));
     // With an id after every write to the flight: applied (whatever its send time).
     let p = plan_guarded(&at(del, 0), 4, &st, &Tombstones::new());
-    assert!(p.refused.is_empty());
-    assert!(matches!(
-        p.plan.changes.as_slice(),
-        [FlightChange::Deleted { .. }]
-    ));
+    assert!(matches!(applied(&p), [FlightChange::Deleted { .. }]));
 }
 
 #[test]
@@ -227,11 +230,7 @@ fn a_late_message_does_not_resurrect_a_flight_deleted_by_a_newer_message() {
     // Deleted before the late message was sent: created as in id order.
     let deleted_before = Tombstones::from([("F1".to_string(), v(5, 1))]);
     let p = plan_guarded(&late, 2, &BTreeMap::new(), &deleted_before);
-    assert!(p.refused.is_empty());
-    assert!(matches!(
-        p.plan.changes.as_slice(),
-        [FlightChange::Created { .. }]
-    ));
+    assert!(matches!(applied(&p), [FlightChange::Created { .. }]));
 }
 
 #[test]
@@ -259,16 +258,11 @@ fn a_late_schedule_is_applied_field_by_field_and_still_announced() {
         flight("F1", &[(Field::Gate, Some("B2"), v(20, 3))]),
         flight("F2", &[(Field::Gate, Some("G2"), v(1, 1))]),
     ]);
-    let body = Body::Schedule {
-        kind: ScheduleKind::Download,
-        date: NaiveDate::from_ymd_opt(2026, 11, 30).unwrap(),
-        request_id: None,
-        flights: vec![
-            rec("F1", &[(Field::Gate, Some("A1"))]),
-            rec("F2", &[(Field::Gate, Some("G5"))]),
-            rec("F3", &[(Field::Gate, Some("G3"))]),
-        ],
-    };
+    let body = schedule(vec![
+        rec("F1", &[(Field::Gate, Some("A1"))]),
+        rec("F2", &[(Field::Gate, Some("G5"))]),
+        rec("F3", &[(Field::Gate, Some("G3"))]),
+    ]);
     let p = plan_guarded(&at(body, 10), 2, &st, &Tombstones::new());
     let snap = p.plan.snapshot.clone().unwrap();
     assert_eq!((snap.created, snap.updated, snap.unchanged), (1, 1, 1));
@@ -288,15 +282,10 @@ fn a_late_schedule_is_applied_field_by_field_and_still_announced() {
 #[test]
 fn refusals_are_recorded_once_per_field() {
     let st = states(vec![flight("F1", &[(Field::Gate, Some("B2"), v(20, 3))])]);
-    let body = Body::Schedule {
-        kind: ScheduleKind::Download,
-        date: NaiveDate::from_ymd_opt(2026, 11, 30).unwrap(),
-        request_id: None,
-        flights: vec![
-            rec("F1", &[(Field::Gate, Some("A1"))]),
-            rec("F1", &[(Field::Gate, Some("A2"))]),
-        ],
-    };
+    let body = schedule(vec![
+        rec("F1", &[(Field::Gate, Some("A1"))]),
+        rec("F1", &[(Field::Gate, Some("A2"))]),
+    ]);
     let p = plan_guarded(&at(body, 10), 2, &st, &Tombstones::new());
     assert_eq!(refused(&p), json!({"F1": ["GATE"]}));
 }
@@ -307,35 +296,13 @@ fn refusals_are_recorded_once_per_field() {
 type FieldsAndVersions = (BTreeMap<Field, String>, BTreeMap<Field, i64>);
 
 const FLIDS: [&str; 3] = ["F1", "F2", "F3"];
-const FIELDS: [Field; 4] = [Field::Gate, Field::Stnd, Field::Stat, Field::Mfid];
-
-fn flid() -> impl Strategy<Value = String> {
-    prop::sample::select(&FLIDS[..]).prop_map(str::to_string)
-}
-
-fn record() -> impl Strategy<Value = FlightRecord> {
-    let value = (
-        prop::sample::select(&FIELDS[..]),
-        prop::option::of(prop::sample::select(&["A", "B", "F1", "F2"][..])),
-    );
-    (flid(), prop::collection::vec(value, 0..5)).prop_map(|(flid, fields)| {
-        let fields: Vec<(Field, Option<&str>)> =
-            fields.iter().map(|(f, v)| (*f, v.as_deref())).collect();
-        rec(&flid, &fields)
-    })
-}
 
 fn body() -> impl Strategy<Value = Body> {
     prop_oneof![
-        prop::collection::vec(record(), 0..4).prop_map(|flights| Body::Schedule {
-            kind: ScheduleKind::Download,
-            date: NaiveDate::from_ymd_opt(2026, 11, 30).unwrap(),
-            request_id: None,
-            flights,
-        }),
-        record().prop_map(Body::FlightUpdate),
-        record().prop_map(Body::AddFlight),
-        flid().prop_map(|flid| Body::FlightDelete { flid }),
+        prop::collection::vec(record_of(&FLIDS), 0..4).prop_map(schedule),
+        record_of(&FLIDS).prop_map(Body::FlightUpdate),
+        record_of(&FLIDS).prop_map(Body::AddFlight),
+        flid_of(&FLIDS).prop_map(|flid| Body::FlightDelete { flid }),
     ]
 }
 
@@ -360,17 +327,6 @@ fn history() -> impl Strategy<Value = (BTreeMap<String, Flight>, Tombstones)> {
         }
         (st, tombs)
     })
-}
-
-/// What the processor loads for `m`: the named flights and their code-shares.
-fn loaded(m: &DecodedMessage, st: &BTreeMap<String, Flight>) -> BTreeMap<String, Flight> {
-    let named = flights_to_load(m);
-    st.iter()
-        .filter(|(k, f)| {
-            named.contains(k) || f.master().is_some_and(|ms| named.iter().any(|n| n == ms))
-        })
-        .map(|(k, f)| (k.clone(), f.clone()))
-        .collect()
 }
 
 proptest! {
@@ -437,7 +393,7 @@ proptest! {
     #[test]
     fn a_late_flop_ends_as_in_send_order(
         flops in prop::collection::vec(
-            (flid(), prop::collection::btree_set(prop::sample::select(&FIELDS[..3]), 1..3)),
+            (flid_of(&FLIDS), prop::collection::btree_set(prop::sample::select(&FIELDS[..3]), 1..3)),
             1..10,
         ),
         pick in any::<prop::sample::Index>(),
@@ -476,7 +432,7 @@ proptest! {
     /// (values and versions), exactly as processing strictly in `MSG_ID` order.
     #[test]
     fn late_arrivals_end_as_in_id_order(
-        msgs in prop::collection::vec((prop::bool::ANY, record(), 0i64..40), 1..14),
+        msgs in prop::collection::vec((prop::bool::ANY, record_of(&FLIDS), 0i64..40), 1..14),
         late_mask in prop::collection::vec(prop::bool::weighted(0.3), 14),
         late_order in Just(()).prop_perturb(|_, mut rng| rng.random::<u64>()),
     ) {

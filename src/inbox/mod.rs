@@ -244,9 +244,19 @@ impl Inbox {
         &self,
         fut: impl std::future::Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, InboxError> {
-        match tokio::time::timeout(self.query_timeout, fut).await {
-            Ok(r) => r.map_err(InboxError::from),
-            Err(_) => Err(InboxError::Timeout(self.query_timeout)),
-        }
+        within(self.query_timeout, fut, InboxError::Timeout).await
+    }
+}
+
+/// `fut`, a statement on the inbox server (the inbox or the outbound table), given `limit`
+/// to answer: one that does not fails with `timed_out(limit)`.
+pub(crate) async fn within<T, E: From<sqlx::Error>>(
+    limit: Duration,
+    fut: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+    timed_out: fn(Duration) -> E,
+) -> Result<T, E> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map_err(E::from),
+        Err(_) => Err(timed_out(limit)),
     }
 }

@@ -289,7 +289,12 @@ fn check_text(value: &str, key: &str, max: usize) -> Result<(), OpsError> {
     Ok(())
 }
 
-fn check_audit(actor: &str, reason: &str, ticket: Option<&str>) -> Result<(), OpsError> {
+/// Who, why and the ticket of an audited action, checked, as the audit log records them.
+fn check_audit<'a>(
+    actor: &'a str,
+    reason: &'a str,
+    ticket: Option<&'a str>,
+) -> Result<Audit<'a>, OpsError> {
     if actor.trim().is_empty() || reason.trim().is_empty() {
         return Err(OpsError::Invalid(
             "an audited action needs who (actor) and why (reason)".into(),
@@ -300,7 +305,11 @@ fn check_audit(actor: &str, reason: &str, ticket: Option<&str>) -> Result<(), Op
     if let Some(t) = ticket {
         check_text(t, "ticket", MAX_NAME)?;
     }
-    Ok(())
+    Ok(Audit {
+        actor,
+        reason,
+        ticket,
+    })
 }
 
 fn check_state(value: &str, key: &str) -> Result<ProcState, OpsError> {
@@ -356,7 +365,7 @@ impl Ops {
         req: &ReplayRequest,
         now: DateTime<Utc>,
     ) -> Result<ActionReport, OpsError> {
-        check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
+        let audit = check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
         check_ids(&req.msg_ids, "msg_ids")?;
         let by_class = req.error_class.is_some() || req.from_id.is_some() || req.to_id.is_some();
         let rows = match (by_class, req.msg_ids.is_empty()) {
@@ -380,11 +389,6 @@ impl Ops {
         if rows.is_empty() {
             return Ok(ActionReport::empty(req.dry_run));
         }
-        let audit = Audit {
-            actor: &req.actor,
-            reason: &req.reason,
-            ticket: req.ticket.as_deref(),
-        };
         // The raw text: the inbox first (read here, outside the transaction), our raw copy
         // for the rows it no longer has (looked up in the replay's transaction).
         let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
@@ -454,13 +458,8 @@ impl Ops {
         req: &RecoverRequest,
         now: DateTime<Utc>,
     ) -> Result<ActionReport, OpsError> {
-        check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
+        let audit = check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
         check_ids(&req.msg_ids, "msg_ids")?;
-        let audit = Audit {
-            actor: &req.actor,
-            reason: &req.reason,
-            ticket: req.ticket.as_deref(),
-        };
         let report =
             replay::recover_abandoned(&self.store, &req.msg_ids, audit, req.dry_run, now).await?;
         Ok(ActionReport::from_admin(&report))
@@ -472,13 +471,8 @@ impl Ops {
         req: &RequeueRequest,
         now: DateTime<Utc>,
     ) -> Result<RequeueReport, OpsError> {
-        check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
+        let audit = check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
         check_ids(&req.event_ids, "event_ids")?;
-        let audit = Audit {
-            actor: &req.actor,
-            reason: &req.reason,
-            ticket: req.ticket.as_deref(),
-        };
         let r = self
             .store
             .requeue_dead_events(&req.event_ids, audit, now)

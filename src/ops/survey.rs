@@ -160,6 +160,24 @@ impl Tally {
         self.types.add(r);
     }
 
+    /// Counts one batch of rows and says how far the survey got: `at_id` of `to_id`.
+    fn add_batch(
+        &mut self,
+        rows: &[MetaRow],
+        w: i64,
+        (at_id, to_id): (i64, i64),
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) {
+        for r in rows {
+            self.add(r, w);
+        }
+        progress(Progress {
+            rows: self.count,
+            at_id,
+            to_id,
+        });
+    }
+
     fn finish(self, scope: &str, w: i64) -> Survey {
         let by_type = self.types.finish();
         Survey {
@@ -243,15 +261,8 @@ impl Ops {
             };
             let rows = self.inbox.meta_of(&ids).await?;
             tally.missing += (ids.len() - rows.len()) as u64;
-            for r in &rows {
-                tally.add(r, w);
-            }
+            tally.add_batch(&rows, w, (last, to), progress);
             after = last;
-            progress(Progress {
-                rows: tally.count,
-                at_id: last,
-                to_id: to,
-            });
         }
     }
 
@@ -272,15 +283,8 @@ impl Ops {
                 .inbox
                 .meta_rows(after, until, window, SURVEY_BATCH)
                 .await?;
-            for r in &rows {
-                tally.add(r, w);
-            }
+            tally.add_batch(&rows, w, (until, to), progress);
             after = until;
-            progress(Progress {
-                rows: tally.count,
-                at_id: after,
-                to_id: to,
-            });
         }
         Ok(())
     }

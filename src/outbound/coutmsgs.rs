@@ -104,9 +104,6 @@ impl Coutmsgs {
         &self,
         fut: impl std::future::Future<Output = Result<T, sqlx::Error>>,
     ) -> Result<T, CoutError> {
-        match tokio::time::timeout(self.query_timeout, fut).await {
-            Ok(r) => r.map_err(CoutError::from),
-            Err(_) => Err(CoutError::Timeout(self.query_timeout)),
-        }
+        crate::inbox::within(self.query_timeout, fut, CoutError::Timeout).await
     }
 }

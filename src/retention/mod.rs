@@ -300,9 +300,5 @@ mod tests {
                 assert!(telemetry::RETENTION_TABLES.contains(&RAW_COPY_TABLE));
             }
         }
-        assert_eq!(
-            crate::store::retention::SIZED_TABLES.as_slice(),
-            telemetry::SIZED_TABLES
-        );
     }
 }

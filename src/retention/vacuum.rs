@@ -167,13 +167,4 @@ mod tests {
         );
         assert_eq!(policy(VacuumMode::Off).due(false, &opted_out), None);
     }
-
-    /// Every table we maintain is a registered label value (telemetry is a leaf).
-    #[test]
-    fn maintained_tables_are_registered_label_values() {
-        assert_eq!(
-            crate::store::MAINTAINED_TABLES.as_slice(),
-            telemetry::VACUUM_TABLES
-        );
-    }
 }

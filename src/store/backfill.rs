@@ -12,13 +12,15 @@
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
-use super::{Store, StoreError};
+use super::{truncate, Store, StoreError};
 
 /// Terminal states: the only rows ever marked.
 const TERMINAL: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD')";
 /// Terminal, unconfirmed, not abandoned: the partial index `proc_state_backfill_idx`.
 const UNMARKED: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
                         AND backfill_at IS NULL AND backfill_abandon_reason IS NULL";
+/// Longest `backfill_error` kept.
+const BACKFILL_ERROR_MAX: usize = 1000;
 
 /// Why a row's backfill was given up (`PROC_STATE.BACKFILL_ABANDON_REASON`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -175,7 +177,11 @@ impl SweepTx {
         if !write.backed_off.is_empty() {
             let ids: Vec<i64> = write.backed_off.iter().map(|r| r.0).collect();
             let next: Vec<DateTime<Utc>> = write.backed_off.iter().map(|r| r.1).collect();
-            let errors: Vec<&str> = write.backed_off.iter().map(|r| truncate(&r.2)).collect();
+            let errors: Vec<&str> = write
+                .backed_off
+                .iter()
+                .map(|r| truncate(&r.2, BACKFILL_ERROR_MAX))
+                .collect();
             sqlx::query(&format!(
                 "UPDATE proc_state p SET backfill_attempts = p.backfill_attempts + 1, \
                         backfill_next_at = u.next_at, backfill_error = u.err, updated_at = $4 \
@@ -193,7 +199,11 @@ impl SweepTx {
         if !write.abandoned.is_empty() {
             let ids: Vec<i64> = write.abandoned.iter().map(|r| r.0).collect();
             let reasons: Vec<&str> = write.abandoned.iter().map(|r| r.1.as_str()).collect();
-            let errors: Vec<&str> = write.abandoned.iter().map(|r| truncate(&r.2)).collect();
+            let errors: Vec<&str> = write
+                .abandoned
+                .iter()
+                .map(|r| truncate(&r.2, BACKFILL_ERROR_MAX))
+                .collect();
             sqlx::query(&format!(
                 "UPDATE proc_state p SET backfill_abandon_reason = u.reason, \
                         backfill_abandoned_at = $4, backfill_next_at = NULL, \
@@ -215,17 +225,4 @@ impl SweepTx {
         self.tx.commit().await?;
         Ok(())
     }
-}
-
-/// Error texts are for people; keep rows small.
-fn truncate(s: &str) -> &str {
-    const MAX: usize = 1000;
-    if s.len() <= MAX {
-        return s;
-    }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
 use super::batch::{write_outcomes, MemberWrite};
-use super::StoreError;
+use super::{GroupTx, StoreError};
 use crate::flight::{FieldVersion, Flight, GuardedPlan, Plan, Refused, Tombstones};
 use crate::rows::ProcState;
 
@@ -37,45 +37,52 @@ pub enum BusinessResult {
     },
 }
 
-/// The business work of one message inside an open transaction (the caller commits, or rolls
-/// back to its savepoint): lock and load, plan, write. The identity is checked in the load
-/// (held by another message → `Duplicate`) and bound in the outcome statement: one row
-/// version and one round trip fewer than a binding of its own. On `NotUnfinished` and
-/// `Duplicate` nothing was written.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn business_in(
-    tx: &mut Transaction<'_, Postgres>,
-    msg_id: i64,
-    msg_type: &str,
-    load: &[String],
-    identity: &str,
-    guarded: bool,
-    plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
-    now: DateTime<Utc>,
-) -> Result<(BusinessResult, Refused), StoreError> {
-    let (state, holder, current) = lock_and_load(tx, msg_id, load, identity).await?;
-    if !state.is_some_and(ProcState::is_unfinished) {
-        return Ok((BusinessResult::NotUnfinished, Refused::default()));
+impl GroupTx {
+    /// The business work of one message with a load of its own, inside the group transaction
+    /// (not committed: the group commits, or rolls back to the message's savepoint): lock and
+    /// load, plan, write. The identity is checked in the load (held by another message →
+    /// `Duplicate`; the unique index still guards a race: the statement then fails) and bound
+    /// in the outcome statement: one row version and one round trip fewer than a binding of
+    /// its own. On `NotUnfinished` and `Duplicate` nothing was written. `guarded`: a late
+    /// message (`source = 'LATE'`, SPEC §6 G1) — the tombstones of its flights are loaded
+    /// under the same lock for `plan`, and what the guard refused is recorded on the row
+    /// (`proc_state.stale_fields`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn business(
+        &mut self,
+        msg_id: i64,
+        msg_type: &str,
+        load: &[String],
+        identity: &str,
+        guarded: bool,
+        plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
+        now: DateTime<Utc>,
+    ) -> Result<(BusinessResult, Refused), StoreError> {
+        let tx = &mut self.tx;
+        let (state, holder, current) = lock_and_load(tx, msg_id, load, identity).await?;
+        if !state.is_some_and(ProcState::is_unfinished) {
+            return Ok((BusinessResult::NotUnfinished, Refused::default()));
+        }
+        if let Some(holder) = holder {
+            return Ok((BusinessResult::Duplicate { holder }, Refused::default()));
+        }
+        let tombstones = if guarded {
+            let mut keys: Vec<String> = load.to_vec();
+            keys.extend(current.keys().cloned());
+            load_tombstones(tx, &keys).await?
+        } else {
+            Tombstones::new()
+        };
+        let GuardedPlan { plan, refused } = plan(&current, &tombstones);
+        write_plan(tx, msg_id, msg_type, &plan, &refused, identity, now).await?;
+        Ok((
+            BusinessResult::Committed {
+                changes: plan.changes.len(),
+                events: plan.events.len(),
+            },
+            refused,
+        ))
     }
-    if let Some(holder) = holder {
-        return Ok((BusinessResult::Duplicate { holder }, Refused::default()));
-    }
-    let tombstones = if guarded {
-        let mut keys: Vec<String> = load.to_vec();
-        keys.extend(current.keys().cloned());
-        load_tombstones(tx, &keys).await?
-    } else {
-        Tombstones::new()
-    };
-    let GuardedPlan { plan, refused } = plan(&current, &tombstones);
-    write_plan(tx, msg_id, msg_type, &plan, &refused, identity, now).await?;
-    Ok((
-        BusinessResult::Committed {
-            changes: plan.changes.len(),
-            events: plan.events.len(),
-        },
-        refused,
-    ))
 }
 
 /// Writes a planned outcome: the schedule snapshot (and the answered request), then the flight

@@ -10,11 +10,11 @@ use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
 use super::batch::{write_batch, PlannedWrite};
-use super::business::{business_in, load_flights, write_plan, PIPELINE_LOCK_KEY};
-use super::queue::{finish_single_on, mark_failed_on, HeadTuple, UNFINISHED};
-use super::{BusinessResult, HeadRow, Store, StoreError};
-use crate::flight::{Flight, FlightChange, GuardedPlan, Plan, Refused, Tombstones};
-use crate::rows::{ErrorClass, Head, ProcState, SingleTerminal};
+use super::business::{load_flights, write_plan, PIPELINE_LOCK_KEY};
+use super::queue::{HeadTuple, UNFINISHED};
+use super::{HeadRow, Store, StoreError};
+use crate::flight::{Flight, FlightChange, Plan, Refused};
+use crate::rows::{Head, ProcState};
 
 /// One member's attempt stamp: its head row as read before the stamp, the attempt number the
 /// stamp gave it and the stamp's time — what [`Store::give_back_stamps`] needs to undo it.
@@ -28,9 +28,10 @@ pub struct Stamp {
     pub at: DateTime<Utc>,
 }
 
-/// One open group transaction (pipeline lock held). Dropping it rolls everything back.
+/// One open group transaction (pipeline lock held). Dropping it rolls everything back. Its
+/// business work is in `business.rs`, its one-statement outcomes in `queue.rs`.
 pub struct GroupTx {
-    tx: Transaction<'static, Postgres>,
+    pub(super) tx: Transaction<'static, Postgres>,
 }
 
 /// What a group's members need from the store, loaded for all of them at once under the
@@ -269,61 +270,6 @@ impl GroupTx {
             .execute(&mut *self.tx)
             .await?;
         Ok(())
-    }
-
-    /// The business work of one message with a load of its own (see [`business_in`]), not
-    /// committed, binding `identity` in the same statements: `Duplicate` when another message
-    /// holds it (the unique index still guards a race: the statement then fails). `guarded`:
-    /// a late message (`source = 'LATE'`, SPEC §6 G1) — the tombstones of its flights are
-    /// loaded under the same lock for `plan`, and what the guard refused is recorded on the
-    /// row (`proc_state.stale_fields`).
-    #[allow(clippy::too_many_arguments)]
-    pub async fn business(
-        &mut self,
-        msg_id: i64,
-        msg_type: &str,
-        load: &[String],
-        identity: &str,
-        guarded: bool,
-        plan: impl FnOnce(&BTreeMap<String, Flight>, &Tombstones) -> GuardedPlan,
-        now: DateTime<Utc>,
-    ) -> Result<(BusinessResult, Refused), StoreError> {
-        business_in(
-            &mut self.tx,
-            msg_id,
-            msg_type,
-            load,
-            identity,
-            guarded,
-            plan,
-            now,
-        )
-        .await
-    }
-
-    /// A one-statement terminal state (DEAD, SKIPPED) with its backfill intent.
-    pub async fn finish_single(
-        &mut self,
-        msg_id: i64,
-        state: SingleTerminal,
-        class: ErrorClass,
-        detail: &str,
-        msg_type: Option<&str>,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        finish_single_on(&mut self.tx, msg_id, state, class, detail, msg_type, now).await
-    }
-
-    /// FAILED with backoff (the group ends with this message).
-    pub async fn mark_failed(
-        &mut self,
-        msg_id: i64,
-        class: ErrorClass,
-        detail: &str,
-        next_attempt_at: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        mark_failed_on(&mut self.tx, msg_id, class, detail, next_attempt_at, now).await
     }
 
     /// Takes back the attempt stamped on group members that did not run (the group stopped

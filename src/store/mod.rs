@@ -96,6 +96,19 @@ impl StoreError {
     }
 }
 
+/// `s` cut to at most `max` bytes, at a character boundary: error texts are for people;
+/// keep rows small.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// The embedded migrations (run at start-up; the build needs no database).
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 

@@ -2,9 +2,8 @@
 //! terminal states (non-business, poison).
 
 use chrono::{DateTime, Utc};
-use sqlx::PgConnection;
 
-use super::{Store, StoreError};
+use super::{truncate, GroupTx, Store, StoreError};
 use crate::late::Source;
 use crate::rows::{ErrorClass, Head, ProcState, SingleTerminal};
 
@@ -32,6 +31,9 @@ pub struct Backlog {
 /// the partial index `proc_state_head_idx` (migration 0001) has this predicate, and the
 /// planner only uses it for a query that repeats it.
 pub(super) const UNFINISHED: &str = "state IN ('PENDING', 'FAILED')";
+
+/// Longest `error_text` kept.
+const ERROR_TEXT_MAX: usize = 2000;
 
 /// `msg_id, state, attempts, next_attempt_at, processing_started_at, since, source`.
 pub(super) type HeadTuple = (
@@ -64,7 +66,7 @@ impl Store {
                AND (attempts >= $4 OR (state = 'FAILED' AND processing_started_at <= $5))"
         ))
         .bind(msg_id)
-        .bind(truncate(detail))
+        .bind(truncate(detail, ERROR_TEXT_MAX))
         .bind(now)
         .bind(max_attempts)
         .bind(deadline_before)
@@ -131,68 +133,57 @@ pub(super) fn head_row(
     })
 }
 
-/// FAILED with a class and the next attempt time (a group member, `GroupTx::mark_failed`).
-pub(super) async fn mark_failed_on(
-    conn: &mut PgConnection,
-    msg_id: i64,
-    class: ErrorClass,
-    detail: &str,
-    next_attempt_at: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> Result<bool, StoreError> {
-    let done = sqlx::query(&format!(
-        "UPDATE proc_state SET state = 'FAILED', error_class = $2, error_text = $3, \
-                next_attempt_at = $4, updated_at = $5 \
-         WHERE msg_id = $1 AND {UNFINISHED}"
-    ))
-    .bind(msg_id)
-    .bind(class)
-    .bind(truncate(detail))
-    .bind(next_attempt_at)
-    .bind(now)
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// A non-business terminal state (DEAD, SKIPPED) in ONE statement that also sets the backfill
-/// intent and the processing order (seed §2 write boundaries; `GroupTx::finish_single`).
-pub(super) async fn finish_single_on(
-    conn: &mut PgConnection,
-    msg_id: i64,
-    state: SingleTerminal,
-    class: ErrorClass,
-    detail: &str,
-    msg_type: Option<&str>,
-    now: DateTime<Utc>,
-) -> Result<bool, StoreError> {
-    let done = sqlx::query(&format!(
-        "UPDATE proc_state SET state = $2, error_class = $3, error_text = $4, \
-                terminal_reason = $3, terminal_at = $5, next_attempt_at = NULL, \
-                processed_seq = nextval('proc_order_seq'), backfill_next_at = $5, \
-                msg_type = COALESCE($6, msg_type), updated_at = $5 \
-         WHERE msg_id = $1 AND {UNFINISHED}"
-    ))
-    .bind(msg_id)
-    .bind(state.state())
-    .bind(class)
-    .bind(truncate(detail))
-    .bind(now)
-    .bind(msg_type)
-    .execute(conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Error texts are for people; keep rows small.
-fn truncate(s: &str) -> &str {
-    const MAX: usize = 2000;
-    if s.len() <= MAX {
-        return s;
+impl GroupTx {
+    /// FAILED with a class and the next attempt time (the group ends with this message).
+    pub async fn mark_failed(
+        &mut self,
+        msg_id: i64,
+        class: ErrorClass,
+        detail: &str,
+        next_attempt_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(&format!(
+            "UPDATE proc_state SET state = 'FAILED', error_class = $2, error_text = $3, \
+                    next_attempt_at = $4, updated_at = $5 \
+             WHERE msg_id = $1 AND {UNFINISHED}"
+        ))
+        .bind(msg_id)
+        .bind(class)
+        .bind(truncate(detail, ERROR_TEXT_MAX))
+        .bind(next_attempt_at)
+        .bind(now)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
-    let mut end = MAX;
-    while !s.is_char_boundary(end) {
-        end -= 1;
+
+    /// A non-business terminal state (DEAD, SKIPPED) in ONE statement that also sets the
+    /// backfill intent and the processing order (seed §2 write boundaries).
+    pub async fn finish_single(
+        &mut self,
+        msg_id: i64,
+        state: SingleTerminal,
+        class: ErrorClass,
+        detail: &str,
+        msg_type: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(&format!(
+            "UPDATE proc_state SET state = $2, error_class = $3, error_text = $4, \
+                    terminal_reason = $3, terminal_at = $5, next_attempt_at = NULL, \
+                    processed_seq = nextval('proc_order_seq'), backfill_next_at = $5, \
+                    msg_type = COALESCE($6, msg_type), updated_at = $5 \
+             WHERE msg_id = $1 AND {UNFINISHED}"
+        ))
+        .bind(msg_id)
+        .bind(state.state())
+        .bind(class)
+        .bind(truncate(detail, ERROR_TEXT_MAX))
+        .bind(now)
+        .bind(msg_type)
+        .execute(&mut *self.tx)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
-    &s[..end]
 }

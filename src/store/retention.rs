@@ -91,18 +91,6 @@ impl Expiring {
     }
 }
 
-/// Tables whose size the housekeeping job reports.
-pub const SIZED_TABLES: [&str; 8] = [
-    "proc_state",
-    "proc_state_hst",
-    "schd_snap_log",
-    "msg_event",
-    "audit_log",
-    "late_watch",
-    "late_watch_range",
-    "raw_copy",
-];
-
 impl Store {
     /// Moves up to `limit` archivable PROC_STATE rows with `msg_id > after` to PROC_STATE_HST
     /// (stamped `archived_at = now`) in ONE transaction: lock them (skipping rows another
@@ -192,7 +180,7 @@ impl Store {
              WHERE c.relname = ANY($1) AND c.relkind = 'r' AND pg_table_is_visible(c.oid) \
              ORDER BY c.relname",
         )
-        .bind(SIZED_TABLES.as_slice())
+        .bind(crate::telemetry::SIZED_TABLES)
         .fetch_all(self.pool())
         .await?)
     }

@@ -8,24 +8,10 @@ use sqlx::Connection as _;
 use super::{Store, StoreError};
 
 /// The tables we maintain: every table of our migrations that rows are ever updated in or
-/// deleted from (the cutover record, written once, needs no vacuum). Only these names are ever put into a
-/// VACUUM statement (it takes no bind parameters).
-pub const MAINTAINED_TABLES: [&str; 14] = [
-    "proc_state",
-    "msg_event",
-    "flight_state",
-    "raw_copy",
-    "inbox_cursor",
-    "inbox_hole",
-    "inbox_unseen",
-    "instance_lease",
-    "late_watch",
-    "late_watch_range",
-    "req_track",
-    "schd_snap_log",
-    "audit_log",
-    "proc_state_hst",
-];
+/// deleted from (the cutover record, written once, needs no vacuum). Only these names are ever
+/// put into a VACUUM statement (it takes no bind parameters). Spelled once, as the `table`
+/// label values of the vacuum series (telemetry imports nothing of ours).
+pub const MAINTAINED_TABLES: &[&str] = crate::telemetry::VACUUM_TABLES;
 
 /// One table's activity counters (`pg_stat_user_tables`).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -89,7 +75,7 @@ impl Store {
              WHERE s.relname = ANY($1) AND pg_table_is_visible(s.relid) \
              ORDER BY s.relname",
         )
-        .bind(MAINTAINED_TABLES.as_slice())
+        .bind(MAINTAINED_TABLES)
         .fetch_all(self.pool())
         .await?)
     }

@@ -42,7 +42,8 @@ pub(super) fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
     ]
 }
 
-/// `table` of the vacuum series: every table of our migrations (`store::MAINTAINED_TABLES`).
+/// `table` of the vacuum series: the tables the housekeeper maintains (`store::MAINTAINED_TABLES`
+/// is this list).
 pub const VACUUM_TABLES: &[&str] = &[
     "proc_state",
     "msg_event",
@@ -82,7 +83,8 @@ pub const RETENTION_ERROR_TABLES: &[&str] = &[
     "raw_copy",
     "pg_class",
 ];
-/// `table` of [`STORE_TABLE_ROWS`]: the tables whose size is reported.
+/// `table` of [`STORE_TABLE_ROWS`]: the tables whose size the housekeeping job reports (the
+/// store reads exactly these).
 pub const SIZED_TABLES: &[&str] = &[
     "proc_state",
     "proc_state_hst",
