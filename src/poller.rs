@@ -413,6 +413,11 @@ async fn head_stage(
 ) -> (Option<i64>, bool) {
     let w = decided.advance.w;
     let inbox_head = match (decided.rows.last(), decided.complete) {
+        // The probe read the head just before the rows: the later of the two is as fresh as a
+        // second read (rows committed in between are above the probe, so take the max).
+        (last, false) if matches!(probed, Some(Some(_))) => {
+            probed.flatten().max(last.map(|r| r.id))
+        }
         (_, false) => inbox.max_id().await.ok().flatten(),
         (Some(last), true) => Some(last.id),
         (None, true) if probed.is_some() => probed.flatten(),

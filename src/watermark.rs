@@ -168,11 +168,6 @@ impl Advance {
         self.released.first().copied()
     }
 
-    /// The first fill of the round (first seen → visible).
-    pub fn filled_after(&self) -> Option<Duration> {
-        self.fills.first().copied()
-    }
-
     /// The evidence decision about the first hole it changed.
     pub fn front_evidence(&self) -> Option<EvidenceDecision> {
         self.evidence.first().map(|(_, d)| *d)
@@ -280,14 +275,52 @@ pub struct Round<'a> {
 ///   smaller id would otherwise be processed after them); the holes after it keep aging;
 /// - only holes are skipped, never an existing row.
 pub fn advance(round: Round<'_>) -> Advance {
+    let Walk {
+        w,
+        enqueue,
+        released,
+        mut holes,
+        open_hole,
+        evidence,
+    } = walk(round);
+    let dropped = settle_beyond(round, &mut holes);
+    Advance {
+        w,
+        hole_since: holes.iter().map(|h| h.first_seen).min(),
+        enqueue,
+        released,
+        holes,
+        open_hole,
+        fills: fills(round.holes, round.ids, round.now),
+        dropped,
+        evidence,
+    }
+}
+
+/// Where the walk from W over the ids read stopped, and what it saw on the way.
+struct Walk {
+    /// The new W.
+    w: i64,
+    /// How many leading ids are ≤ the new W.
+    enqueue: usize,
+    released: Vec<Released>,
+    /// The holes above the new W among the ids read, ascending.
+    holes: Vec<Hole>,
+    open_hole: Option<OpenHole>,
+    evidence: Vec<(i64, EvidenceDecision)>,
+}
+
+/// Walks W over the contiguous runs and the due holes of [`advance`]'s rules, up to the first
+/// hole that is not due (or the last id read).
+fn walk(round: Round<'_>) -> Walk {
     let Round {
         w,
         holes: stored,
         ids,
-        complete,
         now,
         max_commit_delay,
         evidence,
+        ..
     } = round;
     let mut segs = Segments::new(stored, now);
     let mut pos = w;
@@ -307,19 +340,16 @@ pub fn advance(round: Round<'_>) -> Advance {
         };
         let gap = segs.cover(pos + 1, next_present - 1);
         let verdict = judge(&gap, now, max_commit_delay, evidence);
+        if let Some(d) = verdict.decision {
+            decisions.push((pos + 1, d));
+        }
         if verdict.due {
-            if let Some(d) = verdict.decision {
-                decisions.push((pos + 1, d));
-            }
             released.push(Released {
                 first: pos + 1,
                 last: next_present - 1,
             });
             pos = next_present - 1;
             continue;
-        }
-        if let Some(d) = verdict.decision {
-            decisions.push((pos + 1, d));
         }
         let since = gap.iter().map(|h| h.first_seen).max().unwrap_or(now);
         open_hole = Some(OpenHole {
@@ -329,19 +359,26 @@ pub fn advance(round: Round<'_>) -> Advance {
             age: elapsed(since, now),
         });
         holes.extend(gap);
-        // The holes further on keep aging on their own.
-        for pair in ids[i..].windows(2) {
-            if pair[1] > pair[0] + 1 {
-                holes.extend(segs.cover(pair[0] + 1, pair[1] - 1));
-            }
-        }
+        segs.cover_gaps(&ids[i..], &mut holes);
         break;
     }
+    Walk {
+        w: pos,
+        enqueue: i,
+        released,
+        holes,
+        open_hole,
+        evidence: decisions,
+    }
+}
 
-    // Stored holes beyond the last row read: unobserved when the read was cut by its limit
-    // (kept as they are); with a complete read no row follows them any more.
-    let last_read = ids.last().copied().unwrap_or(w);
-    let beyond: Vec<Hole> = stored
+/// Stored holes beyond the last row read: unobserved when the read was cut by its limit
+/// (kept as they are, appended to `holes`); with a complete read no row follows them any
+/// more, so they are returned as dropped.
+fn settle_beyond(round: Round<'_>, holes: &mut Vec<Hole>) -> Vec<Hole> {
+    let last_read = round.ids.last().copied().unwrap_or(round.w);
+    let beyond: Vec<Hole> = round
+        .holes
         .iter()
         .filter(|h| h.last > last_read)
         .map(|h| Hole {
@@ -349,23 +386,11 @@ pub fn advance(round: Round<'_>) -> Advance {
             ..*h
         })
         .collect();
-    let dropped = if complete {
+    if round.complete {
         beyond
     } else {
         holes.extend(beyond);
         Vec::new()
-    };
-
-    Advance {
-        w: pos,
-        hole_since: holes.iter().map(|h| h.first_seen).min(),
-        enqueue: i,
-        released,
-        holes,
-        open_hole,
-        fills: fills(stored, ids, now),
-        dropped,
-        evidence: decisions,
     }
 }
 
@@ -393,6 +418,16 @@ struct Segments<'a> {
 impl<'a> Segments<'a> {
     fn new(stored: &'a [Hole], now: DateTime<Utc>) -> Self {
         Self { stored, at: 0, now }
+    }
+
+    /// The holes between consecutive `ids` (ascending, beyond where W stopped), appended to
+    /// `holes`: they keep aging on their own.
+    fn cover_gaps(&mut self, ids: &[i64], holes: &mut Vec<Hole>) {
+        for pair in ids.windows(2) {
+            if pair[1] > pair[0] + 1 {
+                holes.extend(self.cover(pair[0] + 1, pair[1] - 1));
+            }
+        }
     }
 
     fn cover(&mut self, first: i64, last: i64) -> Vec<Hole> {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use actix::Actor;
 use common::dispatch::EXHAUST_FAST;
-use common::kafka::{consume, Received};
+use common::kafka::{consume, inject_fatal_error, Received};
 use common::TestEnv;
 use msgx_actors::app::DispatchDeps;
 use msgx_actors::dispatcher::Dispatcher;
@@ -432,7 +432,7 @@ async fn exhausted_events_go_dead_and_to_the_dead_letter_topic() {
 async fn a_fatal_producer_error_rebuilds_the_producer_and_nothing_is_lost() {
     let mut rig = Rig::on_mock("disp_fatal", 1, &batch("50"), &keys(200, 10)).await;
     rig.full_round(50).await;
-    rig.p.inject_fatal_error("test: out of order sequence");
+    inject_fatal_error(&rig.p, "test: out of order sequence");
     let broken = rig.round().await;
     assert_eq!(broken.sent, 50, "the first round's acks are written");
     assert!(broken.producer_recreated.is_some(), "{broken:?}");

@@ -159,9 +159,10 @@ async fn rolled_back_insert_is_released_on_the_next_round_long_before_max_commit
     tokio::time::sleep(ROUND_GAP).await;
     let oldest = env
         .inbox
-        .oldest_open_trx_started()
+        .trx_snapshot()
         .await
         .expect("root may read INNODB_TRX")
+        .oldest_started
         .expect("our transaction is open");
     assert!(oldest <= seen, "trx_started {oldest} after sighting {seen}");
     let r = env.poll(cfg).await;
@@ -243,7 +244,10 @@ async fn open_transaction_holds_its_hole_past_max_commit_delay_until_it_commits(
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, after, "a normal fill");
     assert_eq!(r.advance.first_released(), None);
-    assert_eq!(r.advance.filled_after(), Some(Duration::from_secs(900)));
+    assert_eq!(
+        r.advance.fills.first().copied(),
+        Some(Duration::from_secs(900))
+    );
     assert_eq!(env.enqueued_ids().await, vec![hole, after]);
     assert_eq!(env.cursor().await, (after, None));
     assert_eq!(seen_db_at(&env).await, None);
@@ -340,7 +344,7 @@ async fn account_without_process_privilege_falls_back_to_the_timer_rule() {
     let inbox = env.inbox_with(&[("MSGX_INBOX__URL", &url_as(&env.my_url, &user, "pw"))]);
     assert!(
         matches!(
-            inbox.oldest_open_trx_started().await,
+            inbox.trx_snapshot().await,
             Err(EvidenceError::Unavailable(_))
         ),
         "no PROCESS: no evidence"

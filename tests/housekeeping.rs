@@ -6,7 +6,7 @@
 
 mod common;
 
-use msgx_core::cutover::{CutoverMode, CutoverStock};
+use msgx_core::cutover::CutoverMode;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -532,7 +532,7 @@ async fn the_late_guard_works_after_old_events_are_gone() {
     // W starts at 10: ids 1..=10 count as released; rows 11..13 are processed normally.
     env.store
         .seed_cutover(
-            &CutoverStock::watermark_only(CutoverMode::Id(10), 10, env.clock.now()),
+            &common::seed::watermark_only(CutoverMode::Id(10), 10, env.clock.now()),
             env.clock.now(),
         )
         .await

@@ -74,9 +74,7 @@ fn requester(
     clock: msgx_core::clock::SharedClock,
     every: Duration,
 ) -> actix::Addr<ScheduleRequester> {
-    ScheduleRequester::new(ob.clone(), clock)
-        .with_check_every(every)
-        .start()
+    ScheduleRequester::new(ob.clone(), clock, every).start()
 }
 
 /// Registers a manual schedule request for `date` (not yet written).

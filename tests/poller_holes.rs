@@ -45,7 +45,10 @@ async fn open_transaction_gap_waits_then_enqueues_both_in_order() {
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, after);
     assert_eq!(r.enqueued_new, 2);
-    assert_eq!(r.advance.filled_after(), Some(Duration::from_secs(61)));
+    assert_eq!(
+        r.advance.fills.first().copied(),
+        Some(Duration::from_secs(61))
+    );
     assert_eq!(env.enqueued_ids().await, vec![late_id, after]);
     assert_eq!(env.cursor().await, (after, None));
     env.cleanup().await;
@@ -148,7 +151,10 @@ async fn a_hole_first_seen_later_keeps_its_own_timer_and_a_partial_fill_keeps_fi
     env.clock.advance(Duration::from_secs(60));
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, h1, "the committed id is enqueued");
-    assert_eq!(r.advance.filled_after(), Some(Duration::from_secs(180)));
+    assert_eq!(
+        r.advance.fills.first().copied(),
+        Some(Duration::from_secs(180))
+    );
     let stored = env.store.read_cursor().await.expect("cursor").holes;
     assert_eq!((stored[0].first, stored[0].first_seen), (h1b, t0));
 

@@ -35,7 +35,7 @@ use crate::inbox_poller::InboxPoller;
 use crate::late_detector::LateDetector;
 use crate::pump::Pump;
 use crate::purge_watch::PurgeWatch;
-use crate::schedule_requester::ScheduleRequester;
+use crate::schedule_requester::{ScheduleRequester, DEFAULT_CHECK_EVERY};
 use crate::supervisor::{ChildFactory, Fatal, Supervisor};
 use crate::wiring::Wiring;
 
@@ -319,7 +319,10 @@ fn dispatcher(d: &PipelineDeps, x: DispatchDeps) -> ChildFactory {
 fn schedule_requester(d: &PipelineDeps, outbound: Outbound) -> ChildFactory {
     let clock = d.clock.clone();
     ChildFactory::of(
-        move |_| Some(ScheduleRequester::new(outbound.clone(), clock.clone())),
+        move |_| {
+            let (o, c) = (outbound.clone(), clock.clone());
+            Some(ScheduleRequester::new(o, c, DEFAULT_CHECK_EVERY))
+        },
         |_, _| {},
     )
 }

@@ -60,9 +60,6 @@ impl Child {
 }
 
 #[cfg(test)]
-mod doc_table;
-
-#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -92,3 +89,6 @@ mod tests {
         assert_eq!(names, registered);
     }
 }
+
+#[cfg(test)]
+mod doc_table;

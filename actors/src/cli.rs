@@ -218,7 +218,6 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
         huge_fraction: args.huge_fraction,
         mix,
         seed: args.seed.unwrap_or(defaults.seed),
-        ..defaults
     };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {

@@ -42,9 +42,6 @@ pub struct InboxPoller {
     next: NextRun,
     /// W after the last good round, only for logs (PostgreSQL holds the truth).
     last_w: Option<i64>,
-    /// The last round read no row: the next one reads the inbox head first and the rows only
-    /// if it moved past W, so an idle inbox costs one statement a round.
-    idle: bool,
 }
 
 impl InboxPoller {
@@ -69,7 +66,6 @@ impl InboxPoller {
             health,
             next: NextRun::default(),
             last_w: None,
-            idle: false,
         }
     }
 
@@ -135,7 +131,7 @@ impl Handler<PollNow> for InboxPoller {
                 true => self.cfg.sight_ahead,
                 false => 1,
             },
-            probe_head: self.idle,
+            probe_head: self.pace.probe_head(),
             ..self.cfg
         };
         let page = cfg.claim_batch.max(1) as usize;
@@ -145,7 +141,6 @@ impl Handler<PollNow> for InboxPoller {
             if result.as_ref().is_ok_and(|r| r.read > page) {
                 act.pace.read_ahead(started);
             }
-            act.idle = result.as_ref().is_ok_and(|r| r.read == 0);
             act.after_round(result, started, ctx);
         })
     }

@@ -37,20 +37,15 @@ pub struct ScheduleRequester {
 }
 
 impl ScheduleRequester {
-    /// A requester; it steps once as soon as it is started.
-    pub fn new(outbound: Outbound, clock: SharedClock) -> Self {
+    /// A requester that steps at least every `check_every` (the service uses
+    /// [`DEFAULT_CHECK_EVERY`]); it steps once as soon as it is started.
+    pub fn new(outbound: Outbound, clock: SharedClock, check_every: Duration) -> Self {
         Self {
             outbound,
             clock,
-            check_every: DEFAULT_CHECK_EVERY,
+            check_every,
             next: NextRun::default(),
         }
-    }
-
-    /// Sets the longest pause between steps.
-    pub fn with_check_every(mut self, every: Duration) -> Self {
-        self.check_every = every;
-        self
     }
 
     fn after_step(&mut self, result: &Result<DailyReport, OutboundError>, ctx: &mut Context<Self>) {

@@ -93,20 +93,6 @@ fn ms(d: Duration) -> String {
     format!("{:.1}ms", d.as_secs_f64() * 1e3)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(percentile(&v, 0.50), Duration::from_millis(50));
-        assert_eq!(percentile(&v, 0.99), Duration::from_millis(99));
-        assert_eq!(percentile(&v, 1.0), Duration::from_millis(100));
-        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
-    }
-}
-
 /// Paces `total` units in 10 ms ticks: `per_tick` units fall due every tick (fractions carry
 /// over), so a steady offered rate holds on the wall clock without drift.
 pub(super) struct Pacer {
@@ -150,5 +136,19 @@ impl Pacer {
         let before = self.made;
         self.made += n;
         Some((before, n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&v, 0.50), Duration::from_millis(50));
+        assert_eq!(percentile(&v, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&v, 1.0), Duration::from_millis(100));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
     }
 }

@@ -23,11 +23,6 @@
 
 mod parse;
 
-#[cfg(test)]
-mod fuzz;
-#[cfg(test)]
-mod tests;
-
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone, Utc};
@@ -559,3 +554,8 @@ fn quote_name(v: &str) -> String {
         None => v.to_string(),
     }
 }
+
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+mod tests;

@@ -106,16 +106,6 @@ impl StockSpan {
 }
 
 impl CutoverStock {
-    /// A record that skips nothing: W alone (`min`, `zero`, or an `<id>` with no stock below).
-    pub fn watermark_only(mode: CutoverMode, w: i64, seeded_at: DateTime<Utc>) -> Self {
-        Self {
-            mode: mode.to_string(),
-            w,
-            span: None,
-            seeded_at,
-        }
-    }
-
     /// True when `id` was skipped at the cutover (a stock row of the previous system).
     pub fn skips(&self, id: i64) -> bool {
         self.span.as_ref().is_some_and(|s| s.skips(id))

@@ -336,7 +336,24 @@ async fn select_and_send(
     // The dangerous window of seed §4's last row: acked, not yet SENT.
     crate::failpoint::hit("dispatch_after_ack");
     let t_sent = t0.elapsed();
-    let at = now;
+    collect_chain_results(&chains, chain_results, now, cfg, &mut report, &mut out);
+    collect_dead_letter_results(&exhausted, dlq_results, now, cfg, &mut report, &mut out);
+    report.stages[0] = t_selected;
+    report.stages[1] = t_sent - t_selected;
+    Ok((report, out))
+}
+
+/// Files each chain's send results into the outcome to write (acks, failures with their next
+/// attempt, the failed keys to hold back) and counts them in the report. `report.acked`,
+/// `report.failed` and `report.failures` cover the chains only, not the dead-letter copies.
+fn collect_chain_results(
+    chains: &[Vec<PendingEvent>],
+    chain_results: Vec<(Vec<SendResult>, usize)>,
+    at: DateTime<Utc>,
+    cfg: &DispatchConfig,
+    report: &mut RoundReport,
+    out: &mut Unrecorded,
+) {
     for (chain, (results, held)) in chains.iter().zip(chain_results) {
         report.held_back += held;
         // `results` follows the chain's order (a chain stops at its first failure).
@@ -370,7 +387,18 @@ async fn select_and_send(
         .take(5)
         .map(|f| (f.event_id, f.error.clone()))
         .collect();
+}
 
+/// Files the dead-letter copies' results: an acked copy makes its event DEAD; a failed copy
+/// keeps the event PENDING (still holding its key back) until the longest retry delay.
+fn collect_dead_letter_results(
+    exhausted: &[PendingEvent],
+    dlq_results: Vec<SendResult>,
+    at: DateTime<Utc>,
+    cfg: &DispatchConfig,
+    report: &mut RoundReport,
+    out: &mut Unrecorded,
+) {
     for (ev, r) in exhausted.iter().zip(dlq_results) {
         match r {
             SendResult::Acked(a, _) => {
@@ -380,8 +408,6 @@ async fn select_and_send(
                 out.dead.push(a);
             }
             SendResult::Failed(id, e) => {
-                // The DLQ copy failed: keep the event PENDING (it still holds its key back)
-                // and try the copy again after the longest delay.
                 report.dlq_failed += 1;
                 out.hold_keys.push(ev.flight_key.clone());
                 out.failures.push(SendFailure {
@@ -392,9 +418,6 @@ async fn select_and_send(
             }
         }
     }
-    report.stages[0] = t_selected;
-    report.stages[1] = t_sent - t_selected;
-    Ok((report, out))
 }
 
 fn retry_max_from(at: DateTime<Utc>, r: &RetryRules) -> DateTime<Utc> {

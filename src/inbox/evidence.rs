@@ -116,12 +116,6 @@ impl Inbox {
         })
     }
 
-    /// `trx_started` of the oldest open transaction that may hold an inbox id (see
-    /// [`TrxSnapshot`]); None when there is none.
-    pub async fn oldest_open_trx_started(&self) -> Result<Option<NaiveDateTime>, EvidenceError> {
-        Ok(self.trx_snapshot().await?.oldest_started)
-    }
-
     /// The server time and the oldest open transaction, read in one statement inside a
     /// short read-only transaction that proves the list fresh (see [`TrxSnapshot`]); one retry
     /// when the cached list was stale. Logs the first [`EvidenceError::Unavailable`] at WARN

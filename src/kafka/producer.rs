@@ -1,9 +1,11 @@
 //! The event producer: an idempotent (`enable.idempotence=true`, `acks=all`) rdkafka
 //! `FutureProducer` built from `[kafka]`, recreated when librdkafka reports a fatal error.
 
+use rdkafka::client::Client;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::future_producer::FutureProducerContext;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
 use super::context::TracingContext;
@@ -129,8 +131,7 @@ impl EventProducer {
     /// librdkafka's fatal error, if one was raised (idempotence sequence or epoch errors):
     /// the producer can deliver nothing more and must be rebuilt.
     pub fn fatal_error(&self) -> Option<String> {
-        self.inner
-            .client()
+        self.client()
             .fatal_error()
             .map(|(code, reason)| format!("{code:?}: {reason}"))
     }
@@ -143,22 +144,12 @@ impl EventProducer {
         Ok(())
     }
 
-    /// Raises a fatal error inside librdkafka exactly as a broker-caused one would be raised
-    /// (`rd_kafka_test_fatal_error`), to test the rebuild path. Never called by the service.
-    #[doc(hidden)]
-    pub fn inject_fatal_error(&self, reason: &str) {
-        let Ok(reason) = std::ffi::CString::new(reason) else {
-            return;
-        };
-        // SAFETY: the client pointer is valid while `self.inner` lives; librdkafka copies the
-        // reason string before returning.
-        unsafe {
-            rdkafka::bindings::rd_kafka_test_fatal_error(
-                self.inner.client().native_ptr(),
-                rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
-                reason.as_ptr(),
-            );
-        }
+    /// The librdkafka client behind the producer. Besides [`Self::fatal_error`], this is the
+    /// test seam for the rebuild path: a test raises a fatal error on its native handle
+    /// (`rd_kafka_test_fatal_error`, see `tests/common/kafka.rs`) exactly as a broker-caused
+    /// one would be raised, which the service itself never does.
+    pub fn client(&self) -> &Client<FutureProducerContext<TracingContext>> {
+        self.inner.client()
     }
 
     /// How many times the producer was rebuilt.

@@ -1,6 +1,8 @@
 //! `msgexchange inspect ID` / `GET /admin/messages/{id}`: one message's processing record, its
 //! inbox row (metadata only, never the text), its events and its audit trail.
 
+use std::fmt::Write as _;
+
 use serde::Serialize;
 
 use super::{Ops, OpsError};
@@ -80,14 +82,25 @@ impl Ops {
 impl Inspection {
     /// For people: the record's key facts, the inbox row, the events, the audit trail.
     pub fn render(&self) -> String {
-        use std::fmt::Write as _;
         let mut out = String::new();
-        let get = |k: &str| match self.record.get(k) {
+        self.render_record(&mut out);
+        self.render_inbox(&mut out);
+        self.render_events(&mut out);
+        self.render_audit(&mut out);
+        out
+    }
+
+    /// A field of the record as text (`-` when absent or null).
+    fn field(&self, key: &str) -> String {
+        match self.record.get(key) {
             None | Some(serde_json::Value::Null) => "-".to_string(),
             Some(serde_json::Value::String(s)) => s.clone(),
             Some(v) => v.to_string(),
-        };
-        let _ = writeln!(out, "message {}", get("msg_id"));
+        }
+    }
+
+    fn render_record(&self, out: &mut String) {
+        let _ = writeln!(out, "message {}", self.field("msg_id"));
         for key in [
             "state",
             "source",
@@ -111,8 +124,11 @@ impl Inspection {
             // true: moved to PROC_STATE_HST by retention (migration 0014).
             "archived",
         ] {
-            let _ = writeln!(out, "  {key:<24}{}", get(key));
+            let _ = writeln!(out, "  {key:<24}{}", self.field(key));
         }
+    }
+
+    fn render_inbox(&self, out: &mut String) {
         match &self.inbox {
             InboxView::Present(m) => {
                 let _ = writeln!(
@@ -131,14 +147,17 @@ impl Inspection {
                 let _ = writeln!(out, "inbox row   unreadable: {error}");
             }
         }
+    }
+
+    fn render_events(&self, out: &mut String) {
         let events = self
             .record
             .get("events")
             .and_then(|e| e.as_array())
-            .cloned()
+            .map(Vec::as_slice)
             .unwrap_or_default();
         let _ = writeln!(out, "events      {}", events.len());
-        for e in &events {
+        for e in events {
             let _ = writeln!(
                 out,
                 "  #{} {} key={} state={} attempts={} last_error={}",
@@ -150,6 +169,9 @@ impl Inspection {
                 e["last_error"].as_str().unwrap_or("-")
             );
         }
+    }
+
+    fn render_audit(&self, out: &mut String) {
         let _ = writeln!(out, "audit       {}", self.audit.len());
         for a in &self.audit {
             let _ = writeln!(
@@ -166,6 +188,5 @@ impl Inspection {
                     .unwrap_or_default()
             );
         }
-        out
     }
 }

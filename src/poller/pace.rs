@@ -36,7 +36,15 @@ pub struct Pace {
     head: Option<i64>,
     /// When a round last read pages ahead (`pipeline.hole_sight_ahead`).
     read_ahead_at: Option<DateTime<Utc>>,
+    /// The last round read no row: the next one reads the inbox head first and the rows only
+    /// if it moved past W, so an idle inbox costs one statement a round.
+    idle: bool,
 }
+
+/// The pages ahead of a hole are read at most this often even with a shorter `poll_interval`:
+/// they are up to `claim_batch × hole_sight_ahead` ids, and a short interval is chosen for
+/// discovery latency, not to sight holes sooner (a hole's age runs from its first sighting).
+pub const READ_AHEAD_EVERY_MIN: Duration = Duration::from_secs(1);
 
 impl Pace {
     /// Pacing between `min_gap` and `interval` (`min_gap` is capped at `interval`); the
@@ -48,15 +56,23 @@ impl Pace {
             gap: interval,
             head: None,
             read_ahead_at: None,
+            idle: false,
         }
     }
 
     /// Whether the round starting at `now` may read pages ahead: a full window re-polls at
     /// once, so while W waits at a hole the pages ahead are read at most once per
-    /// `poll_interval` and the back-to-back rounds between read one page.
+    /// `poll_interval` (and at most once per [`READ_AHEAD_EVERY_MIN`]) and the back-to-back
+    /// rounds between read one page.
     pub fn may_read_ahead(&self, now: DateTime<Utc>) -> bool {
-        self.read_ahead_at
-            .is_none_or(|at| since(at, now) >= self.interval)
+        let every = self.interval.max(READ_AHEAD_EVERY_MIN);
+        self.read_ahead_at.is_none_or(|at| since(at, now) >= every)
+    }
+
+    /// Whether the next round should probe the inbox head before reading rows
+    /// ([`crate::poller::PollConfig::probe_head`]): the last round read no row.
+    pub fn probe_head(&self) -> bool {
+        self.idle
     }
 
     /// The round that started at `started` read pages ahead.
@@ -74,8 +90,10 @@ impl Pace {
     ) -> Duration {
         let Some(r) = report else {
             self.gap = self.interval;
+            self.idle = false;
             return self.interval;
         };
+        self.idle = r.read == 0;
         let head_grew = matches!((self.head, r.inbox_head), (Some(a), Some(b)) if b > a);
         if r.inbox_head.is_some() {
             self.head = r.inbox_head;
@@ -240,5 +258,30 @@ mod tests {
         pace.read_ahead(t0());
         assert!(!pace.may_read_ahead(at(999)));
         assert!(pace.may_read_ahead(at(1000)));
+    }
+
+    #[test]
+    fn a_short_interval_does_not_read_pages_ahead_more_often_than_once_a_second() {
+        let mut pace = Pace::new(GAP, ms(250));
+        pace.read_ahead(t0());
+        assert!(!pace.may_read_ahead(at(250)));
+        assert!(!pace.may_read_ahead(at(999)));
+        assert!(pace.may_read_ahead(at(1000)));
+    }
+
+    #[test]
+    fn only_a_round_after_an_empty_one_probes_the_head_first() {
+        let mut pace = Pace::new(GAP, INTERVAL);
+        assert!(!pace.probe_head(), "the first round reads the rows");
+        pace.after_round(Some(&report(5, 5, 0, Some(5))), t0(), t0());
+        assert!(pace.probe_head());
+        pace.after_round(Some(&report(5, 7, 2, Some(7))), t0(), t0());
+        assert!(!pace.probe_head());
+        pace.after_round(Some(&report(7, 7, 0, Some(7))), t0(), t0());
+        pace.after_round(None, t0(), t0());
+        assert!(
+            !pace.probe_head(),
+            "a failed round proves nothing about the inbox"
+        );
     }
 }

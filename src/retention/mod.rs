@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 
 use crate::settings::RetentionSettings;
 use crate::store::retention::{ArchiveCut, Expiring};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::telemetry;
 
 pub mod vacuum;
@@ -178,7 +178,45 @@ impl Job {
         let Some(task) = self.current() else {
             return false;
         };
-        let result = match task {
+        let result = self.run_batch(task, store, cfg, now).await;
+        self.report.batches += 1;
+        self.batches += 1;
+        match result {
+            // A full batch: more may be left, unless the task used up its batches.
+            Ok(n) if task != Task::Sizes && n >= cfg.batch as u64 => {
+                if self.batches >= cfg.max_batches {
+                    tracing::info!(
+                        table = table_of(task),
+                        batches = self.batches,
+                        "retention: max_batches reached; the rest waits for the next job"
+                    );
+                    self.next_task();
+                }
+            }
+            Ok(_) => self.next_task(),
+            Err(e) => {
+                telemetry::retention_failed(table_of(task), &e.to_string());
+                self.report.errors.push((table_of(task), e.to_string()));
+                self.next_task();
+            }
+        }
+        if self.current().is_none() {
+            self.finish();
+            return false;
+        }
+        true
+    }
+
+    /// One batch of `task`, counted in the report and the metrics; how many rows it moved or
+    /// deleted (0 for [`Task::Sizes`]).
+    async fn run_batch(
+        &mut self,
+        task: Task,
+        store: &Store,
+        cfg: &RetentionConfig,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        match task {
             Task::Archive => {
                 let cut = ArchiveCut {
                     terminal_before: before(self.now, cfg.proc_state),
@@ -220,46 +258,25 @@ impl Job {
                 self.report.sizes = sizes;
                 0
             }),
-        };
-        self.report.batches += 1;
-        self.batches += 1;
-        match result {
-            // A full batch: more may be left, unless the task used up its batches.
-            Ok(n) if task != Task::Sizes && n >= cfg.batch as u64 => {
-                if self.batches >= cfg.max_batches {
-                    tracing::info!(
-                        table = table_of(task),
-                        batches = self.batches,
-                        "retention: max_batches reached; the rest waits for the next job"
-                    );
-                    self.next_task();
-                }
-            }
-            Ok(_) => self.next_task(),
-            Err(e) => {
-                telemetry::retention_failed(table_of(task), &e.to_string());
-                self.report.errors.push((table_of(task), e.to_string()));
-                self.next_task();
-            }
         }
-        if self.current().is_none() {
-            self.report.took = self.started.elapsed();
-            telemetry::retention_job(
-                self.report.took,
-                self.report.errors.is_empty(),
-                self.now.timestamp(),
-            );
-            tracing::info!(
-                archived = self.report.archived,
-                deleted = ?self.report.deleted,
-                batches = self.report.batches,
-                errors = self.report.errors.len(),
-                took_ms = self.report.took.as_millis() as u64,
-                "retention job finished"
-            );
-            return false;
-        }
-        true
+    }
+
+    /// Stamps the job's duration and reports it (metrics and the log).
+    fn finish(&mut self) {
+        self.report.took = self.started.elapsed();
+        telemetry::retention_job(
+            self.report.took,
+            self.report.errors.is_empty(),
+            self.now.timestamp(),
+        );
+        tracing::info!(
+            archived = self.report.archived,
+            deleted = ?self.report.deleted,
+            batches = self.report.batches,
+            errors = self.report.errors.len(),
+            took_ms = self.report.took.as_millis() as u64,
+            "retention job finished"
+        );
     }
 }
 

@@ -311,7 +311,7 @@ impl GroupTx {
         msg_type: Option<&str>,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        finish_single_on(&mut *self.tx, msg_id, state, class, detail, msg_type, now).await
+        finish_single_on(&mut self.tx, msg_id, state, class, detail, msg_type, now).await
     }
 
     /// FAILED with backoff (the group ends with this message).
@@ -323,7 +323,7 @@ impl GroupTx {
         next_attempt_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        mark_failed_on(&mut *self.tx, msg_id, class, detail, next_attempt_at, now).await
+        mark_failed_on(&mut self.tx, msg_id, class, detail, next_attempt_at, now).await
     }
 
     /// Takes back the attempt stamped on group members that did not run (the group stopped

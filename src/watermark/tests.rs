@@ -373,6 +373,111 @@ impl Model {
     }
 }
 
+/// What the committed rounds of [`per_hole_aging_matches_the_model`] left in the store, and
+/// what they did over the run.
+#[derive(Default)]
+struct Durable {
+    w: i64,
+    holes: Vec<Hole>,
+    enqueued: Vec<i64>,
+    /// Released id → when.
+    released: BTreeMap<i64, u64>,
+    /// First durable sighting of each id as missing with a later row present.
+    first_missing: BTreeMap<i64, u64>,
+}
+
+impl Durable {
+    /// A round's commit: its enqueued rows, releases, holes and W become durable.
+    fn commit(
+        &mut self,
+        a: &Advance,
+        ids: &[i64],
+        now: u64,
+        with_evidence: bool,
+    ) -> Result<(), TestCaseError> {
+        self.enqueued.extend_from_slice(&ids[..a.enqueue]);
+        for rel in &a.released {
+            for id in rel.ids() {
+                self.released.insert(id, now);
+            }
+        }
+        for h in &a.holes {
+            for id in h.first..=h.last {
+                self.first_missing.entry(id).or_insert(now);
+                // The stored sighting is never later than the model's first one.
+                prop_assert!(h.first_seen <= t(self.first_missing[&id] as i64));
+            }
+        }
+        self.w = a.w;
+        // The evidence sighting: server time read after the rows, for new holes.
+        self.holes = a
+            .holes
+            .iter()
+            .map(|h| Hole {
+                seen_db_at: h.seen_db_at.or(with_evidence.then(|| db(now as i64))),
+                ..*h
+            })
+            .collect();
+        Ok(())
+    }
+}
+
+/// Every id a round releases is invisible, and is released before its own delay only on
+/// evidence, and then its transaction has ended (rolled back): it never commits later.
+fn check_releases(
+    m: &Model,
+    a: &Advance,
+    first_missing: &BTreeMap<i64, u64>,
+    now: u64,
+    with_evidence: bool,
+) -> Result<(), TestCaseError> {
+    for r in &a.released {
+        for id in r.ids() {
+            prop_assert!(!m.visible(id, now), "released a visible id {}", id);
+            let seen = first_missing.get(&id).copied();
+            let by_timer = seen.is_some_and(|s| now - s >= DELAY.as_secs());
+            if !by_timer {
+                prop_assert!(
+                    with_evidence,
+                    "id {} released at {} seen {:?}",
+                    id,
+                    now,
+                    seen
+                );
+                let j = (id - 1) as usize;
+                let capped = seen.is_some_and(|s| now - s >= CAP.as_secs());
+                prop_assert!(
+                    capped || (m.ended[j] <= now && m.visible_at[j].is_none()),
+                    "id {} released on evidence but its transaction is open or committed",
+                    id
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// FIFO holds, and every id ≤ W was either enqueued (and committed) or released, never both.
+fn check_outcome(m: &Model, d: &Durable) -> Result<(), TestCaseError> {
+    prop_assert!(
+        d.enqueued.windows(2).all(|p| p[0] < p[1]),
+        "FIFO broken: {:?}",
+        d.enqueued
+    );
+    let enq: BTreeSet<i64> = d.enqueued.iter().copied().collect();
+    for id in 1..=d.w {
+        prop_assert!(
+            enq.contains(&id) != d.released.contains_key(&id),
+            "id {}",
+            id
+        );
+        if enq.contains(&id) {
+            prop_assert!(m.visible_at[(id - 1) as usize].is_some());
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     /// Rounds at random steps over random allocation / commit / rollback schedules, with
     /// rounds whose commit is lost (a crash before it, or an asynchronous commit lost in a
@@ -389,24 +494,20 @@ proptest! {
         with_evidence in any::<bool>(),
     ) {
         let m = Model::new(&txs);
-        let (mut w, mut holes): (i64, Vec<Hole>) = (0, Vec::new());
-        let mut enqueued: Vec<i64> = Vec::new();
-        let mut released: BTreeMap<i64, u64> = BTreeMap::new();
-        // First durable sighting of each id as missing with a later row present.
-        let mut first_missing: BTreeMap<i64, u64> = BTreeMap::new();
+        let mut d = Durable::default();
         let quiet = m.last_end();
         let mut now = 0u64;
         let mut reached_at = None;
         for r in 0..4000usize {
-            let (ids, complete) = m.rows_after(w, now, limit);
+            let (ids, complete) = m.rows_after(d.w, now, limit);
             let evidence = with_evidence.then(|| TrxEvidence {
                 read_at: db(now as i64),
                 oldest_started: m.oldest_open(now).map(|s| db(s as i64)),
                 cap: CAP,
             });
             let a = advance(Round {
-                w,
-                holes: &holes,
+                w: d.w,
+                holes: &d.holes,
                 ids: &ids,
                 complete,
                 now: t(now as i64),
@@ -414,46 +515,13 @@ proptest! {
                 evidence,
             });
             prop_assert!(check_holes(a.w, &a.holes).is_ok(), "{:?}", a.holes);
-            for r in &a.released {
-                for id in r.ids() {
-                    prop_assert!(!m.visible(id, now), "released a visible id {}", id);
-                    let seen = first_missing.get(&id).copied();
-                    let by_timer = seen.is_some_and(|s| now - s >= DELAY.as_secs());
-                    // Released early only on evidence, and then its transaction has ended
-                    // (rolled back): it never commits later.
-                    if !by_timer {
-                        prop_assert!(with_evidence, "id {} released at {} seen {:?}", id, now, seen);
-                        let j = (id - 1) as usize;
-                        let capped = seen.is_some_and(|s| now - s >= CAP.as_secs());
-                        prop_assert!(capped || (m.ended[j] <= now && m.visible_at[j].is_none()),
-                            "id {} released on evidence but its transaction is open or committed", id);
-                    }
-                }
-            }
+            check_releases(&m, &a, &d.first_missing, now, with_evidence)?;
             let persisted = !lost[r % lost.len()];
             if persisted {
-                enqueued.extend_from_slice(&ids[..a.enqueue]);
-                for rel in &a.released {
-                    for id in rel.ids() {
-                        released.insert(id, now);
-                    }
-                }
-                for h in &a.holes {
-                    for id in h.first..=h.last {
-                        first_missing.entry(id).or_insert(now);
-                        // The stored sighting is never later than the model's first one.
-                        prop_assert!(h.first_seen <= t(first_missing[&id] as i64));
-                    }
-                }
-                w = a.w;
-                // The evidence sighting: server time read after the rows, for new holes.
-                holes = a.holes.iter().map(|h| Hole {
-                    seen_db_at: h.seen_db_at.or(with_evidence.then(|| db(now as i64))),
-                    ..*h
-                }).collect();
+                d.commit(&a, &ids, now, with_evidence)?;
             }
             let last_visible = (1..=m.n()).rev().find(|id| m.visible(*id, now)).unwrap_or(0);
-            if now >= quiet && w == last_visible && reached_at.is_none() {
+            if now >= quiet && d.w == last_visible && reached_at.is_none() {
                 reached_at = Some(now);
             }
             if reached_at.is_some() {
@@ -461,14 +529,7 @@ proptest! {
             }
             now += step;
         }
-        prop_assert!(enqueued.windows(2).all(|p| p[0] < p[1]), "FIFO broken: {:?}", enqueued);
-        let enq: BTreeSet<i64> = enqueued.iter().copied().collect();
-        for id in 1..=w {
-            prop_assert!(enq.contains(&id) != released.contains_key(&id), "id {}", id);
-            if enq.contains(&id) {
-                prop_assert!(m.visible_at[(id - 1) as usize].is_some());
-            }
-        }
+        check_outcome(&m, &d)?;
         // Liveness: k holes cost one delay, not k. Rounds come every `step`; a lost round,
         // a cut read and a hole first seen only at the quiet moment add rounds, never delays.
         let reached = reached_at.expect("W reached the last row");

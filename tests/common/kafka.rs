@@ -79,3 +79,18 @@ pub fn consume(bootstrap: &str, topic: &str, partitions: i32, at_least: usize) -
     }
     out
 }
+
+/// Raises a fatal error inside the producer's librdkafka exactly as a broker-caused one would
+/// be raised (`rd_kafka_test_fatal_error`), to test the rebuild path.
+pub fn inject_fatal_error(producer: &msgx_core::kafka::EventProducer, reason: &str) {
+    let reason = std::ffi::CString::new(reason).expect("a reason without NUL");
+    // SAFETY: the client pointer is valid while `producer` is borrowed; librdkafka copies the
+    // reason string before returning.
+    unsafe {
+        rdkafka::bindings::rd_kafka_test_fatal_error(
+            producer.client().native_ptr(),
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+            reason.as_ptr(),
+        );
+    }
+}

@@ -190,3 +190,18 @@ impl Event {
         insert_row(env, "msg_event", self, "event_id").await
     }
 }
+
+/// A cutover record that skips nothing: W alone (`min`, `zero`, or an `<id>` with no stock
+/// below), as `cutover::seed::seed` stores it when no stock row is visible.
+pub fn watermark_only(
+    mode: msgx_core::cutover::CutoverMode,
+    w: i64,
+    seeded_at: DateTime<Utc>,
+) -> msgx_core::cutover::CutoverStock {
+    msgx_core::cutover::CutoverStock {
+        mode: mode.to_string(),
+        w,
+        span: None,
+        seeded_at,
+    }
+}

@@ -52,29 +52,8 @@ impl Node {
 /// leading byte-order mark is skipped (quick-xml would silently skip one more, so a second is
 /// refused here: it is text before the root).
 pub(super) fn parse(raw: &str) -> Result<Node, String> {
-    let raw = raw.strip_prefix('\u{feff}').unwrap_or(raw);
-    if raw.starts_with('\u{feff}') {
-        return Err("text outside the root element: a second byte-order mark".into());
-    }
-    if let Some((at, c)) = raw.char_indices().find(|&(_, c)| !is_xml_char(c)) {
-        return Err(format!(
-            "illegal character U+{:04X} at byte {at}",
-            u32::from(c)
-        ));
-    }
-    // The plain reader, not quick-xml's NsReader: the latter counts nesting in a u16 and
-    // overflows (a panic with overflow checks) past 65,535 levels. Namespaces matter only for
-    // `xsi:nil` on the stored elements and are resolved over the stored ancestors instead.
-    let mut reader = Reader::from_str(raw);
-    {
-        let cfg = reader.config_mut();
-        cfg.check_end_names = true;
-        cfg.check_comments = true;
-        cfg.allow_dangling_amp = false;
-        cfg.allow_unmatched_ends = false;
-        cfg.expand_empty_elements = false;
-        cfg.trim_text(false);
-    }
+    let raw = check_characters(raw)?;
+    let mut reader = strict_reader(raw);
     let mut b = Builder::default();
     loop {
         let event = match reader.read_event() {
@@ -87,68 +66,48 @@ pub(super) fn parse(raw: &str) -> Result<Node, String> {
             }
         };
         let at = reader.buffer_position();
+        if let Event::Eof = event {
+            return b.finish();
+        }
         // Leading white space may precede the XML declaration (lenient: some senders write
         // a newline first); anything else may not.
         let leading_space = matches!(&event, Event::Text(t) if b.depth == 0 && t.iter().all(|c| c.is_ascii_whitespace()));
-        match event {
-            Event::Start(e) => {
-                let attrs = check_start(&e, at)?;
-                b.open(element_name(&e, at)?, attrs, at)?;
-            }
-            Event::Empty(e) => {
-                let attrs = check_start(&e, at)?;
-                b.open(element_name(&e, at)?, attrs, at)?;
-                b.close();
-            }
-            Event::End(_) => b.close(),
-            Event::Text(t) => {
-                let text = t
-                    .xml10_content()
-                    .map_err(|e| format!("undecodable text before byte {at}: {e}"))?;
-                if text.contains("]]>") {
-                    return Err(format!("`]]>` in text before byte {at}"));
-                }
-                b.text(&text, at)?;
-            }
-            Event::CData(t) => {
-                if b.depth == 0 {
-                    return Err(format!(
-                        "CDATA section outside the root element at byte {at}"
-                    ));
-                }
-                let text = t
-                    .xml10_content()
-                    .map_err(|e| format!("undecodable CDATA before byte {at}: {e}"))?;
-                b.append(&text);
-            }
-            Event::GeneralRef(r) => {
-                let name = r
-                    .decode()
-                    .map_err(|e| format!("undecodable reference before byte {at}: {e}"))?;
-                let c = resolve_reference(&name).ok_or_else(|| {
-                    format!("unknown or illegal reference `&{name};` before byte {at}")
-                })?;
-                if b.depth == 0 {
-                    return Err(format!("reference `&{name};` outside the root element"));
-                }
-                let mut buf = [0u8; 4];
-                b.append(c.encode_utf8(&mut buf));
-            }
-            Event::Decl(_) => {
-                if b.seen_markup {
-                    return Err(format!(
-                        "XML declaration not at the start of the message (byte {at})"
-                    ));
-                }
-            }
-            Event::DocType(_) => {
-                return Err("DOCTYPE declarations are not accepted (the format has no DTD)".into())
-            }
-            Event::Comment(_) | Event::PI(_) => {}
-            Event::Eof => return b.finish(),
-        }
+        b.event(event, at)?;
         b.seen_markup |= !leading_space;
     }
+}
+
+/// Skips one leading byte-order mark and refuses a second one or any character XML forbids
+/// (quick-xml does not check characters).
+fn check_characters(raw: &str) -> Result<&str, String> {
+    let raw = raw.strip_prefix('\u{feff}').unwrap_or(raw);
+    if raw.starts_with('\u{feff}') {
+        return Err("text outside the root element: a second byte-order mark".into());
+    }
+    if let Some((at, c)) = raw.char_indices().find(|&(_, c)| !is_xml_char(c)) {
+        return Err(format!(
+            "illegal character U+{:04X} at byte {at}",
+            u32::from(c)
+        ));
+    }
+    Ok(raw)
+}
+
+/// A reader over `raw` with every check quick-xml offers turned on.
+///
+/// The plain reader, not quick-xml's NsReader: the latter counts nesting in a u16 and
+/// overflows (a panic with overflow checks) past 65,535 levels. Namespaces matter only for
+/// `xsi:nil` on the stored elements and are resolved over the stored ancestors instead.
+fn strict_reader(raw: &str) -> Reader<&[u8]> {
+    let mut reader = Reader::from_str(raw);
+    let cfg = reader.config_mut();
+    cfg.check_end_names = true;
+    cfg.check_comments = true;
+    cfg.allow_dangling_amp = false;
+    cfg.allow_unmatched_ends = false;
+    cfg.expand_empty_elements = false;
+    cfg.trim_text(false);
+    reader
 }
 
 /// Builds the shallow tree from the event stream.
@@ -165,6 +124,73 @@ struct Builder {
 }
 
 impl Builder {
+    /// Takes one event of the stream (all but `Eof`, which [`parse`] handles) ending before
+    /// byte `at`, with the checks quick-xml leaves to its caller.
+    fn event(&mut self, event: Event<'_>, at: u64) -> Result<(), String> {
+        match event {
+            Event::Start(e) => {
+                let attrs = check_start(&e, at)?;
+                self.open(element_name(&e, at)?, attrs, at)?;
+            }
+            Event::Empty(e) => {
+                let attrs = check_start(&e, at)?;
+                self.open(element_name(&e, at)?, attrs, at)?;
+                self.close();
+            }
+            Event::End(_) => self.close(),
+            Event::Text(t) => {
+                let text = t
+                    .xml10_content()
+                    .map_err(|e| format!("undecodable text before byte {at}: {e}"))?;
+                if text.contains("]]>") {
+                    return Err(format!("`]]>` in text before byte {at}"));
+                }
+                self.text(&text, at)?;
+            }
+            Event::CData(t) => {
+                if self.depth == 0 {
+                    return Err(format!(
+                        "CDATA section outside the root element at byte {at}"
+                    ));
+                }
+                let text = t
+                    .xml10_content()
+                    .map_err(|e| format!("undecodable CDATA before byte {at}: {e}"))?;
+                self.append(&text);
+            }
+            Event::GeneralRef(r) => {
+                let name = r
+                    .decode()
+                    .map_err(|e| format!("undecodable reference before byte {at}: {e}"))?;
+                self.reference(&name, at)?;
+            }
+            Event::Decl(_) => {
+                if self.seen_markup {
+                    return Err(format!(
+                        "XML declaration not at the start of the message (byte {at})"
+                    ));
+                }
+            }
+            Event::DocType(_) => {
+                return Err("DOCTYPE declarations are not accepted (the format has no DTD)".into())
+            }
+            Event::Comment(_) | Event::PI(_) | Event::Eof => {}
+        }
+        Ok(())
+    }
+
+    /// Appends the character an entity or character reference `&name;` stands for.
+    fn reference(&mut self, name: &str, at: u64) -> Result<(), String> {
+        let c = resolve_reference(name)
+            .ok_or_else(|| format!("unknown or illegal reference `&{name};` before byte {at}"))?;
+        if self.depth == 0 {
+            return Err(format!("reference `&{name};` outside the root element"));
+        }
+        let mut buf = [0u8; 4];
+        self.append(c.encode_utf8(&mut buf));
+        Ok(())
+    }
+
     fn open(&mut self, name: String, attrs: StartAttrs, at: u64) -> Result<(), String> {
         if self.depth == 0 && self.root.is_some() {
             return Err(format!("a second root element <{name}> at byte {at}"));

@@ -49,11 +49,7 @@ impl Generator {
                 self.flights[i].stat = "CNL";
                 self.flights[i].etot = None;
                 fields.push(("STAT", Val::Text("CNL".to_string())));
-                let clear = if self.chance(0.8) {
-                    Val::Clear
-                } else {
-                    Val::Nil
-                };
+                let clear = self.clear_or_nil();
                 fields.push(("ETOT", clear));
             }
             "DELY" => {
@@ -63,44 +59,53 @@ impl Generator {
                 fields.push(("ETOT", Val::Text(etot.format(TIME_FORMAT).to_string())));
                 fields.push(("STAT", Val::Text("DEL".to_string())));
             }
-            _ => {
-                // UPDT (and unknown subtypes): an estimate, sometimes a resource, sometimes a
-                // correction that clears the estimate.
-                if self.chance(0.1) && self.flights[i].etot.is_some() {
-                    self.flights[i].etot = None;
-                    let clear = if self.chance(0.8) {
-                        Val::Clear
-                    } else {
-                        Val::Nil
-                    };
-                    fields.push(("ETOT", clear));
-                } else {
-                    let etot = stot + ChronoDuration::minutes(self.rng.random_range(-3..12) * 5);
-                    self.flights[i].etot = Some(etot);
-                    fields.push(("ETOT", Val::Text(etot.format(TIME_FORMAT).to_string())));
-                }
-                if self.chance(0.3) {
-                    let stnd = self.stand();
-                    self.flights[i].stnd = Some(stnd.clone());
-                    fields.push(("STND", Val::Text(stnd)));
-                }
-                if self.flights[i].flio == 'D' && self.chance(0.2) {
-                    let gate = self.gate();
-                    self.flights[i].gate = Some(gate.clone());
-                    fields.push(("GATE", Val::Text(gate)));
-                }
-                if self.chance(0.2) {
-                    let stat = if self.flights[i].flio == 'D' {
-                        self.pick_str(["SCH", "BOR", "GCL"])
-                    } else {
-                        self.pick_str(["SCH", "ONR", "LND"])
-                    };
-                    self.flights[i].stat = stat;
-                    fields.push(("STAT", Val::Text(stat.to_string())));
-                }
-            }
+            // UPDT (and unknown subtypes).
+            _ => self.update_fields(i, &mut fields),
         }
         fields
+    }
+
+    /// The fields of an UPDT (and of unknown subtypes): an estimate, sometimes a resource,
+    /// sometimes a correction that clears the estimate.
+    fn update_fields(&mut self, i: usize, fields: &mut Vec<(&'static str, Val)>) {
+        if self.chance(0.1) && self.flights[i].etot.is_some() {
+            self.flights[i].etot = None;
+            let clear = self.clear_or_nil();
+            fields.push(("ETOT", clear));
+        } else {
+            let etot =
+                self.flights[i].stot + ChronoDuration::minutes(self.rng.random_range(-3..12) * 5);
+            self.flights[i].etot = Some(etot);
+            fields.push(("ETOT", Val::Text(etot.format(TIME_FORMAT).to_string())));
+        }
+        if self.chance(0.3) {
+            let stnd = self.stand();
+            self.flights[i].stnd = Some(stnd.clone());
+            fields.push(("STND", Val::Text(stnd)));
+        }
+        if self.flights[i].flio == 'D' && self.chance(0.2) {
+            let gate = self.gate();
+            self.flights[i].gate = Some(gate.clone());
+            fields.push(("GATE", Val::Text(gate)));
+        }
+        if self.chance(0.2) {
+            let stat = if self.flights[i].flio == 'D' {
+                self.pick_str(["SCH", "BOR", "GCL"])
+            } else {
+                self.pick_str(["SCH", "ONR", "LND"])
+            };
+            self.flights[i].stat = stat;
+            fields.push(("STAT", Val::Text(stat.to_string())));
+        }
+    }
+
+    /// How a clearing value is written: mostly `<X>-</X>`, sometimes `xsi:nil`.
+    fn clear_or_nil(&mut self) -> Val {
+        if self.chance(0.8) {
+            Val::Clear
+        } else {
+            Val::Nil
+        }
     }
 
     pub(super) fn render_flop(&mut self, now: NaiveDateTime, styp: &'static str) -> String {
