@@ -12,7 +12,6 @@ use common::service::free_port;
 use common::TestEnv;
 use msgx_actors::admin::{configure, AdminState, Scope, Tokens};
 use msgx_core::clock::Clock;
-use msgx_core::ops::Ops;
 use serde_json::{json, Value};
 
 /// A token with every scope (like `http.admin_token`).
@@ -20,14 +19,6 @@ const TOKEN: &str = "test-admin-token-0123456789";
 const READ: &str = "test-read-token-0123456789";
 const OPERATE: &str = "test-operate-token-0123456789";
 const COMPAT: &str = "test-compat-token-0123456789";
-
-fn ops(env: &TestEnv) -> Ops {
-    Ops {
-        store: env.store.clone(),
-        inbox: env.inbox.clone(),
-        drain_window: Duration::from_secs(300),
-    }
-}
 
 fn state_with_clock(env: &TestEnv, clock: msgx_core::clock::SharedClock) -> AdminState {
     AdminState {
@@ -41,7 +32,7 @@ fn state_with_clock(env: &TestEnv, clock: msgx_core::clock::SharedClock) -> Admi
             (OPERATE, Scope::Operate),
             (COMPAT, Scope::Compat),
         ])),
-        ops: ops(env),
+        ops: env.ops(),
     }
 }
 
@@ -52,74 +43,74 @@ fn state(env: &TestEnv) -> AdminState {
 /// Everything an admin request could change, as one string: `proc_state`, `msg_event`,
 /// `audit_log`, the cursor.
 async fn fingerprint(env: &TestEnv) -> String {
-    sqlx::query_scalar(
+    env.scalar(
         "SELECT concat_ws(' / ', \
             (SELECT string_agg(p::text, '|' ORDER BY msg_id) FROM proc_state p), \
             (SELECT string_agg(e::text, '|' ORDER BY event_id) FROM msg_event e), \
             (SELECT string_agg(a::text, '|' ORDER BY id) FROM audit_log a), \
             (SELECT c::text FROM inbox_cursor c))",
     )
-    .fetch_one(env.store.pool())
     .await
-    .expect("fingerprint")
 }
 
 /// A DEAD(UNSUPPORTED) message (replayable), a SUCCEEDED one with an abandoned backfill, and
 /// a DEAD event and a SENT event of the first.
 async fn seed(env: &TestEnv) {
-    let now = env.clock.now();
-    sqlx::query(
+    seed_rows(env, env.clock.now(), false).await;
+    raw_copies(env, &[1]).await;
+}
+
+/// The rows of [`seed`] at `now` (no raw copies). `settled`: as a running service leaves them
+/// alone — the DEAD message marked, the SENT event delivered once — instead of the DEAD
+/// message's backfill due and the SENT event without a delivery time.
+async fn seed_rows(env: &TestEnv, now: chrono::DateTime<chrono::Utc>, settled: bool) {
+    let (due, done) = if settled {
+        (None, Some(now))
+    } else {
+        (Some(now), None)
+    };
+    env.exec_with(
         "INSERT INTO proc_state (msg_id, state, error_class, terminal_reason, terminal_at, \
-                                 enqueued_at, backfill_next_at) \
-         VALUES (1, 'DEAD', 'UNSUPPORTED', 'UNSUPPORTED', $1, $1, $1)",
+                                 enqueued_at, backfill_next_at, backfill_at) \
+         VALUES (1, 'DEAD', 'UNSUPPORTED', 'UNSUPPORTED', $1, $1, $2, $3)",
+        |q| q.bind(now).bind(due).bind(done),
     )
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("dead row");
-    sqlx::query(
+    .await;
+    env.exec_for(
         "INSERT INTO proc_state (msg_id, state, terminal_at, enqueued_at, \
                                  backfill_abandon_reason, backfill_abandoned_at) \
          VALUES (2, 'SUCCEEDED', $1, $1, 'MISSING_ROW', $1)",
+        now,
     )
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("abandoned row");
-    sqlx::query(
+    .await;
+    env.exec_with(
         "INSERT INTO msg_event (event_id, msg_id, flight_key, event_type, payload, state, \
-                                attempts, last_error, created_at, dead_at) \
-         VALUES (10, 2, 'CA1', 'FLIGHT_UPDATED', '{}', 'DEAD', 10, 'refused', $1, $1), \
-                (11, 2, 'CA1', 'FLIGHT_UPDATED', '{}', 'SENT', 0, NULL, $1, NULL)",
+                                attempts, last_error, created_at, dead_at, sent_at) \
+         VALUES (10, 2, 'CA1', 'FLIGHT_UPDATED', '{}', 'DEAD', 10, 'refused', $1, $1, NULL), \
+                (11, 2, 'CA1', 'FLIGHT_UPDATED', '{}', 'SENT', $2, NULL, $1, NULL, $3)",
+        |q| q.bind(now).bind(i32::from(settled)).bind(done),
     )
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("events");
-    raw_copies(env, &[1]).await;
+    .await;
 }
 
 /// Our raw copies of these messages (their inbox rows do not exist: the DB owner purged them),
 /// so a replay has raw text to read (issue 13 item 4).
 async fn raw_copies(env: &TestEnv, ids: &[i64]) {
     let text = "<MSG/>";
-    sqlx::query(
+    env.exec_with(
         "INSERT INTO raw_copy (msg_id, copied_at, raw_bytes, body) \
          SELECT id, now(), $2, $3 FROM UNNEST($1::bigint[]) AS id",
+        |q| {
+            q.bind(ids)
+                .bind(text.len() as i32)
+                .bind(msgx_core::store::raw_copy::compress(text).expect("compress"))
+        },
     )
-    .bind(ids)
-    .bind(text.len() as i32)
-    .bind(msgx_core::store::raw_copy::compress(text).expect("compress"))
-    .execute(env.store.pool())
-    .await
-    .expect("raw copies");
+    .await;
 }
 
 async fn audit_rows(env: &TestEnv) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM audit_log")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("audit")
+    env.scalar("SELECT count(*) FROM audit_log").await
 }
 
 #[actix_rt::test]
@@ -315,10 +306,9 @@ async fn no_token_no_action_and_bad_requests_change_nothing() {
     assert_eq!(test::call_service(&app, req).await.status(), 413);
 
     assert_eq!(audit_rows(&env).await, 0, "nothing was audited");
-    let state: String = sqlx::query_scalar("SELECT state FROM proc_state WHERE msg_id = 1")
-        .fetch_one(env.store.pool())
-        .await
-        .expect("state");
+    let state: String = env
+        .scalar("SELECT state FROM proc_state WHERE msg_id = 1")
+        .await;
     assert_eq!(state, "DEAD", "nothing changed");
     assert_eq!(fingerprint(&env).await, before, "nothing changed at all");
     let _ = body;
@@ -407,11 +397,9 @@ async fn audited_actions_apply_or_refuse_per_row() {
     assert_eq!(test::call_service(&app, req).await.status(), 404);
 
     // Every action audited with who and why.
-    let audits: Vec<(String, String, String)> =
-        sqlx::query_as("SELECT action, actor, reason FROM audit_log ORDER BY id")
-            .fetch_all(env.store.pool())
-            .await
-            .expect("audit");
+    let audits: Vec<(String, String, String)> = env
+        .rows("SELECT action, actor, reason FROM audit_log ORDER BY id")
+        .await;
     let actions: Vec<&str> = audits.iter().map(|a| a.0.as_str()).collect();
     assert_eq!(actions, ["REPLAY", "RECOVER_BACKFILL", "REQUEUE_EVENTS"]);
     assert!(audits.iter().all(|a| a.1 == "ops"));
@@ -557,11 +545,8 @@ async fn compat_entry_registers_beyond_w_and_refuses_bad_input() {
     let beyond = ids[2];
     // A released hole below W: an id the inbox has but that has no record (the DB owner
     // inserts it under W, as a late commit would).
-    sqlx::query("DELETE FROM proc_state WHERE msg_id = $1")
-        .bind(ids[0])
-        .execute(env.store.pool())
-        .await
-        .expect("simulate a released hole");
+    env.exec_for("DELETE FROM proc_state WHERE msg_id = $1", ids[0])
+        .await;
     let app = test::init_service(App::new().configure(configure(state(&env)))).await;
     let send = |payload: Vec<u8>, content_type: Option<&str>| {
         let mut req = test::TestRequest::post()
@@ -658,11 +643,9 @@ async fn compat_entry_registers_beyond_w_and_refuses_bad_input() {
         .is_none_or(|h| h.head.msg_id <= w));
     let r = env.poll(env.poll_cfg(100)).await;
     assert_eq!(r.advance.w, beyond);
-    let source: String = sqlx::query_scalar("SELECT source FROM proc_state WHERE msg_id = $1")
-        .bind(beyond)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("row");
+    let source: String = env
+        .scalar_for("SELECT source FROM proc_state WHERE msg_id = $1", beyond)
+        .await;
     assert_eq!(source, "COMPAT");
     env.cleanup().await;
 }
@@ -674,16 +657,14 @@ async fn compat_entry_registers_beyond_w_and_refuses_bad_input() {
 async fn replay_refuses_a_row_that_moved_and_dry_runs_change_nothing() {
     let env = TestEnv::new("admin_moved").await;
     let now = env.clock.now();
-    sqlx::query(
+    env.exec_for(
         "INSERT INTO proc_state (msg_id, state, error_class, enqueued_at, attempts) VALUES \
          (5, 'FAILED', 'INFRA', $1, 3), (6, 'DEAD', 'UNSUPPORTED', $1, 1), \
          (7, 'DEAD', 'UNSUPPORTED', $1, 1), (8, 'DEAD', 'CODEC_ERROR', $1, 1), \
          (30, 'DEAD', 'UNSUPPORTED', $1, 1)",
+        now,
     )
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("rows");
+    .await;
     raw_copies(&env, &[5, 6, 7, 8, 30]).await;
     let app = test::init_service(App::new().configure(configure(state(&env)))).await;
     let post = |body: Value| {
@@ -694,14 +675,12 @@ async fn replay_refuses_a_row_that_moved_and_dry_runs_change_nothing() {
             .to_request()
     };
     // The operator saw 5 FAILED; meanwhile it was escalated and marked.
-    sqlx::query(
+    env.exec_for(
         "UPDATE proc_state SET state = 'DEAD', error_class = 'EXHAUSTED', \
          terminal_reason = 'EXHAUSTED', terminal_at = $1, backfill_at = $1 WHERE msg_id = 5",
+        now,
     )
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("escalate + mark");
+    .await;
     let v: Value = test::read_body_json(
         test::call_service(
             &app,
@@ -1325,35 +1304,7 @@ async fn schemathesis_fuzz_finds_no_5xx_and_no_change_without_a_valid_token() {
     };
     let env = TestEnv::new("admin_fuzz").await;
     // Stable rows the service itself leaves alone: DEAD and marked, abandoned, DEAD/SENT events.
-    let now = chrono::Utc::now();
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, state, error_class, terminal_reason, terminal_at, \
-                                 enqueued_at, backfill_at) \
-         VALUES (1, 'DEAD', 'UNSUPPORTED', 'UNSUPPORTED', $1, $1, $1)",
-    )
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("dead row");
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, state, terminal_at, enqueued_at, \
-                                 backfill_abandon_reason, backfill_abandoned_at) \
-         VALUES (2, 'SUCCEEDED', $1, $1, 'MISSING_ROW', $1)",
-    )
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("abandoned row");
-    sqlx::query(
-        "INSERT INTO msg_event (event_id, msg_id, flight_key, event_type, payload, state, \
-                                attempts, last_error, created_at, dead_at, sent_at) \
-         VALUES (10, 2, 'CA1', 'FLIGHT_UPDATED', '{}', 'DEAD', 10, 'refused', $1, $1, NULL), \
-                (11, 2, 'CA1', 'FLIGHT_UPDATED', '{}', 'SENT', 1, NULL, $1, NULL, $1)",
-    )
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("events");
+    seed_rows(&env, chrono::Utc::now(), true).await;
     let port = free_port();
     let mut child = common::service::spawn_service(
         &env,

@@ -77,6 +77,17 @@ async fn sweep(env: &TestEnv, cfg: &SweepConfig) -> SweepReport {
     sweep_with(env, &env.inbox, cfg).await
 }
 
+/// One sweep with the default backfill settings.
+async fn sweep_default(env: &TestEnv) -> SweepReport {
+    sweep(env, &cfg(env, &[])).await
+}
+
+/// One sweep with the default backfill settings selects `n` rows.
+async fn assert_sweep_selects(env: &TestEnv, n: usize) {
+    let r = sweep_default(env).await;
+    assert_eq!(r.selected, n, "{r:?}");
+}
+
 async fn sweep_with(env: &TestEnv, inbox: &Inbox, cfg: &SweepConfig) -> SweepReport {
     sweep_once(inbox, &env.store, &env.clock, cfg)
         .await
@@ -162,7 +173,7 @@ async fn marks_empty_marks_with_owner_value_and_local_processed_time() {
         .await;
     env.clock.advance(Duration::from_secs(7));
     let now = env.clock.now();
-    let r = sweep(&env, &cfg(&env, &[])).await;
+    let r = sweep_default(&env).await;
     assert_eq!((r.selected, r.marked, r.already_marked), (5, 5, 0));
     assert_eq!(r.transient(), 0);
     assert!(r.missing.is_empty());
@@ -181,8 +192,7 @@ async fn marks_empty_marks_with_owner_value_and_local_processed_time() {
         assert_eq!(b.backfill_attempts, 0);
     }
     // Nothing left to do.
-    let again = sweep(&env, &cfg(&env, &[])).await;
-    assert_eq!(again.selected, 0);
+    assert_sweep_selects(&env, 0).await;
     env.cleanup().await;
 }
 
@@ -196,7 +206,7 @@ async fn an_existing_mark_is_never_overwritten() {
     env.owner_update(legacy, &[], &ids[..1]).await;
     let time_only = "CMINMSGS_DATE_PROCESSED = '2021-02-02 02:02:02'";
     env.owner_update(time_only, &[], &ids[1..2]).await;
-    let r = sweep(&env, &cfg(&env, &[])).await;
+    let r = sweep_default(&env).await;
     assert_eq!((r.marked, r.already_marked), (2, 1));
     assert_eq!(r.already, vec![(ids[0], "LEGACY".to_string())]);
     assert_eq!(
@@ -225,7 +235,7 @@ async fn missing_rows_abandon_at_once_telling_purged_from_never_seen() {
     let never = ids[1] + 1000;
     terminal_row(&env, never, "DEAD", Some("MALFORMED"), "COMPAT").await;
     let now = env.clock.now();
-    let r = sweep(&env, &cfg(&env, &[])).await;
+    let r = sweep_default(&env).await;
     assert_eq!(r.marked, 1);
     let mut missing = r.missing.clone();
     missing.sort_by_key(|m| m.0);
@@ -252,7 +262,7 @@ async fn missing_rows_abandon_at_once_telling_purged_from_never_seen() {
         .contains("purged"));
     // Abandoned rows are not swept again.
     env.clock.advance(Duration::from_secs(3600));
-    assert_eq!(sweep(&env, &cfg(&env, &[])).await.selected, 0);
+    assert_eq!(sweep_default(&env).await.selected, 0);
     env.cleanup().await;
 }
 
@@ -399,12 +409,14 @@ async fn permanently_failing_rows_do_not_starve_newer_rows() {
     // to be due at EVERY sweep, whatever their backoff says: the worst case.
     let failing = processed(&env, &flops(1, 10), &[]).await;
     refuse_updates_of(&env, &failing).await;
-    sqlx::query("UPDATE proc_state SET received_at = $1 WHERE msg_id = ANY($2)")
-        .bind(env.clock.now() - chrono::Duration::hours(2))
-        .bind(&failing)
-        .execute(env.store.pool())
-        .await
-        .expect("old");
+    env.exec_with(
+        "UPDATE proc_state SET received_at = $1 WHERE msg_id = ANY($2)",
+        |q| {
+            q.bind(env.clock.now() - chrono::Duration::hours(2))
+                .bind(&failing)
+        },
+    )
+    .await;
     let first = sweep(&env, &c).await;
     assert_eq!(
         first.backed_off.len(),
@@ -456,27 +468,23 @@ async fn r_overrides_backoff_and_null_received_at_falls_back_to_enqueue_time() {
     let now = env.clock.now();
     let hours = |h: i64| now - chrono::Duration::hours(h);
     // All terminal and backed off for a day; R = 1 h.
-    sqlx::query(
+    env.exec_for(
         "UPDATE proc_state SET state = 'DEAD', error_class = 'MALFORMED', terminal_at = $1, \
                 backfill_next_at = $1 + interval '1 day', backfill_attempts = 1",
+        now,
     )
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("terminal");
+    .await;
     for (id, received, enqueued) in [
         (null_recv, None, hours(2)), // G4: NULL → enqueue time, 2 h ago: overdue
         (null_recv_recent, None, now), // NULL → enqueued now: not overdue
         (old_recv, Some(hours(2)), now), // received 2 h ago: overdue
         (recent_recv, Some(now), hours(2)), // received now (enqueue time not used): not overdue
     ] {
-        sqlx::query("UPDATE proc_state SET received_at = $2, enqueued_at = $3 WHERE msg_id = $1")
-            .bind(id)
-            .bind(received)
-            .bind(enqueued)
-            .execute(env.store.pool())
-            .await
-            .expect("times");
+        env.exec_with(
+            "UPDATE proc_state SET received_at = $2, enqueued_at = $3 WHERE msg_id = $1",
+            |q| q.bind(id).bind(received).bind(enqueued),
+        )
+        .await;
     }
     assert_eq!(bf(&env, null_recv).await.state, "DEAD");
     let c = cfg(&env, &[("MSGX_BACKFILL__OVERDUE_AFTER", "1h")]);
@@ -489,12 +497,10 @@ async fn r_overrides_backoff_and_null_received_at_falls_back_to_enqueue_time() {
         "R forces only the overdue rows"
     );
     // Without R (30 days) nothing would have been due.
-    let r = sweep(&env, &cfg(&env, &[])).await;
-    assert_eq!(r.selected, 0);
+    assert_sweep_selects(&env, 0).await;
     // R never delays: once the backoff is due, the recent rows go too.
     env.clock.advance(Duration::from_secs(24 * 3600));
-    let r = sweep(&env, &cfg(&env, &[])).await;
-    assert_eq!(r.selected, 2);
+    assert_sweep_selects(&env, 2).await;
     env.cleanup().await;
 }
 
@@ -508,14 +514,15 @@ async fn pending_and_failed_rows_are_never_marked() {
     assert_eq!(env.state_of(ids[0]).await.0, "FAILED");
     assert_eq!(env.state_of(ids[1]).await.0, "PENDING");
     // Even a (buggy) intent on them does not make them due.
-    sqlx::query("UPDATE proc_state SET backfill_next_at = $1, received_at = $2")
-        .bind(env.clock.now())
-        .bind(env.clock.now() - chrono::Duration::days(365))
-        .execute(env.store.pool())
-        .await
-        .expect("intent");
-    let r = sweep(&env, &cfg(&env, &[])).await;
-    assert_eq!(r.selected, 0);
+    env.exec_with(
+        "UPDATE proc_state SET backfill_next_at = $1, received_at = $2",
+        |q| {
+            q.bind(env.clock.now())
+                .bind(env.clock.now() - chrono::Duration::days(365))
+        },
+    )
+    .await;
+    assert_sweep_selects(&env, 0).await;
     for id in &ids {
         assert_eq!(mark(&env, *id).await, (None, None));
         assert_eq!(bf(&env, *id).await.backfill_at, None);
@@ -551,29 +558,24 @@ async fn replay_applies_to_replayable_rows_only_and_is_audited() {
     )
     .await;
     // The FAILED rows look like real failed heads; the first DEAD row is marked already.
-    sqlx::query(
+    env.exec_with(
         "UPDATE proc_state SET attempts = 3, processing_started_at = $2, next_attempt_at = $2, \
                 error_text = 'boom', terminal_at = NULL, terminal_reason = NULL, \
                 backfill_next_at = NULL WHERE msg_id = ANY($1)",
+        |q| q.bind(vec![ids[1], ids[5]]).bind(env.clock.now()),
     )
-    .bind(vec![ids[1], ids[5]])
-    .bind(env.clock.now())
-    .execute(env.store.pool())
-    .await
-    .expect("failed rows");
+    .await;
     env.exec("UPDATE proc_state SET processed_seq = nextval('proc_order_seq')")
         .await;
-    let r = sweep(&env, &cfg(&env, &[])).await;
+    let r = sweep_default(&env).await;
     assert_eq!(r.marked, 4, "the four terminal rows are marked");
     // One DEAD row's backfill abandoned earlier (recovered by the replay).
-    sqlx::query(
+    env.exec_for(
         "UPDATE proc_state SET backfill_at = NULL, backfill_abandon_reason = 'MAX_ATTEMPTS', \
          backfill_abandoned_at = now(), backfill_attempts = 20 WHERE msg_id = $1",
+        ids[4],
     )
-    .bind(ids[4])
-    .execute(env.store.pool())
-    .await
-    .expect("abandoned");
+    .await;
 
     // Validation: who and why are mandatory, ids too.
     let now = env.clock.now();
@@ -720,11 +722,8 @@ async fn replay_applies_to_replayable_rows_only_and_is_audited() {
 #[tokio::test]
 async fn replay_waits_for_the_sweep_that_holds_the_row() {
     let env = TestEnv::new("bf_gate").await;
-    let ids = rows_in_states(
-        &env,
-        &[("DEAD", Some("EXHAUSTED")), ("DEAD", Some("EXHAUSTED"))],
-    )
-    .await;
+    let two_dead = [("DEAD", Some("EXHAUSTED")); 2];
+    let ids = rows_in_states(&env, &two_dead).await;
     // The inbox is slow to take the mark: the sweep holds the row lock meanwhile.
     env.owner
         .execute(
@@ -808,7 +807,7 @@ async fn a_replayed_marked_row_is_confirmed_as_already_marked_after_reprocessing
         env.state_of(id).await,
         ("DEAD".into(), Some("EXHAUSTED".into()))
     );
-    let first = sweep(&env, &cfg(&env, &[])).await;
+    let first = sweep_default(&env).await;
     assert_eq!(first.marked, 1);
     let first_mark = mark(&env, id).await;
 
@@ -835,7 +834,7 @@ async fn a_replayed_marked_row_is_confirmed_as_already_marked_after_reprocessing
     ));
     assert_eq!(env.state_of(id).await.0, "SUCCEEDED");
     env.clock.advance(Duration::from_secs(600));
-    let second = sweep(&env, &cfg(&env, &[])).await;
+    let second = sweep_default(&env).await;
     assert_eq!((second.marked, second.already_marked), (0, 1));
     assert_eq!(
         mark(&env, id).await,
@@ -879,11 +878,7 @@ async fn the_actor_sweeps_on_start_and_early_when_woken() {
     wait_until(|| async { newer_unmarked(&env, &more).await == 0 }).await;
 
     // Asked directly, it answers with the report.
-    let r = sweeper
-        .send(SweepNow)
-        .await
-        .expect("mailbox")
-        .expect("sweep");
+    let r = common::pipeline::ask(&sweeper, SweepNow).await;
     assert_eq!(r.selected, 0);
     env.cleanup().await;
 }
@@ -901,6 +896,23 @@ where
 }
 
 /// The DB owner holds `id`'s inbox row (`SELECT … FOR UPDATE` in an open transaction).
+/// `n` processed rows, the first locked by the DB owner (its open transaction), and a store
+/// whose server ends a transaction idle for `idle`.
+async fn first_locked_by_owner(
+    env: &TestEnv,
+    n: i64,
+    idle: Duration,
+) -> (
+    Vec<i64>,
+    sqlx::Transaction<'static, sqlx::MySql>,
+    msgx_core::store::Store,
+) {
+    let ids = processed(env, &flops(1, n), &[]).await;
+    let owner = owner_locks(env, ids[0]).await;
+    let store = store_idle(env, idle).await;
+    (ids, owner, store)
+}
+
 async fn owner_locks(env: &TestEnv, id: i64) -> sqlx::Transaction<'static, sqlx::MySql> {
     let mut tx = env.owner.begin().await.expect("begin as the DB owner");
     sqlx::query("SELECT CMINMSGS_ID FROM CMINMSGS WHERE CMINMSGS_ID = ? FOR UPDATE")
@@ -929,9 +941,7 @@ async fn store_idle(env: &TestEnv, idle: Duration) -> msgx_core::store::Store {
 #[tokio::test]
 async fn a_mark_is_never_written_after_the_sweep_lost_its_row_locks() {
     let env = TestEnv::new("bf_lost_lock").await;
-    let ids = processed(&env, &flops(1, 1), &[]).await;
-    let owner = owner_locks(&env, ids[0]).await;
-    let store = store_idle(&env, Duration::from_secs(2)).await;
+    let (ids, owner, store) = first_locked_by_owner(&env, 1, Duration::from_secs(2)).await;
     let c = cfg(&env, &[]);
     let task = {
         let (inbox, clock) = (env.inbox.clone(), env.clock.clone());
@@ -967,9 +977,7 @@ async fn a_mark_is_never_written_after_the_sweep_lost_its_row_locks() {
 #[tokio::test]
 async fn a_mark_waiting_on_an_owner_lock_ends_with_the_budget_and_a_later_sweep_writes_it() {
     let env = TestEnv::new("bf_budget").await;
-    let ids = processed(&env, &flops(1, 2), &[]).await;
-    let owner = owner_locks(&env, ids[0]).await;
-    let store = store_idle(&env, Duration::from_secs(3)).await;
+    let (ids, owner, store) = first_locked_by_owner(&env, 2, Duration::from_secs(3)).await;
     let c = cfg(
         &env,
         &[

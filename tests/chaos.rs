@@ -196,10 +196,9 @@ async fn chaos_nothing_lost_nothing_reordered() {
         "the duplicate run produced business duplicates"
     );
 
-    let ids: Vec<i64> = sqlx::query_scalar("SELECT event_id FROM msg_event ORDER BY event_id")
-        .fetch_all(env.store.pool())
-        .await
-        .expect("events");
+    let ids: Vec<i64> = env
+        .column("SELECT event_id FROM msg_event ORDER BY event_id")
+        .await;
     assert!(!ids.is_empty(), "the run raised events");
     let got = consume(&broker.bootstrap, TOPIC, 3, ids.len());
     let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
@@ -366,15 +365,12 @@ async fn verify_finds_straddling_duplicates_and_notes_allowed_exceptions() {
         ],
     )
     .await;
-    sqlx::query(
+    env.exec_with(
         "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result) \
          VALUES ($1, 'ops', 'REPLAY', 'test', ARRAY[$2]::bigint[], '{}')",
+        |q| q.bind(now).bind(ids[4]),
     )
-    .bind(now)
-    .bind(ids[4])
-    .execute(env.store.pool())
-    .await
-    .expect("audit");
+    .await;
     env.mark_as_owner(&ids[4..], "PROCESSED").await;
     env.mark_as_owner(&ids[..1], "DONE_LEGACY").await;
 

@@ -20,43 +20,60 @@ fn msgx(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     cmd.output().expect("run msgexchange")
 }
 
+/// `msgexchange ARGS` with these overrides exits 2 with one line on stderr; that line.
+fn one_line_refusal(args: &[&str], extra: &[(&str, &str)]) -> String {
+    let out = msgx(args, extra);
+    assert_eq!(out.status.code(), Some(2), "{args:?} {extra:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    stderr
+}
+
+/// Two settings that do not fit together: `run` and `check-config` with `bad` alone both
+/// refuse, in one line naming both keys; with `fix` as well `check-config` passes (its output).
+fn refused_until_fixed(
+    bad: (&str, &str),
+    names: [&str; 2],
+    fix: (&str, &str),
+) -> std::process::Output {
+    for args in [&["run"][..], &["check-config"][..]] {
+        let stderr = one_line_refusal(args, &[bad]);
+        assert!(names.iter().all(|n| stderr.contains(n)), "{stderr}");
+    }
+    let out = msgx(&["check-config"], &[bad, fix]);
+    assert_eq!(out.status.code(), Some(0));
+    out
+}
+
+/// `msgexchange run` with `key=value` exits 2 at start, one line on stderr naming `expect`.
+fn refused_at_start(key: &str, value: &str, expect: &str) {
+    let stderr = one_line_refusal(&["run"], &[(key, value)]);
+    assert!(stderr.contains(expect), "{key}: {stderr}");
+}
+
 #[test]
 fn bad_config_fails_at_start_naming_the_key() {
-    for (key, value, expect) in [
-        (
-            "MSGX_PIPELINE__MAX_COMMIT_DELAY",
-            "soon",
-            "max_commit_delay",
-        ),
-        ("MSGX_PIPELINE__CLAIM_BATCH", "0", "pipeline.claim_batch"),
-        ("MSGX_INBOX__ID_COLUMN", "ID`; DROP", "inbox.id_column"),
-        (
-            "MSGX_PIPELINE__CUTOVER_WATERMARK",
-            "latest",
-            "pipeline.cutover_watermark",
-        ),
-        ("MSGX_PIPELINE__NO_SUCH_KEY", "1", "no_such_key"),
+    // Named by the field alone.
+    refused_at_start(
+        "MSGX_PIPELINE__MAX_COMMIT_DELAY",
+        "soon",
+        "max_commit_delay",
+    );
+    refused_at_start("MSGX_PIPELINE__NO_SUCH_KEY", "1", "no_such_key");
+    // Named by the whole settings key.
+    for (key, value) in [
+        ("MSGX_PIPELINE__CLAIM_BATCH", "0"),
+        ("MSGX_INBOX__ID_COLUMN", "ID`; DROP"),
+        ("MSGX_PIPELINE__CUTOVER_WATERMARK", "latest"),
         // Absurd durations are refused at start instead of overflowing a time computation.
-        ("MSGX_LATE__WATCH_WINDOW", "300000y", "late.watch_window"),
-        (
-            "MSGX_PROCESSING__RETRY_MAX",
-            "300000y",
-            "processing.retry_max",
-        ),
-        ("MSGX_LEASE__RENEW_EVERY", "8s", "lease.renew_every"),
-        (
-            "MSGX_KAFKA__EXTRA",
-            "enable.idempotence=false",
-            "kafka.extra",
-        ),
-        ("MSGX_KAFKA__EXTRA", "acks=1", "kafka.extra"),
-        ("MSGX_STORE__LOCK_TIMEOUT", "2m", "store.lock_timeout"),
+        ("MSGX_LATE__WATCH_WINDOW", "300000y"),
+        ("MSGX_PROCESSING__RETRY_MAX", "300000y"),
+        ("MSGX_LEASE__RENEW_EVERY", "8s"),
+        ("MSGX_KAFKA__EXTRA", "enable.idempotence=false"),
+        ("MSGX_KAFKA__EXTRA", "acks=1"),
+        ("MSGX_STORE__LOCK_TIMEOUT", "2m"),
     ] {
-        let out = msgx(&["run"], &[(key, value)]);
-        assert_eq!(out.status.code(), Some(2), "{key}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
-        assert!(stderr.contains(expect), "{key}: {stderr}");
+        refused_at_start(key, value, &common::setting_name(key));
     }
     let out = msgx(&["--config", "/nonexistent.toml", "check-config"], &[]);
     assert_eq!(out.status.code(), Some(2));
@@ -66,22 +83,11 @@ fn bad_config_fails_at_start_naming_the_key() {
 /// R ≤ R_keep (seed §5.2, Q6/Q7) at start and in `check-config`: one line naming the key.
 #[test]
 fn r_above_the_owners_retention_is_refused() {
-    let too_long = [("MSGX_BACKFILL__OVERDUE_AFTER", "40d")];
-    for args in [&["run"][..], &["check-config"][..]] {
-        let out = msgx(args, &too_long);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
-        assert!(
-            stderr.contains("backfill.overdue_after") && stderr.contains("retention.r_keep"),
-            "{stderr}"
-        );
-    }
-    let out = msgx(
-        &["check-config"],
-        &[too_long[0], ("MSGX_RETENTION__R_KEEP", "60d")],
+    let out = refused_until_fixed(
+        ("MSGX_BACKFILL__OVERDUE_AFTER", "40d"),
+        ["backfill.overdue_after", "retention.r_keep"],
+        ("MSGX_RETENTION__R_KEEP", "60d"),
     );
-    assert_eq!(out.status.code(), Some(0));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("r_keep = \"60d\""), "{stdout}");
     assert!(stdout.contains("raw_copy = false"), "{stdout}");
@@ -303,20 +309,31 @@ async fn http_raw(port: u16, request: &[u8]) -> std::io::Result<String> {
 /// A fresh PostgreSQL database with nothing in it; dropped by the caller.
 async fn empty_database(tag: &str) -> (String, sqlx::PgPool) {
     let db = format!("msgxt_{tag}_{}", std::process::id());
-    let admin = sqlx::PgPool::connect(&format!("{}/postgres", common::pg_base()))
-        .await
-        .expect("postgres");
-    sqlx::query(&format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"))
-        .execute(&admin)
-        .await
-        .expect("drop");
-    sqlx::query(&format!("CREATE DATABASE \"{db}\""))
-        .execute(&admin)
-        .await
-        .expect("create");
+    let admin = common::pg_admin().await.expect("postgres");
+    common::run_all(
+        &admin,
+        &[
+            format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"),
+            format!("CREATE DATABASE \"{db}\""),
+        ],
+    )
+    .await;
+    admin.close().await;
     let url = format!("{}/{db}", common::pg_base());
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     (url, pool)
+}
+
+/// Drops the database [`empty_database`] made for `tag`.
+async fn drop_empty_database(tag: &str) {
+    let db = format!("msgxt_{tag}_{}", std::process::id());
+    let admin = common::pg_admin().await.expect("postgres");
+    common::run_all(
+        &admin,
+        &[format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)")],
+    )
+    .await;
+    admin.close().await;
 }
 
 /// Tables, and the applied migrations: what a read-only command must leave as it found it.
@@ -368,17 +385,17 @@ async fn read_only_commands_never_create_or_migrate_and_versions_are_guarded() {
         )
     };
     let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    // Every read-only command on the store at `url` (`what`) fails, saying `why`.
+    let all_refuse = |url: &str, what: &str, why: &str| {
+        for args in READ_ONLY {
+            let out = cmd(args, url);
+            assert!(!out.status.success(), "{args:?} on {what}");
+            assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
+        }
+    };
 
     // A mistyped store URL: refused, and the database is not created.
-    for args in READ_ONLY {
-        let out = cmd(args, &missing);
-        assert!(!out.status.success(), "{args:?} on a missing database");
-        assert!(
-            stderr(&out).contains("does not exist"),
-            "{args:?}: {}",
-            stderr(&out)
-        );
-    }
+    all_refuse(&missing, "a missing database", "does not exist");
     let admin = sqlx::PgPool::connect(&format!("{}/postgres", common::pg_base()))
         .await
         .expect("postgres");
@@ -392,15 +409,7 @@ async fn read_only_commands_never_create_or_migrate_and_versions_are_guarded() {
 
     // An empty database: refused, nothing migrated.
     let (url, pool) = empty_database("schema_empty").await;
-    for args in READ_ONLY {
-        let out = cmd(args, &url);
-        assert!(!out.status.success(), "{args:?} on an empty database");
-        assert!(
-            stderr(&out).contains("no msgexchange schema"),
-            "{args:?}: {}",
-            stderr(&out)
-        );
-    }
+    all_refuse(&url, "an empty database", "no msgexchange schema");
     assert_eq!(
         schema_snapshot(&pool).await,
         (vec![], vec![]),
@@ -474,13 +483,7 @@ async fn read_only_commands_never_create_or_migrate_and_versions_are_guarded() {
         );
     }
     pool.close().await;
-    sqlx::query(&format!(
-        "DROP DATABASE IF EXISTS \"msgxt_schema_empty_{}\" WITH (FORCE)",
-        std::process::id()
-    ))
-    .execute(&admin)
-    .await
-    .expect("drop");
+    drop_empty_database("schema_empty").await;
     env.cleanup().await;
 }
 
@@ -635,23 +638,19 @@ async fn an_upgrade_from_the_earliest_schema_finishes_a_mixed_backlog() {
     }
 
     let port = common::service::free_port();
-    let mut svc = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
-        .arg("run")
-        .envs(env.binary_env())
-        .env("MSGX_STORE__URL", &url)
-        .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
-        .env("MSGX_PIPELINE__POLL_INTERVAL", "100ms")
-        .env("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1s")
-        .env("MSGX_PROCESSING__HEAD_DEADLINE", "2s")
-        .env("MSGX_PROCESSING__MAX_ATTEMPTS", "2")
-        .env("MSGX_PROCESSING__RETRY_INITIAL", "200ms")
-        .env("MSGX_BACKFILL__PERIOD", "300ms")
-        .env("MSGX_LOG__LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the current binary");
+    let mut svc = common::service::spawn_service(
+        &env,
+        &[
+            ("MSGX_STORE__URL", &url),
+            ("MSGX_PIPELINE__POLL_INTERVAL", "100ms"),
+            ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1s"),
+            ("MSGX_PROCESSING__HEAD_DEADLINE", "2s"),
+            ("MSGX_PROCESSING__MAX_ATTEMPTS", "2"),
+            ("MSGX_PROCESSING__RETRY_INITIAL", "200ms"),
+            ("MSGX_BACKFILL__PERIOD", "300ms"),
+        ],
+        port,
+    );
     let top = ids[19] + 5;
     let settled = || async {
         let open: i64 = sqlx::query_scalar(
@@ -711,16 +710,7 @@ async fn an_upgrade_from_the_earliest_schema_finishes_a_mixed_backlog() {
         String::from_utf8_lossy(&out.stderr)
     );
     pool.close().await;
-    let admin = sqlx::PgPool::connect(&format!("{}/postgres", common::pg_base()))
-        .await
-        .expect("postgres");
-    sqlx::query(&format!(
-        "DROP DATABASE IF EXISTS \"msgxt_upgrade_store_{}\" WITH (FORCE)",
-        std::process::id()
-    ))
-    .execute(&admin)
-    .await
-    .expect("drop");
+    drop_empty_database("upgrade_store").await;
     env.cleanup().await;
 }
 
@@ -728,23 +718,11 @@ async fn an_upgrade_from_the_earliest_schema_finishes_a_mixed_backlog() {
 /// idle timeout does not cover is refused at start, in one line naming both keys.
 #[test]
 fn a_mark_budget_the_idle_timeout_does_not_cover_is_refused() {
-    let short = [("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "6s")];
-    for args in [&["run"][..], &["check-config"][..]] {
-        let out = msgx(args, &short);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
-        assert!(
-            stderr.contains("backfill.mark_budget")
-                && stderr.contains("store.idle_in_transaction_timeout"),
-            "{stderr}"
-        );
-    }
-    let out = msgx(
-        &["check-config"],
-        &[short[0], ("MSGX_BACKFILL__MARK_BUDGET", "4s")],
+    refused_until_fixed(
+        ("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "6s"),
+        ["backfill.mark_budget", "store.idle_in_transaction_timeout"],
+        ("MSGX_BACKFILL__MARK_BUDGET", "4s"),
     );
-    assert_eq!(out.status.code(), Some(0));
 }
 
 /// The Debian package `scripts/test.sh` builds (`cargo deb`, release profile), if any.

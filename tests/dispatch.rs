@@ -31,7 +31,37 @@ const PARTITIONS: i32 = 3;
 /// tansu would make librdkafka abort). Tests that stop brokers hold this exclusively.
 static PORTS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
-fn mock(brokers: i32) -> MockCluster<'static, DefaultProducerContext> {
+/// A mock cluster as the tests use it.
+type Mock = MockCluster<'static, DefaultProducerContext>;
+
+/// The shared side of [`PORTS`], held by a test that opens listeners but stops none.
+type PortsShared = tokio::sync::RwLockReadGuard<'static, ()>;
+
+/// The shared side of [`PORTS`], then a fresh env (`tag`) and a mock cluster of `brokers`
+/// brokers.
+async fn mock_env(tag: &str, brokers: i32) -> (PortsShared, TestEnv, Mock) {
+    let ports = PORTS.read().await;
+    let env = TestEnv::new(tag).await;
+    (ports, env, mock(brokers))
+}
+
+/// The exclusive side of [`PORTS`] (the test stops brokers), then a fresh env (`tag`) and a
+/// mock cluster of `brokers` brokers.
+async fn exclusive_mock_env(
+    tag: &str,
+    brokers: i32,
+) -> (tokio::sync::RwLockWriteGuard<'static, ()>, TestEnv, Mock) {
+    let ports = PORTS.write().await;
+    let env = TestEnv::new(tag).await;
+    (ports, env, mock(brokers))
+}
+
+/// Overrides for batches of `n` events.
+fn batch(n: &str) -> [(&str, &str); 1] {
+    [("MSGX_DISPATCH__BATCH", n)]
+}
+
+fn mock(brokers: i32) -> Mock {
     let cluster = MockCluster::new(brokers).expect("mock cluster");
     for t in [TOPIC, DLQ] {
         cluster
@@ -53,15 +83,12 @@ async fn seed_events(env: &TestEnv, keys: &[String]) -> Vec<i64> {
         .scalar("SELECT COALESCE(max(msg_id), 0) FROM proc_state")
         .await;
     let msg_ids: Vec<i64> = (1..=keys.len() as i64).map(|i| base + i).collect();
-    sqlx::query(
+    env.exec_with(
         "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at) \
          SELECT id, 'SUCCEEDED', $2, $2 FROM UNNEST($1::bigint[]) AS id",
+        |q| q.bind(&msg_ids).bind(now),
     )
-    .bind(&msg_ids)
-    .bind(now)
-    .execute(env.store.pool())
-    .await
-    .expect("proc_state");
+    .await;
     let payloads: Vec<String> = msg_ids
         .iter()
         .zip(keys)
@@ -89,11 +116,9 @@ fn keys(n: usize, distinct: usize) -> Vec<String> {
 }
 
 async fn states(env: &TestEnv) -> BTreeMap<String, i64> {
-    let rows: Vec<(String, i64)> =
-        sqlx::query_as("SELECT state, count(*) FROM msg_event GROUP BY state")
-            .fetch_all(env.store.pool())
-            .await
-            .expect("states");
+    let rows: Vec<(String, i64)> = env
+        .rows("SELECT state, count(*) FROM msg_event GROUP BY state")
+        .await;
     rows.into_iter().collect()
 }
 
@@ -153,27 +178,140 @@ fn records_in_partition_order(records: &[Received]) -> Vec<&Received> {
     by_part.into_values().flatten().collect()
 }
 
+/// One dispatch run driven round by round: the env, deps on a broker, the seeded events, a
+/// producer and the dispatcher's carried state — the set-up the round-driving tests share.
+/// Fields drop in this order: the producer before the mock cluster it talks to, the port
+/// guard last.
+struct Rig {
+    env: TestEnv,
+    bootstrap: String,
+    d: DispatchDeps,
+    ids: Vec<i64>,
+    p: EventProducer,
+    state: DispatchState,
+    /// The mock cluster, when the rig made its own ([`Rig::on_mock`]).
+    cluster: Option<Mock>,
+    /// The shared side of [`PORTS`], when the rig made its own cluster.
+    _ports: Option<PortsShared>,
+}
+
+impl Rig {
+    /// Deps on `bootstrap` with these overrides, one event per key seeded, a fresh producer.
+    async fn new(
+        env: TestEnv,
+        bootstrap: String,
+        extra: &[(&str, &str)],
+        event_keys: &[String],
+    ) -> Self {
+        let d = env.dispatch_deps(&bootstrap, extra);
+        let ids = seed_events(&env, event_keys).await;
+        let p = producer(&d);
+        Self {
+            env,
+            bootstrap,
+            d,
+            ids,
+            p,
+            state: DispatchState::default(),
+            cluster: None,
+            _ports: None,
+        }
+    }
+
+    /// [`Rig::new`] on a fresh env (`tag`) and a mock cluster of `brokers` brokers, both kept
+    /// in the rig with the shared side of [`PORTS`].
+    async fn on_mock(
+        tag: &str,
+        brokers: i32,
+        extra: &[(&str, &str)],
+        event_keys: &[String],
+    ) -> Self {
+        let (ports, env, cluster) = mock_env(tag, brokers).await;
+        let mut rig = Self::new(env, cluster.bootstrap_servers(), extra, event_keys).await;
+        rig.cluster = Some(cluster);
+        rig._ports = Some(ports);
+        rig
+    }
+
+    /// The mock cluster of a rig made [`Rig::on_mock`].
+    fn cluster(&self) -> &Mock {
+        self.cluster
+            .as_ref()
+            .expect("a rig on its own mock cluster")
+    }
+
+    /// One healthy round: it acknowledges a whole batch of `n` events.
+    async fn full_round(&mut self, n: usize) {
+        let r = self.round().await;
+        assert_eq!(r.acked, n, "{r:?}");
+    }
+
+    /// One dispatch round.
+    async fn round(&mut self) -> msgx_core::dispatch::RoundReport {
+        round(&self.env, &mut self.p, &self.d.cfg, &mut self.state).await
+    }
+
+    /// [`drain`] with this rig's producer and state.
+    async fn drain(&mut self, limit: usize) {
+        drain(&self.env, &mut self.p, &self.d.cfg, &mut self.state, limit).await
+    }
+
+    /// [`rounds_until_stuck`] with this rig's producer and state.
+    async fn until_stuck(&mut self) {
+        rounds_until_stuck(&self.env, &mut self.p, &self.d.cfg, &mut self.state).await
+    }
+
+    /// A restart: the carried outcome is lost and a new producer takes over; the old one is
+    /// returned, for the caller to keep alive as the test did before.
+    fn restart(&mut self) -> EventProducer {
+        self.state = DispatchState::default();
+        std::mem::replace(&mut self.p, producer(&self.d))
+    }
+
+    /// Every record of `topic` read back, at least one per seeded event.
+    fn read_back(&self, topic: &str) -> Vec<Received> {
+        consume(&self.bootstrap, topic, PARTITIONS, self.ids.len())
+    }
+
+    /// Reads the event topic back and checks that exactly the seeded events arrived, in
+    /// per-key order; the records, for further checks.
+    fn assert_exactly_the_events_arrived(&self) -> Vec<Received> {
+        let got = self.read_back(TOPIC);
+        assert_eq!(
+            ce_ids(&got),
+            self.ids.iter().copied().collect(),
+            "every event, nothing else"
+        );
+        assert_per_key_order(&got);
+        got
+    }
+
+    /// Reads the event topic back and checks none of the seeded events is lost and per-key
+    /// order holds.
+    fn assert_none_lost(&self) {
+        let got = self.read_back(TOPIC);
+        assert_eq!(ce_ids(&got).len(), self.ids.len(), "none lost");
+        assert_per_key_order(&got);
+    }
+
+    /// Drops the databases.
+    async fn cleanup(self) {
+        self.env.cleanup().await;
+    }
+}
+
+/// The distinct event ids among these records (duplicates collapse, as the consumer's do).
+fn ce_ids(records: &[Received]) -> HashSet<i64> {
+    records.iter().map(Received::ce_id).collect()
+}
+
 #[tokio::test]
 async fn every_event_arrives_in_key_order_with_cloudevents_headers() {
-    let _ports = PORTS.read().await;
-    let env = TestEnv::new("disp_all").await;
-    let cluster = mock(3);
-    let bootstrap = cluster.bootstrap_servers();
-    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
-    let ids = seed_events(&env, &keys(1000, 37)).await;
-    let mut p = producer(&d);
-    let mut state = DispatchState::default();
-    drain(&env, &mut p, &d.cfg, &mut state, 100).await;
-    assert_eq!(states(&env).await.get("SENT"), Some(&1000));
+    let mut rig = Rig::on_mock("disp_all", 3, &batch("100"), &keys(1000, 37)).await;
+    rig.drain(100).await;
+    assert_eq!(states(&rig.env).await.get("SENT"), Some(&1000));
 
-    let got = consume(&bootstrap, TOPIC, PARTITIONS, ids.len());
-    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
-    assert_eq!(
-        unique,
-        ids.iter().copied().collect(),
-        "every event, nothing else"
-    );
-    assert_per_key_order(&got);
+    let got = rig.assert_exactly_the_events_arrived();
     let r = &got[0];
     assert_eq!(r.headers["ce_specversion"], "1.0");
     assert_eq!(r.headers["ce_source"], "/msgexchange");
@@ -187,23 +325,19 @@ async fn every_event_arrives_in_key_order_with_cloudevents_headers() {
             || r.payload.contains(&format!("\"msg_id\":{msg_id}"))
     );
     // Where each landed is recorded.
-    let missing: i64 = env
+    let missing: i64 = rig
+        .env
         .scalar("SELECT count(*) FROM msg_event WHERE kafka_offset IS NULL OR sent_at IS NULL")
         .await;
     assert_eq!(missing, 0);
-    env.cleanup().await;
+    rig.cleanup().await;
 }
 
 #[tokio::test]
 async fn broker_errors_delay_events_but_lose_none() {
-    let _ports = PORTS.write().await;
-    let env = TestEnv::new("disp_errors").await;
-    let cluster = mock(3);
+    let (_ports, env, cluster) = exclusive_mock_env("disp_errors", 3).await;
     let bootstrap = cluster.bootstrap_servers();
-    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__BATCH", "200")]);
-    let ids = seed_events(&env, &keys(600, 25)).await;
-    let mut p = producer(&d);
-    let mut state = DispatchState::default();
+    let mut rig = Rig::new(env, bootstrap, &batch("200"), &keys(600, 25)).await;
 
     // Retriable produce errors: librdkafka retries them itself, in order (idempotence).
     cluster.request_errors(
@@ -215,18 +349,19 @@ async fn broker_errors_delay_events_but_lose_none() {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
         ],
     );
-    let first = round(&env, &mut p, &d.cfg, &mut state).await;
+    let first = rig.round().await;
     assert!(first.acked > 0, "retriable errors only delay: {first:?}");
-    flush(&env.store, &mut state).await.expect("flush");
+    flush(&rig.env.store, &mut rig.state).await.expect("flush");
 
     // All brokers down: sends time out (delivery_timeout 3s) and back off.
     for b in 1..=3 {
         cluster.broker_down(b).expect("down");
     }
-    let down = round(&env, &mut p, &d.cfg, &mut state).await;
+    let down = rig.round().await;
     assert_eq!(down.acked, 0, "{down:?}");
     assert!(down.failed > 0, "{down:?}");
-    flush(&env.store, &mut state).await.expect("flush");
+    let env = &rig.env;
+    flush(&env.store, &mut rig.state).await.expect("flush");
     let backing_off: i64 = env
         .scalar_for(
             "SELECT count(*) FROM msg_event WHERE state = 'PENDING' AND next_attempt_at > $1",
@@ -235,13 +370,12 @@ async fn broker_errors_delay_events_but_lose_none() {
         .await;
     assert_eq!(backing_off as usize, down.failed);
     // Later events of a backing-off key wait; a round now selects no event of those keys.
-    let blocked_keys: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT flight_key FROM msg_event WHERE state = 'PENDING' AND next_attempt_at > $1",
-    )
-    .bind(env.clock.now())
-    .fetch_all(env.store.pool())
-    .await
-    .expect("keys");
+    let blocked_keys: Vec<String> = env
+        .column_for(
+            "SELECT DISTINCT flight_key FROM msg_event WHERE state = 'PENDING' AND next_attempt_at > $1",
+            env.clock.now(),
+        )
+        .await;
     let next = env
         .store
         .deliverable_events(env.clock.now(), 10_000, &[], &[])
@@ -252,82 +386,60 @@ async fn broker_errors_delay_events_but_lose_none() {
     for b in 1..=3 {
         cluster.broker_up(b).expect("up");
     }
-    drain(&env, &mut p, &d.cfg, &mut state, 200).await;
-    let got = consume(&bootstrap, TOPIC, PARTITIONS, ids.len());
-    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
-    assert_eq!(unique.len(), ids.len(), "none lost");
-    assert_per_key_order(&got);
-    let retried: i64 = env
+    rig.drain(200).await;
+    rig.assert_none_lost();
+    let retried: i64 = rig
+        .env
         .scalar("SELECT count(*) FROM msg_event WHERE attempts > 0")
         .await;
     assert!(retried > 0);
-    env.cleanup().await;
+    rig.cleanup().await;
 }
 
 #[tokio::test]
 async fn exhausted_events_go_dead_and_to_the_dead_letter_topic() {
-    let _ports = PORTS.read().await;
-    let env = TestEnv::new("disp_dead").await;
-    let cluster = mock(1);
-    let bootstrap = cluster.bootstrap_servers();
-    let d = env.dispatch_deps(&bootstrap, EXHAUST_FAST);
-    let ids = seed_events(&env, &keys(5, 5)).await;
-    let mut p = producer(&d);
-    let mut state = DispatchState::default();
+    let mut rig = Rig::on_mock("disp_dead", 1, EXHAUST_FAST, &keys(5, 5)).await;
     // The event topic refuses us; the dead-letter topic does not.
-    cluster
+    rig.cluster()
         .topic_error(
             TOPIC,
             RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
         )
         .expect("topic error");
-    drain(&env, &mut p, &d.cfg, &mut state, 50).await;
+    rig.drain(50).await;
     assert_eq!(
-        states(&env).await.get("DEAD"),
+        states(&rig.env).await.get("DEAD"),
         Some(&5),
         "{:?}",
-        states(&env).await
+        states(&rig.env).await
     );
-    let dead = consume(&bootstrap, DLQ, PARTITIONS, ids.len());
-    let unique: HashSet<i64> = dead.iter().map(Received::ce_id).collect();
-    assert_eq!(unique, ids.iter().copied().collect());
+    let dead = rig.read_back(DLQ);
+    assert_eq!(ce_ids(&dead), rig.ids.iter().copied().collect());
     for r in &dead {
         assert_eq!(r.headers["ce_msgxorigtopic"], TOPIC);
         assert_eq!(r.headers["ce_msgxattempts"], "2");
         assert!(!r.headers["ce_msgxerror"].is_empty());
     }
-    let errors: Vec<Option<String>> =
-        sqlx::query_scalar("SELECT last_error FROM msg_event ORDER BY event_id")
-            .fetch_all(env.store.pool())
-            .await
-            .expect("errors");
+    let errors: Vec<Option<String>> = rig
+        .env
+        .column("SELECT last_error FROM msg_event ORDER BY event_id")
+        .await;
     assert!(errors.iter().all(Option::is_some));
-    env.cleanup().await;
+    rig.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_fatal_producer_error_rebuilds_the_producer_and_nothing_is_lost() {
-    let _ports = PORTS.read().await;
-    let env = TestEnv::new("disp_fatal").await;
-    let cluster = mock(1);
-    let bootstrap = cluster.bootstrap_servers();
-    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__BATCH", "50")]);
-    let ids = seed_events(&env, &keys(200, 10)).await;
-    let mut p = producer(&d);
-    let mut state = DispatchState::default();
-    let first = round(&env, &mut p, &d.cfg, &mut state).await;
-    assert_eq!(first.acked, 50);
-    inject_fatal_error(&p, "test: out of order sequence");
-    let broken = round(&env, &mut p, &d.cfg, &mut state).await;
+    let mut rig = Rig::on_mock("disp_fatal", 1, &batch("50"), &keys(200, 10)).await;
+    rig.full_round(50).await;
+    inject_fatal_error(&rig.p, "test: out of order sequence");
+    let broken = rig.round().await;
     assert_eq!(broken.sent, 50, "the first round's acks are written");
     assert!(broken.producer_recreated.is_some(), "{broken:?}");
-    assert_eq!(p.generation(), 1);
-    drain(&env, &mut p, &d.cfg, &mut state, 100).await;
-    let got = consume(&bootstrap, TOPIC, PARTITIONS, ids.len());
-    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
-    assert_eq!(unique.len(), ids.len());
-    assert_per_key_order(&got);
-    env.cleanup().await;
+    assert_eq!(rig.p.generation(), 1);
+    rig.drain(100).await;
+    rig.assert_none_lost();
+    rig.cleanup().await;
 }
 
 /// A dispatcher actor whose safety-net poll is far longer than any test: only a wake-up can
@@ -346,9 +458,7 @@ fn idle_dispatcher(env: &TestEnv, bootstrap: &str) -> actix::Addr<Dispatcher> {
 
 #[actix_rt::test]
 async fn the_actor_delivers_when_woken_without_busy_polling() {
-    let _ports = PORTS.read().await;
-    let env = TestEnv::new("disp_actor").await;
-    let cluster = mock(1);
+    let (_ports, env, cluster) = mock_env("disp_actor", 1).await;
     let addr = idle_dispatcher(&env, &cluster.bootstrap_servers());
     // Let the start-up round find nothing.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -368,26 +478,22 @@ async fn the_actor_delivers_when_woken_without_busy_polling() {
 /// Keys with a failed send, the events of other keys not yet SENT, and SENT events that
 /// overtook a still-pending failed event of their key.
 async fn hold_check(env: &TestEnv) -> (Vec<String>, i64, i64) {
-    let failed_keys: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT flight_key FROM msg_event WHERE attempts > 0 ORDER BY 1",
-    )
-    .fetch_all(env.store.pool())
-    .await
-    .expect("failed keys");
+    let failed_keys: Vec<String> = env
+        .column("SELECT DISTINCT flight_key FROM msg_event WHERE attempts > 0 ORDER BY 1")
+        .await;
     let undelivered_other: i64 = env
         .scalar_for(
             "SELECT count(*) FROM msg_event WHERE state <> 'SENT' AND NOT (flight_key = ANY($1))",
             &failed_keys,
         )
         .await;
-    let overtaken: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM msg_event s JOIN msg_event f \
-           ON f.flight_key = s.flight_key AND f.attempts > 0 AND f.state = 'PENDING' \
-         WHERE s.state = 'SENT' AND s.event_id > f.event_id",
-    )
-    .fetch_one(env.store.pool())
-    .await
-    .expect("count");
+    let overtaken: i64 = env
+        .scalar(
+            "SELECT count(*) FROM msg_event s JOIN msg_event f \
+               ON f.flight_key = s.flight_key AND f.attempts > 0 AND f.state = 'PENDING' \
+             WHERE s.state = 'SENT' AND s.event_id > f.event_id",
+        )
+        .await;
     (failed_keys, undelivered_other, overtaken)
 }
 
@@ -407,43 +513,22 @@ async fn rounds_until_stuck(
     panic!("rounds never ran dry");
 }
 
-/// Drains, reads the topic back and checks nothing is lost and per-key order holds.
-async fn drain_and_check(
-    env: &TestEnv,
-    p: &mut EventProducer,
-    cfg: &DispatchConfig,
-    state: &mut DispatchState,
-    bootstrap: &str,
-    events: usize,
-) {
-    drain(env, p, cfg, state, 200).await;
-    let got = consume(bootstrap, TOPIC, PARTITIONS, events);
-    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
-    assert_eq!(unique.len(), events, "none lost");
-    assert_per_key_order(&got);
-}
-
 #[tokio::test]
 async fn one_broker_down_holds_back_only_the_keys_it_leads() {
-    let _ports = PORTS.write().await;
-    let env = TestEnv::new("disp_partial").await;
-    let cluster = mock(3);
+    let (_ports, env, cluster) = exclusive_mock_env("disp_partial", 3).await;
     for p in 0..PARTITIONS {
         cluster
             .partition_leader(TOPIC, p, Some(p + 1))
             .expect("leader");
     }
     let bootstrap = cluster.bootstrap_servers();
-    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
-    let ids = seed_events(&env, &keys(300, 30)).await;
-    let mut p = producer(&d);
-    let mut state = DispatchState::default();
+    let mut rig = Rig::new(env, bootstrap, &batch("100"), &keys(300, 30)).await;
     // Warm up metadata so every partition's leader is known before the outage.
-    let warm = round(&env, &mut p, &d.cfg, &mut state).await;
+    let warm = rig.round().await;
     assert!(warm.acked > 0);
     cluster.broker_down(1).expect("down");
-    rounds_until_stuck(&env, &mut p, &d.cfg, &mut state).await;
-    let (failed_keys, undelivered_other, overtaken) = hold_check(&env).await;
+    rig.until_stuck().await;
+    let (failed_keys, undelivered_other, overtaken) = hold_check(&rig.env).await;
     assert!(
         !failed_keys.is_empty(),
         "the partition led by broker 1 failed"
@@ -456,36 +541,30 @@ async fn one_broker_down_holds_back_only_the_keys_it_leads() {
     assert_eq!(overtaken, 0, "no later event of a failed key was sent");
 
     cluster.broker_up(1).expect("up");
-    drain_and_check(&env, &mut p, &d.cfg, &mut state, &bootstrap, ids.len()).await;
-    env.cleanup().await;
+    rig.drain(200).await;
+    rig.assert_none_lost();
+    rig.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_failed_event_holds_back_the_later_events_of_its_key() {
-    let _ports = PORTS.read().await;
-    let env = TestEnv::new("disp_hold").await;
-    let cluster = mock(1);
-    let bootstrap = cluster.bootstrap_servers();
-    let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__BATCH", "60")]);
-    let ids = seed_events(&env, &keys(600, 30)).await;
-    let mut p = producer(&d);
-    let mut state = DispatchState::default();
-    let warm = round(&env, &mut p, &d.cfg, &mut state).await;
-    assert_eq!(warm.acked, 60);
+    let mut rig = Rig::on_mock("disp_hold", 1, &batch("60"), &keys(600, 30)).await;
+    rig.full_round(60).await;
     // The next produce request is refused for good: its events fail, nothing else does.
-    cluster.request_errors(
+    rig.cluster().request_errors(
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
     );
     // Without moving the clock: the failed events stay in backoff while the rest drains.
-    rounds_until_stuck(&env, &mut p, &d.cfg, &mut state).await;
-    let (failed_keys, undelivered_other, overtaken) = hold_check(&env).await;
+    rig.until_stuck().await;
+    let (failed_keys, undelivered_other, overtaken) = hold_check(&rig.env).await;
     assert!(!failed_keys.is_empty(), "the refused request failed events");
     assert_eq!(overtaken, 0, "a later event of a failed key went out first");
     assert_eq!(undelivered_other, 0, "other keys are not held back");
 
-    drain_and_check(&env, &mut p, &d.cfg, &mut state, &bootstrap, ids.len()).await;
-    env.cleanup().await;
+    rig.drain(200).await;
+    rig.assert_none_lost();
+    rig.cleanup().await;
 }
 
 /// The same promise against a real Kafka-protocol broker that is not librdkafka's mock
@@ -498,38 +577,24 @@ async fn every_event_arrives_in_key_order_on_a_real_broker() {
     let broker = common::tansu::Tansu::start();
     broker.create_topic(TOPIC, PARTITIONS as u32);
     broker.create_topic(DLQ, PARTITIONS as u32);
-    let d = env.dispatch_deps(&broker.bootstrap, &[("MSGX_DISPATCH__BATCH", "100")]);
-    let ids = seed_events(&env, &keys(600, 29)).await;
-    let mut p = producer(&d);
-    let mut state = DispatchState::default();
+    let mut rig = Rig::new(env, broker.bootstrap.clone(), &batch("100"), &keys(600, 29)).await;
     // Half, then a "restart": the carried outcome is lost, a new producer re-sends it.
     for _ in 0..3 {
-        round(&env, &mut p, &d.cfg, &mut state).await;
+        rig.round().await;
     }
-    drop(state);
-    let mut p = producer(&d);
-    let mut state = DispatchState::default();
-    drain(&env, &mut p, &d.cfg, &mut state, 100).await;
-    assert_eq!(states(&env).await.get("SENT"), Some(&600));
+    let _first_generation = rig.restart();
+    rig.drain(100).await;
+    assert_eq!(states(&rig.env).await.get("SENT"), Some(&600));
 
-    let got = consume(&broker.bootstrap, TOPIC, PARTITIONS, ids.len());
-    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
-    assert_eq!(
-        unique,
-        ids.iter().copied().collect(),
-        "every event, nothing else"
-    );
-    assert_per_key_order(&got);
-    env.cleanup().await;
+    rig.assert_exactly_the_events_arrived();
+    rig.cleanup().await;
 }
 
 /// Graceful shutdown: `Shutdown` is handled after the round in flight, and what the broker
 /// acknowledged is SENT before the actor stops (a deploy does not re-send it).
 #[actix_rt::test]
 async fn shutdown_writes_sent_for_what_was_acknowledged_then_stops() {
-    let _ports = PORTS.read().await;
-    let env = TestEnv::new("disp_shutdown").await;
-    let cluster = mock(1);
+    let (_ports, env, cluster) = mock_env("disp_shutdown", 1).await;
     let bootstrap = cluster.bootstrap_servers();
     let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
     seed_events(&env, &keys(30, 5)).await;
@@ -565,11 +630,11 @@ async fn the_selection_keeps_key_order_across_pages_whatever_the_statistics() {
     let env = TestEnv::new("dispatch_selection").await;
     // Statistics of a table with no PENDING event.
     let early = seed_events(&env, &keys(200, 20)).await;
-    sqlx::query("UPDATE msg_event SET state = 'SENT', sent_at = now() WHERE event_id = ANY($1)")
-        .bind(&early)
-        .execute(env.store.pool())
-        .await
-        .expect("sent");
+    env.exec_for(
+        "UPDATE msg_event SET state = 'SENT', sent_at = now() WHERE event_id = ANY($1)",
+        &early,
+    )
+    .await;
     env.exec("ANALYZE msg_event").await;
     // 3,000 pending: the first 2,500 on key HELD (its first one backing off), then 500 on
     // 50 other keys.
@@ -577,15 +642,12 @@ async fn the_selection_keeps_key_order_across_pages_whatever_the_statistics() {
     ks.extend(keys(500, 50));
     let ids = seed_events(&env, &ks).await;
     let now = env.clock.now();
-    sqlx::query(
+    env.exec_with(
         "UPDATE msg_event SET attempts = 1, next_attempt_at = $2, last_error = 'broker down' \
          WHERE event_id = $1",
+        |q| q.bind(ids[0]).bind(now + chrono::Duration::minutes(5)),
     )
-    .bind(ids[0])
-    .bind(now + chrono::Duration::minutes(5))
-    .execute(env.store.pool())
-    .await
-    .expect("backing off");
+    .await;
     // In flight (outcome not written yet): two ids of the other keys, and key FL007.
     let skip_ids = vec![ids[2_500], ids[2_503]];
     let skip_keys = vec!["FL007".to_string()];
@@ -638,9 +700,7 @@ async fn a_pump_commit_wakes_the_dispatcher_without_its_timer() {
     use msgx_actors::messages::WatermarkMoved;
     use msgx_actors::pump::Pump;
     use msgx_actors::wiring::Wiring;
-    let _ports = PORTS.read().await;
-    let env = TestEnv::new("disp_chain").await;
-    let cluster = mock(1);
+    let (_ports, env, cluster) = mock_env("disp_chain", 1).await;
     let dispatcher = idle_dispatcher(&env, &cluster.bootstrap_servers());
     let wiring = Wiring::default();
     wiring.update(|r| r.events.push(dispatcher.recipient()));

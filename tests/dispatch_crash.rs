@@ -76,10 +76,9 @@ async fn a_crash_between_ack_and_sent_resends_and_loses_nothing() {
     .await;
     kill9(&mut svc);
 
-    let all: Vec<i64> = sqlx::query_scalar("SELECT event_id FROM msg_event ORDER BY event_id")
-        .fetch_all(env.store.pool())
-        .await
-        .expect("ids");
+    let all: Vec<i64> = env
+        .column("SELECT event_id FROM msg_event ORDER BY event_id")
+        .await;
     let got = read_ce_ids(&bootstrap, all.len());
     let unique: HashSet<i64> = got.iter().copied().collect();
     assert_eq!(unique, all.iter().copied().collect(), "no event lost");

@@ -202,12 +202,7 @@ async fn run_pipeline(env: &TestEnv) -> Vec<(i64, String, String, Value)> {
         assert_eq!(outcome.label(), "succeeded", "{outcome:?}");
     }
     assert_eq!(done.len(), texts.len());
-    let rows: Vec<(i64, String, String, String)> = sqlx::query_as(
-        "SELECT event_id, flight_key, event_type, payload::text FROM msg_event ORDER BY event_id",
-    )
-    .fetch_all(env.store.pool())
-    .await
-    .expect("events");
+    let rows: Vec<(i64, String, String, String)> = env.rows("SELECT event_id, flight_key, event_type, payload::text FROM msg_event ORDER BY event_id").await;
     rows.into_iter()
         .map(|(id, k, t, p)| (id, k, t, serde_json::from_str(&p).expect("JSON payload")))
         .collect()
@@ -215,6 +210,18 @@ async fn run_pipeline(env: &TestEnv) -> Vec<(i64, String, String, Value)> {
 
 /// Every stored event validates against its type's schema, and the run covers every type and
 /// the nullable shapes (a cleared field, a cascade, a schedule answering a request).
+/// The contract, its AsyncAPI document, and the events a pipeline run stored, each already
+/// checked against the contract: where the tests against a broker start.
+async fn contract_and_stored_events(
+    env: &TestEnv,
+) -> (Contract, Value, Vec<(i64, String, String, Value)>) {
+    let contract = Contract::load();
+    let doc = contract::asyncapi();
+    let events = run_pipeline(env).await;
+    check_stored(&contract, &events);
+    (contract, doc, events)
+}
+
 fn check_stored(contract: &Contract, events: &[(i64, String, String, Value)]) {
     for (_, _, t, payload) in events {
         contract.check_payload(t, payload);
@@ -335,10 +342,7 @@ fn run_consumer_example(bootstrap: &str, ids: &BTreeSet<i64>, duplicates: usize)
 #[tokio::test]
 async fn pipeline_events_match_the_contract_on_a_real_broker() {
     let env = TestEnv::new("contract_tansu").await;
-    let contract = Contract::load();
-    let doc = contract::asyncapi();
-    let events = run_pipeline(&env).await;
-    check_stored(&contract, &events);
+    let (contract, doc, events) = contract_and_stored_events(&env).await;
 
     let broker = common::tansu::Tansu::start();
     broker.create_topic(TOPIC, PARTITIONS as u32);
@@ -390,10 +394,7 @@ fn mock() -> MockCluster<'static, DefaultProducerContext> {
 #[tokio::test]
 async fn dead_letters_match_the_contract() {
     let env = TestEnv::new("contract_dlq").await;
-    let contract = Contract::load();
-    let doc = contract::asyncapi();
-    let events = run_pipeline(&env).await;
-    check_stored(&contract, &events);
+    let (contract, doc, events) = contract_and_stored_events(&env).await;
     let cluster = mock();
     let bootstrap = cluster.bootstrap_servers();
     let d = env.dispatch_deps(&bootstrap, EXHAUST_FAST);

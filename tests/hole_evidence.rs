@@ -20,7 +20,6 @@ use msgx_core::inbox::evidence::EvidenceError;
 use msgx_core::inbox::Inbox;
 use msgx_core::poller::{poll_once, HoleEvidenceConfig, PollConfig, PollReport};
 use msgx_core::watermark::{Evidence, EvidenceDecision, Released};
-use sqlx::mysql::MySqlPoolOptions;
 use sqlx::Executor;
 
 const DELAY: Duration = Duration::from_secs(300);
@@ -33,6 +32,37 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// 100 ms `INNODB_TRX` stays cached after a read, so each round's list is fresh at once
 /// (a stale one is retried after 150 ms anyway).
 const ROUND_GAP: Duration = Duration::from_millis(300);
+
+/// One test's env, the server's transaction list to itself while the guard lives.
+async fn serial_env(tag: &str) -> (tokio::sync::MutexGuard<'static, ()>, TestEnv) {
+    let serial = SERIAL.lock().await;
+    (serial, TestEnv::new(tag).await)
+}
+
+/// [`serial_env`] with the evidence rule's poll config.
+async fn evidence_env(tag: &str) -> (tokio::sync::MutexGuard<'static, ()>, TestEnv, PollConfig) {
+    let (serial, env) = serial_env(tag).await;
+    let cfg = evidence_cfg(&env);
+    (serial, env, cfg)
+}
+
+/// This round released exactly the one id `hole`, with this evidence and this decision.
+fn assert_released_alone(
+    r: &PollReport,
+    hole: i64,
+    evidence: Evidence,
+    decision: EvidenceDecision,
+) {
+    assert_eq!(r.hole_evidence, Some(evidence));
+    assert_eq!(
+        r.advance.first_released(),
+        Some(Released {
+            first: hole,
+            last: hole
+        })
+    );
+    assert_eq!(r.advance.front_evidence(), Some(decision));
+}
 
 fn evidence_cfg(env: &TestEnv) -> PollConfig {
     PollConfig {
@@ -65,6 +95,22 @@ async fn round_with(env: &TestEnv, inbox: &Inbox, cfg: PollConfig) -> PollReport
         .expect("poll round")
 }
 
+/// Moves the manual clock to one second short of `limit` and polls through `inbox`: nothing
+/// is released yet (`why`); then the last second and polls again. Both rounds.
+async fn across_the_limit(
+    env: &TestEnv,
+    inbox: &Inbox,
+    cfg: PollConfig,
+    limit: Duration,
+    why: &str,
+) -> (PollReport, PollReport) {
+    env.clock.advance(limit - Duration::from_secs(1));
+    let before = round_with(env, inbox, cfg).await;
+    assert_eq!(before.advance.first_released(), None, "{why}");
+    env.clock.advance(Duration::from_secs(1));
+    (before, round_with(env, inbox, cfg).await)
+}
+
 /// Polls (real time between rounds, manual clock untouched) until a round releases, at most
 /// `max_rounds`; returns the releasing round and how many rounds it took.
 async fn poll_until_released(
@@ -91,9 +137,7 @@ async fn poll_until_released(
 
 #[tokio::test]
 async fn rolled_back_insert_is_released_on_the_next_round_long_before_max_commit_delay() {
-    let _serial = SERIAL.lock().await;
-    let env = TestEnv::new("ev_rollback").await;
-    let cfg = evidence_cfg(&env);
+    let (_serial, env, cfg) = evidence_env("ev_rollback").await;
     let first = env.insert_rows(1).await[0];
     let (tx, hole) = env.open_insert().await;
     let after = env.insert_rows(2).await;
@@ -140,17 +184,11 @@ async fn rolled_back_insert_is_released_on_the_next_round_long_before_max_commit
     let (r, rounds) = poll_until_released(&env, &env.inbox, cfg, 20).await;
     eprintln!("released {rounds} round(s) after the rollback");
     assert_eq!(env.clock.now(), t0, "the manual clock never moved");
-    assert_eq!(r.hole_evidence, Some(Evidence::NoOlderTransaction));
-    assert_eq!(
-        r.advance.first_released(),
-        Some(Released {
-            first: hole,
-            last: hole
-        })
-    );
-    assert_eq!(
-        r.advance.front_evidence(),
-        Some(EvidenceDecision::ReleasedEarly)
+    assert_released_alone(
+        &r,
+        hole,
+        Evidence::NoOlderTransaction,
+        EvidenceDecision::ReleasedEarly,
     );
     assert_eq!(
         env.cursor().await,
@@ -173,9 +211,7 @@ async fn rolled_back_insert_is_released_on_the_next_round_long_before_max_commit
 
 #[tokio::test]
 async fn open_transaction_holds_its_hole_past_max_commit_delay_until_it_commits() {
-    let _serial = SERIAL.lock().await;
-    let env = TestEnv::new("ev_commit").await;
-    let cfg = evidence_cfg(&env);
+    let (_serial, env, cfg) = evidence_env("ev_commit").await;
     let (tx, hole) = env.open_insert().await;
     let after = env.insert_rows(1).await[0];
 
@@ -221,37 +257,24 @@ async fn open_transaction_holds_its_hole_past_max_commit_delay_until_it_commits(
 
 #[tokio::test]
 async fn open_transaction_that_never_ends_is_released_at_the_cap() {
-    let _serial = SERIAL.lock().await;
-    let env = TestEnv::new("ev_cap").await;
-    let cfg = evidence_cfg(&env);
+    let (_serial, env, cfg) = evidence_env("ev_cap").await;
     let first = env.insert_rows(1).await[0];
     let (tx, hole) = env.open_insert().await;
     let after = env.insert_rows(1).await[0];
 
     env.poll(cfg).await;
     tokio::time::sleep(ROUND_GAP).await;
-    env.clock.advance(CAP - Duration::from_secs(1));
-    let r = env.poll(cfg).await;
+    let why = "held one second before the cap";
+    let (before, r) = across_the_limit(&env, &env.inbox, cfg, CAP, why).await;
     assert_eq!(
-        r.advance.first_released(),
-        None,
-        "held one second before the cap"
+        before.advance.front_evidence(),
+        Some(EvidenceDecision::Held)
     );
-    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::Held));
-
-    env.clock.advance(Duration::from_secs(1));
-    let r = env.poll(cfg).await;
-    assert_eq!(r.hole_evidence, Some(Evidence::OlderTransactionOpen));
-    assert_eq!(
-        r.advance.first_released(),
-        Some(Released {
-            first: hole,
-            last: hole
-        })
-    );
-    assert_eq!(
-        r.advance.front_evidence(),
-        Some(EvidenceDecision::CapReached)
+    assert_released_alone(
+        &r,
+        hole,
+        Evidence::OlderTransactionOpen,
+        EvidenceDecision::CapReached,
     );
     assert!(watched(&env, hole).await, "the late detector watches it");
     let r = env.poll(cfg).await;
@@ -263,8 +286,7 @@ async fn open_transaction_that_never_ends_is_released_at_the_cap() {
 
 #[tokio::test]
 async fn evidence_off_is_the_plain_timer_rule() {
-    let _serial = SERIAL.lock().await;
-    let env = TestEnv::new("ev_off").await;
+    let (_serial, env) = serial_env("ev_off").await;
     let cfg = PollConfig {
         max_commit_delay: DELAY,
         ..env.poll_cfg(100)
@@ -280,17 +302,12 @@ async fn evidence_off_is_the_plain_timer_rule() {
     assert!(!r.hole_sighted && !r.poll_again_now());
     assert_eq!(seen_db_at(&env).await, None, "no sighting without evidence");
     tokio::time::sleep(ROUND_GAP).await;
-    env.clock.advance(DELAY - Duration::from_secs(1));
-    let r = env.poll(cfg).await;
+    let why = "a rollback waits the full delay";
+    let (before, r) = across_the_limit(&env, &env.inbox, cfg, DELAY, why).await;
     assert_eq!(
-        r.advance.first_released(),
-        None,
-        "a rollback waits the full delay"
+        (before.hole_evidence, before.advance.front_evidence()),
+        (None, None)
     );
-    assert_eq!((r.hole_evidence, r.advance.front_evidence()), (None, None));
-
-    env.clock.advance(Duration::from_secs(1));
-    let r = env.poll(cfg).await;
     // Both holes were seen together: the rolled-back one and the still-open transaction's go
     // at max_commit_delay, in the same round (without evidence an open transaction's hole is
     // released by the timer all the same).
@@ -312,28 +329,19 @@ fn url_as(url: &str, user: &str, password: &str) -> String {
 
 #[tokio::test]
 async fn account_without_process_privilege_falls_back_to_the_timer_rule() {
-    let _serial = SERIAL.lock().await;
-    let env = TestEnv::new("ev_noproc").await;
+    let (_serial, env) = serial_env("ev_noproc").await;
     let user = format!("{}_u", env.db);
-    let admin = MySqlPoolOptions::new()
-        .max_connections(1)
-        .connect(&common::mysql_base())
-        .await
-        .expect("mariadb admin");
-    admin
-        .execute(format!("DROP USER IF EXISTS '{user}'@'%'").as_str())
-        .await
-        .expect("drop user");
-    admin
-        .execute(format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'").as_str())
-        .await
-        .expect("create user");
-    admin
-        .execute(format!("GRANT SELECT, UPDATE ON `{}`.* TO '{user}'@'%'", env.db).as_str())
-        .await
-        .expect("grant");
-    let settings = env.settings(&[("MSGX_INBOX__URL", &url_as(&env.my_url, &user, "pw"))]);
-    let inbox = Inbox::new(&settings.inbox, &env.names, env.tz).expect("inbox");
+    let admin = common::mysql_admin().await.expect("mariadb admin");
+    common::run_all(
+        &admin,
+        &[
+            format!("DROP USER IF EXISTS '{user}'@'%'"),
+            format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'"),
+            format!("GRANT SELECT, UPDATE ON `{}`.* TO '{user}'@'%'", env.db),
+        ],
+    )
+    .await;
+    let inbox = env.inbox_with(&[("MSGX_INBOX__URL", &url_as(&env.my_url, &user, "pw"))]);
     assert!(
         matches!(
             inbox.trx_snapshot().await,
@@ -363,19 +371,13 @@ async fn account_without_process_privilege_falls_back_to_the_timer_rule() {
             "a rollback is not released early"
         );
     }
-    env.clock.advance(DELAY - Duration::from_secs(1));
-    let r = round_with(&env, &inbox, cfg).await;
-    assert_eq!(r.advance.first_released(), None);
-    env.clock.advance(Duration::from_secs(1));
-    let r = round_with(&env, &inbox, cfg).await;
+    let why = "the timer rule holds the full delay";
+    let (_, r) = across_the_limit(&env, &inbox, cfg, DELAY, why).await;
     assert_eq!(r.advance.first_released().map(|h| h.first), Some(hole));
     assert_eq!(r.advance.front_evidence(), None, "a plain timer release");
 
     inbox.pool().close().await;
-    admin
-        .execute(format!("DROP USER IF EXISTS '{user}'@'%'").as_str())
-        .await
-        .expect("drop user");
+    common::run_all(&admin, &[format!("DROP USER IF EXISTS '{user}'@'%'")]).await;
     admin.close().await;
     env.cleanup().await;
 }
@@ -386,11 +388,9 @@ async fn account_without_process_privilege_falls_back_to_the_timer_rule() {
 /// younger than the sighting and release its hole early.
 #[tokio::test]
 async fn a_session_time_zone_unlike_the_servers_does_not_release_an_open_transactions_hole() {
-    let _serial = SERIAL.lock().await;
-    let env = TestEnv::new("ev_tz").await;
+    let (_serial, env) = serial_env("ev_tz").await;
     let url = format!("{}?timezone=-05:00", env.my_url);
-    let settings = env.settings(&[("MSGX_INBOX__URL", &url)]);
-    let inbox = Inbox::new(&settings.inbox, &env.names, env.tz).expect("inbox");
+    let inbox = env.inbox_with(&[("MSGX_INBOX__URL", &url)]);
     let cfg = evidence_cfg(&env);
     let (tx, hole) = env.open_insert().await;
     let after = env.insert_rows(1).await[0];
@@ -423,19 +423,13 @@ async fn a_session_time_zone_unlike_the_servers_does_not_release_an_open_transac
 /// else the list is stale and proves nothing.
 #[tokio::test]
 async fn a_frozen_transaction_list_is_never_taken_as_evidence() {
-    let _serial = SERIAL.lock().await;
-    let env = TestEnv::new("ev_frozen").await;
-    let cfg = evidence_cfg(&env);
+    let (_serial, env, cfg) = evidence_env("ev_frozen").await;
     let first = env.insert_rows(1).await[0];
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let freezer = {
         let stop = stop.clone();
-        let pool = MySqlPoolOptions::new()
-            .max_connections(1)
-            .connect(&common::mysql_base())
-            .await
-            .expect("freezer connection");
+        let pool = common::mysql_admin().await.expect("freezer connection");
         tokio::spawn(async move {
             let mut reads = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -492,8 +486,7 @@ async fn a_frozen_transaction_list_is_never_taken_as_evidence() {
 
 #[tokio::test]
 async fn evidence_is_refused_against_a_read_only_server() {
-    let _serial = SERIAL.lock().await;
-    let env = TestEnv::new("ev_primary").await;
+    let (_serial, env) = serial_env("ev_primary").await;
     let role = env
         .inbox
         .check_primary()

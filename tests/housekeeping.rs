@@ -70,27 +70,23 @@ impl Row {
     }
 }
 
+/// [`Row::done`] records for these ids, `days` old.
+async fn put_done(env: &TestEnv, ids: std::ops::RangeInclusive<i64>, days: i64) {
+    for id in ids {
+        put(env, Row::done(id, days)).await;
+    }
+}
+
 async fn put(env: &TestEnv, r: Row) {
     let terminal = r.terminal_days_ago.map(|d| ago(env, d));
     let abandoned = r.abandoned_days_ago.map(|d| ago(env, d));
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, state, enqueued_at, received_at, attempts, terminal_at, \
+    env.exec_with("INSERT INTO proc_state (msg_id, state, enqueued_at, received_at, attempts, terminal_at, \
              processed_seq, identity_key, backfill_next_at, backfill_at, backfill_attempts, \
              backfill_abandon_reason, backfill_abandoned_at, msg_type) \
          VALUES ($1, $2, $3, $3, 1, $4, CASE WHEN $4 IS NULL THEN NULL ELSE nextval('proc_order_seq') END, \
                  'AODB|FLOP|UPDT|' || $1, $4, CASE WHEN $5 THEN $4 END, \
                  CASE WHEN $6::timestamptz IS NULL THEN 0 ELSE 10 END, \
-                 CASE WHEN $6::timestamptz IS NULL THEN NULL ELSE 'MAX_ATTEMPTS' END, $6, 'FLOP/UPDT')",
-    )
-    .bind(r.id)
-    .bind(r.state)
-    .bind(terminal.unwrap_or_else(|| ago(env, 400)))
-    .bind(terminal)
-    .bind(r.marked)
-    .bind(abandoned)
-    .execute(env.store.pool())
-    .await
-    .expect("insert proc_state");
+                 CASE WHEN $6::timestamptz IS NULL THEN NULL ELSE 'MAX_ATTEMPTS' END, $6, 'FLOP/UPDT')", |q| q.bind(r.id).bind(r.state).bind(terminal.unwrap_or_else(|| ago(env, 400))).bind(terminal).bind(r.marked).bind(abandoned)).await;
 }
 
 async fn ids(env: &TestEnv, table: &str) -> BTreeSet<i64> {
@@ -104,10 +100,8 @@ async fn ids(env: &TestEnv, table: &str) -> BTreeSet<i64> {
 
 /// Every row of proc_state and proc_state_hst as JSON without `archived_at`, by id.
 async fn snapshot(env: &TestEnv) -> Vec<serde_json::Value> {
-    sqlx::query_scalar("SELECT to_jsonb(a) - 'archived' FROM proc_state_all a ORDER BY msg_id")
-        .fetch_all(env.store.pool())
+    env.column("SELECT to_jsonb(a) - 'archived' FROM proc_state_all a ORDER BY msg_id")
         .await
-        .expect("snapshot")
 }
 
 #[tokio::test]
@@ -179,27 +173,16 @@ async fn archive_conditions_one_by_one() {
         (16, "DEAD", "FLIGHT_UPDATED"),
         (18, "SENT", "FLIGHT_DELETED"),
     ] {
-        sqlx::query(
-            "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, state, created_at, sent_at) \
+        env.exec_with("INSERT INTO msg_event (msg_id, flight_key, event_type, payload, state, created_at, sent_at) \
              VALUES ($1, 'F1', $3, jsonb_build_object('sent_at', $4::timestamptz), $2, $4, \
-                     CASE WHEN $2 = 'SENT' THEN $4 END)",
-        )
-        .bind(msg as i64)
-        .bind(state)
-        .bind(ty)
-        .bind(old)
-        .execute(env.store.pool())
-        .await
-        .expect("event");
+                     CASE WHEN $2 = 'SENT' THEN $4 END)", |q| q.bind(msg as i64).bind(state).bind(ty).bind(old)).await;
     }
-    sqlx::query(
+    env.exec_for(
         "INSERT INTO schd_snap_log (msg_id, schedule_date, kind, flights, created, updated, \
          unchanged, applied_at) VALUES (17, '2026-11-30', 'DNLD', '[]', 0, 0, 0, $1)",
+        ago(&env, 10),
     )
-    .bind(ago(&env, 10))
-    .execute(env.store.pool())
-    .await
-    .expect("snapshot");
+    .await;
     let before = snapshot(&env).await;
 
     let report = job(&env, &cfg(&env, &[])).await;
@@ -231,9 +214,7 @@ async fn archive_conditions_one_by_one() {
 #[tokio::test]
 async fn a_crash_mid_batch_loses_or_doubles_nothing() {
     let env = TestEnv::new("hk_crash").await;
-    for id in 1..=2500 {
-        put(&env, Row::done(id, 100)).await;
-    }
+    put_done(&env, 1..=2500, 100).await;
     let before = snapshot(&env).await;
     let c = cfg(&env, &[("MSGX_RETENTION__BATCH", "1000")]);
     // The delete of a batch fails after its copy: (a) the session is killed (a crash of the
@@ -302,14 +283,12 @@ async fn drain(pump: &mut PumpCore) -> Vec<(i64, String)> {
 
 /// What the dispatcher would write after the broker's ack.
 async fn deliver_all(env: &TestEnv) {
-    sqlx::query(
+    env.exec_for(
         "UPDATE msg_event SET state = 'SENT', sent_at = $1, kafka_partition = 0, \
          kafka_offset = event_id WHERE state = 'PENDING'",
+        env.clock.now(),
     )
-    .bind(env.clock.now())
-    .execute(env.store.pool())
-    .await
-    .expect("deliver");
+    .await;
 }
 
 async fn gate_of(env: &TestEnv, flid: &str) -> Option<String> {
@@ -324,11 +303,12 @@ async fn gate_of(env: &TestEnv, flid: &str) -> Option<String> {
 
 /// `msg_id`'s detail names `holder` as the holder of its identity.
 async fn assert_duplicate_of(env: &TestEnv, msg_id: i64, holder: i64) {
-    let detail: String = sqlx::query_scalar("SELECT error_text FROM proc_state WHERE msg_id = $1")
-        .bind(msg_id)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("detail");
+    let detail: String = env
+        .scalar_for(
+            "SELECT error_text FROM proc_state WHERE msg_id = $1",
+            msg_id,
+        )
+        .await;
     assert!(
         detail.contains(&format!("bound to message {holder}")),
         "{detail}"
@@ -390,13 +370,8 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
     // "Enqueued" means live or archived: the compensation scan does not enqueue the archived
     // rows again, and verify finds every inbox row covered.
     env.sweep_all().await;
-    let settings = env.settings(&[("MSGX_LATE__COMPENSATION_WINDOW", "1000")]);
-    let scan = msgx_core::late::DetectConfig::from_settings(&settings)
-        .expect("cfg")
-        .scan();
-    let scanned = msgx_core::late::compensation_scan(&env.inbox, &env.store, &env.clock, &scan)
-        .await
-        .expect("scan");
+    let window = [("MSGX_LATE__COMPENSATION_WINDOW", "1000")];
+    let scanned = env.compensation_scan(&window).await;
     assert!(scanned.checked >= 5, "{scanned:?}");
     assert!(scanned.enqueued.is_empty(), "{scanned:?}");
     assert!(ids(&env, "proc_state")
@@ -406,7 +381,7 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
         inbox: env.inbox.clone(),
         names: env.names.clone(),
         store: env.store.clone(),
-        mark_value: settings.backfill.mark_value.clone(),
+        mark_value: env.settings(&window).backfill.mark_value.clone(),
         batch: 100,
         kafka: None,
     })
@@ -428,9 +403,7 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
 async fn other_tables_expire_in_batches() {
     let env = TestEnv::new("hk_expire").await;
     // Referenced records: 1 old (keeps its rows' FKs), young ones for the kept rows.
-    for id in 1..=3 {
-        put(&env, Row::done(id, 1)).await;
-    }
+    put_done(&env, 1..=3, 1).await;
     let (old, young) = (ago(&env, 400), ago(&env, 1));
     let pool = env.store.pool();
     let run = |sql: &'static str, n: i64, at: DateTime<Utc>| async move {
@@ -523,11 +496,9 @@ async fn other_tables_expire_in_batches() {
     assert_eq!(env.count("SELECT count(*) FROM audit_log").await, 2);
     assert_eq!(env.count("SELECT count(*) FROM late_watch").await, 4);
     assert_eq!(env.count("SELECT count(*) FROM late_watch_range").await, 5);
-    let events: Vec<(String, String)> =
-        sqlx::query_as("SELECT state, event_type FROM msg_event ORDER BY event_id")
-            .fetch_all(env.store.pool())
-            .await
-            .expect("events");
+    let events: Vec<(String, String)> = env
+        .rows("SELECT state, event_type FROM msg_event ORDER BY event_id")
+        .await;
     assert_eq!(events.len(), 6, "{events:?}");
     assert_eq!(
         events.iter().filter(|(s, _)| s == "SENT").count(),
@@ -577,10 +548,7 @@ async fn the_late_guard_works_after_old_events_are_gone() {
     env.clock.advance(100 * DAY);
     let report = job(&env, &cfg(&env, &[])).await;
     // Every event but the FLIGHT_DELETED tombstone is gone; the rows without events moved.
-    let left: Vec<String> = sqlx::query_scalar("SELECT event_type FROM msg_event")
-        .fetch_all(env.store.pool())
-        .await
-        .expect("events");
+    let left: Vec<String> = env.column("SELECT event_type FROM msg_event").await;
     assert_eq!(left, vec!["FLIGHT_DELETED".to_string()], "{report:?}");
     assert_eq!(report.archived, 2, "{report:?}");
     assert_eq!(ids(&env, "proc_state").await, BTreeSet::from([13]));
@@ -620,24 +588,21 @@ fn retention_settings_are_validated_naming_the_key() {
         ("MSGX_STORE__URL", "postgres://x@127.0.0.1/x"),
         ("MSGX_INBOX__URL", "mysql://x@127.0.0.1/x"),
     ];
-    for (key, value, named) in [
-        ("MSGX_RETENTION__PROC_STATE", "0s", "retention.proc_state"),
-        (
-            "MSGX_RETENTION__SCHD_SNAP_LOG",
-            "0s",
-            "retention.schd_snap_log",
-        ),
-        ("MSGX_RETENTION__BATCH", "0", "retention.batch"),
-        ("MSGX_RETENTION__BATCH", "60000", "retention.batch"),
-        ("MSGX_RETENTION__BATCH_PAUSE", "5m", "retention.batch_pause"),
-        ("MSGX_RETENTION__AUDIT_LOG", "20y", "retention.audit_log"),
+    for (key, value) in [
+        ("MSGX_RETENTION__PROC_STATE", "0s"),
+        ("MSGX_RETENTION__SCHD_SNAP_LOG", "0s"),
+        ("MSGX_RETENTION__BATCH", "0"),
+        ("MSGX_RETENTION__BATCH", "60000"),
+        ("MSGX_RETENTION__BATCH_PAUSE", "5m"),
+        ("MSGX_RETENTION__AUDIT_LOG", "20y"),
     ] {
         let mut env = base.to_vec();
         env.push((key, value));
         let err = Settings::load_layered_with_env(Some(&toml), &env)
             .expect_err(key)
             .to_string();
-        assert!(err.contains(named), "{key}={value}: {err}");
+        let named = common::setting_name(key);
+        assert!(err.contains(&named), "{key}={value}: {err}");
     }
     let ok = Settings::load_layered_with_env(Some(&toml), &base).expect("defaults are valid");
     assert_eq!(ok.retention.schd_snap_log, 90 * DAY, "the seed's 90 days");
@@ -681,6 +646,20 @@ fn max(gaps: &[Duration]) -> Duration {
 #[actix_rt::test]
 async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
     let env = TestEnv::new("hk_large").await;
+    const ARCHIVABLE: i64 = 80_000;
+    // Old, terminal, marked rows far above the inbox's ids (the real clock: they are 200
+    // days old now).
+    env.exec_for(
+        "INSERT INTO proc_state (msg_id, state, enqueued_at, received_at, attempts, terminal_at, \
+             processed_seq, backfill_next_at, backfill_at, msg_type, identity_key) \
+         SELECT 10000000 + g, 'SUCCEEDED', t, t, 1, t, nextval('proc_order_seq'), t, t, \
+                'FLOP/UPDT', 'OLD|FLOP|UPDT|' || g \
+         FROM generate_series(1, $1) g, (SELECT now() - interval '200 days' AS t) c",
+        ARCHIVABLE,
+    )
+    .await;
+    env.exec("ANALYZE proc_state").await;
+
     let settings = env.settings(&[
         ("MSGX_PIPELINE__POLL_INTERVAL", "50ms"),
         ("MSGX_PROCESSING__IDLE_POLL", "50ms"),
@@ -688,22 +667,6 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
         ("MSGX_RETENTION__BATCH", "1000"),
         ("MSGX_RETENTION__BATCH_PAUSE", "20ms"),
     ]);
-    const ARCHIVABLE: i64 = 80_000;
-    // Old, terminal, marked rows far above the inbox's ids (the real clock: they are 200
-    // days old now).
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, state, enqueued_at, received_at, attempts, terminal_at, \
-             processed_seq, backfill_next_at, backfill_at, msg_type, identity_key) \
-         SELECT 10000000 + g, 'SUCCEEDED', t, t, 1, t, nextval('proc_order_seq'), t, t, \
-                'FLOP/UPDT', 'OLD|FLOP|UPDT|' || g \
-         FROM generate_series(1, $1) g, (SELECT now() - interval '200 days' AS t) c",
-    )
-    .bind(ARCHIVABLE)
-    .execute(env.store.pool())
-    .await
-    .expect("archivable rows");
-    env.exec("ANALYZE proc_state").await;
-
     let clock: SharedClock = Arc::new(SystemClock);
     let pipeline = common::pipeline::start(&env, &settings, clock.clone(), |d| {
         d.housekeeping = HousekeepingDeps::from_settings(&settings)

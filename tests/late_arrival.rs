@@ -49,6 +49,22 @@ async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     SERIAL.lock().await
 }
 
+/// One test's env, the process-wide counters to itself while the guard lives.
+async fn serial_env(tag: &str) -> (tokio::sync::MutexGuard<'static, ()>, TestEnv) {
+    let serial = serial().await;
+    (serial, TestEnv::new(tag).await)
+}
+
+/// A late row: `late` inserted in a transaction left open, `next` committed after it, the
+/// poller releases the hole (`late`'s id alone), then the transaction commits. The late id.
+async fn commit_after_release(env: &TestEnv, late: &str, next: &str) -> i64 {
+    let (tx, hole) = open_message(env, late).await;
+    env.insert_message(next).await;
+    assert_eq!(release_hole(env).await, (hole, hole));
+    tx.commit().await.expect("late commit");
+    hole
+}
+
 /// Holds a MySQL transaction open with this message in it (commit → late row, rollback → the
 /// id never arrives).
 async fn open_message(env: &TestEnv, text: &str) -> (Transaction<'static, MySql>, i64) {
@@ -129,8 +145,7 @@ async fn backfill_intent_set(env: &TestEnv, msg_id: i64) -> bool {
 
 #[tokio::test]
 async fn a_late_row_is_detected_enqueued_and_applied_without_overtaking_newer_data() {
-    let _serial = serial().await;
-    let env = TestEnv::new("late_main").await;
+    let (_serial, env) = serial_env("late_main").await;
     let older = env
         .insert_message(&flop(5, "F1", &[("FLNO", "5101"), ("STND", "S1")]))
         .await;
@@ -212,8 +227,7 @@ async fn a_late_row_is_detected_enqueued_and_applied_without_overtaking_newer_da
 
 #[tokio::test]
 async fn late_deletes_and_late_updates_of_deleted_flights_are_refused_and_recorded() {
-    let _serial = serial().await;
-    let env = TestEnv::new("late_delete").await;
+    let (_serial, env) = serial_env("late_delete").await;
     let a = env
         .insert_message(&adft(1, "F1", &[("FLNO", "5101")]))
         .await;
@@ -269,12 +283,13 @@ async fn late_deletes_and_late_updates_of_deleted_flights_are_refused_and_record
 
 #[actix_rt::test]
 async fn the_watch_survives_a_restart_and_the_detector_wakes_on_a_release() {
-    let _serial = serial().await;
-    let env = TestEnv::new("late_restart").await;
-    let (tx_a, hole_a) = open_message(&env, &flop(1, "F1", &[("GATE", "A1")])).await;
-    env.insert_message(&flop(2, "F2", &[("GATE", "A2")])).await;
-    assert_eq!(release_hole(&env).await, (hole_a, hole_a));
-    tx_a.commit().await.expect("late commit");
+    let (_serial, env) = serial_env("late_restart").await;
+    let hole_a = commit_after_release(
+        &env,
+        &flop(1, "F1", &[("GATE", "A1")]),
+        &flop(2, "F2", &[("GATE", "A2")]),
+    )
+    .await;
 
     // A restart: new pools, a fresh detector; only PostgreSQL remembers the watch.
     let settings = env.settings(&[]);
@@ -291,10 +306,12 @@ async fn the_watch_survives_a_restart_and_the_detector_wakes_on_a_release() {
     wait_for_late(&env, hole_a).await; // the round at start
 
     // A second hole released while it sleeps: the wake-up runs a round now, not in an hour.
-    let (tx_b, hole_b) = open_message(&env, &flop(3, "F1", &[("STND", "S1")])).await;
-    env.insert_message(&flop(4, "F2", &[("STND", "S2")])).await;
-    assert_eq!(release_hole(&env).await, (hole_b, hole_b));
-    tx_b.commit().await.expect("late commit");
+    let hole_b = commit_after_release(
+        &env,
+        &flop(3, "F1", &[("STND", "S1")]),
+        &flop(4, "F2", &[("STND", "S2")]),
+    )
+    .await;
     detector.do_send(HolesReleased {
         first: hole_b,
         last: hole_b,
@@ -302,11 +319,7 @@ async fn the_watch_survives_a_restart_and_the_detector_wakes_on_a_release() {
     });
     wait_for_late(&env, hole_b).await;
 
-    let r = detector
-        .send(DetectNow)
-        .await
-        .expect("mailbox")
-        .expect("round");
+    let r = common::pipeline::ask(&detector, DetectNow).await;
     assert_eq!((r.checked, r.open), (0, 0));
     common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
@@ -324,8 +337,7 @@ async fn wait_for_late(env: &TestEnv, msg_id: i64) {
 
 #[tokio::test]
 async fn watched_ids_are_checked_in_batches_and_closed_after_their_window() {
-    let _serial = serial().await;
-    let env = TestEnv::new("late_expiry").await;
+    let (_serial, env) = serial_env("late_expiry").await;
     env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await;
     let (tx2, id2) = open_message(&env, &flop(2, "F1", &[("STND", "S2")])).await;
     let (tx3, id3) = open_message(&env, &flop(3, "F1", &[("STND", "S3")])).await;
@@ -382,18 +394,20 @@ async fn watched_ids_are_checked_in_batches_and_closed_after_their_window() {
 
 #[tokio::test]
 async fn an_unreachable_inbox_keeps_the_watch_intact() {
-    let _serial = serial().await;
-    let env = TestEnv::new("late_unreach").await;
-    let (tx, hole) = open_message(&env, &flop(1, "F1", &[("GATE", "A1")])).await;
-    env.insert_message(&flop(2, "F1", &[("STND", "S2")])).await;
-    assert_eq!(release_hole(&env).await, (hole, hole));
-    tx.commit().await.expect("late commit");
-
+    let (_serial, env) = serial_env("late_unreach").await;
+    // The detector's own way to the inbox, cut below.
     let ProxiedInbox {
         proxy,
         settings,
         inbox: via_proxy,
     } = env.inbox_via_proxy(QUICK_INBOX).await;
+    let hole = commit_after_release(
+        &env,
+        &flop(1, "F1", &[("GATE", "A1")]),
+        &flop(2, "F1", &[("STND", "S2")]),
+    )
+    .await;
+
     let cfg = DetectConfig::from_settings(&settings).expect("cfg");
     proxy.cut();
     // Even past its window: an id is never closed without a successful check.

@@ -258,7 +258,7 @@ async fn inbox_sessions_carry_the_configured_timeouts() {
 /// panicked outside the runtime: "this functionality requires a Tokio context").
 #[tokio::test]
 async fn a_thawed_old_holder_exits_1_without_a_panic() {
-    use common::service::{free_port, wait_for};
+    use common::service::{free_port, spawn_service_logging, wait_for};
     use sqlx::Connection as _;
     use std::process::{Command, Stdio};
     use std::time::Duration;
@@ -267,23 +267,15 @@ async fn a_thawed_old_holder_exits_1_without_a_panic() {
     env.insert_rows(3).await;
     let log = std::env::temp_dir().join(format!("msgx-lease-exit-{}.log", std::process::id()));
     let spawn = |stderr: Stdio| {
-        Command::new(env!("CARGO_BIN_EXE_msgexchange"))
-            .arg("run")
-            .envs(env.binary_env())
-            .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{}", free_port()))
-            .env("MSGX_PIPELINE__POLL_INTERVAL", "50ms")
-            .env("MSGX_INBOX__QUERY_TIMEOUT", "30s")
-            .env("MSGX_LEASE__TTL", "3s")
-            .env("MSGX_LEASE__RENEW_EVERY", "500ms")
-            .env("MSGX_LEASE__CHECK_TIMEOUT", "1s")
-            .env("MSGX_LEASE__STANDBY", "true")
-            .env("MSGX_OUTBOUND__SCHEDULE_REQUEST_AT", "")
-            .env("MSGX_LOG__LEVEL", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn msgexchange")
+        let lease = [
+            ("MSGX_INBOX__QUERY_TIMEOUT", "30s"),
+            ("MSGX_LEASE__TTL", "3s"),
+            ("MSGX_LEASE__RENEW_EVERY", "500ms"),
+            ("MSGX_LEASE__CHECK_TIMEOUT", "1s"),
+            ("MSGX_LEASE__STANDBY", "true"),
+            ("MSGX_OUTBOUND__SCHEDULE_REQUEST_AT", ""),
+        ];
+        spawn_service_logging(&env, &lease, free_port(), stderr)
     };
     let epoch = || async {
         sqlx::query_scalar::<_, i64>("SELECT epoch FROM instance_lease WHERE id = 1")

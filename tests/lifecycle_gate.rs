@@ -99,11 +99,6 @@ fn check_rows(rows: &[Row]) {
 #[actix_rt::test]
 async fn replay_backfill_and_poison_never_interleave_on_a_row() {
     let env = TestEnv::new("gate").await;
-    let settings = env.settings(&[
-        ("MSGX_PROCESSING__MAX_ATTEMPTS", "1"),
-        ("MSGX_BACKFILL__BATCH", "8"),
-        ("MSGX_BACKFILL__MAX_ATTEMPTS", "3"),
-    ]);
     // 48 rows. 38 messages of an unknown type cycle FAILED → poison DEAD(EXHAUSTED) → marked
     // → replayed; 5 good ones SUCCEED and 5 malformed ones die (both refused by replay); 2 of
     // the unknown ones are purged by the DB owner after discovery (DEAD MALFORMED, then
@@ -147,6 +142,12 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
             .expect("instrumentation");
     }
 
+    // The knobs of the racers below: one attempt before poison, small backfill batches.
+    let settings = env.settings(&[
+        ("MSGX_PROCESSING__MAX_ATTEMPTS", "1"),
+        ("MSGX_BACKFILL__BATCH", "8"),
+        ("MSGX_BACKFILL__MAX_ATTEMPTS", "3"),
+    ]);
     let stop = Arc::new(AtomicBool::new(false));
     let clock = common::shared(&env.clock);
 

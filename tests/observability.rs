@@ -50,15 +50,8 @@ fn urlencode(s: &str) -> String {
 
 /// `GET path` on 127.0.0.1:port: (status code, body).
 async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
-        .await
-        .map_err(|_| std::io::Error::other("timeout"))??;
-    let text = String::from_utf8_lossy(&buf).into_owned();
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let text = common::instance::http_exchange(port, &request, Duration::from_secs(10)).await?;
     let (head, body) = text
         .split_once("\r\n\r\n")
         .ok_or_else(|| std::io::Error::other("no header end"))?;
@@ -434,28 +427,26 @@ fn spawn_service(vars: &[(String, String)], log: &Path) -> Child {
         .expect("spawn msgexchange")
 }
 
-/// `msgexchange dev simulate-upstream` for `duration`, with holds, rollbacks, malformed and
-/// unknown-type messages.
-fn simulator(env: &TestEnv, rate: &str, duration: &str, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_msgexchange"))
-        .args([
-            "dev",
-            "simulate-upstream",
-            "--rate",
-            rate,
-            "--connections",
-            "4",
-            "--duration",
-            duration,
-        ])
-        .args(args)
-        .envs(env.binary_env())
-        .env("MSGX_LOG__LEVEL", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("simulator")
+/// A live scenario's world: a test env (tagged `tag`), a broker with the event and
+/// dead-letter topics, a free port for the service and the path of its log.
+async fn live_world(tag: &str) -> (TestEnv, Tansu, u16, PathBuf) {
+    let env = TestEnv::new(tag).await;
+    let broker = Tansu::start();
+    broker.create_topic("msgx.flight-events", 3);
+    broker.create_topic("msgx.flight-events.dlq", 3);
+    let port = free_port();
+    let log = std::env::temp_dir().join(format!("msgx-{tag}-{}.log", std::process::id()));
+    (env, broker, port, log)
+}
+
+/// `msgexchange dev simulate-upstream` on four connections with these flags (rate, duration,
+/// the shares of holds, rollbacks, malformed and unknown-type messages), written as on its
+/// command line.
+fn simulator(env: &TestEnv, flags: &str) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    cmd.args(["dev", "simulate-upstream", "--connections", "4"])
+        .args(flags.split_whitespace());
+    common::instance::spawn_quiet(&mut cmd, env, "simulator")
 }
 
 async fn wait_ready(port: u16, limit: Duration, log: &Path) {
@@ -532,32 +523,15 @@ async fn dashboards_and_alerts_live() {
         "dashboards and rules found"
     );
 
-    let env = TestEnv::new("obslive").await;
-    let broker = Tansu::start();
-    broker.create_topic("msgx.flight-events", 3);
-    broker.create_topic("msgx.flight-events.dlq", 3);
-    let port = free_port();
-    let log = std::env::temp_dir().join(format!("msgx-obslive-{}.log", std::process::id()));
+    let (env, broker, port, log) = live_world("obslive").await;
     let vars = service_env(&env, &broker.bootstrap, port, &[]);
     let service = spawn_service(&vars, &log);
     let prom = Prometheus::start(&prom_bin, &format!("127.0.0.1:{port}"), "live").await;
     wait_ready(port, Duration::from_secs(60), &log).await;
     let sim = simulator(
         &env,
-        "150",
-        "40s",
-        &[
-            "--hold-fraction",
-            "0.05",
-            "--hold-max",
-            "5s",
-            "--rollback-fraction",
-            "0.02",
-            "--malformed-fraction",
-            "0.02",
-            "--unknown-type-fraction",
-            "0.005",
-        ],
+        "--rate 150 --duration 40s --hold-fraction 0.05 --hold-max 5s \
+         --rollback-fraction 0.02 --malformed-fraction 0.02 --unknown-type-fraction 0.005",
     );
 
     // Warm-up: 15 good scrapes, and messages processed and delivered (so rates have points).
@@ -677,12 +651,7 @@ async fn scenario_for_pictures() {
     let out = std::env::var("MSGEXCHANGE_SCENARIO_OUT")
         .map(PathBuf::from)
         .unwrap_or_else(|_| repo().join("docs/img/scenario.json"));
-    let env = TestEnv::new("obsscen").await;
-    let broker = Tansu::start();
-    broker.create_topic("msgx.flight-events", 3);
-    broker.create_topic("msgx.flight-events.dlq", 3);
-    let port = free_port();
-    let log = std::env::temp_dir().join(format!("msgx-obsscen-{}.log", std::process::id()));
+    let (env, broker, port, log) = live_world("obsscen").await;
     let vars = service_env(
         &env,
         &broker.bootstrap,
@@ -710,22 +679,8 @@ async fn scenario_for_pictures() {
     // phase is healthy and every backlog below is the scenario's own.
     let sim = simulator(
         &env,
-        "12",
-        "290s",
-        &[
-            "--hold-fraction",
-            "0.03",
-            "--hold-max",
-            "800ms",
-            "--rollback-fraction",
-            "0",
-            "--malformed-fraction",
-            "0",
-            "--unknown-type-fraction",
-            "0",
-            "--null-received-fraction",
-            "0",
-        ],
+        "--rate 12 --duration 290s --hold-fraction 0.03 --hold-max 800ms --rollback-fraction 0 \
+         --malformed-fraction 0 --unknown-type-fraction 0 --null-received-fraction 0",
     );
     event(&mut events, t0, epoch0, "simulator starts (healthy)");
     sleep_s(50).await;
@@ -757,23 +712,11 @@ async fn scenario_for_pictures() {
     event(&mut events, t0, epoch0, "service stopped");
     sleep_s(10).await;
     // A burst on top while it is down: the backlog the restarted service drains.
+    // An unknown type would be a new FAILED head, holding the drain for head_deadline.
     let mut burst = simulator(
         &env,
-        "0",
-        "30s",
-        &[
-            "--total",
-            "4000",
-            "--hold-fraction",
-            "0",
-            "--rollback-fraction",
-            "0",
-            "--malformed-fraction",
-            "0",
-            // An unknown type would be a new FAILED head, holding the drain for head_deadline.
-            "--unknown-type-fraction",
-            "0",
-        ],
+        "--rate 0 --duration 30s --total 4000 --hold-fraction 0 --rollback-fraction 0 \
+         --malformed-fraction 0 --unknown-type-fraction 0",
     );
     let _ = burst.wait();
     event(&mut events, t0, epoch0, "4000 rows written while down");
@@ -864,6 +807,24 @@ fn host_port(v: &str) -> Option<(String, u16)> {
 }
 
 /// The `MSGX_*` environment of a compose service.
+/// The compose service `host`, asserted to exist and to listen on `port` (its ports or
+/// expose); `what` names the reference in the panic.
+fn listening_service<'a>(
+    services: &'a serde_json::Map<String, Value>,
+    host: &str,
+    port: u16,
+    what: &str,
+) -> &'a Value {
+    let svc = services
+        .get(host)
+        .unwrap_or_else(|| panic!("{what}: names no service {host}"));
+    assert!(
+        listening_ports(svc).contains(&port),
+        "{what}: {host} does not listen on {port} (ports/expose)"
+    );
+    svc
+}
+
 fn msgx_env(svc: &Value) -> Vec<(String, String)> {
     svc["environment"]
         .as_object()
@@ -1016,13 +977,7 @@ fn compose_environment_matches_the_config() {
                         "{k}={v}: msgexchange does not publish {port}"
                     );
                 } else {
-                    let target = services
-                        .get(&host)
-                        .unwrap_or_else(|| panic!("{name}: {k}={v} names no service {host}"));
-                    assert!(
-                        listening_ports(target).contains(&port),
-                        "{name}: {k}={v}: {host} does not listen on {port} (ports/expose)"
-                    );
+                    listening_service(services, &host, port, &format!("{name}: {k}={v}"));
                 }
             }
             checked += 1;
@@ -1054,13 +1009,7 @@ fn compose_environment_matches_the_config() {
             .expect("targets")
         {
             let (host, port) = host_port(t.as_str().expect("target")).expect("host:port");
-            let svc = services
-                .get(&host)
-                .unwrap_or_else(|| panic!("scrape target {host}"));
-            assert!(
-                listening_ports(svc).contains(&port),
-                "{host} does not publish {port}"
-            );
+            let svc = listening_service(services, &host, port, "scrape target");
             let listen = msgx_env(svc)
                 .into_iter()
                 .find(|(k, _)| k == "MSGX_HTTP__LISTEN")

@@ -49,6 +49,41 @@ fn outbound_with(env: &TestEnv, daily_at: &str) -> Outbound {
     ob
 }
 
+/// A new env (tagged `tag`) and the outbound functions over it, daily time `daily_at`.
+async fn outbound_env(tag: &str, daily_at: &str) -> (TestEnv, Outbound) {
+    let env = TestEnv::new(tag).await;
+    let ob = outbound_with(&env, daily_at);
+    (env, ob)
+}
+
+/// `n` rows someone else wrote to COUTMSGS before us (ids 1..=n in a fresh env).
+async fn fill_coutmsgs(env: &TestEnv, n: usize) {
+    for _ in 0..n {
+        sqlx::query(
+            "INSERT INTO COUTMSGS (COUTMSGS_DATE_CREATED, COUTMSGS_CLOB_MSG) VALUES (NOW(), '<MSG/>')",
+        )
+        .execute(&env.owner)
+        .await
+        .expect("filler");
+    }
+}
+
+/// A daily requester actor over `ob`, checking every `every`.
+fn requester(
+    ob: &Outbound,
+    clock: msgx_core::clock::SharedClock,
+    every: Duration,
+) -> actix::Addr<ScheduleRequester> {
+    ScheduleRequester::new(ob.clone(), clock, every).start()
+}
+
+/// Registers a manual schedule request for `date` (not yet written).
+async fn register(ob: &Outbound, date: NaiveDate, now: DateTime<Utc>) -> outbound::Registered {
+    outbound::register_schedule(ob, Origin::Manual, date, now)
+        .await
+        .expect("register")
+}
+
 /// `request schedule` through the real binary.
 fn request_schedule_bin(env: &TestEnv, args: &[&str], extra: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
@@ -74,6 +109,16 @@ fn field(stdout: &str, prefix: &str, key: &str) -> Option<String> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix(&format!("{key}=")))
         .map(str::to_string)
+}
+
+/// The RQID and the COUTMSGS id of the request the binary printed as its own (`requested`).
+fn requested(stdout: &str) -> (String, i64) {
+    let rqid = field(stdout, "requested", "rqid").expect("rqid");
+    let out_id = field(stdout, "requested", "out_id")
+        .expect("out_id")
+        .parse()
+        .expect("number");
+    (rqid, out_id)
 }
 
 /// COUTMSGS ids whose message carries `<RQID>rqid</RQID>`.
@@ -102,15 +147,9 @@ async fn tracks(ob: &Outbound) -> Vec<TrackRow> {
 /// insert, its row in COUTMSGS); the next run reconciles it (`expect_via`) and then sends its
 /// own request. Exactly one COUTMSGS row per RQID, each REQ_TRACK row SENT with that row id.
 async fn crash_then_rerun(tag: &str, failpoint: &str, rows_after_crash: usize, expect_via: &str) {
-    let env = TestEnv::new(tag).await;
-    let ob = outbound_with(&env, "");
+    let (env, ob) = outbound_env(tag, "").await;
     // Rows someone wrote before (the floor is above them).
-    for _ in 0..3 {
-        sqlx::query("INSERT INTO COUTMSGS (COUTMSGS_DATE_CREATED, COUTMSGS_CLOB_MSG) VALUES (NOW(), '<MSG/>')")
-            .execute(&env.owner)
-            .await
-            .expect("filler");
-    }
+    fill_coutmsgs(&env, 3).await;
 
     let crashed = request_schedule_bin(
         &env,
@@ -147,11 +186,7 @@ async fn crash_then_rerun(tag: &str, failpoint: &str, rows_after_crash: usize, e
         "{stdout}"
     );
     assert!(stdout.contains(&format!("({expect_via})")), "{stdout}");
-    let new_rqid = field(&stdout, "requested", "rqid").expect("new rqid");
-    let new_out: i64 = field(&stdout, "requested", "out_id")
-        .expect("out id")
-        .parse()
-        .expect("number");
+    let (new_rqid, new_out) = requested(&stdout);
 
     let rows = tracks(&ob).await;
     assert_eq!(rows.len(), 2);
@@ -195,17 +230,12 @@ async fn crash_after_insert_is_found_not_written_again() {
 
 #[tokio::test]
 async fn clean_run_writes_one_schedule_request_with_our_meta() {
-    let env = TestEnv::new("ob_clean").await;
-    let ob = outbound_with(&env, "");
+    let (env, ob) = outbound_env("ob_clean", "").await;
     let out = request_schedule_bin(&env, &["--date", "20261130"], &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(!stdout.contains("reconciled"), "{stdout}");
-    let rqid = field(&stdout, "requested", "rqid").expect("rqid");
-    let out_id: i64 = field(&stdout, "requested", "out_id")
-        .expect("out_id")
-        .parse()
-        .expect("number");
+    let (rqid, out_id) = requested(&stdout);
 
     let rows = tracks(&ob).await;
     assert_eq!(rows.len(), 1);
@@ -271,18 +301,10 @@ async fn clean_run_writes_one_schedule_request_with_our_meta() {
 /// is adopted without writing.
 #[tokio::test]
 async fn reconciler_never_looks_below_the_floor() {
-    let env = TestEnv::new("ob_floor").await;
-    let ob = outbound_with(&env, "");
-    for _ in 0..5 {
-        sqlx::query("INSERT INTO COUTMSGS (COUTMSGS_DATE_CREATED, COUTMSGS_CLOB_MSG) VALUES (NOW(), '<MSG/>')")
-            .execute(&env.owner)
-            .await
-            .expect("filler");
-    }
+    let (env, ob) = outbound_env("ob_floor", "").await;
+    fill_coutmsgs(&env, 5).await;
     let now = env.clock.now();
-    let reg = outbound::register_schedule(&ob, Origin::Manual, day(2026, 11, 30), now)
-        .await
-        .expect("register");
+    let reg = register(&ob, day(2026, 11, 30), now).await;
     assert_eq!(reg.floor_id, 5);
     // Below the floor, a row with exactly our RQID text.
     sqlx::query("UPDATE COUTMSGS SET COUTMSGS_CLOB_MSG = ? WHERE COUTMSGS_ID = 3")
@@ -293,9 +315,7 @@ async fn reconciler_never_looks_below_the_floor() {
     assert_eq!(rows_with(&env, &reg.rqid).await, vec![3]);
 
     // A second request whose row is already above its floor (an insert whose SENT was lost).
-    let reg2 = outbound::register_schedule(&ob, Origin::Manual, day(2026, 12, 1), now)
-        .await
-        .expect("register 2");
+    let reg2 = register(&ob, day(2026, 12, 1), now).await;
     assert_eq!(reg2.floor_id, 5);
     let landed = sqlx::query(
         "INSERT INTO COUTMSGS (COUTMSGS_DATE_CREATED, COUTMSGS_CLOB_MSG) VALUES (NOW(), ?)",
@@ -341,13 +361,10 @@ async fn reconciler_never_looks_below_the_floor() {
 /// request: whoever gets the row lock completes it; the other sees SENT. One row.
 #[tokio::test]
 async fn sender_and_reconciler_racing_write_once() {
-    let env = TestEnv::new("ob_race").await;
-    let ob = outbound_with(&env, "");
+    let (env, ob) = outbound_env("ob_race", "").await;
     for round in 0..10 {
         let now = env.clock.now();
-        let reg = outbound::register_schedule(&ob, Origin::Manual, day(2026, 11, 30), now)
-            .await
-            .expect("register");
+        let reg = register(&ob, day(2026, 11, 30), now).await;
         let (sent, reconciled) = tokio::join!(
             outbound::deliver(&ob, reg.id, now),
             outbound::reconcile(&ob, now)
@@ -370,18 +387,13 @@ async fn sender_and_reconciler_racing_write_once() {
 /// the time asks at once).
 #[actix_rt::test]
 async fn daily_requester_asks_once_per_day() {
-    let env = TestEnv::new("ob_daily").await;
-    let ob = outbound_with(&env, "02:30");
+    let (env, ob) = outbound_env("ob_daily", "02:30").await;
     // 02:00 local on 2026-11-30.
     env.clock.set(utc("2026-11-29T18:00:00Z"));
     let clock = common::shared(&env.clock);
     let hour = Duration::from_secs(3600);
-    let first = ScheduleRequester::new(ob.clone(), clock.clone(), hour).start();
-    let r = first
-        .send(RequestTick)
-        .await
-        .expect("mailbox")
-        .expect("step");
+    let first = requester(&ob, clock.clone(), hour);
+    let r = common::pipeline::ask(&first, RequestTick).await;
     assert_eq!(r.outcome, DailyOutcome::NotYet);
     assert_eq!(r.next_run, Some(utc("2026-11-29T18:30:00Z")));
     assert!(tracks(&ob).await.is_empty());
@@ -389,21 +401,13 @@ async fn daily_requester_asks_once_per_day() {
 
     // Across 02:30.
     env.clock.advance(Duration::from_secs(40 * 60));
-    let r = first
-        .send(RequestTick)
-        .await
-        .expect("mailbox")
-        .expect("step");
+    let r = common::pipeline::ask(&first, RequestTick).await;
     let DailyOutcome::Requested(sent) = r.outcome else {
         panic!("expected a request: {r:?}")
     };
     assert_eq!(sent.target_date, day(2026, 11, 30));
     assert_eq!(r.next_run, Some(utc("2026-11-30T18:30:00Z")));
-    let r = first
-        .send(RequestTick)
-        .await
-        .expect("mailbox")
-        .expect("step");
+    let r = common::pipeline::ask(&first, RequestTick).await;
     assert!(
         matches!(&r.outcome, DailyOutcome::AlreadyRequested { date, rqid, state }
             if *date == day(2026, 11, 30) && *rqid == sent.rqid && state == "SENT"),
@@ -411,12 +415,8 @@ async fn daily_requester_asks_once_per_day() {
     );
 
     // A restart the same day (a new instance: nothing in memory) and a direct step.
-    let second = ScheduleRequester::new(ob.clone(), clock.clone(), hour).start();
-    let r = second
-        .send(RequestTick)
-        .await
-        .expect("mailbox")
-        .expect("step");
+    let second = requester(&ob, clock.clone(), hour);
+    let r = common::pipeline::ask(&second, RequestTick).await;
     assert!(
         matches!(r.outcome, DailyOutcome::AlreadyRequested { .. }),
         "{r:?}"
@@ -435,22 +435,14 @@ async fn daily_requester_asks_once_per_day() {
 
     // Next day 09:00 local: a requester started now asks at once (its start step).
     env.clock.set(utc("2026-12-01T01:00:00Z"));
-    let third = ScheduleRequester::new(ob.clone(), clock.clone(), hour).start();
-    let r = third
-        .send(RequestTick)
-        .await
-        .expect("mailbox")
-        .expect("step");
+    let third = requester(&ob, clock.clone(), hour);
+    let r = common::pipeline::ask(&third, RequestTick).await;
     assert!(
         matches!(&r.outcome, DailyOutcome::AlreadyRequested { date, state, .. }
             if *date == day(2026, 12, 1) && state == "SENT"),
         "the start step asked already: {r:?}"
     );
-    let r = first
-        .send(RequestTick)
-        .await
-        .expect("mailbox")
-        .expect("step");
+    let r = common::pipeline::ask(&first, RequestTick).await;
     assert!(
         matches!(r.outcome, DailyOutcome::AlreadyRequested { .. }),
         "{r:?}"
@@ -468,24 +460,12 @@ async fn daily_requester_asks_once_per_day() {
 /// `schedule_request_at = ""`: never asks; the start step still reconciles leftovers.
 #[actix_rt::test]
 async fn daily_requester_off_never_asks_but_reconciles() {
-    let env = TestEnv::new("ob_off").await;
-    let ob = outbound_with(&env, "");
+    let (env, ob) = outbound_env("ob_off", "").await;
     assert!(ob.cfg.daily_at.is_none());
     // A leftover of a crash after registration.
-    let reg = outbound::register_schedule(&ob, Origin::Manual, day(2026, 11, 30), env.clock.now())
-        .await
-        .expect("register");
-    let requester = ScheduleRequester::new(
-        ob.clone(),
-        common::shared(&env.clock),
-        Duration::from_secs(3600),
-    )
-    .start();
-    let r = requester
-        .send(RequestTick)
-        .await
-        .expect("mailbox")
-        .expect("step");
+    let reg = register(&ob, day(2026, 11, 30), env.clock.now()).await;
+    let off = requester(&ob, common::shared(&env.clock), Duration::from_secs(3600));
+    let r = common::pipeline::ask(&off, RequestTick).await;
     assert_eq!(r.outcome, DailyOutcome::Off);
     assert_eq!(r.next_run, None);
     let row = ob.track.get(reg.id).await.expect("get").expect("row");
@@ -496,11 +476,7 @@ async fn daily_requester_off_never_asks_but_reconciles() {
     );
     for _ in 0..3 {
         env.clock.advance(Duration::from_secs(24 * 3600));
-        let r = requester
-            .send(RequestTick)
-            .await
-            .expect("mailbox")
-            .expect("step");
+        let r = common::pipeline::ask(&off, RequestTick).await;
         assert_eq!(r.outcome, DailyOutcome::Off);
     }
     let rows = tracks(&ob).await;
@@ -514,8 +490,7 @@ async fn daily_requester_off_never_asks_but_reconciles() {
 /// on the request.
 #[tokio::test]
 async fn schedule_response_with_our_rqid_is_recorded() {
-    let env = TestEnv::new("ob_resp").await;
-    let ob = outbound_with(&env, "");
+    let (env, ob) = outbound_env("ob_resp", "").await;
     let sent = outbound::request_schedule(&ob, Origin::Manual, day(2026, 11, 30), env.clock.now())
         .await
         .expect("request");
@@ -549,24 +524,13 @@ async fn schedule_response_with_our_rqid_is_recorded() {
 
 #[test]
 fn bad_outbound_config_fails_at_start_naming_the_key() {
-    for (key, value, expect) in [
-        (
-            "MSGX_OUTBOUND__SCHEDULE_REQUEST_AT",
-            "25:00",
-            "outbound.schedule_request_at",
-        ),
-        (
-            "MSGX_OUTBOUND__SCHEDULE_REQUEST_AT",
-            "2:30pm",
-            "outbound.schedule_request_at",
-        ),
-        ("MSGX_OUTBOUND__SENDER", "MS GX", "outbound.sender"),
-        (
-            "MSGX_OUTBOUND__MESSAGE_COLUMN",
-            "MSG`; DROP",
-            "outbound.message_column",
-        ),
+    for (key, value) in [
+        ("MSGX_OUTBOUND__SCHEDULE_REQUEST_AT", "25:00"),
+        ("MSGX_OUTBOUND__SCHEDULE_REQUEST_AT", "2:30pm"),
+        ("MSGX_OUTBOUND__SENDER", "MS GX"),
+        ("MSGX_OUTBOUND__MESSAGE_COLUMN", "MSG`; DROP"),
     ] {
+        let expect = common::setting_name(key);
         for args in [&["run"][..], &["request", "schedule"][..]] {
             let out = Command::new(env!("CARGO_BIN_EXE_msgexchange"))
                 .args(args)
@@ -578,7 +542,7 @@ fn bad_outbound_config_fails_at_start_naming_the_key() {
             assert_eq!(out.status.code(), Some(2), "{key}={value} {args:?}");
             let stderr = text(&out.stderr);
             assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
-            assert!(stderr.contains(expect), "{key}: {stderr}");
+            assert!(stderr.contains(&expect), "{key}: {stderr}");
         }
     }
     // A bad --date is refused by the command line before anything is touched.

@@ -12,7 +12,7 @@ use actix::{Actor, Context, Handler};
 use common::TestEnv;
 use msgx_actors::messages::{HolesReleased, PollNow, WatermarkMoved};
 use msgx_actors::wiring::Wiring;
-use msgx_core::devtools::simulator::{simulate, SimConfig};
+use msgx_core::devtools::simulator::SimConfig;
 
 /// Records what the poller announces.
 #[derive(Default, Clone)]
@@ -48,13 +48,15 @@ impl Handler<HolesReleased> for Probe {
 #[actix_rt::test]
 async fn simulator_and_poller_concurrently_lose_nothing() {
     let env = TestEnv::new("actor_sim").await;
-    let settings = env.settings(&[
-        ("MSGX_PIPELINE__POLL_INTERVAL", "20ms"),
-        ("MSGX_PIPELINE__CLAIM_BATCH", "64"),
-    ]);
     let seen = Seen::default();
     let probe = Probe(seen.clone()).start();
-    let pipeline = common::pipeline::start(&env, &settings, common::shared(&env.clock), |_| {});
+    let pipeline = common::pipeline::start_with(
+        &env,
+        &[
+            ("MSGX_PIPELINE__POLL_INTERVAL", "20ms"),
+            ("MSGX_PIPELINE__CLAIM_BATCH", "64"),
+        ],
+    );
     let wiring = &pipeline.wiring;
     // The probe listens next to the late detector.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -73,10 +75,7 @@ async fn simulator_and_poller_concurrently_lose_nothing() {
         seed: 7,
         ..SimConfig::default()
     };
-    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let report = simulate(&env.owner, &env.names, env.tz, &cfg, stop_rx)
-        .await
-        .expect("simulation");
+    let report = env.simulate(&cfg).await;
     assert!(
         !report.rolled_back_ids.is_empty(),
         "the simulator made holes"

@@ -8,12 +8,20 @@ use std::time::Duration;
 
 use common::TestEnv;
 use msgx_core::clock::Clock;
-use msgx_core::poller::poll_once;
+use msgx_core::poller::{poll_once, PollReport};
+
+/// The spans a round released, in order.
+fn released_spans(r: &PollReport) -> Vec<(i64, i64)> {
+    r.advance
+        .released
+        .iter()
+        .map(|h| (h.first, h.last))
+        .collect()
+}
 
 #[tokio::test]
 async fn open_transaction_gap_waits_then_enqueues_both_in_order() {
-    let env = TestEnv::new("gap").await;
-    let cfg = env.poll_cfg(100);
+    let (env, cfg) = TestEnv::polling("gap", 100).await;
     let (late_tx, late_id) = env.open_insert().await; // smaller id, still open
     let after = env.insert_rows(1).await[0]; // larger id, committed
     assert!(after > late_id);
@@ -48,8 +56,7 @@ async fn open_transaction_gap_waits_then_enqueues_both_in_order() {
 
 #[tokio::test]
 async fn rolled_back_insert_is_released_only_after_max_commit_delay_and_only_the_hole() {
-    let env = TestEnv::new("rollback").await;
-    let cfg = env.poll_cfg(100);
+    let (env, cfg) = TestEnv::polling("rollback", 100).await;
     let first = env.insert_rows(2).await;
     let (tx, hole) = env.open_insert().await;
     tx.rollback().await.expect("rollback");
@@ -90,12 +97,9 @@ async fn rolled_back_insert_is_released_only_after_max_commit_delay_and_only_the
 
 #[tokio::test]
 async fn holes_seen_together_age_side_by_side_and_are_released_in_one_round() {
-    let env = TestEnv::new("holes").await;
-    let cfg = env.poll_cfg(100);
-    let a = env.insert_rows(1).await[0];
-    let (t1, h1) = env.open_insert().await;
-    let b = env.insert_rows(1).await[0];
-    let (t2, h2) = env.open_insert().await;
+    let (env, cfg) = TestEnv::polling("holes", 100).await;
+    let (a, t1, h1) = env.row_then_open_insert().await;
+    let (b, t2, h2) = env.row_then_open_insert().await;
     let c = env.insert_rows(1).await[0];
     t1.rollback().await.expect("rb");
     t2.rollback().await.expect("rb");
@@ -107,13 +111,11 @@ async fn holes_seen_together_age_side_by_side_and_are_released_in_one_round() {
     assert!(env.poll(cfg).await.advance.released.is_empty());
     env.clock.advance(Duration::from_secs(1));
     let r = env.poll(cfg).await;
-    let released: Vec<(i64, i64)> = r
-        .advance
-        .released
-        .iter()
-        .map(|h| (h.first, h.last))
-        .collect();
-    assert_eq!(released, vec![(h1, h1), (h2, h2)], "one delay for both");
+    assert_eq!(
+        released_spans(&r),
+        vec![(h1, h1), (h2, h2)],
+        "one delay for both"
+    );
     assert_eq!(r.advance.w, c);
     assert_eq!(env.enqueued_ids().await, vec![a, b, c]);
     assert_eq!(env.cursor().await, (c, None));
@@ -125,10 +127,8 @@ async fn holes_seen_together_age_side_by_side_and_are_released_in_one_round() {
 
 #[tokio::test]
 async fn a_hole_first_seen_later_keeps_its_own_timer_and_a_partial_fill_keeps_first_seen() {
-    let env = TestEnv::new("holes2").await;
-    let cfg = env.poll_cfg(100);
-    let a = env.insert_rows(1).await[0];
-    let (t1, h1) = env.open_insert().await;
+    let (env, cfg) = TestEnv::polling("holes2", 100).await;
+    let (a, t1, h1) = env.row_then_open_insert().await;
     let (t1b, h1b) = env.open_insert().await; // hole h1..=h1b, two ids
     let b = env.insert_rows(1).await[0];
     env.poll(cfg).await;
@@ -163,13 +163,7 @@ async fn a_hole_first_seen_later_keeps_its_own_timer_and_a_partial_fill_keeps_fi
     // At t0 + 5 min the rest of the first hole is due, the second is not (seen at t0 + 2 min).
     env.clock.advance(Duration::from_secs(120));
     let r = env.poll(cfg).await;
-    let released: Vec<(i64, i64)> = r
-        .advance
-        .released
-        .iter()
-        .map(|h| (h.first, h.last))
-        .collect();
-    assert_eq!(released, vec![(h1b, h1b)]);
+    assert_eq!(released_spans(&r), vec![(h1b, h1b)]);
     assert_eq!(r.advance.w, b, "W waits before the younger hole");
     env.clock.advance(Duration::from_secs(119));
     assert!(env.poll(cfg).await.advance.released.is_empty());
@@ -183,13 +177,10 @@ async fn a_hole_first_seen_later_keeps_its_own_timer_and_a_partial_fill_keeps_fi
 
 #[tokio::test]
 async fn a_fifty_million_id_jump_is_one_range_released_in_one_quick_round_and_watched() {
-    let env = TestEnv::new("jump").await;
-    let cfg = env.poll_cfg(100);
+    let (env, cfg) = TestEnv::polling("jump", 100).await;
     let first = env.insert_rows(1).await[0];
-    sqlx::query("ALTER TABLE CMINMSGS AUTO_INCREMENT = 50000100")
-        .execute(&env.owner)
-        .await
-        .expect("jump (as the DB owner)");
+    env.owner_exec("ALTER TABLE CMINMSGS AUTO_INCREMENT = 50000100")
+        .await;
     let after = env.insert_rows(1).await[0];
     assert!(after - first > 50_000_000);
     env.poll(cfg).await;
@@ -235,19 +226,16 @@ async fn a_fifty_million_id_jump_is_one_range_released_in_one_quick_round_and_wa
         .scalar_for("SELECT source FROM proc_state WHERE msg_id = $1", late)
         .await;
     assert_eq!(source, "LATE");
-    let spans: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT first_id, last_id FROM late_watch_range ORDER BY first_id")
-            .fetch_all(env.store.pool())
-            .await
-            .expect("ranges");
+    let spans: Vec<(i64, i64)> = env
+        .rows("SELECT first_id, last_id FROM late_watch_range ORDER BY first_id")
+        .await;
     assert_eq!(spans, vec![(first + 1, late - 1), (late + 1, after - 1)]);
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn holes_beyond_the_first_page_are_sighted_in_the_same_round() {
-    let env = TestEnv::new("ahead").await;
-    let cfg = env.poll_cfg(3); // pages of 3 rows
+    let (env, cfg) = TestEnv::polling("ahead", 3).await; // pages of 3 rows
     let mut holes = Vec::new();
     let a = env.insert_rows(1).await[0];
     for _ in 0..4 {
@@ -272,15 +260,13 @@ async fn holes_beyond_the_first_page_are_sighted_in_the_same_round() {
 
 #[tokio::test]
 async fn a_corrupt_hole_table_stops_the_poller_and_w_stays() {
-    let env = TestEnv::new("corrupt").await;
-    let cfg = env.poll_cfg(100);
-    let ids = env.insert_rows(3).await;
-    env.poll(cfg).await;
-    sqlx::query("INSERT INTO inbox_hole (first_id, last_id, first_seen) VALUES ($1, $1, now())")
-        .bind(ids[1])
-        .execute(env.store.pool())
-        .await
-        .expect("a hole at or below W, by hand");
+    let (env, cfg) = TestEnv::polling("corrupt", 100).await;
+    let ids = env.discovered_rows(3, cfg).await;
+    env.exec_for(
+        "INSERT INTO inbox_hole (first_id, last_id, first_seen) VALUES ($1, $1, now())",
+        ids[1],
+    )
+    .await;
     env.insert_rows(1).await;
     let err = poll_once(&env.inbox, &env.store, &env.clock, cfg)
         .await
@@ -297,10 +283,8 @@ async fn a_corrupt_hole_table_stops_the_poller_and_w_stays() {
 
 #[tokio::test]
 async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
-    let env = TestEnv::new("regress").await;
-    let cfg = env.poll_cfg(100);
-    let ids = env.insert_rows(5).await;
-    env.poll(cfg).await;
+    let (env, cfg) = TestEnv::polling("regress", 100).await;
+    let ids = env.discovered_rows(5, cfg).await;
     // The DB owner purges the newest (processed) rows: the head falls below W, but the next
     // id is still above it: no regression, caught up.
     sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID >= ?")
@@ -311,24 +295,16 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
     let r = env.poll(cfg).await;
     assert!(!r.regressed, "a purge is no regression: {:?}", r.inbox_head);
     assert_eq!(r.lag, Some(Duration::ZERO));
-    sqlx::query("DELETE FROM CMINMSGS")
-        .execute(&env.owner)
-        .await
-        .expect("purge all");
+    env.owner_exec("DELETE FROM CMINMSGS").await;
     let r = env.poll(cfg).await;
     assert!(
         !r.regressed && r.inbox_head.is_none(),
         "an empty table after a purge"
     );
     // The DB owner rotates the table without seeding AUTO_INCREMENT: ids restart low.
-    sqlx::query("DELETE FROM CMINMSGS")
-        .execute(&env.owner)
-        .await
-        .expect("rotate");
-    sqlx::query("ALTER TABLE CMINMSGS AUTO_INCREMENT = 1")
-        .execute(&env.owner)
-        .await
-        .expect("reset");
+    env.owner_exec("DELETE FROM CMINMSGS").await;
+    env.owner_exec("ALTER TABLE CMINMSGS AUTO_INCREMENT = 1")
+        .await;
     let reused = env.insert_rows(2).await;
     assert!(reused[1] < ids[4]);
     let r = env.poll(cfg).await;
@@ -348,18 +324,9 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
     // old one. A truly unseen id below W is enqueued LATE.
     let received = "CMINMSGS_DATE_RECEIVED = '2020-01-01 00:00:00'";
     env.owner_update(received, &[], &reused[1..2]).await;
-    sqlx::query("DELETE FROM proc_state WHERE msg_id = $1")
-        .bind(reused[0])
-        .execute(env.store.pool())
-        .await
-        .expect("pretend never enqueued");
-    let settings = env.settings(&[]);
-    let scan = msgx_core::late::DetectConfig::from_settings(&settings)
-        .expect("cfg")
-        .scan();
-    let report = msgx_core::late::compensation_scan(&env.inbox, &env.store, &env.clock, &scan)
-        .await
-        .expect("scan");
+    env.exec_for("DELETE FROM proc_state WHERE msg_id = $1", reused[0])
+        .await;
+    let report = env.compensation_scan(&[]).await;
     assert_eq!(report.enqueued, vec![reused[0]]);
     assert_eq!(report.reused, vec![reused[1]]);
     assert_eq!(report.checked, 2);
@@ -368,24 +335,18 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
         .await;
     assert_eq!(source, "LATE");
     // Idempotent: the next scan finds nothing new.
-    let again = msgx_core::late::compensation_scan(&env.inbox, &env.store, &env.clock, &scan)
-        .await
-        .expect("scan");
+    let again = env.compensation_scan(&[]).await;
     assert!(again.enqueued.is_empty());
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn rerunning_a_round_over_the_same_rows_changes_nothing() {
-    let env = TestEnv::new("rerun").await;
-    let cfg = env.poll_cfg(100);
-    let ids = env.insert_rows(5).await;
-    env.poll(cfg).await;
-    let before: Vec<(i64, chrono::DateTime<chrono::Utc>, String)> =
-        sqlx::query_as("SELECT msg_id, enqueued_at, state FROM proc_state ORDER BY msg_id")
-            .fetch_all(env.store.pool())
-            .await
-            .expect("rows");
+    let (env, cfg) = TestEnv::polling("rerun", 100).await;
+    let ids = env.discovered_rows(5, cfg).await;
+    let before: Vec<(i64, chrono::DateTime<chrono::Utc>, String)> = env
+        .rows("SELECT msg_id, enqueued_at, state FROM proc_state ORDER BY msg_id")
+        .await;
     assert_eq!(before.len(), 5);
 
     // Put W back (as after a lost async commit) and re-run over the same rows.
@@ -394,11 +355,9 @@ async fn rerunning_a_round_over_the_same_rows_changes_nothing() {
     let r = env.poll(cfg).await;
     assert_eq!(r.enqueued_new, 0, "conflicts mean already enqueued");
     assert_eq!(r.advance.w, *ids.last().expect("ids"));
-    let after: Vec<(i64, chrono::DateTime<chrono::Utc>, String)> =
-        sqlx::query_as("SELECT msg_id, enqueued_at, state FROM proc_state ORDER BY msg_id")
-            .fetch_all(env.store.pool())
-            .await
-            .expect("rows");
+    let after: Vec<(i64, chrono::DateTime<chrono::Utc>, String)> = env
+        .rows("SELECT msg_id, enqueued_at, state FROM proc_state ORDER BY msg_id")
+        .await;
     assert_eq!(before, after);
 
     // A round with nothing new writes nothing either.
@@ -409,8 +368,7 @@ async fn rerunning_a_round_over_the_same_rows_changes_nothing() {
 
 #[tokio::test]
 async fn full_batches_repoll_and_w_follows_batch_by_batch() {
-    let env = TestEnv::new("batch").await;
-    let cfg = env.poll_cfg(3);
+    let (env, cfg) = TestEnv::polling("batch", 3).await;
     let ids = env.insert_rows(7).await;
     let r = env.poll(cfg).await;
     assert!(r.batch_full && r.poll_again_now());
@@ -431,8 +389,7 @@ async fn full_batches_repoll_and_w_follows_batch_by_batch() {
 
 #[tokio::test]
 async fn row_content_never_stops_discovery() {
-    let env = TestEnv::new("content").await;
-    let cfg = env.poll_cfg(100);
+    let (env, cfg) = TestEnv::polling("content", 100).await;
     let huge = "X".repeat(5 * 1024 * 1024);
     sqlx::query("SET SESSION sql_mode = ''")
         .execute(&env.owner)
@@ -461,11 +418,9 @@ async fn row_content_never_stops_discovery() {
     drop(conn);
     let r = env.poll(cfg).await;
     assert_eq!(r.enqueued_new, 4);
-    let rows: Vec<(i64, Option<chrono::DateTime<chrono::Utc>>)> =
-        sqlx::query_as("SELECT msg_id, received_at FROM proc_state ORDER BY msg_id")
-            .fetch_all(env.store.pool())
-            .await
-            .expect("rows");
+    let rows: Vec<(i64, Option<chrono::DateTime<chrono::Utc>>)> = env
+        .rows("SELECT msg_id, received_at FROM proc_state ORDER BY msg_id")
+        .await;
     assert_eq!(rows[0].1, None);
     assert_eq!(
         rows[1].1.map(|t| t.to_rfc3339()),

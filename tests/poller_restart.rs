@@ -15,8 +15,7 @@ use msgx_core::poller::{poll_once, PollError};
 
 #[tokio::test]
 async fn restart_in_the_middle_of_a_hole_keeps_hole_since() {
-    let env = TestEnv::new("restart").await;
-    let cfg = env.poll_cfg(100);
+    let (env, cfg) = TestEnv::polling("restart", 100).await;
     env.insert_rows(1).await;
     let (tx, hole) = env.open_insert().await;
     tx.rollback().await.expect("rollback");
@@ -55,8 +54,7 @@ async fn restart_in_the_middle_of_a_hole_keeps_hole_since() {
 
 #[tokio::test]
 async fn unreadable_inbox_keeps_w_and_is_an_error() {
-    let env = TestEnv::new("unreadable").await;
-    let cfg = env.poll_cfg(100);
+    let (env, cfg) = TestEnv::polling("unreadable", 100).await;
     let ids = env.insert_rows(3).await;
     env.poll(cfg).await;
     let w = env.cursor().await.0;
@@ -98,8 +96,7 @@ async fn unreadable_inbox_keeps_w_and_is_an_error() {
 
 #[tokio::test]
 async fn a_second_writer_moving_w_is_refused() {
-    let env = TestEnv::new("cas").await;
-    let cfg = env.poll_cfg(100);
+    let (env, cfg) = TestEnv::polling("cas", 100).await;
     env.insert_rows(2).await;
     env.poll(cfg).await;
     env.insert_rows(2).await;
@@ -267,11 +264,7 @@ async fn a_lost_lease_session_is_renewed_but_a_takeover_stops_the_service() {
     // The renewing session dies (network cut, pg_terminate_backend): a transient failure,
     // the service reconnects and renews.
     let pid = lease_pid().await.expect("holder");
-    sqlx::query("SELECT pg_terminate_backend($1)")
-        .bind(pid)
-        .execute(env.store.pool())
-        .await
-        .expect("terminate");
+    env.exec_for("SELECT pg_terminate_backend($1)", pid).await;
     wait_for(
         "renewed from a new session",
         Duration::from_secs(10),

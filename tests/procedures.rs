@@ -20,21 +20,13 @@ use common::TestEnv;
 use msgx_actors::admin::{configure, AdminState, Scope, Tokens};
 use msgx_core::clock::Clock;
 use msgx_core::ops::{
-    Ops, OpsError, PurgeRequest, SkipRequest, SurveyRequest, APPROVED_SKIP, SKIP_BATCH,
+    OpsError, PurgeRequest, SkipRequest, SurveyRequest, APPROVED_SKIP, SKIP_BATCH,
 };
 use msgx_core::pump::StepOutcome;
 use serde_json::{json, Value};
 
 const READ: &str = "test-read-token-0123456789";
 const OPERATE: &str = "test-operate-token-0123456789";
-
-fn ops(env: &TestEnv) -> Ops {
-    Ops {
-        store: env.store.clone(),
-        inbox: env.inbox.clone(),
-        drain_window: Duration::from_secs(300),
-    }
-}
 
 /// Airport local receive time of row `i` of a test: 2026-11-30 09:00 + i minutes.
 fn local(i: usize) -> String {
@@ -52,6 +44,15 @@ fn utc(i: usize) -> DateTime<Utc> {
 }
 
 /// Inserts these messages in one statement, row `k` received at `local(start + k)`.
+/// Plain FLOP/UPDTs of flights `{flight}1`..=`{flight}{n}` (no fields), sequence numbers 1..=n,
+/// inserted from minute 0; their ids.
+async fn insert_flops(env: &TestEnv, flight: &str, n: i64) -> Vec<i64> {
+    let texts: Vec<String> = (1..=n)
+        .map(|s| flop(s, &format!("{flight}{s}"), &[]))
+        .collect();
+    insert(env, 0, &texts).await
+}
+
 async fn insert(env: &TestEnv, start: usize, texts: &[String]) -> Vec<i64> {
     let values: Vec<String> = texts
         .iter()
@@ -75,10 +76,8 @@ async fn audit_count(env: &TestEnv) -> i64 {
 
 /// `(state, terminal_reason)` of every row, by id.
 async fn states(env: &TestEnv) -> Vec<(i64, String, Option<String>)> {
-    sqlx::query_as("SELECT msg_id, state, terminal_reason FROM proc_state ORDER BY msg_id")
-        .fetch_all(env.store.pool())
+    env.rows("SELECT msg_id, state, terminal_reason FROM proc_state ORDER BY msg_id")
         .await
-        .expect("states")
 }
 
 async fn unmarked_inbox(env: &TestEnv) -> Vec<i64> {
@@ -118,7 +117,8 @@ async fn survey_counts_a_known_inbox() {
     let above = insert(&env, 7, &[flop(7, "F7", &[]), unknown_type(8)]).await;
 
     let mut reports = 0;
-    let s = ops(&env)
+    let s = env
+        .ops()
         .survey_with_progress(&SurveyRequest::default(), &mut |_| reports += 1)
         .await
         .expect("survey");
@@ -148,7 +148,8 @@ async fn survey_counts_a_known_inbox() {
     );
 
     // An id range: every inbox row in it, whatever its state.
-    let s = ops(&env)
+    let s = env
+        .ops()
         .survey(&SurveyRequest {
             from_id: Some(ids[0]),
             to_id: Some(ids[3]),
@@ -160,7 +161,8 @@ async fn survey_counts_a_known_inbox() {
     assert_eq!(s.by_type[0].msg_type, "FLOP");
     assert_eq!(s.by_type[0].count, 3);
     // A receive-time range [utc(3), utc(6)): rows 3, 4, 5.
-    let s = ops(&env)
+    let s = env
+        .ops()
         .survey(&SurveyRequest {
             received_from: Some(utc(3)),
             received_to: Some(utc(6)),
@@ -174,14 +176,16 @@ async fn survey_counts_a_known_inbox() {
     );
     // A purged unfinished row is counted as missing, not surveyed.
     env.delete_as_owner(&[ids[2]]).await;
-    let s = ops(&env)
+    let s = env
+        .ops()
         .survey(&SurveyRequest::default())
         .await
         .expect("survey");
     assert_eq!((s.count, s.missing_rows), (6, 1));
     // Every well-formed request has a meaning: ids and a receive window together survey the
     // rows of the range received in the window; a reversed range or an empty window, nothing.
-    let s = ops(&env)
+    let s = env
+        .ops()
         .survey(&SurveyRequest {
             from_id: Some(ids[1]),
             to_id: Some(ids[6]),
@@ -206,7 +210,7 @@ async fn survey_counts_a_known_inbox() {
             ..Default::default()
         },
     ] {
-        let s = ops(&env).survey(&nothing).await.expect("survey");
+        let s = env.ops().survey(&nothing).await.expect("survey");
         assert_eq!(s.count, 0, "{nothing:?}");
     }
     env.cleanup().await;
@@ -254,22 +258,23 @@ async fn skip_refuses_without_approval_or_beyond_w() {
             },
         ),
     ] {
-        match ops(&env).skip(&bad, now).await {
+        match env.ops().skip(&bad, now).await {
             Err(OpsError::Invalid(why)) => assert!(why.contains(field), "{why}"),
             other => panic!("{field}: {other:?}"),
         }
     }
     // A reversed range is empty: nothing skipped (and, below, nothing audited).
-    let reversed = ops(&env)
+    let reversed = env
+        .ops()
         .skip(&skip_req(ids[1], ids[0]), now)
         .await
         .expect("a reversed range is well formed");
     assert_eq!((reversed.skipped, reversed.batches.len()), (0, 0));
     assert!(matches!(
-        ops(&env).skip(&skip_req(0, ids[0]), now).await,
+        env.ops().skip(&skip_req(0, ids[0]), now).await,
         Err(OpsError::Invalid(_))
     ));
-    match ops(&env).skip(&skip_req(ids[0], above[0]), now).await {
+    match env.ops().skip(&skip_req(ids[0], above[0]), now).await {
         Err(OpsError::Conflict(why)) => assert!(why.contains("above W"), "{why}"),
         other => panic!("beyond W: {other:?}"),
     }
@@ -298,7 +303,8 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
 
     // Dry run: counts, changes and audits nothing.
     let before = states(&env).await;
-    let dry = ops(&env)
+    let dry = env
+        .ops()
         .skip(
             &SkipRequest {
                 dry_run: true,
@@ -328,7 +334,7 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
         .execute(&mut *holder)
         .await
         .expect("lock");
-    let o = ops(&env);
+    let o = env.ops();
     let task = tokio::spawn(async move { o.skip(&skip_req(first, last), now).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!task.is_finished(), "the skip waits for the pipeline lock");
@@ -377,7 +383,8 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
     );
 
     // Again: nothing left to skip, nothing audited.
-    let again = ops(&env)
+    let again = env
+        .ops()
         .skip(&skip_req(first, last), now)
         .await
         .expect("again");
@@ -389,7 +396,8 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
     assert_eq!(unmarked_inbox(&env).await.len(), n - 1);
     env.sweep_all().await;
     assert_eq!(unmarked_inbox(&env).await, Vec::<i64>::new());
-    let ready = ops(&env)
+    let ready = env
+        .ops()
         .purge_readiness(&PurgeRequest::default())
         .await
         .expect("purge");
@@ -409,8 +417,7 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
 #[tokio::test]
 async fn purge_readiness_names_every_reason() {
     let env = TestEnv::new("proc_purge").await;
-    let texts: Vec<String> = (1..=11).map(|s| flop(s, &format!("F{s}"), &[])).collect();
-    let ids = insert(&env, 0, &texts).await;
+    let ids = insert_flops(&env, "F", 11).await;
     env.discover(ids[10]).await;
     let beyond = insert(&env, 11, &[flop(12, "F12", &[])]).await[0];
     let now = env.clock.now();
@@ -472,7 +479,8 @@ async fn purge_readiness_names_every_reason() {
     .expect("watch");
     // ids[9] stays PENDING; ids[10] confirmed but its mark is gone.
 
-    let r = ops(&env)
+    let r = env
+        .ops()
         .purge_readiness(&PurgeRequest::default())
         .await
         .expect("purge");
@@ -504,7 +512,8 @@ async fn purge_readiness_names_every_reason() {
     assert_eq!(got, want);
 
     // Up to the boundary it is ready, by id and by receive time.
-    let r = ops(&env)
+    let r = env
+        .ops()
         .purge_readiness(&PurgeRequest {
             to_id: Some(ids[1]),
             ..Default::default()
@@ -513,7 +522,8 @@ async fn purge_readiness_names_every_reason() {
         .expect("purge");
     assert!(r.ready && r.unmarked.is_empty());
     assert_eq!((r.rows, r.boundary_id), (2, Some(ids[1])));
-    let r = ops(&env)
+    let r = env
+        .ops()
         .purge_readiness(&PurgeRequest {
             received_before: Some(utc(3)),
             ..Default::default()
@@ -526,7 +536,8 @@ async fn purge_readiness_names_every_reason() {
     );
     // Both bounds: the range ends at the lower of the two, whichever it is.
     for (to_id, before) in [(ids[1], utc(3)), (ids[2], utc(2))] {
-        let r = ops(&env)
+        let r = env
+            .ops()
             .purge_readiness(&PurgeRequest {
                 to_id: Some(to_id),
                 received_before: Some(before),
@@ -536,7 +547,7 @@ async fn purge_readiness_names_every_reason() {
         assert_eq!((r.to_id, r.rows), (Some(ids[1]), 2), "{to_id} {before}");
     }
     assert!(matches!(
-        ops(&env)
+        env.ops()
             .purge_readiness(&PurgeRequest {
                 to_id: Some(0),
                 ..Default::default()
@@ -555,7 +566,7 @@ fn state(env: &TestEnv) -> AdminState {
             (READ, Scope::Read),
             (OPERATE, Scope::Operate),
         ])),
-        ops: ops(env),
+        ops: env.ops(),
     }
 }
 
@@ -640,16 +651,15 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
     }
 
     let env = TestEnv::new("proc_boundary").await;
-    let texts: Vec<String> = (1..=5).map(|s| flop(s, &format!("F{s}"), &[])).collect();
-    let ids = insert(&env, 0, &texts).await;
+    let ids = insert_flops(&env, "F", 5).await;
     // Our records are finished and confirmed; the marks arrive one by one (the purge rule
     // needs both: tests/procedures/purge_rule.rs).
     env.discover(ids[4]).await;
-    sqlx::query("UPDATE proc_state SET state = 'SUCCEEDED', terminal_at = $1, backfill_at = $1")
-        .bind(env.clock.now())
-        .execute(env.store.pool())
-        .await
-        .expect("finished");
+    env.exec_for(
+        "UPDATE proc_state SET state = 'SUCCEEDED', terminal_at = $1, backfill_at = $1",
+        env.clock.now(),
+    )
+    .await;
     let mut watch = BoundaryWatch::default();
     // Nothing marked: no boundary; it stopped at the first row.
     assert_eq!(step(&mut watch, &env, 1_000).await, (1, true, false));
@@ -665,7 +675,8 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
     assert_eq!(step(&mut watch, &env, 0).await, (0, false, false));
     assert_eq!(watch.boundary.map(|b| b.0), Some(ids[3]));
     // The same report as purge readiness, and the actor runs the same step.
-    let r = ops(&env)
+    let r = env
+        .ops()
         .purge_readiness(&PurgeRequest::default())
         .await
         .expect("purge");
@@ -678,11 +689,7 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
     )
     .start();
     // Its first round ran at start (or runs now): every row is marked.
-    let a = addr
-        .send(RefreshBoundary)
-        .await
-        .expect("mailbox")
-        .expect("round");
+    let a = common::pipeline::ask(&addr, RefreshBoundary).await;
     assert!(a.caught_up);
     assert!(a.rows <= 5, "reads on from the boundary it found: {a:?}");
     env.cleanup().await;
@@ -700,6 +707,13 @@ async fn cli(env: &TestEnv, args: &[&str]) -> std::process::Output {
     tokio::task::spawn_blocking(move || cmd.output().expect("run msgexchange"))
         .await
         .expect("join")
+}
+
+/// `msgexchange skip --from FROM --to TO` with these further arguments.
+async fn cli_skip(env: &TestEnv, from: &str, to: &str, rest: &[&str]) -> std::process::Output {
+    let mut args = vec!["skip", "--from", from, "--to", to];
+    args.extend_from_slice(rest);
+    cli(env, &args).await
 }
 
 #[tokio::test]
@@ -724,55 +738,26 @@ async fn cli_survey_skip_and_purge_readiness() {
 
     // Beyond W: refused, exit 1, nothing changed.
     let beyond = (ids[2] + 1).to_string();
-    let out = cli(
-        &env,
-        &[
-            "skip",
-            "--from",
-            &from,
-            "--to",
-            &beyond,
-            "--approver",
-            "a",
-            "--reason",
-            "r",
-            "--ticket",
-            "t",
-        ],
-    )
-    .await;
+    let who = ["--approver", "a", "--reason", "r", "--ticket", "t"];
+    let out = cli_skip(&env, &from, &beyond, &who).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("above W"));
     // Without an approver clap refuses (exit 2).
-    let out = cli(
-        &env,
-        &[
-            "skip", "--from", &from, "--to", &to, "--reason", "r", "--ticket", "t",
-        ],
-    )
-    .await;
+    let out = cli_skip(&env, &from, &to, &["--reason", "r", "--ticket", "t"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(audit_count(&env).await, 0);
     assert!(states(&env).await.iter().all(|s| s.1 == "PENDING"));
 
-    let out = cli(
-        &env,
-        &[
-            "skip",
-            "--from",
-            &from,
-            "--to",
-            &to,
-            "--approver",
-            "owner",
-            "--reason",
-            "agreed",
-            "--ticket",
-            "CHG-7",
-            "--json",
-        ],
-    )
-    .await;
+    let approved = [
+        "--approver",
+        "owner",
+        "--reason",
+        "agreed",
+        "--ticket",
+        "CHG-7",
+        "--json",
+    ];
+    let out = cli_skip(&env, &from, &to, &approved).await;
     common::process::assert_ok(&out);
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["skipped"], json!(3));

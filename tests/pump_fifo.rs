@@ -13,17 +13,19 @@ use common::service::{kill9, spawn_service};
 use common::TestEnv;
 use msgx_actors::messages::PollNow;
 use msgx_core::devtools::messages::Mix;
-use msgx_core::devtools::simulator::{simulate, SimConfig};
+use msgx_core::devtools::simulator::SimConfig;
 
 #[actix_rt::test]
 async fn processing_order_equals_msg_id_order_with_holes_and_late_commits() {
     let env = TestEnv::new("fifo").await;
-    let settings = env.settings(&[
-        ("MSGX_PIPELINE__POLL_INTERVAL", "20ms"),
-        ("MSGX_PIPELINE__CLAIM_BATCH", "200"),
-        ("MSGX_PROCESSING__IDLE_POLL", "50ms"),
-    ]);
-    let pipeline = common::pipeline::start(&env, &settings, common::shared(&env.clock), |_| {});
+    let pipeline = common::pipeline::start_with(
+        &env,
+        &[
+            ("MSGX_PIPELINE__POLL_INTERVAL", "20ms"),
+            ("MSGX_PIPELINE__CLAIM_BATCH", "200"),
+            ("MSGX_PROCESSING__IDLE_POLL", "50ms"),
+        ],
+    );
     let cfg = SimConfig {
         rate_per_sec: 0.0, // as fast as the connections go
         connections: 6,
@@ -39,10 +41,7 @@ async fn processing_order_equals_msg_id_order_with_holes_and_late_commits() {
         seed: 11,
         ..SimConfig::default()
     };
-    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-    let report = simulate(&env.owner, &env.names, env.tz, &cfg, stop_rx)
-        .await
-        .expect("simulate");
+    let report = env.simulate(&cfg).await;
     assert!(report.late_commits > 0, "the run had late commits");
     assert!(!report.rolled_back_ids.is_empty(), "the run had holes");
 
@@ -129,12 +128,11 @@ async fn killed_mid_transaction_reprocesses_exactly_once_in_effect() {
     kill9(&mut svc);
 
     assert_eq!(env.processing_order().await, vec![before, slow, after]);
-    let events: Vec<(i64, String)> = sqlx::query_as(
-        "SELECT msg_id, event_type FROM msg_event WHERE flight_key = 'SLOW' ORDER BY event_id",
-    )
-    .fetch_all(env.store.pool())
-    .await
-    .expect("events");
+    let events: Vec<(i64, String)> = env
+        .rows(
+            "SELECT msg_id, event_type FROM msg_event WHERE flight_key = 'SLOW' ORDER BY event_id",
+        )
+        .await;
     assert_eq!(
         events,
         vec![
@@ -208,11 +206,9 @@ async fn killed_in_group_at(failpoint: &'static str) {
     }
     kill9(&mut svc);
     assert_eq!(env.processing_order().await, ids, "MSG_ID order");
-    let per_msg: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT msg_id, count(*) FROM msg_event GROUP BY msg_id ORDER BY msg_id")
-            .fetch_all(env.store.pool())
-            .await
-            .expect("events");
+    let per_msg: Vec<(i64, i64)> = env
+        .rows("SELECT msg_id, count(*) FROM msg_event GROUP BY msg_id ORDER BY msg_id")
+        .await;
     assert_eq!(per_msg.len(), 20, "every message had its effect");
     assert!(
         per_msg.iter().all(|(_, n)| *n == 1),

@@ -25,6 +25,25 @@ fn outcome(step: StepOutcome) -> (i64, Outcome) {
     }
 }
 
+/// The GATE flight `flid` holds as stored.
+async fn stored_gate(env: &TestEnv, flid: &str) -> String {
+    env.scalar_for(
+        "SELECT fields->>'GATE' FROM flight_state WHERE flid = $1",
+        flid.to_string(),
+    )
+    .await
+}
+
+/// An outcome's kind and its error class (or skip reason): what most checks here compare.
+fn kind(o: &Outcome) -> (&'static str, Option<ErrorClass>) {
+    match o {
+        Outcome::Skipped { reason, .. } => ("skipped", Some(*reason)),
+        Outcome::Dead { class, .. } => ("dead", Some(*class)),
+        Outcome::Failed { class, .. } => ("failed", Some(*class)),
+        other => (other.label(), None),
+    }
+}
+
 #[tokio::test]
 async fn failed_head_blocks_everything_until_due_then_poison_by_deadline() {
     let env = TestEnv::new("pump_block").await;
@@ -35,16 +54,7 @@ async fn failed_head_blocks_everything_until_due_then_poison_by_deadline() {
 
     let (id, o) = outcome(pump.step().await.expect("step"));
     assert_eq!(id, bad);
-    assert!(
-        matches!(
-            o,
-            Outcome::Failed {
-                class: ErrorClass::Unsupported,
-                ..
-            }
-        ),
-        "{o:?}"
-    );
+    assert_eq!(kind(&o), ("failed", Some(ErrorClass::Unsupported)), "{o:?}");
     // Not due: the head waits and the good message behind it waits too.
     for _ in 0..3 {
         assert!(
@@ -93,14 +103,7 @@ async fn poison_by_attempts() {
         assert!(matches!(o, Outcome::Failed { .. }));
         env.clock.advance(Duration::from_secs(60));
     }
-    assert!(matches!(
-        pump.step().await.expect("step"),
-        StepOutcome::Poisoned { .. }
-    ));
-    assert_eq!(
-        env.state_of(bad).await,
-        ("DEAD".into(), Some("EXHAUSTED".into()))
-    );
+    env.step_poisons(&mut pump, bad).await;
     env.cleanup().await;
 }
 
@@ -132,10 +135,7 @@ async fn compat_row_beyond_w_waits_until_w_catches_up() {
         outcome(pump.step().await.expect("step"));
     }
     assert_eq!(env.processing_order().await, vec![a, b, c]);
-    let gate: String = env
-        .scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'F1'")
-        .await;
-    assert_eq!(gate, "A3", "applied in id order");
+    assert_eq!(stored_gate(&env, "F1").await, "A3", "applied in id order");
     env.cleanup().await;
 }
 
@@ -160,57 +160,34 @@ async fn duplicate_malformed_unsupported_and_missing_rows() {
     for _ in 0..5 {
         seen.push(outcome(pump.step().await.expect("step")));
     }
-    assert_eq!(seen[0].1.label(), "succeeded");
-    assert!(matches!(
-        &seen[1].1,
-        Outcome::Skipped {
-            reason: ErrorClass::Duplicate,
-            ..
-        }
-    ));
-    assert!(matches!(
-        &seen[2].1,
-        Outcome::Dead {
-            class: ErrorClass::Malformed,
-            ..
-        }
-    ));
-    assert!(matches!(
-        &seen[3].1,
-        Outcome::Dead {
-            class: ErrorClass::Malformed,
-            ..
-        }
-    ));
-    assert!(matches!(
-        &seen[4].1,
-        Outcome::Failed {
-            class: ErrorClass::Unsupported,
-            ..
-        }
-    ));
+    let kinds: Vec<_> = seen.iter().map(|(_, o)| kind(o)).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("succeeded", None),
+            ("skipped", Some(ErrorClass::Duplicate)),
+            ("dead", Some(ErrorClass::Malformed)),
+            ("dead", Some(ErrorClass::Malformed)),
+            ("failed", Some(ErrorClass::Unsupported)),
+        ]
+    );
     assert_eq!(env.state_of(first).await.0, "SUCCEEDED");
+    let mut states = Vec::new();
+    for id in [dup, malformed, empty, unsupported] {
+        states.push(env.state_of(id).await);
+    }
+    let class = |state: &str, class: &str| (state.to_string(), Some(class.to_string()));
     assert_eq!(
-        env.state_of(dup).await,
-        ("SKIPPED".into(), Some("DUPLICATE".into()))
-    );
-    assert_eq!(
-        env.state_of(malformed).await,
-        ("DEAD".into(), Some("MALFORMED".into()))
-    );
-    assert_eq!(
-        env.state_of(empty).await,
-        ("DEAD".into(), Some("MALFORMED".into()))
-    );
-    assert_eq!(
-        env.state_of(unsupported).await,
-        ("FAILED".into(), Some("UNSUPPORTED".into()))
+        states,
+        [
+            class("SKIPPED", "DUPLICATE"),
+            class("DEAD", "MALFORMED"),
+            class("DEAD", "MALFORMED"),
+            class("FAILED", "UNSUPPORTED"),
+        ]
     );
     // The duplicate changed nothing.
-    let gate: String = env
-        .scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'F1'")
-        .await;
-    assert_eq!(gate, "A1");
+    assert_eq!(stored_gate(&env, "F1").await, "A1");
 
     // Past the unsupported head (poison), the purged row is DEAD MALFORMED, not retried.
     env.clock.advance(Duration::from_secs(3600));
@@ -241,16 +218,7 @@ async fn inbox_cut_during_raw_read_is_infra_never_dead() {
 
     proxy.cut();
     let (_, o) = outcome(pump.step().await.expect("step"));
-    assert!(
-        matches!(
-            o,
-            Outcome::Failed {
-                class: ErrorClass::Infra,
-                ..
-            }
-        ),
-        "{o:?}"
-    );
+    assert_eq!(kind(&o), ("failed", Some(ErrorClass::Infra)), "{o:?}");
     assert_eq!(
         env.state_of(id).await,
         ("FAILED".into(), Some("INFRA".into()))
@@ -266,16 +234,7 @@ async fn inbox_cut_during_raw_read_is_infra_never_dead() {
 #[tokio::test]
 async fn business_transaction_failing_half_way_leaves_nothing_and_is_retried() {
     let env = TestEnv::new("pump_rollback").await;
-    // Fault injection in the real database: the event insert fails for flight BOOM.
-    sqlx::raw_sql(
-        "CREATE FUNCTION boom() RETURNS trigger AS $$ BEGIN \
-           IF NEW.flight_key = 'BOOM' THEN RAISE EXCEPTION 'injected failure'; END IF; \
-           RETURN NEW; END $$ LANGUAGE plpgsql; \
-         CREATE TRIGGER boom BEFORE INSERT ON msg_event FOR EACH ROW EXECUTE FUNCTION boom();",
-    )
-    .execute(env.store.pool())
-    .await
-    .expect("trigger");
+    boom_trigger(&env).await;
     let id = env
         .insert_message(&common::msgs::schedule(
             1,
@@ -302,12 +261,12 @@ async fn business_transaction_failing_half_way_leaves_nothing_and_is_retried() {
     env.clock.advance(Duration::from_secs(5));
     let (_, o) = outcome(pump.step().await.expect("step"));
     assert!(matches!(o, Outcome::Succeeded { changes: 2, .. }), "{o:?}");
-    let events: Vec<String> =
-        sqlx::query_scalar("SELECT event_type FROM msg_event WHERE msg_id = $1 ORDER BY event_id")
-            .bind(id)
-            .fetch_all(env.store.pool())
-            .await
-            .expect("events");
+    let events: Vec<String> = env
+        .column_for(
+            "SELECT event_type FROM msg_event WHERE msg_id = $1 ORDER BY event_id",
+            id,
+        )
+        .await;
     assert_eq!(
         events,
         vec!["FLIGHT_CREATED", "FLIGHT_CREATED", "SCHEDULE_APPLIED"]
@@ -348,11 +307,9 @@ async fn flight_rules_through_the_store_merge_cascade_and_redelete() {
         let (_, o) = outcome(pump.step().await.expect("step"));
         assert_eq!(o.label(), "succeeded", "{o:?}");
     }
-    let flights: Vec<(String, serde_json::Value)> =
-        sqlx::query_as("SELECT flid, fields FROM flight_state ORDER BY flid")
-            .fetch_all(env.store.pool())
-            .await
-            .expect("flights");
+    let flights: Vec<(String, serde_json::Value)> = env
+        .rows("SELECT flid, fields FROM flight_state ORDER BY flid")
+        .await;
     let by: std::collections::BTreeMap<_, _> = flights.into_iter().collect();
     assert_eq!(
         by.keys().cloned().collect::<Vec<_>>(),
@@ -364,12 +321,7 @@ async fn flight_rules_through_the_store_merge_cascade_and_redelete() {
     assert_eq!(a["STAT"], "SCH", "not carried by the 2nd schedule: kept");
     assert_eq!(a["STND"], "S7");
     assert_eq!(a["ETOT"], "20261130101500");
-    let deleted: Vec<String> = sqlx::query_scalar(
-        "SELECT flight_key FROM msg_event WHERE event_type = 'FLIGHT_DELETED' ORDER BY event_id",
-    )
-    .fetch_all(env.store.pool())
-    .await
-    .expect("events");
+    let deleted: Vec<String> = env.column("SELECT flight_key FROM msg_event WHERE event_type = 'FLIGHT_DELETED' ORDER BY event_id").await;
     assert_eq!(
         deleted,
         vec!["M", "S1", "S2"],
@@ -388,39 +340,15 @@ async fn flight_rules_through_the_store_merge_cascade_and_redelete() {
 /// A message that binds its identity, fails INFRA on every business attempt (an injected
 /// trigger) and is escalated to DEAD(EXHAUSTED): a DEAD record that held an identity.
 async fn dead_holder(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore) -> i64 {
-    sqlx::raw_sql(
-        "CREATE FUNCTION boom() RETURNS trigger AS $$ BEGIN \
-           IF NEW.flight_key = 'BOOM' THEN RAISE EXCEPTION 'injected failure'; END IF; \
-           RETURN NEW; END $$ LANGUAGE plpgsql; \
-         CREATE TRIGGER boom BEFORE INSERT ON msg_event FOR EACH ROW EXECUTE FUNCTION boom();",
-    )
-    .execute(env.store.pool())
-    .await
-    .expect("trigger");
+    boom_trigger(env).await;
     let a = env
         .insert_message(&flop(42, "BOOM", &[("GATE", "A1")]))
         .await;
     env.poll(env.poll_cfg(100)).await;
     let (_, o) = outcome(pump.step().await.expect("step"));
-    assert!(
-        matches!(
-            o,
-            Outcome::Failed {
-                class: ErrorClass::Infra,
-                ..
-            }
-        ),
-        "{o:?}"
-    );
+    assert_eq!(kind(&o), ("failed", Some(ErrorClass::Infra)), "{o:?}");
     env.clock.advance(Duration::from_secs(3600));
-    assert!(matches!(
-        pump.step().await.expect("step"),
-        StepOutcome::Poisoned { .. }
-    ));
-    assert_eq!(
-        env.state_of(a).await,
-        ("DEAD".into(), Some("EXHAUSTED".into()))
-    );
+    env.step_poisons(pump, a).await;
     // The group-commit pump binds an identity inside the business write, so a message whose
     // business write never succeeded holds none. A DEAD record with an identity is what an
     // earlier version (which bound it in a statement of its own) left behind: make one.
@@ -432,14 +360,11 @@ async fn dead_holder(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore) -> i64
     .decode(&flop(42, "BOOM", &[("GATE", "A1")]))
     .expect("decodes")
     .identity_key(false, chrono_tz::Asia::Shanghai);
-    sqlx::query(
+    env.exec_with(
         "UPDATE proc_state SET identity_key = $2 WHERE msg_id = $1 AND identity_key IS NULL",
+        |q| q.bind(a).bind(&key),
     )
-    .bind(a)
-    .bind(&key)
-    .execute(env.store.pool())
-    .await
-    .expect("identity");
+    .await;
     let bound: Option<String> = env
         .scalar_for("SELECT identity_key FROM proc_state WHERE msg_id = $1", a)
         .await;
@@ -448,26 +373,9 @@ async fn dead_holder(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore) -> i64
     a
 }
 
-fn ops(env: &TestEnv) -> msgx_core::ops::Ops {
-    msgx_core::ops::Ops {
-        store: env.store.clone(),
-        inbox: env.inbox.clone(),
-        drain_window: Duration::from_secs(300),
-    }
-}
-
 async fn replay_dead(env: &TestEnv, id: i64) {
-    let req = msgx_core::ops::ReplayRequest {
-        msg_ids: vec![id],
-        expect_state: Some("DEAD".into()),
-        actor: "ops".into(),
-        reason: "infra fixed".into(),
-        ..Default::default()
-    };
-    let r = ops(env)
-        .replay(&req, msgx_core::clock::Clock::now(&env.clock))
-        .await
-        .expect("replay");
+    let req = common::replay_of_dead(id, "infra fixed", None);
+    let r = env.ops_replay(&req).await;
     assert_eq!(r.applied, 1, "{r:?}");
 }
 
@@ -495,10 +403,11 @@ async fn dead_record_releases_its_identity_resend_then_replay() {
         .scalar_for("SELECT error_text FROM proc_state WHERE msg_id = $1", a)
         .await;
     assert!(text.contains(&b.to_string()), "names the holder: {text}");
-    let gate: String = env
-        .scalar("SELECT fields->>'GATE' FROM flight_state WHERE flid = 'BOOM'")
-        .await;
-    assert_eq!(gate, "B2", "the re-send's data stands");
+    assert_eq!(
+        stored_gate(&env, "BOOM").await,
+        "B2",
+        "the re-send's data stands"
+    );
     env.cleanup().await;
 }
 
@@ -629,15 +538,7 @@ struct Snapshot {
 /// Runs the inbox to the end; returns what it decided and how many groups it committed.
 async fn run_inbox(spec: &[Gen], group_max: &str) -> (Snapshot, u64) {
     let env = TestEnv::new("pump_group_prop").await;
-    sqlx::raw_sql(
-        "CREATE FUNCTION boom() RETURNS trigger AS $$ BEGIN \
-           IF NEW.flight_key = 'BOOM' THEN RAISE EXCEPTION 'injected failure'; END IF; \
-           RETURN NEW; END $$ LANGUAGE plpgsql; \
-         CREATE TRIGGER boom BEFORE INSERT ON msg_event FOR EACH ROW EXECUTE FUNCTION boom();",
-    )
-    .execute(env.store.pool())
-    .await
-    .expect("trigger");
+    boom_trigger(&env).await;
     let mut purge = Vec::new();
     for i in 0..spec.len() {
         let id = env.insert_message(&text_of(spec, i)).await;
@@ -764,11 +665,9 @@ async fn backlog_gauges_are_exact_when_small_and_the_id_span_when_large() {
     .await
     .expect("rows");
     let large = env.store.backlog_gauges().await.expect("gauges");
-    let exact: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM proc_state WHERE state IN ('PENDING', 'FAILED')")
-            .fetch_one(env.store.pool())
-            .await
-            .expect("backlog");
+    let exact: i64 = env
+        .scalar("SELECT count(*) FROM proc_state WHERE state IN ('PENDING', 'FAILED')")
+        .await;
     assert_eq!(exact, 8000);
     assert!(
         large.unfinished >= exact && large.unfinished <= 12_000,
@@ -903,16 +802,10 @@ async fn after_the_failed_group(env: &TestEnv, pump: &mut msgx_core::pump::PumpC
     let (id, o) = outcome(step_ok(pump).await);
     assert_eq!((id, o.label()), (a, "succeeded"), "{o:?}");
     let (id, o) = outcome(step_ok(pump).await);
-    assert!(
-        id == b
-            && matches!(
-                o,
-                Outcome::Failed {
-                    class: ErrorClass::Infra,
-                    ..
-                }
-            ),
-        "{id} {o:?}"
+    assert_eq!(
+        (id, kind(&o)),
+        (b, ("failed", Some(ErrorClass::Infra))),
+        "{o:?}"
     );
     let next = step_ok(pump).await;
     assert!(
@@ -932,41 +825,62 @@ async fn after_the_failed_group(env: &TestEnv, pump: &mut msgx_core::pump::PumpC
     );
 }
 
-/// A group that fails before its commit (the pipeline lock is held elsewhere past the
-/// store's `lock_timeout`) gives its members' stamps back.
-#[tokio::test]
-async fn a_group_failing_before_its_commit_gives_its_stamps_back() {
-    let env = TestEnv::new("pump_giveback").await;
-    boom_trigger(&env).await;
-    let ids = vec![
-        env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await,
-        env.insert_message(&flop(2, "BOOM", &[("GATE", "B1")]))
-            .await,
-        env.insert_message(&flop(3, "F3", &[("GATE", "C1")])).await,
+/// With [`boom_trigger`] set: the first `n` of a good message, one on flight BOOM (its business
+/// write fails) and another good one, discovered; their ids.
+async fn group_with_a_boom(env: &TestEnv, n: usize) -> Vec<i64> {
+    boom_trigger(env).await;
+    let texts = [
+        flop(1, "F1", &[("GATE", "A1")]),
+        flop(2, "BOOM", &[("GATE", "B1")]),
+        flop(3, "F3", &[("GATE", "C1")]),
     ];
+    let mut ids = Vec::new();
+    for text in &texts[..n] {
+        ids.push(env.insert_message(text).await);
+    }
     env.poll(env.poll_cfg(100)).await;
-    let store = Store::connect(&env.settings(&[("MSGX_STORE__LOCK_TIMEOUT", "300ms")]).store)
-        .await
-        .expect("store");
-    let mut pump = pump_on(&env, store);
+    ids
+}
 
+/// A store connection holding the pipeline lock (as another pump would), until released.
+async fn hold_pipeline_lock(env: &TestEnv) -> sqlx::pool::PoolConnection<sqlx::Postgres> {
     let mut holder = env.store.pool().acquire().await.expect("connection");
     sqlx::query("SELECT pg_advisory_lock($1)")
         .bind(PIPELINE_LOCK_KEY)
         .execute(&mut *holder)
         .await
         .expect("pipeline lock");
-    let err = pump
-        .step()
-        .await
-        .expect_err("the group fails before its commit");
-    assert!(err.to_string().contains("lock"), "{err}");
+    holder
+}
+
+/// Lets go of the pipeline lock [`hold_pipeline_lock`] took, and of its connection.
+async fn release_pipeline_lock(mut holder: sqlx::pool::PoolConnection<sqlx::Postgres>) {
     sqlx::query("SELECT pg_advisory_unlock($1)")
         .bind(PIPELINE_LOCK_KEY)
         .execute(&mut *holder)
         .await
         .expect("unlock");
     drop(holder);
+}
+
+/// A group that fails before its commit (the pipeline lock is held elsewhere past the
+/// store's `lock_timeout`) gives its members' stamps back.
+#[tokio::test]
+async fn a_group_failing_before_its_commit_gives_its_stamps_back() {
+    let env = TestEnv::new("pump_giveback").await;
+    let ids = group_with_a_boom(&env, 3).await;
+    let store = Store::connect(&env.settings(&[("MSGX_STORE__LOCK_TIMEOUT", "300ms")]).store)
+        .await
+        .expect("store");
+    let mut pump = pump_on(&env, store);
+
+    let holder = hold_pipeline_lock(&env).await;
+    let err = pump
+        .step()
+        .await
+        .expect_err("the group fails before its commit");
+    assert!(err.to_string().contains("lock"), "{err}");
+    release_pipeline_lock(holder).await;
 
     after_the_failed_group(&env, &mut pump, &ids).await;
     assert_eq!(stamp_of(&env, ids[2]).await, (0, None), "c never ran");
@@ -978,13 +892,7 @@ async fn a_group_failing_before_its_commit_gives_its_stamps_back() {
 #[tokio::test]
 async fn stamps_of_a_group_cut_off_from_the_store_are_given_back_when_it_returns() {
     let env = TestEnv::new("pump_giveback_cut").await;
-    boom_trigger(&env).await;
-    let ids = vec![
-        env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await,
-        env.insert_message(&flop(2, "BOOM", &[("GATE", "B1")]))
-            .await,
-    ];
-    env.poll(env.poll_cfg(100)).await;
+    let ids = group_with_a_boom(&env, 2).await;
     let proxy = Proxy::start("127.0.0.1:5432").await;
     let mut settings = env.settings(&[("MSGX_STORE__CONNECT_TIMEOUT", "1s")]);
     settings.store.url = env
@@ -997,12 +905,7 @@ async fn stamps_of_a_group_cut_off_from_the_store_are_given_back_when_it_returns
     let pump = pump_on(&env, store);
 
     // The group waits for the pipeline lock; the store goes away meanwhile.
-    let mut holder = env.store.pool().acquire().await.expect("connection");
-    sqlx::query("SELECT pg_advisory_lock($1)")
-        .bind(PIPELINE_LOCK_KEY)
-        .execute(&mut *holder)
-        .await
-        .expect("pipeline lock");
+    let holder = hold_pipeline_lock(&env).await;
     let step = tokio::spawn(async move {
         let mut pump = pump;
         let r = pump.step().await;
@@ -1030,12 +933,7 @@ async fn stamps_of_a_group_cut_off_from_the_store_are_given_back_when_it_returns
         1,
         "stamped, not given back yet"
     );
-    sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(PIPELINE_LOCK_KEY)
-        .execute(&mut *holder)
-        .await
-        .expect("unlock");
-    drop(holder);
+    release_pipeline_lock(holder).await;
     proxy.restore();
 
     after_the_failed_group(&env, &mut pump, &ids).await;

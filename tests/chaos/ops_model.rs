@@ -101,16 +101,15 @@ impl Model {
     /// At the moment the DB owner purges `ids` (inbox rows up to a READY boundary): each must be
     /// finished — terminal with its mark confirmed — or skipped cutover stock.
     pub async fn check_purge(&mut self, env: &TestEnv, boundary: i64, ids: &[i64]) {
-        let finished: HashSet<i64> = sqlx::query_scalar(
-            "SELECT msg_id FROM proc_state_all WHERE msg_id = ANY($1) \
+        let finished: HashSet<i64> = env
+            .column_for(
+                "SELECT msg_id FROM proc_state_all WHERE msg_id = ANY($1) \
                AND state IN ('SUCCEEDED','SKIPPED','DEAD') AND backfill_at IS NOT NULL",
-        )
-        .bind(ids)
-        .fetch_all(env.store.pool())
-        .await
-        .expect("finished rows")
-        .into_iter()
-        .collect();
+                ids,
+            )
+            .await
+            .into_iter()
+            .collect();
         let unfinished: Vec<i64> = ids
             .iter()
             .filter(|id| !finished.contains(id) && !self.skipped_stock.contains(id))
@@ -136,27 +135,26 @@ impl Model {
 
     async fn check_stock(&mut self, env: &TestEnv) {
         let stock: Vec<i64> = self.skipped_stock.iter().copied().collect();
-        let processed: Vec<i64> =
-            sqlx::query_scalar("SELECT msg_id FROM proc_state_all WHERE msg_id = ANY($1)")
-                .bind(&stock)
-                .fetch_all(env.store.pool())
-                .await
-                .expect("stock records");
+        let processed: Vec<i64> = env
+            .column_for(
+                "SELECT msg_id FROM proc_state_all WHERE msg_id = ANY($1)",
+                &stock,
+            )
+            .await;
         if !processed.is_empty() {
             let states = states_of(env, &processed).await;
             self.violation(format!("skipped cutover stock was processed: {states}"));
         }
         let read: Vec<i64> = self.read_stock.iter().copied().collect();
-        let done: HashSet<i64> = sqlx::query_scalar(
-            "SELECT msg_id FROM proc_state_all WHERE msg_id = ANY($1) \
+        let done: HashSet<i64> = env
+            .column_for(
+                "SELECT msg_id FROM proc_state_all WHERE msg_id = ANY($1) \
                AND state IN ('SUCCEEDED','SKIPPED','DEAD')",
-        )
-        .bind(&read)
-        .fetch_all(env.store.pool())
-        .await
-        .expect("read stock")
-        .into_iter()
-        .collect();
+                &read,
+            )
+            .await
+            .into_iter()
+            .collect();
         let missing: Vec<i64> = read.into_iter().filter(|i| !done.contains(i)).collect();
         if !missing.is_empty() {
             self.violation(format!(
@@ -166,14 +164,11 @@ impl Model {
     }
 
     async fn check_replays(&mut self, env: &TestEnv) {
-        let approved: HashSet<i64> = sqlx::query_scalar(
-            "SELECT msg_id FROM proc_state WHERE terminal_reason = 'APPROVED_SKIP'",
-        )
-        .fetch_all(env.store.pool())
-        .await
-        .expect("approved skips")
-        .into_iter()
-        .collect();
+        let approved: HashSet<i64> = env
+            .column("SELECT msg_id FROM proc_state WHERE terminal_reason = 'APPROVED_SKIP'")
+            .await
+            .into_iter()
+            .collect();
         for r in self.replays.clone() {
             let rows: Vec<(i64, String, Option<i64>)> = sqlx::query_as(
                 "SELECT msg_id, state, processed_seq FROM proc_state_all \
@@ -211,14 +206,13 @@ impl Model {
     }
 
     async fn check_skips(&mut self, env: &TestEnv) {
-        let rows: Vec<(i64, bool, Option<i64>)> = sqlx::query_as(
-            "SELECT p.msg_id, EXISTS (SELECT 1 FROM msg_event e WHERE e.msg_id = p.msg_id), \
+        let rows: Vec<(i64, bool, Option<i64>)> = env
+            .rows(
+                "SELECT p.msg_id, EXISTS (SELECT 1 FROM msg_event e WHERE e.msg_id = p.msg_id), \
                     p.processed_seq \
              FROM proc_state p WHERE p.terminal_reason = 'APPROVED_SKIP'",
-        )
-        .fetch_all(env.store.pool())
-        .await
-        .expect("skipped rows");
+            )
+            .await;
         let reported: u64 = self.skips.iter().map(|s| s.2).sum();
         if rows.len() as u64 != reported {
             self.violation(format!(
@@ -239,24 +233,22 @@ impl Model {
     }
 
     async fn check_marks(&mut self, env: &TestEnv) {
-        let unconfirmed: Vec<i64> = sqlx::query_scalar(
-            "SELECT msg_id FROM proc_state WHERE state IN ('SUCCEEDED','SKIPPED','DEAD') \
+        let unconfirmed: Vec<i64> = env
+            .column(
+                "SELECT msg_id FROM proc_state WHERE state IN ('SUCCEEDED','SKIPPED','DEAD') \
                AND backfill_at IS NULL AND backfill_abandon_reason IS NULL ORDER BY msg_id",
-        )
-        .fetch_all(env.store.pool())
-        .await
-        .expect("unmarked");
+            )
+            .await;
         if !unconfirmed.is_empty() {
             self.violation(format!(
                 "terminal rows neither marked nor abandoned: {unconfirmed:?}"
             ));
         }
-        let open: Vec<i64> = sqlx::query_scalar(
-            "SELECT msg_id FROM proc_state WHERE state IN ('PENDING','FAILED') ORDER BY msg_id",
-        )
-        .fetch_all(env.store.pool())
-        .await
-        .expect("open");
+        let open: Vec<i64> = env
+            .column(
+                "SELECT msg_id FROM proc_state WHERE state IN ('PENDING','FAILED') ORDER BY msg_id",
+            )
+            .await;
         if !open.is_empty() {
             self.violation(format!("rows never finished: {open:?}"));
         }
@@ -266,14 +258,11 @@ impl Model {
         .fetch_all(&env.owner)
         .await
         .expect("inbox");
-        let abandoned: HashSet<i64> = sqlx::query_scalar(
-            "SELECT msg_id FROM proc_state WHERE backfill_abandon_reason IS NOT NULL",
-        )
-        .fetch_all(env.store.pool())
-        .await
-        .expect("abandoned")
-        .into_iter()
-        .collect();
+        let abandoned: HashSet<i64> = env
+            .column("SELECT msg_id FROM proc_state WHERE backfill_abandon_reason IS NOT NULL")
+            .await
+            .into_iter()
+            .collect();
         let unmarked: Vec<i64> = inbox
             .iter()
             .filter(|(id, st)| {
@@ -294,11 +283,9 @@ impl Model {
     }
 
     async fn check_events(&mut self, env: &TestEnv, consumed: &HashSet<i64>) {
-        let events: Vec<(i64, String)> =
-            sqlx::query_as("SELECT event_id, state FROM msg_event ORDER BY event_id")
-                .fetch_all(env.store.pool())
-                .await
-                .expect("events");
+        let events: Vec<(i64, String)> = env
+            .rows("SELECT event_id, state FROM msg_event ORDER BY event_id")
+            .await;
         let undelivered: Vec<String> = events
             .iter()
             .filter(|(id, st)| st != "SENT" || !consumed.contains(id))

@@ -200,12 +200,18 @@ impl Drop for Instance {
 
 /// A plain HTTP/1.1 GET; the whole response.
 pub async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    http_exchange(port, &request, Duration::from_secs(3)).await
+}
+
+/// Sends one raw HTTP request to 127.0.0.1:port on a fresh connection and reads until the
+/// server closes it (a timeout after `limit`); the whole response, as text.
+pub async fn http_exchange(port: u16, request: &str, limit: Duration) -> std::io::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
+    s.write_all(request.as_bytes()).await?;
     let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut buf))
+    tokio::time::timeout(limit, s.read_to_end(&mut buf))
         .await
         .map_err(|_| std::io::Error::other("timeout"))??;
     Ok(String::from_utf8_lossy(&buf).into_owned())
@@ -250,8 +256,8 @@ impl SimOpts {
 
 /// `msgexchange dev simulate-upstream` against the real inbox (upstream is not proxied).
 pub fn simulator(env: &TestEnv, o: SimOpts) -> Child {
-    msgexchange()
-        .args(["dev", "simulate-upstream", "--hold-max", "1500ms"])
+    let mut cmd = msgexchange();
+    cmd.args(["dev", "simulate-upstream", "--hold-max", "1500ms"])
         .args(["--rate", &o.rate.to_string()])
         .args(["--connections", &o.connections.to_string()])
         .args(["--total", &o.total.to_string()])
@@ -259,14 +265,20 @@ pub fn simulator(env: &TestEnv, o: SimOpts) -> Child {
         .args(["--rollback-fraction", &o.rollback.to_string()])
         .args(["--malformed-fraction", &o.malformed.to_string()])
         .args(["--unknown-type-fraction", &o.unknown.to_string()])
-        .args(["--seed", &o.seed.to_string()])
-        .envs(env.binary_env())
+        .args(["--seed", &o.seed.to_string()]);
+    spawn_quiet(&mut cmd, env, "simulator")
+}
+
+/// Spawns `cmd` (`what`, in the panic) against `env`'s databases, logging warnings only,
+/// its output discarded: a tool running beside the test.
+pub fn spawn_quiet(cmd: &mut Command, env: &TestEnv, what: &str) -> Child {
+    cmd.envs(env.binary_env())
         .env("MSGX_LOG__LEVEL", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("simulator")
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// What a CLI run printed and how it ended.
@@ -347,15 +359,14 @@ pub async fn settled_above(env: &TestEnv, purged_to: i64) -> bool {
         .await
         .expect("max id");
     let (w, _) = env.cursor().await;
-    let open: i64 = sqlx::query_scalar(
-        "SELECT (SELECT count(*) FROM proc_state WHERE state IN ('PENDING','FAILED')) \
+    let open: i64 = env
+        .scalar(
+            "SELECT (SELECT count(*) FROM proc_state WHERE state IN ('PENDING','FAILED')) \
               + (SELECT count(*) FROM proc_state WHERE state IN ('SUCCEEDED','SKIPPED','DEAD') \
                    AND backfill_at IS NULL AND backfill_abandon_reason IS NULL) \
               + (SELECT count(*) FROM msg_event WHERE state = 'PENDING')",
-    )
-    .fetch_one(env.store.pool())
-    .await
-    .expect("open work");
+        )
+        .await;
     max_id.unwrap_or(0).max(purged_to) <= w && open == 0
 }
 

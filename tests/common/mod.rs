@@ -29,12 +29,13 @@ use msgx_core::clock::ManualClock;
 use msgx_core::devtools::fixture;
 use msgx_core::inbox::names::{InboxNames, OutboxNames};
 use msgx_core::inbox::Inbox;
+use msgx_core::ops::ReplayRequest;
 use msgx_core::poller::{poll_once, PollConfig, PollReport};
 use msgx_core::settings::Settings;
 use msgx_core::store::replay::{self, AdminError, AdminReport, Audit, Expect};
 use msgx_core::store::Store;
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{Executor, MySql, Transaction};
 
 /// Admin URL of the test PostgreSQL (no database).
@@ -45,6 +46,42 @@ pub fn pg_base() -> String {
 /// Admin URL of the test MariaDB/MySQL (no database).
 pub fn mysql_base() -> String {
     std::env::var("MSGX_TEST_MYSQL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+/// One connection to the test PostgreSQL's `postgres` database, for creating and dropping
+/// the test databases.
+pub async fn pg_admin() -> Result<PgPool, sqlx::Error> {
+    let url = format!("{}/postgres", pg_base());
+    PgPoolOptions::new().max_connections(1).connect(&url).await
+}
+
+/// One connection to the test MariaDB (no database), for creating and dropping databases
+/// and accounts.
+pub async fn mysql_admin() -> Result<MySqlPool, sqlx::Error> {
+    MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&mysql_base())
+        .await
+}
+
+/// Runs these administrative statements on `pool` in order; panics naming the one that fails.
+pub async fn run_all<DB: sqlx::Database>(pool: &sqlx::Pool<DB>, statements: &[String])
+where
+    for<'c> &'c sqlx::Pool<DB>: Executor<'c, Database = DB>,
+{
+    for sql in statements {
+        pool.execute(sql.as_str())
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+}
+
+/// The settings key an `MSGX_*` variable sets, as errors name it: `MSGX_RETENTION__BATCH` →
+/// `retention.batch`.
+pub fn setting_name(var: &str) -> String {
+    var.trim_start_matches("MSGX_")
+        .replace("__", ".")
+        .to_lowercase()
 }
 
 /// The repo's default config file.
@@ -84,32 +121,21 @@ impl TestEnv {
         let pg_url = format!("{}/{db}", pg_base());
         let my_url = format!("{}/{db}", mysql_base());
 
-        let admin = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&format!("{}/postgres", pg_base()))
-            .await
-            .expect("postgres reachable");
-        admin
-            .execute(format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)").as_str())
-            .await
-            .expect("drop pg db");
-        admin
-            .execute(format!("CREATE DATABASE \"{db}\"").as_str())
-            .await
-            .expect("create pg db");
+        let admin = pg_admin().await.expect("postgres reachable");
+        run_all(
+            &admin,
+            &[
+                format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"),
+                format!("CREATE DATABASE \"{db}\""),
+            ],
+        )
+        .await;
         admin.close().await;
 
         let names = InboxNames::defaults();
         let outbox = OutboxNames::new("COUTMSGS").expect("name");
-        let my_admin = MySqlPoolOptions::new()
-            .max_connections(1)
-            .connect(&mysql_base())
-            .await
-            .expect("mariadb reachable");
-        my_admin
-            .execute(format!("DROP DATABASE IF EXISTS `{db}`").as_str())
-            .await
-            .expect("drop mysql db");
+        let my_admin = mysql_admin().await.expect("mariadb reachable");
+        run_all(&my_admin, &[format!("DROP DATABASE IF EXISTS `{db}`")]).await;
         my_admin.close().await;
         fixture::create_inbox_fixture(&my_url, &names, &outbox)
             .await
@@ -243,6 +269,25 @@ impl TestEnv {
         )
     }
 
+    /// The operator surface on this env's store and inbox, with a five-minute drain window.
+    pub fn ops(&self) -> msgx_core::ops::Ops {
+        msgx_core::ops::Ops {
+            store: self.store.clone(),
+            inbox: self.inbox.clone(),
+            drain_window: std::time::Duration::from_secs(300),
+        }
+    }
+
+    /// The operator's replay (`Ops::replay`) of `req` at the manual clock's now; it runs (rows
+    /// may still be refused: the report says which).
+    pub async fn ops_replay(&self, req: &ReplayRequest) -> msgx_core::ops::ActionReport {
+        use msgx_core::clock::Clock;
+        self.ops()
+            .replay(req, self.clock.now())
+            .await
+            .unwrap_or_else(|e| panic!("replay {req:?}: {e}"))
+    }
+
     /// `(state, error_class)` of a message.
     pub async fn state_of(&self, msg_id: i64) -> (String, Option<String>) {
         sqlx::query_as("SELECT state, error_class FROM proc_state WHERE msg_id = $1")
@@ -357,6 +402,14 @@ impl TestEnv {
         (tx, r.last_insert_id() as i64)
     }
 
+    /// One committed row, then an insert left open after it (a hole in the making): the row's
+    /// id, the open transaction and its id.
+    pub async fn row_then_open_insert(&self) -> (i64, Transaction<'static, MySql>, i64) {
+        let row = self.insert_rows(1).await[0];
+        let (tx, id) = self.open_insert().await;
+        (row, tx, id)
+    }
+
     /// PROC_STATE ids in ascending order.
     pub async fn enqueued_ids(&self) -> Vec<i64> {
         sqlx::query_scalar("SELECT msg_id FROM proc_state ORDER BY msg_id")
@@ -375,20 +428,12 @@ impl TestEnv {
     pub async fn cleanup(self) {
         self.owner.close().await;
         self.store.pool().close().await;
-        if let Ok(admin) = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&format!("{}/postgres", pg_base()))
-            .await
-        {
+        if let Ok(admin) = pg_admin().await {
             let _ = admin
                 .execute(format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.db).as_str())
                 .await;
         }
-        if let Ok(admin) = MySqlPoolOptions::new()
-            .max_connections(1)
-            .connect(&mysql_base())
-            .await
-        {
+        if let Ok(admin) = mysql_admin().await {
             let _ = admin
                 .execute(format!("DROP DATABASE IF EXISTS `{}`", self.db).as_str())
                 .await;
@@ -408,6 +453,18 @@ pub struct WatchEntry {
     pub checked_at: Option<DateTime<Utc>>,
     /// When it was found in the inbox (and enqueued as LATE).
     pub detected_at: Option<DateTime<Utc>>,
+}
+
+/// The operator `ops` replaying one message it expects DEAD, for this reason and ticket.
+pub fn replay_of_dead(id: i64, reason: &str, ticket: Option<&str>) -> ReplayRequest {
+    ReplayRequest {
+        msg_ids: vec![id],
+        expect_state: Some("DEAD".into()),
+        actor: "ops".into(),
+        reason: reason.into(),
+        ticket: ticket.map(Into::into),
+        ..Default::default()
+    }
 }
 
 /// An operator's audit (who, why), no ticket.

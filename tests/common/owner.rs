@@ -28,6 +28,14 @@ impl TestEnv {
         self.owner_update(set, &[status], ids).await;
     }
 
+    /// As the DB owner: runs this statement on the inbox (no binds).
+    pub async fn owner_exec(&self, sql: &str) {
+        sqlx::query(sql)
+            .execute(&self.owner)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
     /// As the DB owner: deletes every inbox row up to `last` (a purge).
     pub async fn purge_as_owner(&self, last: i64) {
         sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID <= ?")

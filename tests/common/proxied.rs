@@ -24,6 +24,13 @@ pub struct ProxiedInbox {
 }
 
 impl TestEnv {
+    /// An inbox adapter on this env's names and zone, its settings with these overrides
+    /// (another URL, other timeouts).
+    pub fn inbox_with(&self, extra: &[(&str, &str)]) -> Inbox {
+        let settings = self.settings(extra);
+        Inbox::new(&settings.inbox, &self.names, self.tz).expect("inbox")
+    }
+
     /// Starts a proxy to the test MariaDB; settings with `extra` and an inbox adapter that
     /// reach this env's inbox through it.
     pub async fn inbox_via_proxy(&self, extra: &[(&str, &str)]) -> ProxiedInbox {

@@ -7,6 +7,16 @@ use super::TestEnv;
 
 /// Starts `msgexchange run` on this env's databases, `/metrics` on `port`, quick polling.
 pub fn spawn_service(env: &TestEnv, extra: &[(&str, &str)], port: u16) -> Child {
+    spawn_service_logging(env, extra, port, Stdio::null())
+}
+
+/// [`spawn_service`], its log (stderr) going to `log`; `extra` overrides the quick polling too.
+pub fn spawn_service_logging(
+    env: &TestEnv,
+    extra: &[(&str, &str)],
+    port: u16,
+    log: Stdio,
+) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
     cmd.arg("run")
         .envs(env.binary_env())
@@ -15,7 +25,7 @@ pub fn spawn_service(env: &TestEnv, extra: &[(&str, &str)], port: u16) -> Child 
         .env("MSGX_LOG__LEVEL", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(log);
     for (k, v) in extra {
         cmd.env(k, v);
     }

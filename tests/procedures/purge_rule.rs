@@ -6,18 +6,17 @@
 
 use std::time::Duration;
 
-use msgx_core::clock::Clock;
 use msgx_core::cutover::CutoverMode;
-use msgx_core::ops::{BoundaryWatch, PurgeReadiness, PurgeRequest, ReplayRequest};
+use msgx_core::ops::{Advance, BoundaryWatch, PurgeReadiness, PurgeRequest, ReplayRequest};
 use msgx_core::pump::StepOutcome;
 
 use super::common::msgs::{flop, unknown_type};
 use super::common::TestEnv;
 use super::raw_copy::dead_and_marked;
-use super::{insert, mark, ops};
+use super::{insert, insert_flops, mark};
 
 async fn readiness(env: &TestEnv) -> PurgeReadiness {
-    ops(env)
+    env.ops()
         .purge_readiness(&PurgeRequest::default())
         .await
         .expect("purge readiness")
@@ -30,15 +29,16 @@ fn reasons(list: &[msgx_core::ops::Unmarked]) -> Vec<(String, u64, Vec<i64>)> {
         .collect()
 }
 
+/// One round of the boundary gauge over at most 1 000 inbox rows.
+async fn gauge_round(env: &TestEnv, watch: &mut BoundaryWatch) -> Advance {
+    watch
+        .advance(&env.inbox, &env.store, 1_000)
+        .await
+        .expect("advance")
+}
+
 fn replay_dead(id: i64) -> ReplayRequest {
-    ReplayRequest {
-        msg_ids: vec![id],
-        expect_state: Some("DEAD".into()),
-        actor: "ops".into(),
-        reason: "decoder fixed".into(),
-        ticket: Some("CHG-19".into()),
-        ..Default::default()
-    }
+    super::common::replay_of_dead(id, "decoder fixed", Some("CHG-19"))
 }
 
 async fn inbox_marked(env: &TestEnv, id: i64) -> bool {
@@ -82,10 +82,7 @@ async fn a_replayed_row_that_keeps_its_mark_holds_the_purge() {
     assert!(r.ready, "{}", r.render());
     assert_eq!((r.boundary_id, r.purgeable), (Some(good), 2));
 
-    ops(&env)
-        .replay(&replay_dead(dead), env.clock.now())
-        .await
-        .expect("replay");
+    env.ops_replay(&replay_dead(dead)).await;
     assert_eq!(env.state_of(dead).await.0, "PENDING");
     assert!(inbox_marked(&env, dead).await, "the old mark stays");
     let r = readiness(&env).await;
@@ -158,8 +155,7 @@ async fn a_mark_by_someone_else_on_a_pending_row_holds_the_purge() {
 #[tokio::test]
 async fn skipped_cutover_stock_is_purgeable_only_where_marked() {
     let env = TestEnv::new("purge_stock").await;
-    let texts: Vec<String> = (1..=5).map(|s| flop(s, &format!("S{s}"), &[])).collect();
-    let stock = insert(&env, 0, &texts).await;
+    let stock = insert_flops(&env, "S", 5).await;
     // A stock row rolled back at the cutover: a gap, a hole like any other.
     env.delete_as_owner(&[stock[3]]).await;
     mark(&env, &[stock[0], stock[1], stock[4]]).await;
@@ -193,10 +189,7 @@ async fn skipped_cutover_stock_is_purgeable_only_where_marked() {
     assert_eq!(r.boundary_id, Some(ours));
     // The gauge agrees.
     let mut watch = BoundaryWatch::default();
-    watch
-        .advance(&env.inbox, &env.store, 1_000)
-        .await
-        .expect("advance");
+    gauge_round(&env, &mut watch).await;
     assert_eq!(watch.boundary.map(|b| b.0), Some(ours));
     env.cleanup().await;
 }
@@ -206,12 +199,8 @@ async fn skipped_cutover_stock_is_purgeable_only_where_marked() {
 #[tokio::test]
 async fn the_boundary_gauge_moves_down_after_a_replay() {
     let env = TestEnv::new("purge_gauge").await;
-    let ids = insert(
-        &env,
-        0,
-        &[flop(1, "G1", &[]), unknown_type(2), flop(3, "G3", &[])],
-    )
-    .await;
+    let texts = [flop(1, "G1", &[]), unknown_type(2), flop(3, "G3", &[])];
+    let ids = insert(&env, 0, &texts).await;
     let (g1, bad, g3) = (ids[0], ids[1], ids[2]);
     env.discover(g3).await;
     let mut pump = env.pump(&[("MSGX_PROCESSING__MAX_ATTEMPTS", "1")]);
@@ -219,21 +208,12 @@ async fn the_boundary_gauge_moves_down_after_a_replay() {
     assert_eq!(env.state_of(bad).await.0, "DEAD");
     env.sweep_all().await;
     let mut watch = BoundaryWatch::default();
-    let a = watch
-        .advance(&env.inbox, &env.store, 1_000)
-        .await
-        .expect("advance");
+    let a = gauge_round(&env, &mut watch).await;
     assert!(a.caught_up && !a.pulled_down);
     assert_eq!(watch.boundary.map(|b| b.0), Some(g3));
 
-    ops(&env)
-        .replay(&replay_dead(bad), env.clock.now())
-        .await
-        .expect("replay");
-    let a = watch
-        .advance(&env.inbox, &env.store, 1_000)
-        .await
-        .expect("advance");
+    env.ops_replay(&replay_dead(bad)).await;
+    let a = gauge_round(&env, &mut watch).await;
     assert!(a.pulled_down && a.caught_up, "{a:?}");
     assert_eq!(
         watch.boundary.map(|b| b.0),
@@ -246,30 +226,21 @@ async fn the_boundary_gauge_moves_down_after_a_replay() {
         "the same as the report"
     );
     // Nothing changed: it stays (and does not pull down again).
-    let a = watch
-        .advance(&env.inbox, &env.store, 1_000)
-        .await
-        .expect("advance");
+    let a = gauge_round(&env, &mut watch).await;
     assert!(!a.pulled_down);
     assert_eq!(watch.boundary.map(|b| b.0), Some(g1));
 
     // Processed again (still unsupported: DEAD once more) and confirmed: back up to the end.
     env.clock.advance(Duration::from_secs(60));
     assert_eq!(drain(&mut pump).await, vec![bad, bad]);
-    let a = watch
-        .advance(&env.inbox, &env.store, 1_000)
-        .await
-        .expect("advance");
+    let a = gauge_round(&env, &mut watch).await;
     assert_eq!(
         watch.boundary.map(|b| b.0),
         Some(g1),
         "not confirmed yet: {a:?}"
     );
     env.sweep_all().await;
-    watch
-        .advance(&env.inbox, &env.store, 1_000)
-        .await
-        .expect("advance");
+    gauge_round(&env, &mut watch).await;
     assert_eq!(watch.boundary.map(|b| b.0), Some(g3));
     env.cleanup().await;
 }

@@ -4,7 +4,6 @@
 //! copy and without the inbox row it refuses. Expired copies go in bounded batches.
 
 use chrono::{Duration as Days, Utc};
-use msgx_core::clock::Clock;
 use msgx_core::ops::ReplayRequest;
 use msgx_core::pump::{Outcome, StepOutcome};
 use msgx_core::store::raw_copy::{compress, purge_expired_raw_copies};
@@ -12,7 +11,7 @@ use msgx_core::store::StoredCopy;
 
 use super::common::msgs::flop;
 use super::common::TestEnv;
-use super::{insert, ops};
+use super::insert;
 
 fn on(raw_copy: bool) -> &'static str {
     if raw_copy {
@@ -40,15 +39,21 @@ pub(super) async fn dead_and_marked(env: &TestEnv, raw_copy: bool, gate: &str) -
         } => {}
         other => panic!("expected FAILED(UNSUPPORTED), got {other:?}"),
     }
-    assert!(matches!(
-        pump.step().await.expect("step"),
-        StepOutcome::Poisoned { .. }
-    ));
-    assert_eq!(
-        env.state_of(id).await,
-        ("DEAD".into(), Some("EXHAUSTED".into()))
-    );
+    env.step_poisons(&mut pump, id).await;
     env.sweep_all().await;
+    id
+}
+
+/// [`dead_and_marked`] (with or without raw copies), then the DB owner purges its inbox row:
+/// the text is left only in our copy, if the FAILED attempt wrote one.
+async fn dead_marked_and_purged(env: &TestEnv, raw_copy: bool, gate: &str) -> i64 {
+    let id = dead_and_marked(env, raw_copy, gate).await;
+    if raw_copy {
+        assert_eq!(copies(env).await, 1, "the FAILED attempt wrote the copy");
+    } else {
+        assert_eq!(copies(env).await, 0, "raw_copy off writes nothing");
+    }
+    purge_inbox_row(env, id).await;
     id
 }
 
@@ -58,14 +63,7 @@ async fn purge_inbox_row(env: &TestEnv, id: i64) {
 }
 
 fn replay_req(id: i64) -> ReplayRequest {
-    ReplayRequest {
-        msg_ids: vec![id],
-        expect_state: Some("DEAD".into()),
-        actor: "ops".into(),
-        reason: "UPDT supported since 1.5".into(),
-        ticket: Some("CHG-13".into()),
-        ..Default::default()
-    }
+    super::common::replay_of_dead(id, "UPDT supported since 1.5", Some("CHG-13"))
 }
 
 async fn copies(env: &TestEnv) -> i64 {
@@ -111,14 +109,9 @@ async fn process_replayed(env: &TestEnv, id: i64) {
 #[tokio::test]
 async fn replay_reads_the_raw_copy_after_the_owner_purged_the_row() {
     let env = TestEnv::new("rc_copy").await;
-    let id = dead_and_marked(&env, true, "A7").await;
-    assert_eq!(copies(&env).await, 1, "the FAILED attempt wrote the copy");
-    purge_inbox_row(&env, id).await;
+    let id = dead_marked_and_purged(&env, true, "A7").await;
 
-    let report = ops(&env)
-        .replay(&replay_req(id), env.clock.now())
-        .await
-        .expect("replay");
+    let report = env.ops_replay(&replay_req(id)).await;
     assert_eq!((report.applied, report.refused), (1, 0), "{report:?}");
     assert_eq!(report.rows[0].source, Some("raw_copy"));
     assert!(
@@ -145,18 +138,17 @@ async fn replay_prefers_the_inbox_while_the_row_is_there() {
     let id = dead_and_marked(&env, true, "B1").await;
     // Make the copy say something else: whatever the pump applies shows which it read.
     let other = flop(1, "RC1", &[("GATE", "ZZ")]);
-    sqlx::query("UPDATE raw_copy SET body = $2, raw_bytes = $3 WHERE msg_id = $1")
-        .bind(id)
-        .bind(compress(&other).expect("compress"))
-        .bind(other.len() as i32)
-        .execute(env.store.pool())
-        .await
-        .expect("tamper");
+    env.exec_with(
+        "UPDATE raw_copy SET body = $2, raw_bytes = $3 WHERE msg_id = $1",
+        |q| {
+            q.bind(id)
+                .bind(compress(&other).expect("compress"))
+                .bind(other.len() as i32)
+        },
+    )
+    .await;
 
-    let report = ops(&env)
-        .replay(&replay_req(id), env.clock.now())
-        .await
-        .expect("replay");
+    let report = env.ops_replay(&replay_req(id)).await;
     assert_eq!(report.applied, 1, "{report:?}");
     assert_eq!(report.rows[0].source, Some("inbox"));
     assert_eq!(audited_row(&env, id).await["source"], "inbox");
@@ -172,23 +164,15 @@ async fn replay_prefers_the_inbox_while_the_row_is_there() {
 #[tokio::test]
 async fn replay_without_a_copy_refuses_once_the_row_is_gone() {
     let env = TestEnv::new("rc_none").await;
-    let id = dead_and_marked(&env, false, "C3").await;
-    assert_eq!(copies(&env).await, 0, "raw_copy off writes nothing");
-    purge_inbox_row(&env, id).await;
+    let id = dead_marked_and_purged(&env, false, "C3").await;
 
     let dry = ReplayRequest {
         dry_run: true,
         ..replay_req(id)
     };
-    let report = ops(&env)
-        .replay(&dry, env.clock.now())
-        .await
-        .expect("dry run");
+    let report = env.ops_replay(&dry).await;
     assert_eq!((report.applied, report.refused), (0, 1), "{report:?}");
-    let report = ops(&env)
-        .replay(&replay_req(id), env.clock.now())
-        .await
-        .expect("replay runs, the row is refused");
+    let report = env.ops_replay(&replay_req(id)).await;
     assert_eq!((report.applied, report.refused), (0, 1), "{report:?}");
     let reason = report.rows[0].reason.clone().unwrap_or_default();
     assert!(
