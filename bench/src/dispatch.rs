@@ -118,13 +118,8 @@ async fn run(
     print_backlog(&drained, bare_produce, bare_update, batch);
     if !args.steady.is_zero() {
         let lat = steady(&store, &deps, args).await?;
-        let shape = ProbeShape {
-            rate: args.steady_rate,
-            length: args.steady,
-            payload_bytes: args.payload_bytes,
-            keys: args.keys,
-        };
-        let probe = bare_latency_probe(&deps, &shape).await?;
+        let pace = (args.steady_rate, args.steady);
+        let probe = bare_latency_probe(&deps, pace, args.payload_bytes, args.keys).await?;
         print_latency("bare produce probe    ", args, &probe);
         println!(
             "  dispatcher adds       : p50 {:+.1}ms p99 {:+.1}ms over the bare probe at the same rate \
@@ -478,23 +473,17 @@ async fn latencies(store: &Store, first_event: i64) -> anyhow::Result<Vec<Durati
 /// acks, linger) sends records of the same size at `--steady-rate` for the steady phase's
 /// length to the same topic, each timed from `send` to its ack. What commit → SENT shows beyond
 /// this is the dispatcher's (and the store's) share.
-/// What a bare latency probe sends: `rate` records a second for `length`, of `payload_bytes`,
-/// over `keys` keys.
-pub(crate) struct ProbeShape {
-    pub(crate) rate: u64,
-    pub(crate) length: Duration,
-    pub(crate) payload_bytes: usize,
-    pub(crate) keys: u64,
-}
-
 /// Send → ack latency of a bare producer (same client settings, topic and headers as the
 /// dispatcher) at a steady rate: the broker's own floor, beside which our figures are read.
+/// `rate` records a second for `length`, of `payload_bytes`, over `keys` keys.
 pub(crate) async fn bare_latency_probe(
     deps: &DispatchDeps,
-    args: &ProbeShape,
+    (rate, length): (u64, Duration),
+    payload_bytes: usize,
+    keys: u64,
 ) -> anyhow::Result<Vec<Duration>> {
     let producer = EventProducer::new(&deps.kafka, &deps.bootstrap)?;
-    let payload = vec![b'x'; args.payload_bytes];
+    let payload = vec![b'x'; payload_bytes];
     let topic = deps.cfg.topic.clone();
     let headers = || {
         cloudevents::to_headers(&[
@@ -518,11 +507,11 @@ pub(crate) async fn bare_latency_probe(
         },
         Err(e) => anyhow::bail!("bare probe warm-up send: {e}"),
     }
-    let mut pacer = Pacer::new(args.rate as f64, args.length, 1.0);
+    let mut pacer = Pacer::new(rate as f64, length, 1.0);
     let mut pending = Vec::with_capacity(pacer.total() as usize);
     while let Some((made, n)) = pacer.next().await {
         for i in 0..n {
-            let key = format!("FL{:05}", (made + i) % args.keys);
+            let key = format!("FL{:05}", (made + i) % keys);
             let rec = Outgoing {
                 topic: &topic,
                 key: &key,

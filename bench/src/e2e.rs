@@ -174,13 +174,7 @@ async fn phases(
 /// records of a typical event's size (1 KiB) over an airport day's keys, send → ack. The target
 /// on a real broker is read against it (p99 within the probe's p99 + 50 ms).
 async fn bare_probe(deps: &DispatchDeps, rate: u64, length: Duration) -> anyhow::Result<()> {
-    let shape = crate::dispatch::ProbeShape {
-        rate,
-        length,
-        payload_bytes: 1024,
-        keys: 1500,
-    };
-    let lat = crate::dispatch::bare_latency_probe(deps, &shape).await?;
+    let lat = crate::dispatch::bare_latency_probe(deps, (rate, length), 1024, 1500).await?;
     println!(
         "      bare produce probe, same rate     p50 {:>7.1} ms  p99 {:>7.1} ms  ({} records, send → ack)",
         percentile(&lat, 0.5).as_secs_f64() * 1e3,

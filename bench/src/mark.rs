@@ -269,20 +269,7 @@ async fn terminal_rows(
     last: i64,
     now: DateTime<Utc>,
 ) -> anyhow::Result<()> {
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, state, source, received_at, enqueued_at, error_class, \
-                terminal_at, backfill_next_at) \
-         SELECT g, CASE g % 50 WHEN 0 THEN 'DEAD' WHEN 1 THEN 'SKIPPED' ELSE 'SUCCEEDED' END, \
-                'POLL', $3, $3, \
-                CASE g % 50 WHEN 0 THEN 'MALFORMED' WHEN 1 THEN 'DUPLICATE' END, $3, $3 \
-         FROM generate_series($1::bigint, $2::bigint) g",
-    )
-    .bind(first)
-    .bind(last)
-    .bind(now)
-    .execute(store.pool())
-    .await
-    .with_context(|| format!("inserting terminal rows {first}..={last}"))?;
+    insert_terminal(store, (first, last), now, true).await?;
     sqlx::query("ANALYZE proc_state")
         .execute(store.pool())
         .await
@@ -755,7 +742,7 @@ async fn offer_terminal(
         let due = started + Duration::from_millis(100) * tick;
         tokio::time::sleep_until(due.into()).await;
         let last = (next + i64::try_from(per_tick)? - 1).min(end - 1);
-        terminal_batch(ctx.store, next, last, Utc::now()).await?;
+        insert_terminal(ctx.store, (next, last), Utc::now(), false).await?;
         if woken {
             for id in next..=last {
                 addr.do_send(TerminalCommitted { msg_id: id });
@@ -795,24 +782,34 @@ async fn marked_lag(ctx: &Ctx<'_>, first: i64, end: i64) -> anyhow::Result<(Vec<
     Ok((lag, unmarked_at_end))
 }
 
-/// `first..=last` become terminal now (as the pump commits them: state + backfill intent).
-async fn terminal_batch(
+/// `first..=last` inserted as terminal at `now` with their backfill due then (as the pump
+/// commits them: state + backfill intent): all SUCCEEDED, or with `mixed` 2 % DEAD (MALFORMED)
+/// and 2 % SKIPPED (DUPLICATE) among them.
+async fn insert_terminal(
     store: &Store,
-    first: i64,
-    last: i64,
+    (first, last): (i64, i64),
     now: DateTime<Utc>,
+    mixed: bool,
 ) -> anyhow::Result<()> {
-    sqlx::query(
-        "INSERT INTO proc_state (msg_id, state, source, received_at, enqueued_at, terminal_at, \
-                backfill_next_at) \
-         SELECT g, 'SUCCEEDED', 'POLL', $3, $3, $3, $3 FROM generate_series($1::bigint, $2::bigint) g",
-    )
+    let (state, class) = match mixed {
+        true => (
+            "CASE g % 50 WHEN 0 THEN 'DEAD' WHEN 1 THEN 'SKIPPED' ELSE 'SUCCEEDED' END",
+            "CASE g % 50 WHEN 0 THEN 'MALFORMED' WHEN 1 THEN 'DUPLICATE' END",
+        ),
+        false => ("'SUCCEEDED'", "NULL"),
+    };
+    sqlx::query(&format!(
+        "INSERT INTO proc_state (msg_id, state, source, received_at, enqueued_at, error_class, \
+                terminal_at, backfill_next_at) \
+         SELECT g, {state}, 'POLL', $3, $3, {class}, $3, $3 \
+         FROM generate_series($1::bigint, $2::bigint) g"
+    ))
     .bind(first)
     .bind(last)
     .bind(now)
     .execute(store.pool())
     .await
-    .with_context(|| format!("steady terminal rows {first}..={last}"))?;
+    .with_context(|| format!("inserting terminal rows {first}..={last}"))?;
     Ok(())
 }
 
