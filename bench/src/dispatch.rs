@@ -469,13 +469,10 @@ async fn latencies(store: &Store, first_event: i64) -> anyhow::Result<Vec<Durati
         .collect())
 }
 
-/// The broker's own latency at the steady rate: a bare producer (same settings: idempotent,
-/// acks, linger) sends records of the same size at `--steady-rate` for the steady phase's
-/// length to the same topic, each timed from `send` to its ack. What commit → SENT shows beyond
-/// this is the dispatcher's (and the store's) share.
-/// Send → ack latency of a bare producer (same client settings, topic and headers as the
-/// dispatcher) at a steady rate: the broker's own floor, beside which our figures are read.
-/// `rate` records a second for `length`, of `payload_bytes`, over `keys` keys.
+/// The broker's own latency at a steady rate: a bare producer (the dispatcher's client
+/// settings: idempotent, acks, linger; same topic and headers) sends `rate` records a second for
+/// `length`, of `payload_bytes`, over `keys` keys, each timed from `send` to its ack. What
+/// commit → SENT shows beyond this is the dispatcher's (and the store's) share.
 pub(crate) async fn bare_latency_probe(
     deps: &DispatchDeps,
     (rate, length): (u64, Duration),
@@ -499,14 +496,10 @@ pub(crate) async fn bare_latency_probe(
         payload: &payload,
         timestamp_ms: chrono::Utc::now().timestamp_millis(),
     };
-    match producer.send(warm, headers()) {
-        Ok(fut) => match fut.await {
-            Ok(Ok(_)) => {}
-            Ok(Err((e, _))) => anyhow::bail!("bare probe warm-up failed: {e}"),
-            Err(_) => anyhow::bail!("bare probe warm-up: delivery dropped"),
-        },
-        Err(e) => anyhow::bail!("bare probe warm-up send: {e}"),
-    }
+    let fut = producer
+        .send(warm, headers())
+        .map_err(|e| anyhow::anyhow!("bare probe warm-up send: {e}"))?;
+    acked(fut.await, "bare probe warm-up")?;
     let mut pacer = Pacer::new(rate as f64, length, 1.0);
     let mut pending = Vec::with_capacity(pacer.total() as usize);
     while let Some((made, n)) = pacer.next().await {
@@ -531,14 +524,23 @@ pub(crate) async fn bare_latency_probe(
     let mut lat = Vec::with_capacity(pending.len());
     for p in pending {
         let (r, took) = p.await.context("probe task")?;
-        match r {
-            Ok(Ok(_)) => lat.push(took),
-            Ok(Err((e, _))) => anyhow::bail!("bare probe produce failed: {e}"),
-            Err(_) => anyhow::bail!("bare probe: delivery dropped"),
-        }
+        acked(r, "bare probe produce")?;
+        lat.push(took);
     }
     lat.sort();
     Ok(lat)
+}
+
+/// A delivery future's result as acked, or the error saying which send (`what`) failed.
+fn acked<T, E: std::fmt::Display, M, C>(
+    delivery: Result<Result<T, (E, M)>, C>,
+    what: &str,
+) -> anyhow::Result<()> {
+    match delivery {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err((e, _))) => anyhow::bail!("{what} failed: {e}"),
+        Err(_) => anyhow::bail!("{what}: delivery dropped"),
+    }
 }
 
 fn print_latency(label: &str, args: &DispatchBenchArgs, lat: &[Duration]) {

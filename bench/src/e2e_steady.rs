@@ -220,18 +220,17 @@ struct Breakdown {
     to_mark: Vec<Duration>,
     /// Per event: `sent_at − created_at`.
     pump_to_sent: Vec<Duration>,
-    /// Per delivered message, for the tail: (commit → ack, commit offset into the phase,
-    /// discovery, processing, delivery).
+    /// Per delivered message, slowest first: where the worst 1 % lost their time.
     tail: Vec<TailSample>,
+    /// The phase's first inbox commit: the tail's commit times are read from it.
+    first_commit: DateTime<Utc>,
 }
 
 /// One delivered message's total and stages, kept to say where the worst 1 % lost their time.
 #[derive(Clone, Copy)]
 struct TailSample {
     total: Duration,
-    /// When its inbox commit returned, from the phase's first commit.
-    offset: Duration,
-    /// ... and on the wall clock (to find the moment in the service's log).
+    /// When its inbox commit returned (the wall clock finds the moment in the service's log).
     committed: DateTime<Utc>,
     discovery: Duration,
     processing: Duration,
@@ -283,8 +282,8 @@ impl Breakdown {
                 .map(|s| Duration::from_secs_f64(s.max(0.0)))
                 .collect(),
             tail: Vec::new(),
+            first_commit: committed.values().min().copied().unwrap_or_else(Utc::now),
         };
-        let first = committed.values().min().copied().unwrap_or_else(Utc::now);
         for (id, enqueued, processed, marked, sent) in rows {
             let Some(&inbox) = committed.get(&id) else {
                 continue;
@@ -298,7 +297,6 @@ impl Breakdown {
                 b.to_ack.push(span(inbox, sent));
                 b.tail.push(TailSample {
                     total: span(inbox, sent),
-                    offset: span(first, inbox),
                     committed: inbox,
                     discovery: span(inbox, enqueued),
                     processing: span(enqueued, processed),
@@ -358,8 +356,13 @@ impl Breakdown {
             v.sort();
             percentile(&v, 0.5).as_secs_f64() * 1e3
         };
-        let early = worst.iter().filter(|t| t.offset < poll_interval).count();
-        let mut offsets: Vec<f64> = worst.iter().map(|t| t.offset.as_secs_f64()).collect();
+        let offset = |t: &TailSample| {
+            (t.committed - self.first_commit)
+                .to_std()
+                .unwrap_or_default()
+        };
+        let early = worst.iter().filter(|t| offset(t) < poll_interval).count();
+        let mut offsets: Vec<f64> = worst.iter().map(|t| offset(t).as_secs_f64()).collect();
         offsets.sort_by(f64::total_cmp);
         // Counted per tenth of a second: a stall shows as one moment with many samples.
         let mut at: Vec<(String, usize)> = Vec::new();
