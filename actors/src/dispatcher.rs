@@ -1,25 +1,28 @@
-//! Dispatcher: runs one dispatch round ([`msgx_core::dispatch::dispatch_once`]) at a time and
+//! Dispatcher: runs one dispatch round ([`msgx_core::dispatch::send_round`]) at a time and
 //! decides only when the next one runs: at once while rounds come back full, when the pump
 //! says it committed events ([`EventsQueued`]), at the next retry time of a backing-off event,
 //! and otherwise every `dispatch.idle_poll` (a safety net; no busy loop). Rounds never overlap
-//! (the mailbox waits on each), so one key's events are never in two rounds at once. A round
-//! writes the previous round's outcome while it sends, so after a round that sent something
-//! one more round follows at once to write it.
+//! (the mailbox waits on each), so one key's events are never in two rounds at once.
+//!
+//! What the broker said is written by a task of its own beside the rounds
+//! ([`msgx_core::dispatch::write_outcome`], one write at a time, everything learned since the
+//! last one): a slow commit in PostgreSQL never holds the next round's sends, and until a
+//! write is done its events stay out of the selections.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::child::Child;
 use crate::messages::{
-    DispatchNow, DispatchSummary, EventsQueued, Shutdown, ShutdownError, WorkError,
+    DispatchNow, DispatchSummary, EventsQueued, Shutdown, ShutdownError, WorkError, WriteEnded,
 };
 use crate::next_run::NextRun;
 use crate::supervisor::Supervised;
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, WrapFuture};
 use msgx_core::clock::SharedClock;
-use msgx_core::dispatch::{dispatch_once, DispatchConfig, DispatchState};
+use msgx_core::dispatch::{send_round, write_outcome, DispatchConfig, DispatchState, Unrecorded};
 use msgx_core::kafka::EventProducer;
-use msgx_core::store::Store;
+use msgx_core::store::{Store, StoreError};
 use msgx_core::telemetry;
 
 /// How often, at most, the next retry time is read (one query on the backing-off events).
@@ -29,14 +32,24 @@ const RETRY_CHECK_EVERY: Duration = Duration::from_secs(5);
 /// queued there); never past the shutdown deadline.
 const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(2);
 
+/// Events whose outcome is not written yet above which rounds stop sending (a store that
+/// answers reads but fails writes would otherwise grow the skip list without bound).
+const UNWRITTEN_MAX_BATCHES: usize = 4;
+
+/// The outcome write in flight: its task hands the outcome back with the result.
+type Write = tokio::task::JoinHandle<(Unrecorded, Result<(u64, u64), StoreError>)>;
+
 /// The dispatcher actor.
 pub struct Dispatcher {
     store: Store,
     clock: SharedClock,
     cfg: Arc<DispatchConfig>,
-    /// Out of the actor while a round runs (the round owns it, then hands it back), with the
-    /// outcome the last round has not written yet.
-    producer: Option<(EventProducer, DispatchState)>,
+    /// Out of the actor while a round runs (the round owns it, then hands it back).
+    producer: Option<EventProducer>,
+    /// What the broker said and the store does not know yet.
+    state: DispatchState,
+    /// The outcome write in flight, if any.
+    write: Option<Write>,
     /// The safety-net period.
     idle_poll: Duration,
     /// The pending timer and when it fires.
@@ -58,7 +71,9 @@ impl Dispatcher {
             store,
             clock,
             cfg: Arc::new(cfg),
-            producer: Some((producer, DispatchState::default())),
+            producer: Some(producer),
+            state: DispatchState::default(),
+            write: None,
             idle_poll,
             next: NextRun::default(),
             retry_checked_at: None,
@@ -68,6 +83,48 @@ impl Dispatcher {
     /// (Re)arms the timer to fire after `after`, unless it already fires sooner.
     fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration, only_if_sooner: bool) {
         self.next.arm(ctx, DispatchNow, after, only_if_sooner);
+    }
+
+    /// Starts a write of everything learned since the last one, unless one is in flight. The
+    /// task tells the actor when it ends ([`WriteEnded`]); it runs outside the actor's context
+    /// so it progresses while a round holds the mailbox.
+    fn start_write(&mut self, ctx: &mut Context<Self>) {
+        if self.write.is_some() {
+            return;
+        }
+        let Some(u) = self.state.take_for_write() else {
+            return;
+        };
+        let (store, me) = (self.store.clone(), ctx.address());
+        self.write = Some(actix::spawn(async move {
+            let result = write_outcome(&store, &u).await;
+            me.do_send(WriteEnded);
+            (u, result)
+        }));
+    }
+
+    /// A write ended: its outcome is written, or back to wait (retried after the next round,
+    /// so a failing store is not hammered); the next write starts when one waits.
+    fn write_ended(
+        &mut self,
+        ended: Result<(Unrecorded, Result<(u64, u64), StoreError>), tokio::task::JoinError>,
+        ctx: &mut Context<Self>,
+    ) {
+        match ended {
+            Ok((u, Ok((sent, dead)))) => {
+                self.state.write_finished(u, true);
+                telemetry::OutcomeWritten { sent, dead }.emit();
+                self.start_write(ctx);
+            }
+            Ok((u, Err(e))) => {
+                self.state.write_finished(u, false);
+                telemetry::dispatch_failed(&e);
+            }
+            Err(e) => {
+                self.state.write_lost();
+                tracing::error!(error = %e, "dispatch outcome write lost; its events go again");
+            }
+        }
     }
 
     /// At most every [`RETRY_CHECK_EVERY`], wakes for a retry due before the safety-net poll
@@ -110,7 +167,7 @@ impl Actor for Dispatcher {
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        if let Some((p, _)) = &self.producer {
+        if let Some(p) = &self.producer {
             // Acked-but-unmarked events are re-sent by the next instance; this only shortens
             // the window.
             let _ = p.flush(Duration::from_secs(2));
@@ -123,27 +180,43 @@ impl Handler<DispatchNow> for Dispatcher {
 
     fn handle(&mut self, _: DispatchNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
-        let Some((mut producer, mut state)) = self.producer.take() else {
+        let unwritten_max = UNWRITTEN_MAX_BATCHES * self.cfg.batch as usize;
+        if self.state.unwritten() >= unwritten_max {
+            // Nothing more is sent until the store takes what was sent.
+            tracing::warn!(
+                unwritten = self.state.unwritten(),
+                "dispatch waits for its outcome write"
+            );
+            self.start_write(ctx);
+            self.schedule(ctx, self.idle_poll, false);
+            return AtomicResponse::new(Box::pin(actix::fut::ready(
+                Ok(DispatchSummary::default()),
+            )));
+        }
+        let Some(mut producer) = self.producer.take() else {
             // Only possible if a round panicked mid-way; the supervisor rebuilds us.
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(
                 WorkError::ProducerUnavailable,
             ))));
         };
         let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
+        let skips = self.state.skips();
         let round = async move {
-            let result =
-                dispatch_once(&store, &mut producer, clock.as_ref(), &cfg, &mut state).await;
-            (result, producer, state)
+            let result = send_round(&store, &mut producer, clock.as_ref(), &cfg, &skips).await;
+            (result, producer)
         };
         AtomicResponse::new(Box::pin(round.into_actor(self).map(
-            |(result, producer, state), act, ctx| {
-                // An outcome not yet written is written by the next round: run it now.
-                let carried = state.has_unrecorded();
-                act.producer = Some((producer, state));
+            |(result, producer), act, ctx| {
+                act.producer = Some(producer);
+                let result = result.map(|(report, fresh)| {
+                    act.state.add(fresh);
+                    report
+                });
+                act.start_write(ctx);
                 let delay = match &result {
                     Ok(r) => {
                         r.event().emit();
-                        if r.full || carried || r.producer_recreated.is_some() {
+                        if r.full || r.producer_recreated.is_some() {
                             Duration::ZERO
                         } else {
                             act.idle_poll
@@ -159,6 +232,22 @@ impl Handler<DispatchNow> for Dispatcher {
                 result.map(DispatchSummary::from).map_err(WorkError::from)
             },
         )))
+    }
+}
+
+impl Handler<WriteEnded> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, _: WriteEnded, ctx: &mut Self::Context) {
+        let Some(write) = self.write.take() else {
+            return;
+        };
+        // The task sent this as its last step: the join is immediate.
+        ctx.wait(
+            write
+                .into_actor(self)
+                .map(|ended, act, ctx| act.write_ended(ended, ctx)),
+        );
     }
 }
 
@@ -180,26 +269,41 @@ impl Handler<Shutdown> for Dispatcher {
     type Result = AtomicResponse<Self, Result<(), ShutdownError>>;
 
     /// Handled after the round in flight (atomic): waits for the acknowledgements still on
-    /// their way, writes SENT/DEAD/failures the last round carries, then stops — so a deploy
-    /// does not re-send what the broker already acknowledged. Both within `deadline`: what is
-    /// not written by then is re-sent by the next instance.
+    /// their way and for the write in flight, writes what is left (SENT/DEAD/failures), then
+    /// stops — so a deploy does not re-send what the broker already acknowledged. All within
+    /// `deadline`: what is not written by then is re-sent by the next instance.
     fn handle(&mut self, msg: Shutdown, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
         let store = self.store.clone();
-        let carried = self.producer.take();
+        let producer = self.producer.take();
+        let write = self.write.take();
+        let mut state = std::mem::take(&mut self.state);
         let actor = Self::CHILD.name();
         let finish = async move {
-            let Some((producer, mut state)) = carried else {
-                return Ok(());
-            };
-            // Nothing of ours is queued in librdkafka after a round; this only drains stragglers.
+            if let Some(p) = &producer {
+                // Nothing of ours is queued in librdkafka after a round; this only drains
+                // stragglers.
+                let left = msg.deadline.saturating_duration_since(Instant::now());
+                let _ = p.flush(left.min(SHUTDOWN_FLUSH_MAX));
+            }
             let left = msg.deadline.saturating_duration_since(Instant::now());
-            let _ = producer.flush(left.min(SHUTDOWN_FLUSH_MAX));
-            let left = msg.deadline.saturating_duration_since(Instant::now());
-            let written =
-                tokio::time::timeout(left, msgx_core::dispatch::flush(&store, &mut state));
+            let written = tokio::time::timeout(left, async {
+                if let Some(w) = write {
+                    match w.await {
+                        Ok((u, r)) => {
+                            if let Ok((sent, dead)) = r {
+                                telemetry::OutcomeWritten { sent, dead }.emit();
+                            }
+                            state.write_finished(u, r.is_ok());
+                        }
+                        Err(_) => state.write_lost(),
+                    }
+                }
+                msgx_core::dispatch::flush(&store, &mut state).await
+            });
             match written.await {
                 Ok(Ok((sent, dead))) => {
+                    telemetry::OutcomeWritten { sent, dead }.emit();
                     tracing::info!(sent, dead, "dispatcher wrote its last outcome");
                     Ok(())
                 }

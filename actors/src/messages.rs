@@ -87,19 +87,21 @@ pub struct ScanNow;
 #[rtype(result = "Result<DispatchSummary, WorkError>")]
 pub struct DispatchNow;
 
+/// The dispatcher's outcome write (a task beside its rounds) ended; the dispatcher takes its
+/// result between two rounds.
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "()")]
+pub struct WriteEnded;
+
 /// What a dispatch round did, for whoever asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DispatchSummary {
     /// Events read.
     pub selected: usize,
-    /// Acknowledged by the broker.
+    /// Acknowledged by the broker (written as SENT by the dispatcher's next outcome write).
     pub acked: usize,
-    /// Marked SENT (the previous round's acks).
-    pub sent: u64,
     /// Failed sends.
     pub failed: usize,
-    /// Marked DEAD (after the DLQ copy).
-    pub dead: u64,
 }
 
 impl From<RoundReport> for DispatchSummary {
@@ -107,9 +109,7 @@ impl From<RoundReport> for DispatchSummary {
         Self {
             selected: r.selected,
             acked: r.acked,
-            sent: r.sent,
             failed: r.failed + r.dlq_failed,
-            dead: r.dead,
         }
     }
 }

@@ -6,9 +6,10 @@
 //! then an idle phase (nothing arriving: the statements the service sends the inbox per second);
 //! then, per steady offered rate (100, 300, 1,000 msg/s for `--steady` each), where a message's
 //! time goes from its inbox commit to its Kafka ack and to its inbox mark (`e2e_steady`), and the
-//! inbox statements per second under that load, each followed by a bare produce probe at the
-//! same rate against the same broker (its floor: send → ack of a plain producer with the
-//! dispatcher's settings). Not a timed test: it prints numbers.
+//! inbox statements per second under that load, with a bare produce probe against the same
+//! broker (its floor: send → ack of a plain producer with the dispatcher's settings) beside the
+//! phase at 100 records/s (the same moments and host load) and alone after it at the phase's
+//! rate. Not a timed test: it prints numbers.
 //!
 //! The backlog is the simulator's message mix (`Mix::default()`) without unknown types: an
 //! UNSUPPORTED head blocks FIFO for its whole retry schedule (minutes, by design), which would
@@ -157,11 +158,23 @@ async fn phases(
     };
     let mut result = Ok(());
     for rate in [100u64, 300, 1000] {
-        result = steady(&offer, &service.store, stats, rate, settings).await;
+        // The broker sampled beside the phase (same moments, same host load) at a light rate,
+        // and alone after it at the phase's rate.
+        let beside = bare_probe(&service.dispatch, PROBE_BESIDE_RATE, args.steady);
+        let (phase, beside) = tokio::join!(
+            steady(&offer, &service.store, stats, rate, settings),
+            beside
+        );
+        result = phase.and_then(|()| {
+            print_probe("beside the phase", PROBE_BESIDE_RATE, &beside?);
+            Ok(())
+        });
         if result.is_err() {
             break;
         }
-        result = bare_probe(&service.dispatch, rate, args.steady).await;
+        result = bare_probe(&service.dispatch, rate, args.steady)
+            .await
+            .map(|lat| print_probe("alone after it", rate, &lat));
         if result.is_err() {
             break;
         }
@@ -170,18 +183,28 @@ async fn phases(
     result
 }
 
+/// Records per second of the probe that runs beside each steady phase: enough samples for a
+/// p99 (2,000 in 20 s), a tenth of the broker's load at 1,000 msg/s.
+const PROBE_BESIDE_RATE: u64 = 100;
+
 /// The broker's own floor at `rate`: a bare producer with the dispatcher's settings, same topic,
 /// records of a typical event's size (1 KiB) over an airport day's keys, send → ack: the
 /// real-broker target of issue 21 is read against it.
-async fn bare_probe(deps: &DispatchDeps, rate: u64, length: Duration) -> anyhow::Result<()> {
-    let lat = crate::dispatch::bare_latency_probe(deps, (rate, length), 1024, 1500).await?;
+async fn bare_probe(
+    deps: &DispatchDeps,
+    rate: u64,
+    length: Duration,
+) -> anyhow::Result<Vec<Duration>> {
+    crate::dispatch::bare_latency_probe(deps, (rate, length), 1024, 1500).await
+}
+
+fn print_probe(when: &str, rate: u64, lat: &[Duration]) {
     println!(
-        "      bare produce probe, same rate     p50 {:>7.1} ms  p99 {:>7.1} ms  ({} records, send → ack)",
-        percentile(&lat, 0.5).as_secs_f64() * 1e3,
-        percentile(&lat, 0.99).as_secs_f64() * 1e3,
+        "      bare produce probe, {when:<16} p50 {:>7.1} ms  p99 {:>7.1} ms  ({} records at {rate}/s, send → ack)",
+        percentile(lat, 0.5).as_secs_f64() * 1e3,
+        percentile(lat, 0.99).as_secs_f64() * 1e3,
         lat.len()
     );
-    Ok(())
 }
 
 /// The service's pipeline, started in this process exactly as `run_service` starts it.

@@ -4,6 +4,7 @@
 //! - [`rules`]: pure: grouping a batch into per-key chains, what follows a failed send.
 //! - [`cloudevents`]: the CloudEvents Kafka binary-binding headers.
 //! - [`round`]: one dispatch round over the store and the producer.
+//! - [`outcome`]: what the broker said and the store does not know yet, and its write.
 //!
 //! Guarantees: at least once (SENT only after the ack; a crash between ack and SENT re-sends,
 //! consumers de-duplicate on `ce_id`); one key's events reach the topic in event order (a key's
@@ -11,8 +12,10 @@
 //! its key only).
 
 pub mod cloudevents;
+pub mod outcome;
 pub mod round;
 pub mod rules;
 
-pub use round::{dispatch_once, flush, DispatchConfig, DispatchError, DispatchState, RoundReport};
+pub use outcome::{flush, write_outcome, DispatchState, Skips, Unrecorded};
+pub use round::{dispatch_once, send_round, DispatchConfig, DispatchError, RoundReport};
 pub use rules::RetryRules;

@@ -1,5 +1,6 @@
 //! One dispatch round: read the deliverable events, send them (concurrently across keys, one
-//! after another within a key), then record what the broker said in a few statements.
+//! after another within a key), and keep what the broker said for a write of a few statements
+//! ([`super::outcome`]).
 //!
 //! The order of effects is the at-least-once argument: an event becomes SENT only after its
 //! ack arrived, in a statement that runs after the acks (a crash in between re-sends it).
@@ -10,6 +11,7 @@ use chrono::{DateTime, Utc};
 use futures::future::join_all;
 
 use super::cloudevents;
+use super::outcome::{write_outcome, DispatchState, Skips, Unrecorded};
 use super::rules::{self, AfterFailure, RetryRules};
 use crate::clock::Clock;
 use crate::kafka::producer::Outgoing;
@@ -57,13 +59,13 @@ pub struct AckTiming {
 pub struct RoundReport {
     /// Events read.
     pub selected: usize,
-    /// Acknowledged by the broker in this round (written as SENT by the next round).
+    /// Acknowledged by the broker in this round (written as SENT by the next write).
     pub acked: usize,
-    /// Marked SENT in this round (the previous round's acks).
+    /// Marked SENT by the write beside this round (earlier rounds' acks; `dispatch_once` only).
     pub sent: u64,
     /// Failed sends that will be retried (or go to the DLQ next).
     pub failed: usize,
-    /// Marked DEAD in this round (the previous round's dead-letter copies).
+    /// Marked DEAD by the write beside this round (`dispatch_once` only).
     pub dead: u64,
     /// Events not attempted because an earlier event of their key failed in this round.
     pub held_back: usize,
@@ -79,8 +81,8 @@ pub struct RoundReport {
     pub dead_events: Vec<(i64, String)>,
     /// Per acknowledged event.
     pub timings: Vec<AckTiming>,
-    /// Where the round's time went: select, send (until the last ack), writing the previous
-    /// round's outcome (overlapping the first two).
+    /// Where the round's time went: select, send (until the last ack), and (`dispatch_once`
+    /// only) writing the earlier outcome beside them.
     pub stages: [std::time::Duration; 3],
 }
 
@@ -89,9 +91,8 @@ impl RoundReport {
     pub fn event(&self) -> crate::telemetry::DispatchRound<'_> {
         crate::telemetry::DispatchRound {
             selected: self.selected,
-            sent: self.sent,
+            acked: self.acked,
             retries: (self.failed + self.dlq_failed) as u64,
-            dead: self.dead,
             timings: self
                 .timings
                 .iter()
@@ -112,6 +113,7 @@ enum SendResult {
 
 async fn send_one(
     producer: &EventProducer,
+    clock: &dyn Clock,
     ev: &PendingEvent,
     topic: &str,
     headers: Vec<(&'static str, String)>,
@@ -135,6 +137,7 @@ async fn send_one(
                     event_id: ev.event_id,
                     partition: delivery.partition,
                     offset: delivery.offset,
+                    at: clock.now(),
                 },
                 AckTiming {
                     produce: start.elapsed(),
@@ -150,6 +153,7 @@ async fn send_one(
 /// Sends one key's events in order, stopping at the first failure (the rest are held back).
 async fn send_chain(
     producer: &EventProducer,
+    clock: &dyn Clock,
     chain: &[PendingEvent],
     cfg: &DispatchConfig,
 ) -> (Vec<SendResult>, usize) {
@@ -157,6 +161,7 @@ async fn send_chain(
     for (i, ev) in chain.iter().enumerate() {
         let r = send_one(
             producer,
+            clock,
             ev,
             &cfg.topic,
             cloudevents::attributes(ev, &cfg.ce_source),
@@ -171,74 +176,10 @@ async fn send_chain(
     (out, 0)
 }
 
-/// What a round learned from the broker but has not written yet. It is written while the next
-/// round selects and sends (the two overlap: the store round trips of one round hide behind
-/// the broker round trips of the next), or by [`flush`].
-#[derive(Debug, Default)]
-pub struct Unrecorded {
-    acked: Vec<Acked>,
-    dead: Vec<Acked>,
-    failures: Vec<SendFailure>,
-    /// Keys whose failure (and so whose backoff) is not in the store yet: the next selection
-    /// skips them, so no later event of theirs can overtake the failed one.
-    hold_keys: Vec<String>,
-    at: DateTime<Utc>,
-}
-
-impl Unrecorded {
-    fn is_empty(&self) -> bool {
-        self.acked.is_empty() && self.dead.is_empty() && self.failures.is_empty()
-    }
-
-    /// Events the next selection must not take again (their outcome is not written yet).
-    fn skip_ids(&self) -> Vec<i64> {
-        self.acked
-            .iter()
-            .chain(&self.dead)
-            .map(|a| a.event_id)
-            .chain(self.failures.iter().map(|f| f.event_id))
-            .collect()
-    }
-}
-
-/// Carried from one round to the next by the caller (the dispatcher actor).
-#[derive(Debug, Default)]
-pub struct DispatchState {
-    unrecorded: Option<Unrecorded>,
-}
-
-impl DispatchState {
-    /// A round's outcome still waits to be written: run another round (or [`flush`]) soon.
-    pub fn has_unrecorded(&self) -> bool {
-        self.unrecorded.as_ref().is_some_and(|u| !u.is_empty())
-    }
-}
-
-/// Writes what the broker said: SENT, DEAD, failures with their backoff.
-async fn record(store: &Store, u: &Unrecorded) -> Result<(u64, u64), StoreError> {
-    let sent = store.mark_events_sent(&u.acked, u.at).await?;
-    let dead = store.mark_events_dead(&u.dead, u.at).await?;
-    store.record_send_failures(&u.failures).await?;
-    Ok((sent, dead))
-}
-
-/// Writes the carried outcome now (tests, shutdown). Returns (SENT, DEAD) rows written.
-pub async fn flush(store: &Store, state: &mut DispatchState) -> Result<(u64, u64), StoreError> {
-    match state.unrecorded.take() {
-        Some(u) => match record(store, &u).await {
-            Ok(n) => Ok(n),
-            Err(e) => {
-                state.unrecorded = Some(u);
-                Err(e)
-            }
-        },
-        None => Ok((0, 0)),
-    }
-}
-
-/// One round: select and send this round's events while the previous round's outcome is
-/// written. Store errors end the round; nothing is lost (whatever is not written as SENT is
-/// PENDING and goes again — a duplicate at worst).
+/// One round: select and send this round's events (leaving out what `state` has not
+/// written) while the outcome waiting in `state` is written; this round's outcome is added to
+/// `state` for the next write. Store errors end the round; nothing is lost (whatever is not
+/// written as SENT is PENDING and goes again — a duplicate at worst).
 pub async fn dispatch_once(
     store: &Store,
     producer: &mut EventProducer,
@@ -246,68 +187,61 @@ pub async fn dispatch_once(
     cfg: &DispatchConfig,
     state: &mut DispatchState,
 ) -> Result<RoundReport, DispatchError> {
-    let carry = state.unrecorded.take();
-    let (skip_ids, skip_keys) = carry
-        .as_ref()
-        .map(|u| (u.skip_ids(), u.hold_keys.clone()))
-        .unwrap_or_default();
-    let now = clock.now();
-    let t0 = Instant::now();
-    let writing = async {
+    let writing = state.take_for_write();
+    let skips = state.skips();
+    let write = async {
         let t = Instant::now();
-        let r = match &carry {
-            Some(u) => record(store, u).await,
+        let r = match &writing {
+            Some(u) => write_outcome(store, u).await,
             None => Ok((0, 0)),
         };
         (r, t.elapsed())
     };
-    let p: &EventProducer = producer;
-    let sending = select_and_send(store, p, now, cfg, &skip_ids, &skip_keys, t0);
-    let ((written, t_record), sent) = futures::join!(writing, sending);
-    let (mut report, mut fresh) = match sent {
-        Ok(x) => x,
-        Err(e) => {
-            // Keep the carried outcome if it was not written; this round sent nothing.
-            if written.is_err() {
-                state.unrecorded = carry;
-            }
-            return Err(e.into());
-        }
-    };
-    fresh.at = clock.now();
-    match written {
-        Ok((sent, dead)) => {
-            report.sent = sent;
-            report.dead = dead;
-        }
-        Err(e) => {
-            // This round's acks stay carried; the older ones are re-sent (duplicates only).
-            state.unrecorded = Some(fresh);
-            return Err(e.into());
-        }
+    let ((written, t_record), sent) =
+        futures::join!(write, send_round(store, producer, clock, cfg, &skips));
+    if let Some(u) = writing {
+        state.write_finished(u, written.is_ok());
     }
+    let (mut report, fresh) = sent?;
+    state.add(fresh);
+    let (sent, dead) = written?;
+    report.sent = sent;
+    report.dead = dead;
     report.stages[2] = t_record;
-    state.unrecorded = Some(fresh);
+    Ok(report)
+}
+
+/// The sending half of a round: selects the deliverable events (without `skips`), sends them
+/// and returns the report with the outcome to write; rebuilds the producer after a fatal
+/// error. The caller adds the outcome to its [`DispatchState`].
+pub async fn send_round(
+    store: &Store,
+    producer: &mut EventProducer,
+    clock: &dyn Clock,
+    cfg: &DispatchConfig,
+    skips: &Skips,
+) -> Result<(RoundReport, Unrecorded), DispatchError> {
+    let (mut report, fresh) = select_and_send(store, producer, clock, cfg, skips).await?;
     if let Some(reason) = producer.fatal_error() {
         producer.recreate()?;
         report.producer_recreated = Some(reason);
     }
-    Ok(report)
+    Ok((report, fresh))
 }
 
-/// Selects the deliverable events (skipping what the carried outcome covers) and sends them;
-/// returns the report and the outcome to write.
+/// Selects the deliverable events (without `skips`) and sends them; returns the report and
+/// the outcome to write.
 async fn select_and_send(
     store: &Store,
     producer: &EventProducer,
-    now: DateTime<Utc>,
+    clock: &dyn Clock,
     cfg: &DispatchConfig,
-    skip_ids: &[i64],
-    skip_keys: &[String],
-    t0: Instant,
+    skips: &Skips,
 ) -> Result<(RoundReport, Unrecorded), StoreError> {
+    let t0 = Instant::now();
+    let now = clock.now();
     let batch = store
-        .deliverable_events(now, cfg.batch, skip_ids, skip_keys)
+        .deliverable_events(now, cfg.batch, &skips.ids, &skips.keys)
         .await?;
     let t_selected = t0.elapsed();
     let mut report = RoundReport {
@@ -325,11 +259,11 @@ async fn select_and_send(
         .partition(|e| rules::is_exhausted(e, &cfg.retry));
     let chains = rules::chains(live);
 
-    let sends = join_all(chains.iter().map(|c| send_chain(producer, c, cfg)));
+    let sends = join_all(chains.iter().map(|c| send_chain(producer, clock, c, cfg)));
     let dead_letters = join_all(exhausted.iter().map(|ev| {
         let mut headers = cloudevents::attributes(ev, &cfg.ce_source);
         headers.extend(cloudevents::dead_letter_extras(ev, &cfg.topic));
-        send_one(producer, ev, &cfg.dlq_topic, headers)
+        send_one(producer, clock, ev, &cfg.dlq_topic, headers)
     }));
     let (chain_results, dlq_results) = futures::join!(sends, dead_letters);
 

@@ -36,6 +36,9 @@ pub struct Acked {
     pub partition: i32,
     /// Its offset.
     pub offset: i64,
+    /// When the ack arrived (the dispatcher's clock): written as `sent_at` / `dead_at`, so the
+    /// stamp is the ack's time, not the time the outcome got written.
+    pub at: DateTime<Utc>,
 }
 
 /// A failed send to record.
@@ -143,13 +146,8 @@ impl Store {
 
     /// Marks acknowledged events SENT with where they landed, in one statement. Only PENDING
     /// rows change (a re-sent duplicate's second ack changes nothing).
-    pub async fn mark_events_sent(
-        &self,
-        acked: &[Acked],
-        at: DateTime<Utc>,
-    ) -> Result<u64, StoreError> {
-        self.mark_acked(acked, at, EventState::Sent, "sent_at")
-            .await
+    pub async fn mark_events_sent(&self, acked: &[Acked]) -> Result<u64, StoreError> {
+        self.mark_acked(acked, EventState::Sent, "sent_at").await
     }
 
     /// Records failed sends: one more attempt, the error, and when to retry.
@@ -176,13 +174,8 @@ impl Store {
 
     /// Marks events DEAD once their dead-letter copy was acknowledged (`acked` is where the
     /// copy landed on the DLQ topic).
-    pub async fn mark_events_dead(
-        &self,
-        acked: &[Acked],
-        at: DateTime<Utc>,
-    ) -> Result<u64, StoreError> {
-        self.mark_acked(acked, at, EventState::Dead, "dead_at")
-            .await
+    pub async fn mark_events_dead(&self, acked: &[Acked]) -> Result<u64, StoreError> {
+        self.mark_acked(acked, EventState::Dead, "dead_at").await
     }
 
     /// PENDING → `state` with the ack's partition/offset and `at` in `time_column`, one
@@ -191,7 +184,6 @@ impl Store {
     async fn mark_acked(
         &self,
         acked: &[Acked],
-        at: DateTime<Utc>,
         state: EventState,
         time_column: &'static str,
     ) -> Result<u64, StoreError> {
@@ -201,17 +193,19 @@ impl Store {
         let ids: Vec<i64> = acked.iter().map(|a| a.event_id).collect();
         let parts: Vec<i32> = acked.iter().map(|a| a.partition).collect();
         let offsets: Vec<i64> = acked.iter().map(|a| a.offset).collect();
+        let at: Vec<DateTime<Utc>> = acked.iter().map(|a| a.at).collect();
         let sql = format!(
-            "UPDATE msg_event e SET state = $5, {time_column} = $4, next_attempt_at = NULL, \
+            "UPDATE msg_event e SET state = $5, {time_column} = u.at, next_attempt_at = NULL, \
                     kafka_partition = u.p, kafka_offset = u.o \
-             FROM UNNEST($1::bigint[], $2::int[], $3::bigint[]) AS u(id, p, o) \
+             FROM UNNEST($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[]) \
+                  AS u(id, p, o, at) \
              WHERE e.event_id = u.id AND e.state = 'PENDING'"
         );
         let done = sqlx::query(&sql)
             .bind(&ids)
             .bind(&parts)
             .bind(&offsets)
-            .bind(at)
+            .bind(&at)
             .bind(state)
             .execute(self.pool())
             .await?;

@@ -92,12 +92,10 @@ pub(super) fn defs() -> Vec<Def> {
 pub struct DispatchRound<'a> {
     /// Events read.
     pub selected: usize,
-    /// Marked SENT.
-    pub sent: u64,
+    /// Acknowledged by the broker.
+    pub acked: usize,
     /// Failed sends (retried), dead-letter copies included.
     pub retries: u64,
-    /// Marked DEAD.
-    pub dead: u64,
     /// Per acknowledged event: queue → ack, and commit → ack when known.
     pub timings: Vec<(Duration, Option<Duration>)>,
     /// First few failed sends (event id, error).
@@ -113,9 +111,7 @@ pub struct DispatchRound<'a> {
 impl DispatchRound<'_> {
     /// Metrics and log lines of the round.
     pub fn emit(&self) {
-        counter!(DISPATCH_SENT_TOTAL).increment(self.sent);
         counter!(DISPATCH_RETRIES_TOTAL).increment(self.retries);
-        counter!(DISPATCH_DEAD_TOTAL).increment(self.dead);
         for (produce, commit_to_ack) in &self.timings {
             histogram!(DISPATCH_PRODUCE_SECONDS).record(produce.as_secs_f64());
             if let Some(c) = commit_to_ack {
@@ -138,13 +134,30 @@ impl DispatchRound<'_> {
             counter!(DISPATCH_PRODUCER_RECREATED_TOTAL).increment(1);
             tracing::error!(reason = %reason, "fatal kafka producer error; producer rebuilt (undelivered events are re-sent, duplicates possible)");
         }
-        if self.sent > 0 {
+        if self.acked > 0 {
             tracing::debug!(
-                sent = self.sent,
+                acked = self.acked,
                 selected = self.selected,
                 "events delivered"
             );
         }
+    }
+}
+
+/// A round's outcome was written: acks as SENT, dead-letter copies as DEAD.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutcomeWritten {
+    /// Marked SENT.
+    pub sent: u64,
+    /// Marked DEAD.
+    pub dead: u64,
+}
+
+impl OutcomeWritten {
+    /// The SENT and DEAD counters.
+    pub fn emit(&self) {
+        counter!(DISPATCH_SENT_TOTAL).increment(self.sent);
+        counter!(DISPATCH_DEAD_TOTAL).increment(self.dead);
     }
 }
 
