@@ -72,27 +72,25 @@ pub struct DispatchBenchArgs {
 pub async fn dispatch(settings: &Settings, args: &DispatchBenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.events > 0, "--events must be at least 1");
     anyhow::ensure!(args.keys > 0, "--keys must be at least 1");
-    let batch = args.batch.unwrap_or(settings.dispatch.batch);
+    // `--batch` overrides `dispatch.batch` in the settings the bench runs with.
+    let mut settings = settings.clone();
+    settings.dispatch.batch = args.batch.unwrap_or(settings.dispatch.batch);
+    let batch = settings.dispatch.batch;
     anyhow::ensure!(
         (1..=10_000).contains(&batch),
         "--batch {batch} is outside 1..=10000"
     );
-    BenchDbs::run_fresh(settings, args.keep, async |dbs| {
-        run(settings, args, batch, dbs).await
+    BenchDbs::run_fresh(&settings, args.keep, async |dbs| {
+        run(&settings, args, dbs).await
     })
     .await
 }
 
-async fn run(
-    settings: &Settings,
-    args: &DispatchBenchArgs,
-    batch: u32,
-    dbs: &BenchDbs,
-) -> anyhow::Result<()> {
+async fn run(settings: &Settings, args: &DispatchBenchArgs, dbs: &BenchDbs) -> anyhow::Result<()> {
+    let batch = settings.dispatch.batch;
     let store = dbs.store(settings).await?;
     let (_embedded, bootstrap) = kafka_bootstrap(&settings.kafka)?;
-    let mut deps = DispatchDeps::new(settings, &bootstrap);
-    deps.cfg.batch = batch;
+    let deps = DispatchDeps::new(settings, &bootstrap);
     println!(
         "bench dispatch: {} events over {} keys, batch {batch}, payload {} B, brokers {}",
         args.events,

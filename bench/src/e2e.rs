@@ -122,7 +122,7 @@ async fn load_backlog(
         args.messages,
         args.seed,
         loaded.bytes as f64 / (1024.0 * 1024.0),
-        loaded.elapsed.as_secs_f64(),
+        loaded.inbox.elapsed.as_secs_f64(),
         redact_url(&dbs.inbox_url),
         redact_url(&dbs.store_url)
     );

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use chrono::Utc;
 use chrono_tz::Tz;
+use msgx_core::inbox::names::Ident;
 use msgx_core::inbox::names::InboxNames;
 use msgx_core::inbox::time::utc_to_local;
-use sqlx::mysql::MySqlConnectOptions;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions, Connection};
 
 use super::statement_for;
@@ -19,7 +20,7 @@ use super::statement_for;
 const LOAD_ROWS_PER_STATEMENT: u64 = 2_000;
 /// Load statements per inbox transaction.
 const LOAD_STATEMENTS_PER_TX: u64 = 10;
-/// Concurrent inbox load connections.
+/// Concurrent inbox load connections (both loaders).
 const LOAD_CONNECTIONS: usize = 4;
 /// Bytes of bound data per load statement, well under the default 16 MiB `max_allowed_packet`.
 const LOAD_BYTES_PER_STATEMENT: u64 = 4 * 1024 * 1024;
@@ -43,15 +44,12 @@ pub(super) async fn load_inbox(
     rows: u64,
     msg_bytes: usize,
 ) -> anyhow::Result<Loaded> {
-    let options = MySqlConnectOptions::from_str(url)
-        .context("parsing the bench inbox URL")?
-        .disable_statement_logging();
+    let options = load_options(url)?;
     let per_statement =
         (LOAD_BYTES_PER_STATEMENT / (msg_bytes as u64 + 64)).clamp(1, LOAD_ROWS_PER_STATEMENT);
     let filler = filler_message(msg_bytes);
     let next = AtomicU64::new(0);
     let job = LoadJob {
-        options: &options,
         names,
         tz,
         total: rows,
@@ -60,12 +58,7 @@ pub(super) async fn load_inbox(
         filler: &filler,
         next: &next,
     };
-    let started = Instant::now();
-    futures::future::try_join_all((0..LOAD_CONNECTIONS).map(|_| job.worker()))
-        .await
-        .context("loading the inbox backlog")?;
-    let elapsed = started.elapsed();
-
+    let elapsed = load_on_connections(&options, async |conn| job.worker(conn).await).await?;
     let (count, min_id, max_id) = loaded_ids(&options, names).await?;
     let (Some(min_id), Some(max_id)) = (min_id, max_id) else {
         anyhow::bail!("the inbox is empty after loading {rows} rows");
@@ -81,6 +74,49 @@ pub(super) async fn load_inbox(
         min_id,
         max_id,
     })
+}
+
+/// The bench inbox's connection options, for loading (no statement log: a load is millions of
+/// rows).
+pub(super) fn load_options(url: &str) -> anyhow::Result<MySqlConnectOptions> {
+    Ok(MySqlConnectOptions::from_str(url)
+        .context("parsing the bench inbox URL")?
+        .disable_statement_logging())
+}
+
+/// Runs `worker` on [`LOAD_CONNECTIONS`] connections at once, each opened for it and closed
+/// after; the wall time of the whole load.
+pub(super) async fn load_on_connections(
+    options: &MySqlConnectOptions,
+    worker: impl AsyncFn(&mut MySqlConnection) -> anyhow::Result<()>,
+) -> anyhow::Result<Duration> {
+    let on_one = async || {
+        let mut conn = options
+            .connect()
+            .await
+            .context("connecting a load connection")?;
+        worker(&mut conn).await?;
+        conn.close().await.context("closing a load connection")
+    };
+    let started = Instant::now();
+    futures::future::try_join_all((0..LOAD_CONNECTIONS).map(|_| on_one()))
+        .await
+        .context("loading the inbox backlog")?;
+    Ok(started.elapsed())
+}
+
+/// `INSERT INTO <table> (<columns>) VALUES (?,…),…` for `rows` rows of `columns`.
+pub(super) fn insert_sql(table: &Ident, columns: &[&Ident], rows: u64) -> String {
+    let names: Vec<String> = columns.iter().map(ToString::to_string).collect();
+    let row = format!("({})", vec!["?"; columns.len()].join(","));
+    let mut sql = format!("INSERT INTO {table} ({}) VALUES ", names.join(", "));
+    for i in 0..rows {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push_str(&row);
+    }
+    sql
 }
 
 /// Rows in the bench inbox and their lowest and highest id, after a load.
@@ -106,8 +142,6 @@ pub(super) async fn loaded_ids(
 
 /// What every load worker shares.
 struct LoadJob<'a> {
-    /// The bench inbox connection options.
-    options: &'a MySqlConnectOptions,
     /// Table and columns.
     names: &'a InboxNames,
     /// Zone of the DATETIME column.
@@ -127,23 +161,15 @@ struct LoadJob<'a> {
 impl LoadJob<'_> {
     /// `INSERT … VALUES` of `rows` `(received, message)` rows into the inbox table.
     fn insert_sql(&self, rows: u64) -> String {
-        let mut sql = format!(
-            "INSERT INTO {} ({}, {}) VALUES ",
-            self.names.table, self.names.received, self.names.message
-        );
-        for i in 0..rows {
-            sql.push_str(if i == 0 { "(?,?)" } else { ",(?,?)" });
-        }
-        sql
+        insert_sql(
+            &self.names.table,
+            &[&self.names.received, &self.names.message],
+            rows,
+        )
     }
 
     /// One connection: takes a transaction's worth of rows at a time until none are left.
-    async fn worker(&self) -> anyhow::Result<()> {
-        let mut conn = self
-            .options
-            .connect()
-            .await
-            .context("connecting a load connection")?;
+    async fn worker(&self, conn: &mut MySqlConnection) -> anyhow::Result<()> {
         let full_sql = self.insert_sql(self.per_statement);
         loop {
             let start = self.next.fetch_add(self.per_tx, Ordering::Relaxed);
@@ -169,7 +195,7 @@ impl LoadJob<'_> {
             }
             tx.commit().await.context("COMMIT")?;
         }
-        conn.close().await.context("closing a load connection")
+        Ok(())
     }
 }
 

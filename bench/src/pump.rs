@@ -142,7 +142,7 @@ async fn run(settings: &Settings, args: &PumpBenchArgs, dbs: &BenchDbs) -> anyho
         "bench pump: inbox loaded: {} messages, {:.1} MiB, in {:.1}s",
         args.messages,
         loaded.bytes as f64 / (1024.0 * 1024.0),
-        loaded.elapsed.as_secs_f64()
+        loaded.inbox.elapsed.as_secs_f64()
     );
 
     let store = dbs.store(settings).await?;

@@ -7,7 +7,6 @@
 //! although the load runs on several connections.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -22,17 +21,15 @@ use msgx_core::inbox::Inbox;
 use msgx_core::poller::poll_once;
 use msgx_core::settings::PipelineSettings;
 use msgx_core::store::Store;
-use sqlx::mysql::MySqlConnectOptions;
-use sqlx::{ConnectOptions, Connection};
+use sqlx::mysql::MySqlConnection;
 
+use super::super::inbox_load::{self, insert_sql, load_on_connections, load_options, loaded_ids};
 use super::super::statement_for;
 
 /// Rows per load statement at most.
 const LOAD_ROWS_PER_STATEMENT: usize = 2_000;
 /// Bytes of message text per load statement at most (default `max_allowed_packet` is 16 MiB).
 const LOAD_BYTES_PER_STATEMENT: usize = 4 * 1024 * 1024;
-/// Concurrent load connections.
-const LOAD_CONNECTIONS: usize = 4;
 /// Send-time step between consecutive generated messages.
 const SEND_STEP_MS: i64 = 300;
 
@@ -41,18 +38,14 @@ const SEND_STEP_MS: i64 = 300;
 pub(crate) struct Loaded {
     /// Generating the messages.
     pub(crate) generated_in: Duration,
-    /// Loading them.
-    pub(crate) elapsed: Duration,
+    /// Loading them: wall time and ids (1..=`messages`).
+    pub(crate) inbox: inbox_load::Loaded,
     /// Message text bytes in all.
     pub(crate) bytes: u64,
     /// Largest message in bytes.
     pub(crate) largest: usize,
     /// Messages per `TYPE` (`TYPE-STYP` for SCHD).
     pub(crate) kinds: BTreeMap<String, u64>,
-    /// Lowest inbox id (1).
-    pub(crate) min_id: i64,
-    /// Highest inbox id (`messages`).
-    pub(crate) max_id: i64,
 }
 
 /// One generated inbox row.
@@ -89,24 +82,17 @@ pub(crate) async fn load_messages(
         largest: 0,
         kinds: BTreeMap::new(),
     });
-    let options = MySqlConnectOptions::from_str(url)
-        .context("parsing the bench inbox URL")?
-        .disable_statement_logging();
+    let options = load_options(url)?;
     let job = LoadJob {
-        options: &options,
         names,
         source: &source,
     };
-    let started = Instant::now();
-    futures::future::try_join_all((0..LOAD_CONNECTIONS).map(|_| job.worker()))
-        .await
-        .context("loading the inbox backlog")?;
-    let elapsed = started.elapsed();
+    let elapsed = load_on_connections(&options, async |conn| job.worker(conn).await).await?;
     let source = source
         .into_inner()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
 
-    let (count, min_id, max_id) = super::super::inbox_load::loaded_ids(&options, names).await?;
+    let (count, min_id, max_id) = loaded_ids(&options, names).await?;
     let expected = i64::try_from(messages).context("--messages too large")?;
     anyhow::ensure!(
         count == expected && min_id == Some(1) && max_id == Some(expected),
@@ -114,12 +100,14 @@ pub(crate) async fn load_messages(
     );
     Ok(Loaded {
         generated_in: source.generated_in,
-        elapsed,
+        inbox: inbox_load::Loaded {
+            elapsed,
+            min_id: 1,
+            max_id: expected,
+        },
         bytes: source.bytes,
         largest: source.largest,
         kinds: source.kinds,
-        min_id: 1,
-        max_id: expected,
     })
 }
 
@@ -182,7 +170,6 @@ impl Source {
 
 /// What every load worker shares.
 struct LoadJob<'a> {
-    options: &'a MySqlConnectOptions,
     names: &'a InboxNames,
     source: &'a Mutex<Source>,
 }
@@ -190,23 +177,12 @@ struct LoadJob<'a> {
 impl LoadJob<'_> {
     /// `INSERT … VALUES` of `rows` `(id, received, message)` rows into the inbox table.
     fn insert_sql(&self, rows: usize) -> String {
-        let mut sql = format!(
-            "INSERT INTO {} ({}, {}, {}) VALUES ",
-            self.names.table, self.names.id, self.names.received, self.names.message
-        );
-        for i in 0..rows {
-            sql.push_str(if i == 0 { "(?,?,?)" } else { ",(?,?,?)" });
-        }
-        sql
+        let n = &self.names;
+        insert_sql(&n.table, &[&n.id, &n.received, &n.message], rows as u64)
     }
 
     /// One connection: one chunk (one autocommit statement) at a time until none are left.
-    async fn worker(&self) -> anyhow::Result<()> {
-        let mut conn = self
-            .options
-            .connect()
-            .await
-            .context("connecting a load connection")?;
+    async fn worker(&self, conn: &mut MySqlConnection) -> anyhow::Result<()> {
         let full_sql = self.insert_sql(LOAD_ROWS_PER_STATEMENT);
         loop {
             let chunk = self
@@ -224,14 +200,14 @@ impl LoadJob<'_> {
             for (id, row) in (first..).zip(&rows) {
                 query = query.bind(id).bind(row.received).bind(row.text.as_str());
             }
-            query.execute(&mut conn).await.with_context(|| {
+            query.execute(&mut *conn).await.with_context(|| {
                 format!(
                     "inserting inbox rows {first}..{}",
                     first + rows.len() as i64
                 )
             })?;
         }
-        conn.close().await.context("closing a load connection")
+        Ok(())
     }
 }
 
@@ -259,7 +235,7 @@ pub(crate) async fn enqueue_all(
     let started = Instant::now();
     let mut rounds = 0u32;
     let mut w = store.read_cursor().await.context("read_cursor")?.cursor.w;
-    while w < loaded.max_id {
+    while w < loaded.inbox.max_id {
         let report = poll_once(inbox, store, &clock, cfg)
             .await
             .with_context(|| format!("poll round {} at W={w}", rounds + 1))?;
@@ -268,7 +244,7 @@ pub(crate) async fn enqueue_all(
             report.moved(),
             "W did not move from {w} (read {} rows, inbox head {})",
             report.read,
-            loaded.max_id
+            loaded.inbox.max_id
         );
         w = report.advance.w;
     }
@@ -277,9 +253,9 @@ pub(crate) async fn enqueue_all(
         .await
         .context("counting proc_state")?;
     anyhow::ensure!(
-        rows == loaded.max_id - loaded.min_id + 1,
+        rows == loaded.inbox.max_id - loaded.inbox.min_id + 1,
         "proc_state holds {rows} rows after the enqueue, expected {}",
-        loaded.max_id - loaded.min_id + 1
+        loaded.inbox.max_id - loaded.inbox.min_id + 1
     );
     Ok(Enqueued {
         rows,

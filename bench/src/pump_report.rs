@@ -150,7 +150,7 @@ fn print_backlog(loaded: &Loaded, m: &Measured) {
         loaded.bytes as f64 / (1024.0 * 1024.0),
         loaded.bytes as f64 / total.max(1) as f64,
         loaded.largest as f64 / 1024.0,
-        loaded.elapsed.as_secs_f64(),
+        loaded.inbox.elapsed.as_secs_f64(),
         loaded.generated_in.as_secs_f64()
     );
     println!(

@@ -353,7 +353,7 @@ pub(super) async fn pump_phase(
     raw_copy: bool,
 ) -> anyhow::Result<PumpRun> {
     let (mut core, read_ahead) = pump_core(inbox, store, settings, raw_copy)?;
-    let total = u64::try_from(loaded.max_id - loaded.min_id + 1).context("id range")?;
+    let total = u64::try_from(loaded.inbox.max_id - loaded.inbox.min_id + 1).context("id range")?;
     let capacity = usize::try_from(total).context("backlog size")?;
     // Allocated up front so the samples themselves do not grow the RSS.
     let mut tally = Tally {
@@ -362,7 +362,7 @@ pub(super) async fn pump_phase(
         outcomes: BTreeMap::new(),
         changes: 0,
         events: 0,
-        expected_id: loaded.min_id,
+        expected_id: loaded.inbox.min_id,
     };
     let probe_start = probe.run(&PROBE_SHAPES).await?;
     let rss_start = rss_mib();

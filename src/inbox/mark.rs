@@ -41,19 +41,10 @@ impl MarkSql {
     /// Builds the statements from validated names.
     pub fn new(n: &InboxNames) -> Self {
         Self {
-            check_prefix: format!(
-                "SELECT {id}, {status} FROM {t} WHERE {id} IN ",
-                id = n.id,
-                status = n.status,
-                t = n.table
-            ),
-            write_prefix: format!(
-                "UPDATE {t} SET {status} = ?, {proc} = COALESCE({proc}, ?) \
+            check_prefix: n.sql("SELECT {id}, {status} FROM {table} WHERE {id} IN "),
+            write_prefix: n.sql(
+                "UPDATE {table} SET {status} = ?, {processed} = COALESCE({processed}, ?) \
                  WHERE ({status} IS NULL OR TRIM({status}) = '') AND {id} IN ",
-                id = n.id,
-                status = n.status,
-                proc = n.processed,
-                t = n.table
             ),
         }
     }

@@ -90,24 +90,15 @@ impl InboxSql {
     fn new(n: &InboxNames) -> Self {
         Self {
             // CAST AS CHAR: a zero or odd date must not fail decoding the whole batch.
-            rows_after: format!(
-                "SELECT {id}, CAST({recv} AS CHAR) FROM {t} WHERE {id} > ? ORDER BY {id} LIMIT ?",
-                id = n.id,
-                recv = n.received,
-                t = n.table
+            rows_after: n.sql(
+                "SELECT {id}, CAST({received} AS CHAR) FROM {table} WHERE {id} > ? ORDER BY {id} LIMIT ?",
             ),
-            id_range: format!(
-                "SELECT MIN({id}), MAX({id}) FROM {t}",
-                id = n.id,
-                t = n.table
-            ),
-            max_id: format!("SELECT MAX({id}) FROM {t}", id = n.id, t = n.table),
+            id_range: n.sql("SELECT MIN({id}), MAX({id}) FROM {table}"),
+            max_id: n.sql("SELECT MAX({id}) FROM {table}"),
             // LENGTH first: a huge message is refused without moving it over the wire.
-            raw_prefix: format!(
-                "SELECT {id}, LENGTH({m}), CASE WHEN LENGTH({m}) <= ? THEN {m} END FROM {t} WHERE {id} IN ",
-                id = n.id,
-                m = n.message,
-                t = n.table
+            raw_prefix: n.sql(
+                "SELECT {id}, LENGTH({message}), CASE WHEN LENGTH({message}) <= ? THEN {message} END \
+                 FROM {table} WHERE {id} IN ",
             ),
         }
     }

@@ -86,6 +86,24 @@ impl InboxNames {
         )
         .unwrap_or_else(|_| unreachable!("default names are valid identifiers"))
     }
+
+    /// `template` with `{table}`, `{id}`, `{received}`, `{message}`, `{processed}` and
+    /// `{status}` replaced by the quoted names: every inbox statement spells a name the same
+    /// way. The names are plain identifiers, so a replacement never forms another placeholder.
+    pub fn sql(&self, template: &str) -> String {
+        [
+            ("{table}", &self.table),
+            ("{id}", &self.id),
+            ("{received}", &self.received),
+            ("{message}", &self.message),
+            ("{processed}", &self.processed),
+            ("{status}", &self.status),
+        ]
+        .into_iter()
+        .fold(template.to_string(), |sql, (key, name)| {
+            sql.replace(key, &name.to_string())
+        })
+    }
 }
 
 /// The outbound table (SPEC §12): we insert rows (writing only `created` and `message`; the

@@ -13,76 +13,89 @@ use crate::store::replay::{
 /// Most ids one request may name or select (one transaction holds the pipeline lock for all).
 pub const MAX_IDS: usize = 10_000;
 
-/// A replay. Either `msg_ids` with `expect_state` (the state the operator saw; a row that moved
-/// since is refused), or `error_class` with `from_id`..=`to_id` (and optionally `state`; a
-/// range with `to_id` below `from_id` is empty), never both.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReplayRequest {
-    /// The rows, by id.
-    #[serde(default)]
-    pub msg_ids: Vec<i64>,
-    /// With `msg_ids`: `DEAD` or `FAILED`, as seen.
-    #[serde(default)]
-    pub expect_state: Option<String>,
-    /// With `msg_ids`: the error class seen (optional).
-    #[serde(default)]
-    pub expect_class: Option<String>,
-    /// Select by this replayable class instead of ids…
-    #[serde(default)]
-    pub error_class: Option<String>,
-    /// …from this id…
-    #[serde(default)]
-    pub from_id: Option<i64>,
-    /// …to this id (inclusive).
-    #[serde(default)]
-    pub to_id: Option<i64>,
-    /// With `error_class`: only rows in this state (`DEAD` or `FAILED`).
-    #[serde(default)]
-    pub state: Option<String>,
-    /// Who.
-    pub actor: String,
-    /// Why.
-    pub reason: String,
-    /// Change or incident number.
-    #[serde(default)]
-    pub ticket: Option<String>,
-    /// Show what would change; change nothing, audit nothing.
-    #[serde(default)]
-    pub dry_run: bool,
+/// Declares an audited request: its own fields, then who, why and the ticket (and, with
+/// `dry_run` after the id field's name, the dry-run switch), unknown fields refused (so no
+/// `serde(flatten)`); `checked` validates the audit and the size of the id list. The shared
+/// fields are declared once, so the requests cannot drift apart.
+macro_rules! audited_request {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)*
+        }
+        ids: $ids:ident $(, $dry_run:ident)?
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+            /// Who.
+            pub actor: String,
+            /// Why.
+            pub reason: String,
+            /// Change or incident number.
+            pub ticket: Option<String>,
+            $(
+                /// Show what would change; change nothing, audit nothing.
+                #[serde(default)]
+                pub $dry_run: bool,
+            )?
+        }
+
+        impl $name {
+            /// Who, why and the ticket, as the audit log records them, and the ids within
+            /// [`MAX_IDS`].
+            fn checked(&self) -> Result<Audit<'_>, OpsError> {
+                let audit = check_audit(&self.actor, &self.reason, self.ticket.as_deref())?;
+                check_ids(&self.$ids, stringify!($ids))?;
+                Ok(audit)
+            }
+        }
+    };
 }
 
-/// A backfill recovery of abandoned rows.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RecoverRequest {
-    /// The rows.
-    pub msg_ids: Vec<i64>,
-    /// Who.
-    pub actor: String,
-    /// Why.
-    pub reason: String,
-    /// Change or incident number.
-    #[serde(default)]
-    pub ticket: Option<String>,
-    /// Show what would change; change nothing, audit nothing.
-    #[serde(default)]
-    pub dry_run: bool,
+audited_request! {
+    /// A replay. Either `msg_ids` with `expect_state` (the state the operator saw; a row that
+    /// moved since is refused), or `error_class` with `from_id`..=`to_id` (and optionally
+    /// `state`; a range with `to_id` below `from_id` is empty), never both.
+    pub struct ReplayRequest {
+        /// The rows, by id.
+        #[serde(default)]
+        pub msg_ids: Vec<i64>,
+        // An `Option` field needs no `#[serde(default)]`: serde reads a missing one as None.
+        /// With `msg_ids`: `DEAD` or `FAILED`, as seen.
+        pub expect_state: Option<String>,
+        /// With `msg_ids`: the error class seen (optional).
+        pub expect_class: Option<String>,
+        /// Select by this replayable class instead of ids…
+        pub error_class: Option<String>,
+        /// …from this id…
+        pub from_id: Option<i64>,
+        /// …to this id (inclusive).
+        pub to_id: Option<i64>,
+        /// With `error_class`: only rows in this state (`DEAD` or `FAILED`).
+        pub state: Option<String>,
+    }
+    ids: msg_ids, dry_run
 }
 
-/// A requeue of DEAD events.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequeueRequest {
-    /// The events.
-    pub event_ids: Vec<i64>,
-    /// Who.
-    pub actor: String,
-    /// Why.
-    pub reason: String,
-    /// Change or incident number.
-    #[serde(default)]
-    pub ticket: Option<String>,
+audited_request! {
+    /// A backfill recovery of abandoned rows.
+    pub struct RecoverRequest {
+        /// The rows.
+        pub msg_ids: Vec<i64>,
+    }
+    ids: msg_ids, dry_run
+}
+
+audited_request! {
+    /// A requeue of DEAD events.
+    pub struct RequeueRequest {
+        /// The events.
+        pub event_ids: Vec<i64>,
+    }
+    ids: event_ids
 }
 
 /// One row's result.
@@ -312,24 +325,26 @@ fn check_audit<'a>(
     })
 }
 
-fn check_state(value: &str, key: &str) -> Result<ProcState, OpsError> {
-    match ProcState::try_from(value.trim().to_ascii_uppercase().as_str()) {
-        Ok(state) if REPLAYABLE_STATES.contains(&state) => Ok(state),
+/// `value` (in any case) as one of `allowed`; `what` says what it is not when refused.
+fn check_replayable<T>(value: &str, key: &str, what: &str, allowed: &[T]) -> Result<T, OpsError>
+where
+    T: Copy + PartialEq + std::fmt::Display + for<'a> TryFrom<&'a str>,
+{
+    match T::try_from(value.trim().to_ascii_uppercase().as_str()) {
+        Ok(found) if allowed.contains(&found) => Ok(found),
         _ => Err(OpsError::Invalid(format!(
-            "{key} `{value}` is not replayable (only {})",
-            replay::names(REPLAYABLE_STATES)
+            "{key} `{value}` is not {what} (only {})",
+            replay::names(allowed)
         ))),
     }
 }
 
+fn check_state(value: &str, key: &str) -> Result<ProcState, OpsError> {
+    check_replayable(value, key, "replayable", REPLAYABLE_STATES)
+}
+
 fn check_class(value: &str, key: &str) -> Result<ErrorClass, OpsError> {
-    match ErrorClass::try_from(value.trim().to_ascii_uppercase().as_str()) {
-        Ok(class) if REPLAYABLE_CLASSES.contains(&class) => Ok(class),
-        _ => Err(OpsError::Invalid(format!(
-            "{key} `{value}` is not a replayable class (only {})",
-            replay::names(REPLAYABLE_CLASSES)
-        ))),
-    }
+    check_replayable(value, key, "a replayable class", REPLAYABLE_CLASSES)
 }
 
 /// A replay by ids: each expected in `expect_state` (required: a row that moved since the
@@ -365,8 +380,7 @@ impl Ops {
         req: &ReplayRequest,
         now: DateTime<Utc>,
     ) -> Result<ActionReport, OpsError> {
-        let audit = check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
-        check_ids(&req.msg_ids, "msg_ids")?;
+        let audit = req.checked()?;
         let by_class = req.error_class.is_some() || req.from_id.is_some() || req.to_id.is_some();
         let rows = match (by_class, req.msg_ids.is_empty()) {
             (true, false) => {
@@ -458,10 +472,9 @@ impl Ops {
         req: &RecoverRequest,
         now: DateTime<Utc>,
     ) -> Result<ActionReport, OpsError> {
-        let audit = check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
-        check_ids(&req.msg_ids, "msg_ids")?;
         let report =
-            replay::recover_abandoned(&self.store, &req.msg_ids, audit, req.dry_run, now).await?;
+            replay::recover_abandoned(&self.store, &req.msg_ids, req.checked()?, req.dry_run, now)
+                .await?;
         Ok(ActionReport::from_admin(&report))
     }
 
@@ -471,11 +484,9 @@ impl Ops {
         req: &RequeueRequest,
         now: DateTime<Utc>,
     ) -> Result<RequeueReport, OpsError> {
-        let audit = check_audit(&req.actor, &req.reason, req.ticket.as_deref())?;
-        check_ids(&req.event_ids, "event_ids")?;
         let r = self
             .store
-            .requeue_dead_events(&req.event_ids, audit, now)
+            .requeue_dead_events(&req.event_ids, req.checked()?, now)
             .await?;
         Ok(RequeueReport {
             audit_id: r.audit_id,

@@ -222,73 +222,74 @@ mod tests {
         assert_eq!(rqid_like_pattern("x<y"), "%<RQID>x&lt;y</RQID>%");
     }
 
+    /// The local day `y-m-d`.
+    fn day(y: i32, m: u32, d: u32) -> NaiveDate {
+        NaiveDate::from_ymd_opt(y, m, d).expect("valid date")
+    }
+
     #[test]
     fn daily_due_in_airport_local_time() {
         let tz = shanghai();
-        let at = hm(2, 30);
-        // 02:29:59 local (18:29:59 UTC the day before): not yet.
-        assert_eq!(daily_due(utc("2026-11-29T18:29:59Z"), at, tz), None);
-        // 02:30:00 local: due for the local day, not the UTC one.
-        assert_eq!(
-            daily_due(utc("2026-11-29T18:30:00Z"), at, tz),
-            NaiveDate::from_ymd_opt(2026, 11, 30)
-        );
-        // Later the same local day: still due for that day (a late start asks at once).
-        assert_eq!(
-            daily_due(utc("2026-11-30T15:59:59Z"), at, tz),
-            NaiveDate::from_ymd_opt(2026, 11, 30)
-        );
-        // Just after local midnight: the new day is not due yet.
-        assert_eq!(daily_due(utc("2026-11-30T16:00:00Z"), at, tz), None);
-        // 00:00 is due from local midnight on.
-        assert_eq!(
-            daily_due(utc("2026-11-30T16:00:00Z"), hm(0, 0), tz),
-            NaiveDate::from_ymd_opt(2026, 12, 1)
-        );
+        // (now in UTC, time of day, the local day due, if any)
+        let cases = [
+            // 02:29:59 local (18:29:59 UTC the day before): not yet.
+            ("2026-11-29T18:29:59Z", hm(2, 30), None),
+            // 02:30:00 local: due for the local day, not the UTC one.
+            ("2026-11-29T18:30:00Z", hm(2, 30), Some(day(2026, 11, 30))),
+            // Later the same local day: still due for that day (a late start asks at once).
+            ("2026-11-30T15:59:59Z", hm(2, 30), Some(day(2026, 11, 30))),
+            // Just after local midnight: the new day is not due yet.
+            ("2026-11-30T16:00:00Z", hm(2, 30), None),
+            // 00:00 is due from local midnight on.
+            ("2026-11-30T16:00:00Z", hm(0, 0), Some(day(2026, 12, 1))),
+        ];
+        for (now, at, due) in cases {
+            assert_eq!(daily_due(utc(now), at, tz), due, "{now} at {at}");
+        }
+    }
+
+    /// Checks [`next_daily_run`] at `at` in `tz` for each (now, expected run), both in UTC.
+    fn assert_next_runs(tz: Tz, at: NaiveTime, cases: &[(&str, &str)]) {
+        for (now, run) in cases {
+            assert_eq!(next_daily_run(utc(now), at, tz), utc(run), "{now}");
+        }
     }
 
     #[test]
     fn next_daily_run_is_strictly_after_now() {
-        let tz = shanghai();
-        let at = hm(2, 30);
-        // Before today's time: today at 02:30 local = 18:30 UTC the day before.
-        assert_eq!(
-            next_daily_run(utc("2026-11-29T17:00:00Z"), at, tz),
-            utc("2026-11-29T18:30:00Z")
-        );
-        // Exactly at it, and after it: tomorrow.
-        assert_eq!(
-            next_daily_run(utc("2026-11-29T18:30:00Z"), at, tz),
-            utc("2026-11-30T18:30:00Z")
-        );
-        assert_eq!(
-            next_daily_run(utc("2026-11-30T03:00:00Z"), at, tz),
-            utc("2026-11-30T18:30:00Z")
-        );
-        // Across a month and year end.
-        assert_eq!(
-            next_daily_run(utc("2026-12-31T19:00:00Z"), at, tz),
-            utc("2027-01-01T18:30:00Z")
+        assert_next_runs(
+            shanghai(),
+            hm(2, 30),
+            &[
+                // Before today's time: today at 02:30 local = 18:30 UTC the day before.
+                ("2026-11-29T17:00:00Z", "2026-11-29T18:30:00Z"),
+                // Exactly at it, and after it: tomorrow.
+                ("2026-11-29T18:30:00Z", "2026-11-30T18:30:00Z"),
+                ("2026-11-30T03:00:00Z", "2026-11-30T18:30:00Z"),
+                // Across a month and year end.
+                ("2026-12-31T19:00:00Z", "2027-01-01T18:30:00Z"),
+            ],
         );
     }
 
     #[test]
     fn next_daily_run_handles_dst_gaps_and_folds() {
         let berlin: Tz = "Europe/Berlin".parse().expect("tz");
-        // 2026-03-29 02:30 does not exist in Berlin (02:00 → 03:00 CEST): runs at 03:00 CEST.
-        assert_eq!(
-            next_daily_run(utc("2026-03-28T12:00:00Z"), hm(2, 30), berlin),
-            utc("2026-03-29T01:00:00Z")
-        );
-        // 2026-10-25 02:30 happens twice: the earlier (CEST, 00:30 UTC).
-        assert_eq!(
-            next_daily_run(utc("2026-10-24T12:00:00Z"), hm(2, 30), berlin),
-            utc("2026-10-25T00:30:00Z")
+        assert_next_runs(
+            berlin,
+            hm(2, 30),
+            &[
+                // 2026-03-29 02:30 does not exist in Berlin (02:00 → 03:00 CEST): runs at 03:00
+                // CEST.
+                ("2026-03-28T12:00:00Z", "2026-03-29T01:00:00Z"),
+                // 2026-10-25 02:30 happens twice: the earlier (CEST, 00:30 UTC).
+                ("2026-10-24T12:00:00Z", "2026-10-25T00:30:00Z"),
+            ],
         );
         // Due on the gap day once the local clock passed the time.
         assert_eq!(
             daily_due(utc("2026-03-29T01:00:00Z"), hm(2, 30), berlin),
-            NaiveDate::from_ymd_opt(2026, 3, 29)
+            Some(day(2026, 3, 29))
         );
     }
 
@@ -296,10 +297,7 @@ mod tests {
     fn local_date_and_time_use_the_zone() {
         let tz = shanghai();
         let t = utc("2026-11-29T18:30:05Z");
-        assert_eq!(
-            local_date(t, tz),
-            NaiveDate::from_ymd_opt(2026, 11, 30).expect("d")
-        );
+        assert_eq!(local_date(t, tz), day(2026, 11, 30));
         assert_eq!(local_time(t, tz).to_string(), "2026-11-30 02:30:05");
     }
 }

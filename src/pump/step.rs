@@ -49,41 +49,12 @@ pub struct PumpConfig {
     pub raw_copy: bool,
 }
 
-/// What a step did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StepOutcome {
-    /// No unfinished row ≤ W.
-    Idle,
-    /// The head is FAILED and not due: everything waits until `until`.
-    Waiting {
-        /// The head.
-        msg_id: i64,
-        /// When it is due.
-        until: DateTime<Utc>,
-    },
-    /// The head was poison and is now DEAD(EXHAUSTED).
-    Poisoned {
-        /// The head.
-        msg_id: i64,
-        /// Why.
-        reason: String,
-    },
-    /// The head was processed.
-    Processed {
-        /// The head.
-        msg_id: i64,
-        /// How it ended.
-        outcome: Outcome,
-        /// Wall time of the attempt.
-        took: Duration,
-        /// The head's age (receive or enqueue time → now) when taken.
-        head_age: Duration,
-    },
-}
+/// What a step did: the poison reason and the outcome owned (see [`telemetry::PumpStep`]).
+pub type StepOutcome = telemetry::PumpStep<String, Outcome>;
 
 impl StepOutcome {
     /// The step's telemetry event.
-    pub fn event(&self) -> telemetry::PumpStep<'_> {
+    pub fn event(&self) -> telemetry::PumpStep<&str, telemetry::Processed<'_>> {
         match self {
             Self::Idle => telemetry::PumpStep::Idle,
             Self::Waiting { msg_id, until } => telemetry::PumpStep::Waiting {
@@ -92,7 +63,7 @@ impl StepOutcome {
             },
             Self::Poisoned { msg_id, reason } => telemetry::PumpStep::Poisoned {
                 msg_id: *msg_id,
-                reason,
+                reason: reason.as_str(),
             },
             Self::Processed {
                 msg_id,

@@ -10,7 +10,8 @@
 //! [`SweepTx::held`] answered in this transaction.
 
 use chrono::{DateTime, Utc};
-use sqlx::{Postgres, Transaction};
+use sqlx::postgres::PgHasArrayType;
+use sqlx::{Encode, Postgres, Transaction, Type};
 
 use super::{truncate, Store, StoreError};
 
@@ -174,37 +175,21 @@ impl SweepTx {
             .execute(&mut *self.tx)
             .await?;
         }
-        if !write.backed_off.is_empty() {
-            let ids: Vec<i64> = write.backed_off.iter().map(|r| r.0).collect();
-            let next: Vec<DateTime<Utc>> = write.backed_off.iter().map(|r| r.1).collect();
-            let errors: Vec<&str> = write
-                .backed_off
-                .iter()
-                .map(|r| truncate(&r.2, BACKFILL_ERROR_MAX))
-                .collect();
-            sqlx::query(&format!(
+        self.update_each(
+            &format!(
                 "UPDATE proc_state p SET backfill_attempts = p.backfill_attempts + 1, \
                         backfill_next_at = u.next_at, backfill_error = u.err, updated_at = $4 \
                  FROM UNNEST($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, next_at, err) \
                  WHERE p.msg_id = u.id AND p.{TERMINAL} \
                    AND p.backfill_at IS NULL AND p.backfill_abandon_reason IS NULL"
-            ))
-            .bind(&ids)
-            .bind(&next)
-            .bind(&errors)
-            .bind(now)
-            .execute(&mut *self.tx)
-            .await?;
-        }
-        if !write.abandoned.is_empty() {
-            let ids: Vec<i64> = write.abandoned.iter().map(|r| r.0).collect();
-            let reasons: Vec<&str> = write.abandoned.iter().map(|r| r.1.as_str()).collect();
-            let errors: Vec<&str> = write
-                .abandoned
-                .iter()
-                .map(|r| truncate(&r.2, BACKFILL_ERROR_MAX))
-                .collect();
-            sqlx::query(&format!(
+            ),
+            &write.backed_off,
+            |next_at| *next_at,
+            now,
+        )
+        .await?;
+        self.update_each(
+            &format!(
                 "UPDATE proc_state p SET backfill_abandon_reason = u.reason, \
                         backfill_abandoned_at = $4, backfill_next_at = NULL, \
                         backfill_error = u.err, \
@@ -214,15 +199,45 @@ impl SweepTx {
                  FROM UNNEST($1::bigint[], $2::text[], $3::text[]) AS u(id, reason, err) \
                  WHERE p.msg_id = u.id AND p.{TERMINAL} \
                    AND p.backfill_at IS NULL AND p.backfill_abandon_reason IS NULL"
-            ))
-            .bind(&ids)
-            .bind(&reasons)
-            .bind(&errors)
+            ),
+            &write.abandoned,
+            |reason| reason.as_str(),
+            now,
+        )
+        .await?;
+        self.tx.commit().await?;
+        Ok(())
+    }
+
+    /// One write-back of rows with a value and an error each (`$1` ids, `$2` the `value` of
+    /// each, `$3` its error truncated, `$4` now): the back-off and the abandon differ only in
+    /// their statement and `$2`. No rows, no statement.
+    async fn update_each<T, V>(
+        &mut self,
+        sql: &str,
+        rows: &[(i64, T, String)],
+        value: impl Fn(&T) -> V,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>
+    where
+        V: for<'q> Encode<'q, Postgres> + Type<Postgres> + PgHasArrayType + Send,
+    {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let values: Vec<V> = rows.iter().map(|r| value(&r.1)).collect();
+        let errors: Vec<&str> = rows
+            .iter()
+            .map(|r| truncate(&r.2, BACKFILL_ERROR_MAX))
+            .collect();
+        sqlx::query(sql)
+            .bind(ids)
+            .bind(values)
+            .bind(errors)
             .bind(now)
             .execute(&mut *self.tx)
             .await?;
-        }
-        self.tx.commit().await?;
         Ok(())
     }
 }

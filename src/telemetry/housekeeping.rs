@@ -73,28 +73,30 @@ pub const RETENTION_TABLES: &[&str] = &[
     "raw_copy",
 ];
 /// `table` of [`RETENTION_ERRORS_TOTAL`]: those, the archive and the size estimate.
-pub const RETENTION_ERROR_TABLES: &[&str] = &[
-    "proc_state",
-    "schd_snap_log",
-    "msg_event",
-    "audit_log",
-    "late_watch",
-    "late_watch_range",
-    "raw_copy",
-    "pg_class",
-];
+pub const RETENTION_ERROR_TABLES: &[&str] =
+    &joined::<8>(&[&["proc_state"], RETENTION_TABLES, &["pg_class"]]);
 /// `table` of [`STORE_TABLE_ROWS`]: the tables whose size the housekeeping job reports (the
 /// store reads exactly these).
-pub const SIZED_TABLES: &[&str] = &[
-    "proc_state",
-    "proc_state_hst",
-    "schd_snap_log",
-    "msg_event",
-    "audit_log",
-    "late_watch",
-    "late_watch_range",
-    "raw_copy",
-];
+pub const SIZED_TABLES: &[&str] =
+    &joined::<8>(&[&["proc_state", "proc_state_hst"], RETENTION_TABLES]);
+
+/// The table lists above as one array each, so the tables retention deletes from are named
+/// once (a wrong `N` fails the build).
+const fn joined<const N: usize>(parts: &[&[&'static str]]) -> [&'static str; N] {
+    let mut out = [""; N];
+    let (mut n, mut p) = (0, 0);
+    while p < parts.len() {
+        let mut i = 0;
+        while i < parts[p].len() {
+            out[n] = parts[p][i];
+            n += 1;
+            i += 1;
+        }
+        p += 1;
+    }
+    assert!(n == N, "the parts do not fill the array");
+    out
+}
 
 /// The series of this file.
 pub(super) fn defs() -> Vec<Def> {

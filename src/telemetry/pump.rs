@@ -158,12 +158,14 @@ impl Processed<'_> {
     }
 }
 
-/// A pump step ended.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PumpStep<'a> {
+/// A pump step ended. Generic, so this leaf imports no pump type: the pump's own result
+/// owns the poison reason and the outcome (`pump::StepOutcome`), its telemetry event borrows
+/// them (`PumpStep<&str, Processed>`); one enum, so the two cannot drift apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PumpStep<R, O> {
     /// No unfinished row at or below W.
     Idle,
-    /// The head is FAILED and not due.
+    /// The head is FAILED and not due: everything waits until `until`.
     Waiting {
         /// The head.
         msg_id: i64,
@@ -175,22 +177,22 @@ pub enum PumpStep<'a> {
         /// The head.
         msg_id: i64,
         /// Why.
-        reason: &'a str,
+        reason: R,
     },
     /// The head was processed.
     Processed {
         /// The head.
         msg_id: i64,
         /// How it ended.
-        outcome: Processed<'a>,
+        outcome: O,
         /// Wall time of the attempt.
         took: Duration,
-        /// The head's age when taken.
+        /// The head's age (receive or enqueue time → now) when taken.
         head_age: Duration,
     },
 }
 
-impl PumpStep<'_> {
+impl PumpStep<&str, Processed<'_>> {
     /// Metrics and log line of the step.
     pub fn emit(&self) {
         match *self {

@@ -962,16 +962,8 @@ fn check_generated(kind: MessageKind, raw: &str, r: &Result<DecodedMessage, Code
 
 #[test]
 fn every_generated_kind_decodes_to_its_class() {
-    let mut kinds = vec![
-        MessageKind::SchdDnld,
-        MessageKind::SchdResp,
-        MessageKind::SchdAdft,
-        MessageKind::Fdel,
-        MessageKind::Adft,
-        MessageKind::UnknownType,
-        MessageKind::Flop("BRDG"),
-    ];
-    kinds.extend(FLOP_SUBTYPES.map(MessageKind::Flop));
+    let mut kinds = MessageKind::all_but_malformed();
+    kinds.push(MessageKind::Flop("BRDG"));
     kinds.extend(MalformedKind::ALL.map(MessageKind::Malformed));
     let codec = codec();
     let mut count = 0;

@@ -83,6 +83,23 @@ impl MessageKind {
     pub fn is_malformed(&self) -> bool {
         matches!(self, MessageKind::Malformed(_))
     }
+
+    /// Every kind but [`MessageKind::Malformed`], FLOP once with each of the
+    /// [`FLOP_SUBTYPES`]: the well-formed kinds exhaustive tests render.
+    ///
+    /// [`FLOP_SUBTYPES`]: super::FLOP_SUBTYPES
+    pub fn all_but_malformed() -> Vec<MessageKind> {
+        let mut kinds = vec![
+            MessageKind::SchdDnld,
+            MessageKind::SchdResp,
+            MessageKind::SchdAdft,
+            MessageKind::Fdel,
+            MessageKind::Adft,
+            MessageKind::UnknownType,
+        ];
+        kinds.extend(super::FLOP_SUBTYPES.map(MessageKind::Flop));
+        kinds
+    }
 }
 
 /// Relative weights of the message kinds [`Generator::next_kind`] draws. Weights need not sum

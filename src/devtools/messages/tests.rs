@@ -89,24 +89,11 @@ fn text_of<'a>(s: &'a str, tag: &str) -> Option<&'a str> {
     Some(&s[start..end])
 }
 
-fn well_formed_kinds() -> Vec<MessageKind> {
-    let mut v = vec![
-        MessageKind::SchdDnld,
-        MessageKind::SchdResp,
-        MessageKind::SchdAdft,
-        MessageKind::Fdel,
-        MessageKind::Adft,
-        MessageKind::UnknownType,
-    ];
-    v.extend(FLOP_SUBTYPES.into_iter().map(MessageKind::Flop));
-    v
-}
-
 #[test]
 fn well_formed_kinds_have_msg_and_meta() {
     let mut g = Generator::new(7);
     for _ in 0..20 {
-        for kind in well_formed_kinds() {
+        for kind in MessageKind::all_but_malformed() {
             let m = g.render(kind, now());
             well_formed(&m).unwrap_or_else(|e| panic!("{kind:?}: {e}\n{m}"));
             assert!(m.contains("<MSG>"), "{kind:?}");
