@@ -51,12 +51,6 @@ impl Maintenance {
 /// of its own with this bound instead (the session is closed afterwards).
 const MAINTENANCE_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 
-/// The server's autovacuum pace (`autovacuum_vacuum_cost_delay` = 2 ms per
-/// `vacuum_cost_limit` of page work). A manual VACUUM runs unpaced by default; unpaced, one
-/// of `proc_state` took a core and stalled the pump's commits and the broker's acks beside it
-/// for ~0.5 s (msgx-bench e2e at 1,000 msg/s).
-const MAINTENANCE_COST_DELAY: &str = "2ms";
-
 impl Store {
     /// Whether the server's autovacuum runs at all (`autovacuum` and `track_counts`, which it
     /// needs, both on).
@@ -95,12 +89,9 @@ impl Store {
         };
         let mut conn = self.pool().acquire().await?.detach();
         let result = async {
-            sqlx::raw_sql(&format!(
-                "SET statement_timeout = {MAINTENANCE_TIMEOUT_MS}; \
-                 SET vacuum_cost_delay = '{MAINTENANCE_COST_DELAY}'"
-            ))
-            .execute(&mut conn)
-            .await?;
+            sqlx::raw_sql(&format!("SET statement_timeout = {MAINTENANCE_TIMEOUT_MS}"))
+                .execute(&mut conn)
+                .await?;
             let sql = match what {
                 Maintenance::Vacuum => format!("VACUUM (ANALYZE, SKIP_LOCKED) \"{table}\""),
                 Maintenance::Analyze => format!("ANALYZE (SKIP_LOCKED) \"{table}\""),

@@ -65,9 +65,15 @@ fn rows() -> Vec<Row> {
             Child::BackfillSweeper => {
                 row::<BackfillSweeper>(child, NONE, &["backfill::sweep_once"])
             }
-            Child::Dispatcher => {
-                row::<Dispatcher>(child, NONE, &["dispatch::dispatch_once", "dispatch::flush"])
-            }
+            Child::Dispatcher => row::<Dispatcher>(
+                child,
+                NONE,
+                &[
+                    "dispatch::send_round",
+                    "dispatch::write_outcome",
+                    "dispatch::flush",
+                ],
+            ),
             Child::ScheduleRequester => {
                 row::<ScheduleRequester>(child, NONE, &["outbound::daily_step"])
             }
