@@ -36,8 +36,11 @@ const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(2);
 /// answers reads but fails writes would otherwise grow the skip list without bound).
 const UNWRITTEN_MAX_BATCHES: usize = 4;
 
-/// The outcome write in flight: its task hands the outcome back with the result.
-type Write = tokio::task::JoinHandle<(Unrecorded, Result<(u64, u64), StoreError>)>;
+/// What an outcome write hands back: the outcome and (SENT, DEAD) rows written.
+type Written = (Unrecorded, Result<(u64, u64), StoreError>);
+
+/// The outcome write in flight.
+type Write = tokio::task::JoinHandle<Written>;
 
 /// The dispatcher actor.
 pub struct Dispatcher {
@@ -107,7 +110,7 @@ impl Dispatcher {
     /// so a failing store is not hammered); the next write starts when one waits.
     fn write_ended(
         &mut self,
-        ended: Result<(Unrecorded, Result<(u64, u64), StoreError>), tokio::task::JoinError>,
+        ended: Result<Written, tokio::task::JoinError>,
         ctx: &mut Context<Self>,
     ) {
         match ended {

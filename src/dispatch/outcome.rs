@@ -26,7 +26,7 @@ impl Unrecorded {
     }
 
     /// Events covered (acked, dead or failed).
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.acked.len() + self.dead.len() + self.failures.len()
     }
 
