@@ -12,7 +12,7 @@
 //! |---|---|---|
 //! | discovery | inbox commit (bench) | `proc_state.enqueued_at` (the poll round's time) |
 //! | queue + processing | `enqueued_at` | `proc_state.terminal_at` (the member's time inside its group; the group commits up to `group_max_wait` later) |
-//! | delivery | `terminal_at` | the message's last `msg_event.sent_at` (stamped after the broker's ack) |
+//! | delivery | `terminal_at` | the message's last `msg_event.sent_at` (its ack's time on the dispatcher's clock) |
 //! | marking | `terminal_at` | `proc_state.backfill_at` (the sweep's start; its inbox UPDATE and commit follow within the sweep) |
 //!
 //! and the totals inbox commit → Kafka ack and inbox commit → inbox mark; per event, pump →
