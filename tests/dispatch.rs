@@ -132,7 +132,7 @@ async fn drain(
 ) {
     for _ in 0..limit {
         let r = round(env, producer, cfg, state).await;
-        if r.selected == 0 && !state.has_unrecorded() {
+        if r.selected == 0 && state.unwritten() == 0 {
             let pending = states(env).await.get("PENDING").copied().unwrap_or(0);
             if pending == 0 {
                 return;
@@ -506,7 +506,7 @@ async fn rounds_until_stuck(
 ) {
     for _ in 0..100 {
         let r = round(env, p, cfg, state).await;
-        if r.selected == 0 && !state.has_unrecorded() {
+        if r.selected == 0 && state.unwritten() == 0 {
             return;
         }
     }

@@ -106,27 +106,15 @@ impl Dispatcher {
         }));
     }
 
-    /// A write ended: its outcome is written, or back to wait (retried after the next round,
-    /// so a failing store is not hammered); the next write starts when one waits.
+    /// A write ended: filed into the state; when it was written, the next write starts (after
+    /// a failure it is retried after the next round, so a failing store is not hammered).
     fn write_ended(
         &mut self,
         ended: Result<Written, tokio::task::JoinError>,
         ctx: &mut Context<Self>,
     ) {
-        match ended {
-            Ok((u, Ok((sent, dead)))) => {
-                self.state.write_finished(u, true);
-                telemetry::OutcomeWritten { sent, dead }.emit();
-                self.start_write(ctx);
-            }
-            Ok((u, Err(e))) => {
-                self.state.write_finished(u, false);
-                telemetry::dispatch_failed(&e);
-            }
-            Err(e) => {
-                self.state.write_lost();
-                tracing::error!(error = %e, "dispatch outcome write lost; its events go again");
-            }
+        if settle(&mut self.state, ended) {
+            self.start_write(ctx);
         }
     }
 
@@ -158,6 +146,28 @@ impl Dispatcher {
                 act.schedule(ctx, d, true);
             }
         }));
+    }
+}
+
+/// Files an ended write into `state`: written (and counted), back to wait for the next write,
+/// or lost with its task (its events go again). Returns whether it was written.
+fn settle(state: &mut DispatchState, ended: Result<Written, tokio::task::JoinError>) -> bool {
+    match ended {
+        Ok((u, Ok((sent, dead)))) => {
+            state.write_finished(u, true);
+            telemetry::OutcomeWritten { sent, dead }.emit();
+            true
+        }
+        Ok((u, Err(e))) => {
+            state.write_finished(u, false);
+            telemetry::dispatch_failed(&e);
+            false
+        }
+        Err(e) => {
+            state.write_lost();
+            tracing::error!(error = %e, "dispatch outcome write lost; its events go again");
+            false
+        }
     }
 }
 
@@ -292,15 +302,7 @@ impl Handler<Shutdown> for Dispatcher {
             let left = msg.deadline.saturating_duration_since(Instant::now());
             let written = tokio::time::timeout(left, async {
                 if let Some(w) = write {
-                    match w.await {
-                        Ok((u, r)) => {
-                            if let Ok((sent, dead)) = r {
-                                telemetry::OutcomeWritten { sent, dead }.emit();
-                            }
-                            state.write_finished(u, r.is_ok());
-                        }
-                        Err(_) => state.write_lost(),
-                    }
+                    settle(&mut state, w.await);
                 }
                 msgx_core::dispatch::flush(&store, &mut state).await
             });

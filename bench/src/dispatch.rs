@@ -170,7 +170,7 @@ async fn drain_backlog(store: &Store, deps: &DispatchDeps) -> anyhow::Result<Dra
     loop {
         let t = Instant::now();
         let r = dispatch_once(store, &mut producer, &clock, &deps.cfg, &mut state).await?;
-        if r.selected == 0 && !state.has_unrecorded() {
+        if r.selected == 0 && state.unwritten() == 0 {
             sent += r.sent;
             break;
         }

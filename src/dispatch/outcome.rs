@@ -62,11 +62,6 @@ pub struct DispatchState {
 }
 
 impl DispatchState {
-    /// An outcome waits to be handed to a write.
-    pub fn has_unrecorded(&self) -> bool {
-        !self.unrecorded.is_empty()
-    }
-
     /// Events whose outcome is not written (waiting or being written): the caller stops
     /// sending above a bound, so a store that reads but cannot write does not grow this.
     pub fn unwritten(&self) -> usize {
