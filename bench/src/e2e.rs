@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Addr;
+use anyhow::Context as _;
 use clap::Args;
 use metrics_exporter_prometheus::PrometheusHandle;
 use msgx_actors::app::{
@@ -67,10 +68,19 @@ pub struct E2eBenchArgs {
     /// second); 0s skips it.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
     pub idle: Duration,
+    /// Also list the idle phase's inbox statements by shape, from MariaDB's general log (turned
+    /// on for the phase only, then put back; needs the SUPER or SYSTEM_VARIABLES_ADMIN grant).
+    #[arg(long)]
+    pub idle_trace: bool,
     /// Length of each steady phase after the drain (100, 300 and 1,000 msg/s offered); 0s
     /// skips them.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
     pub steady: Duration,
+    /// Delay every response of the embedded mock cluster by this much (a broker farther
+    /// away than this process; the bare probe sees it too). Only with `kafka.brokers =
+    /// embedded`.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub broker_rtt: Option<Duration>,
     /// Keep the bench databases afterwards.
     #[arg(long)]
     pub keep: bool,
@@ -90,7 +100,7 @@ pub async fn e2e(settings: &Settings, args: &E2eBenchArgs) -> anyhow::Result<()>
 async fn run(settings: &Settings, args: &E2eBenchArgs, dbs: &BenchDbs) -> anyhow::Result<()> {
     load_backlog(settings, args, dbs).await?;
     let stats = InboxStats::setup(dbs).await?;
-    let service = match Service::start(settings, dbs, &stats.url).await {
+    let service = match Service::start(settings, dbs, &stats.url, args.broker_rtt).await {
         Ok(s) => s,
         Err(e) => {
             stats.teardown().await?;
@@ -139,7 +149,13 @@ async fn phases(
 ) -> anyhow::Result<()> {
     drain(service, args.messages, args.timeout).await?;
     if !args.idle.is_zero() {
-        idle(stats, args.idle, settings.pipeline.poll_interval).await?;
+        idle(
+            stats,
+            args.idle,
+            settings.pipeline.poll_interval,
+            args.idle_trace,
+        )
+        .await?;
     }
     if args.steady.is_zero() {
         return Ok(());
@@ -223,10 +239,22 @@ struct Service {
 impl Service {
     /// Opens the store, connects the inbox (as `inbox_url`) and starts the pipeline with a
     /// dispatcher and the housekeeper.
-    async fn start(settings: &Settings, dbs: &BenchDbs, inbox_url: &str) -> anyhow::Result<Self> {
+    async fn start(
+        settings: &Settings,
+        dbs: &BenchDbs,
+        inbox_url: &str,
+        broker_rtt: Option<Duration>,
+    ) -> anyhow::Result<Self> {
         let store = dbs.store(settings).await?;
         let inbox = dbs.inbox_at(settings, inbox_url)?;
         let (embedded, bootstrap) = kafka_bootstrap(&settings.kafka)?;
+        if let Some(rtt) = broker_rtt {
+            let cluster = embedded
+                .as_ref()
+                .context("--broker-rtt needs kafka.brokers = embedded")?;
+            cluster.set_round_trip_time(rtt)?;
+            println!("  broker round trip     : {rtt:?} added to every mock broker response");
+        }
         print_settings(settings, embedded.is_some(), &bootstrap);
         let metrics = install_metrics()?;
         let clock: SharedClock = Arc::new(SystemClock);

@@ -42,12 +42,19 @@ pub(super) struct Offer<'a> {
     pub(super) length: Duration,
 }
 
-/// The idle phase: inbox statements while nothing arrives.
+/// The idle phase: inbox statements while nothing arrives; with `trace`, also which ones, by
+/// shape (MariaDB's general log, on for the phase only).
 pub(super) async fn idle(
     stats: &InboxStats,
     length: Duration,
     poll_interval: Duration,
+    trace: bool,
 ) -> anyhow::Result<()> {
+    let tracing = if trace {
+        Some(stats.trace_start().await?)
+    } else {
+        None
+    };
     let before = stats.read().await?;
     let began = Instant::now();
     tokio::time::sleep(length).await;
@@ -60,6 +67,11 @@ pub(super) async fn idle(
         ran.total() as f64 / secs * poll_interval.as_secs_f64(),
         split(&ran, secs)
     );
+    if let Some(t) = tracing {
+        for (shape, n) in stats.trace_end(t).await? {
+            println!("    {n:>5} x {shape}");
+        }
+    }
     Ok(())
 }
 

@@ -132,6 +132,79 @@ impl InboxStats {
     }
 }
 
+/// MariaDB's general log, on for one window (`--idle-trace`): which statements the service's
+/// user sent, by shape. The log is global, so it is on only for that window and put back as it
+/// was; its table keeps every session's statements of the window (this is a dev server).
+#[derive(Debug)]
+pub(super) struct StatementTrace {
+    /// `general_log` and `log_output` before the window.
+    previous: (i64, String),
+    /// The server's time when the window opened.
+    since: chrono::NaiveDateTime,
+}
+
+impl InboxStats {
+    /// Turns the general log on, into its table.
+    pub(super) async fn trace_start(&self) -> anyhow::Result<StatementTrace> {
+        let (on, output, since): (i64, String, chrono::NaiveDateTime) =
+            sqlx::query_as("SELECT @@GLOBAL.general_log + 0, @@GLOBAL.log_output, NOW(6)")
+                .fetch_one(&self.admin)
+                .await
+                .context("reading general_log")?;
+        for sql in [
+            "SET GLOBAL log_output = 'TABLE'",
+            "SET GLOBAL general_log = ON",
+        ] {
+            sqlx::query(sql)
+                .execute(&self.admin)
+                .await
+                .with_context(|| format!("turning the general log on: {sql}"))?;
+        }
+        Ok(StatementTrace {
+            previous: (on, output),
+            since,
+        })
+    }
+
+    /// Puts the general log back and returns the service user's statements of the window by
+    /// shape (numbers and quoted strings blanked), most frequent first.
+    pub(super) async fn trace_end(
+        &self,
+        trace: StatementTrace,
+    ) -> anyhow::Result<Vec<(String, i64)>> {
+        let (on, output) = &trace.previous;
+        // The server's own words (`FILE`, `TABLE,FILE`, `NONE`), checked before they go back
+        // into a statement.
+        anyhow::ensure!(
+            output.chars().all(|c| c.is_ascii_uppercase() || c == ','),
+            "unexpected log_output {output:?}"
+        );
+        for sql in [
+            format!("SET GLOBAL general_log = {}", i64::from(*on != 0)),
+            format!("SET GLOBAL log_output = '{output}'"),
+        ] {
+            sqlx::query(&sql)
+                .execute(&self.admin)
+                .await
+                .with_context(|| format!("putting the general log back: {sql}"))?;
+        }
+        sqlx::query_as(
+            "SELECT shape, CAST(COUNT(*) AS SIGNED) AS n FROM ( \
+               SELECT REGEXP_REPLACE(REGEXP_REPLACE(LEFT(CONVERT(argument USING utf8mb4), 160), \
+                        \"'[^']*'\", '?'), '[0-9]+', 'N') AS shape \
+               FROM mysql.general_log \
+               WHERE event_time >= ? AND user_host LIKE CONCAT(?, '[%') \
+                 AND command_type IN ('Query', 'Execute')) s \
+             GROUP BY shape ORDER BY n DESC",
+        )
+        .bind(trace.since)
+        .bind(&self.user)
+        .fetch_all(&self.admin)
+        .await
+        .context("reading the general log")
+    }
+}
+
 /// `url` with its credentials replaced by `user:password` (both plain ASCII here).
 fn with_user(url: &str, user: &str, password: &str) -> anyhow::Result<String> {
     let (scheme, rest) = url

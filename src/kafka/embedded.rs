@@ -7,6 +7,7 @@
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rdkafka::mocking::MockCluster;
 
@@ -15,10 +16,16 @@ use super::ProducerError;
 /// Topics created up front (partitions), so the mock broker behaves like a configured one.
 const PARTITIONS: i32 = 3;
 
+/// What the cluster's thread is asked to do; the handle dropping its sender stops it.
+enum Command {
+    /// Delay every broker's responses by this much, then answer.
+    RoundTrip(Duration, mpsc::Sender<Result<(), String>>),
+}
+
 /// A running in-process mock cluster; dropping it stops the cluster.
 pub struct EmbeddedCluster {
     bootstrap: String,
-    stop: Option<mpsc::Sender<()>>,
+    commands: Option<mpsc::Sender<Command>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -27,7 +34,7 @@ impl EmbeddedCluster {
     pub fn start(brokers: i32, topics: &[&str]) -> Result<Self, ProducerError> {
         let topics: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<String, String>>();
-        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let (commands, command_rx) = mpsc::channel::<Command>();
         let thread = std::thread::Builder::new()
             .name("kafka-mock".into())
             .spawn(move || {
@@ -45,8 +52,13 @@ impl EmbeddedCluster {
                     }
                 }
                 let _ = ready_tx.send(Ok(cluster.bootstrap_servers()));
-                // Until the handle is dropped (or its sender is): then the cluster drops here.
-                let _ = stop_rx.recv();
+                // Until the handle is dropped: then the cluster drops here.
+                while let Ok(Command::RoundTrip(rtt, answer)) = command_rx.recv() {
+                    let set = (1..=brokers)
+                        .try_for_each(|b| cluster.broker_round_trip_time(b, rtt))
+                        .map_err(|e| e.to_string());
+                    let _ = answer.send(set);
+                }
                 drop(cluster);
             })
             .map_err(|e| ProducerError::Embedded(e.to_string()))?;
@@ -61,7 +73,7 @@ impl EmbeddedCluster {
         );
         Ok(Self {
             bootstrap,
-            stop: Some(stop_tx),
+            commands: Some(commands),
             thread: Some(thread),
         })
     }
@@ -70,11 +82,27 @@ impl EmbeddedCluster {
     pub fn bootstrap(&self) -> &str {
         &self.bootstrap
     }
+
+    /// Delays every broker's responses by `rtt` from now on: a broker farther away than
+    /// this process, for benchmarks (`msgx-bench e2e --broker-rtt`).
+    pub fn set_round_trip_time(&self, rtt: Duration) -> Result<(), ProducerError> {
+        let ended = || ProducerError::Embedded("mock cluster thread ended".into());
+        let (answer, answered) = mpsc::channel();
+        self.commands
+            .as_ref()
+            .ok_or_else(ended)?
+            .send(Command::RoundTrip(rtt, answer))
+            .map_err(|_| ended())?;
+        answered
+            .recv()
+            .map_err(|_| ended())?
+            .map_err(ProducerError::Embedded)
+    }
 }
 
 impl Drop for EmbeddedCluster {
     fn drop(&mut self) {
-        drop(self.stop.take());
+        drop(self.commands.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -69,7 +69,8 @@ fn rows() -> Vec<Row> {
                 child,
                 NONE,
                 &[
-                    "dispatch::send_round",
+                    "dispatch::Selection::read",
+                    "dispatch::Selection::send",
                     "dispatch::write_outcome",
                     "dispatch::flush",
                 ],
