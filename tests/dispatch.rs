@@ -488,53 +488,8 @@ async fn wait_sent(env: &TestEnv, n: i64) {
     }
 }
 
-/// A send waiting for slow acks does not hold an event committed meanwhile: the next read
-/// runs beside it and sends the new event at once (one send at a time made it wait for the
-/// first send's acks before it was even read), while the later event of the key in flight
-/// waits for that send and reaches the topic after it.
-#[actix_rt::test]
-async fn an_event_committed_during_a_slow_send_is_sent_beside_it_in_key_order() {
-    let (_ports, env, cluster) = mock_env("disp_overlap", 1).await;
-    let addr = idle_dispatcher(&env, &cluster.bootstrap_servers());
-    // Connected and idle (metadata and producer id fetched) before the acks are slowed.
-    seed_events(&env, &["WARM".to_string()]).await;
-    addr.do_send(EventsQueued { msg_id: 1 });
-    wait_sent(&env, 1).await;
-    cluster
-        .broker_round_trip_time(1, Duration::from_secs(2))
-        .expect("rtt");
-
-    let a1 = seed_events(&env, &["A".to_string()]).await[0];
-    let first = addr
-        .send(DispatchNow)
-        .await
-        .expect("mailbox")
-        .expect("read");
-    assert_eq!((first.selected, first.sends_in_flight), (1, 1), "{first:?}");
-    let later = seed_events(&env, &["B".to_string(), "A".to_string()]).await;
-    let second = addr
-        .send(DispatchNow)
-        .await
-        .expect("mailbox")
-        .expect("read");
-    assert_eq!(
-        (second.selected, second.sends_in_flight),
-        (1, 2),
-        "B goes beside A's send, A's later event waits: {second:?}"
-    );
-    wait_sent(&env, 4).await;
-    let offsets: Vec<i64> = env
-        .column_for(
-            "SELECT kafka_offset FROM msg_event WHERE event_id = ANY($1) ORDER BY event_id",
-            &vec![a1, later[1]],
-        )
-        .await;
-    assert!(offsets[0] < offsets[1], "key A out of order: {offsets:?}");
-    env.cleanup().await;
-}
-
-/// librdkafka's fatal error inside the running actor: the sends on the broken producer fail,
-/// the next sends get a rebuilt one, and every event is delivered.
+/// librdkafka's fatal error inside the running actor: the round on the broken producer fails
+/// its sends (they back off), the producer is rebuilt, and every event is delivered.
 #[actix_rt::test]
 async fn the_actor_rebuilds_a_fatal_producer_and_nothing_is_lost() {
     let (_ports, env, cluster) = mock_env("disp_actor_fatal", 1).await;
@@ -724,7 +679,7 @@ async fn shutdown_writes_sent_for_what_was_acknowledged_then_stops() {
         deadline: Instant::now() + Duration::from_secs(10),
     });
     let summary = round.await.expect("mailbox").expect("round");
-    assert!(summary.selected > 0, "{summary:?}");
+    assert!(summary.acked > 0, "{summary:?}");
     stop.await.expect("mailbox").expect("clean stop");
     assert_eq!(states(&env).await.get("SENT"), Some(&30));
     tokio::time::sleep(Duration::from_millis(100)).await;

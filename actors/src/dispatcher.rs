@@ -1,34 +1,26 @@
-//! Dispatcher: reads the deliverable events ([`msgx_core::dispatch::Selection`]) one read at a
-//! time and sends each selection as a task of its own, up to [`MAX_SENDS_IN_FLIGHT`] at once;
-//! it decides only when the next read runs: at once while reads come back full, when the pump
-//! says it committed events ([`EventsQueued`]), when a send ends after a read skipped its keys,
-//! at the next retry time of a backing-off event, and otherwise every `dispatch.idle_poll` (a
-//! safety net; no busy loop). A selection's events and keys stay out of the reads until its
-//! send ended, so one key's events are never in two sends at once, and an event committed
-//! while a send waits for the broker goes out at once instead of after that send's acks.
+//! Dispatcher: runs one dispatch round ([`msgx_core::dispatch::send_round`]) at a time and
+//! decides only when the next one runs: at once while rounds come back full, when the pump
+//! says it committed events ([`EventsQueued`]), at the next retry time of a backing-off event,
+//! and otherwise every `dispatch.idle_poll` (a safety net; no busy loop). Rounds never overlap
+//! (the mailbox waits on each), so one key's events are never in two rounds at once.
 //!
-//! What the broker said is written by a task of its own beside the sends
+//! What the broker said is written by a task of its own beside the rounds
 //! ([`msgx_core::dispatch::write_outcome`], one write at a time, everything learned since the
-//! last one): a slow commit in PostgreSQL never holds the next sends, and until a write is
-//! done its events stay out of the selections.
+//! last one): a slow commit in PostgreSQL never holds the next round's sends, and until a
+//! write is done its events stay out of the selections.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::child::Child;
 use crate::messages::{
-    DispatchNow, DispatchSummary, EventsQueued, SendEnded, Shutdown, ShutdownError, WorkError,
-    WriteEnded,
+    DispatchNow, DispatchSummary, EventsQueued, Shutdown, ShutdownError, WorkError, WriteEnded,
 };
 use crate::next_run::NextRun;
 use crate::supervisor::Supervised;
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, WrapFuture};
 use msgx_core::clock::SharedClock;
-use msgx_core::dispatch::{
-    write_outcome, DispatchConfig, DispatchError, DispatchState, RoundReport, Selection,
-    SendTicket, Unrecorded,
-};
+use msgx_core::dispatch::{send_round, write_outcome, DispatchConfig, DispatchState, Unrecorded};
 use msgx_core::kafka::EventProducer;
 use msgx_core::store::{Store, StoreError};
 use msgx_core::telemetry;
@@ -36,18 +28,13 @@ use msgx_core::telemetry;
 /// How often, at most, the next retry time is read (one query on the backing-off events).
 const RETRY_CHECK_EVERY: Duration = Duration::from_secs(5);
 
-/// The longest wait for librdkafka's stragglers at shutdown (after the sends ended nothing of
-/// ours is queued there); never past the shutdown deadline.
+/// The longest wait for librdkafka's stragglers at shutdown (after a round nothing of ours is
+/// queued there); never past the shutdown deadline.
 const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(2);
 
-/// Events whose outcome is not written yet above which no more is sent (a store that answers
-/// reads but fails writes would otherwise grow the skip list without bound).
+/// Events whose outcome is not written yet above which rounds stop sending (a store that
+/// answers reads but fails writes would otherwise grow the skip list without bound).
 const UNWRITTEN_MAX_BATCHES: usize = 4;
-
-/// Selections sent at once. One would make an event committed during a send wait for that
-/// send's acks before it is even read (about twice the broker's ack time); a few let a
-/// backlog's batches overlap too, within librdkafka's own in-flight window.
-pub const MAX_SENDS_IN_FLIGHT: usize = 4;
 
 /// What an outcome write hands back: the outcome and (SENT, DEAD) rows written.
 type Written = (Unrecorded, Result<(u64, u64), StoreError>);
@@ -55,25 +42,17 @@ type Written = (Unrecorded, Result<(u64, u64), StoreError>);
 /// The outcome write in flight.
 type Write = tokio::task::JoinHandle<Written>;
 
-/// A send in flight: its report and the outcome to write.
-type Send = tokio::task::JoinHandle<(RoundReport, Unrecorded)>;
-
 /// The dispatcher actor.
 pub struct Dispatcher {
     store: Store,
     clock: SharedClock,
     cfg: Arc<DispatchConfig>,
-    /// Shared by the sends in flight; replaced (the next generation) after a fatal error.
-    producer: Arc<EventProducer>,
-    /// What the broker said and the store does not know yet, and what is being sent.
+    /// Out of the actor while a round runs (the round owns it, then hands it back).
+    producer: Option<EventProducer>,
+    /// What the broker said and the store does not know yet.
     state: DispatchState,
-    /// The sends in flight.
-    sends: HashMap<SendTicket, Send>,
     /// The outcome write in flight, if any.
     write: Option<Write>,
-    /// A read skipped the keys of sends in flight (or did not run, too many in flight): read
-    /// again when one of them ends.
-    read_again: bool,
     /// The safety-net period.
     idle_poll: Duration,
     /// The pending timer and when it fires.
@@ -83,7 +62,7 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// A dispatcher; it reads as soon as it is started.
+    /// A dispatcher; it runs a round when started.
     pub fn new(
         store: Store,
         clock: SharedClock,
@@ -95,11 +74,9 @@ impl Dispatcher {
             store,
             clock,
             cfg: Arc::new(cfg),
-            producer: Arc::new(producer),
+            producer: Some(producer),
             state: DispatchState::default(),
-            sends: HashMap::new(),
             write: None,
-            read_again: false,
             idle_poll,
             next: NextRun::default(),
             retry_checked_at: None,
@@ -111,98 +88,9 @@ impl Dispatcher {
         self.next.arm(ctx, DispatchNow, after, only_if_sooner);
     }
 
-    /// A read came back: starts sending what it found and decides when to read next.
-    fn read_ended(
-        &mut self,
-        read: Result<Selection, StoreError>,
-        ctx: &mut Context<Self>,
-    ) -> Result<DispatchSummary, WorkError> {
-        let selection = match read {
-            Ok(s) => s,
-            Err(e) => {
-                let e = DispatchError::from(e);
-                telemetry::dispatch_failed(&e);
-                self.schedule(ctx, self.idle_poll, false);
-                return Err(WorkError::from(e));
-            }
-        };
-        if selection.is_empty() {
-            selection.empty_report().event().emit();
-            self.schedule(ctx, self.idle_poll, false);
-            self.wake_for_retry(ctx);
-            return Ok(DispatchSummary::default());
-        }
-        // A full read: there may be more now, beside this send.
-        let delay = if selection.is_full() {
-            Duration::ZERO
-        } else {
-            self.idle_poll
-        };
-        let selected = self.start_send(selection, ctx);
-        self.schedule(ctx, delay, false);
-        Ok(DispatchSummary {
-            selected,
-            sends_in_flight: self.sends.len(),
-        })
-    }
-
-    /// Sends `selection` as a task of its own; it tells the actor when it ends ([`SendEnded`]).
-    /// Returns the events it covers.
-    fn start_send(&mut self, selection: Selection, ctx: &mut Context<Self>) -> usize {
-        let selected = selection.len();
-        let ticket = self.state.begin_send(selection.skips());
-        let (producer, clock, cfg) = (self.producer.clone(), self.clock.clone(), self.cfg.clone());
-        let me = ctx.address();
-        let task = actix::spawn(async move {
-            let sent = selection.send(&producer, clock.as_ref(), &cfg).await;
-            me.do_send(SendEnded(ticket));
-            sent
-        });
-        self.sends.insert(ticket, task);
-        selected
-    }
-
-    /// A send ended: its outcome waits for the write; the producer is rebuilt after a fatal
-    /// error; a read skipped meanwhile runs again now.
-    fn send_ended(
-        &mut self,
-        ticket: SendTicket,
-        ended: Result<(RoundReport, Unrecorded), tokio::task::JoinError>,
-        ctx: &mut Context<Self>,
-    ) {
-        match ended {
-            Ok((mut report, fresh)) => {
-                self.state.end_send(ticket, fresh);
-                report.producer_recreated = self.rebuild_if_fatal();
-                report.event().emit();
-                self.read_again |= report.producer_recreated.is_some();
-            }
-            Err(e) => {
-                self.state.abandon_send(ticket);
-                tracing::error!(error = %e, "dispatch send lost; its events go again");
-            }
-        }
-        self.start_write(ctx);
-        if std::mem::take(&mut self.read_again) {
-            self.schedule(ctx, Duration::ZERO, true);
-        }
-        self.wake_for_retry(ctx);
-    }
-
-    /// After librdkafka's fatal error (the producer can deliver nothing more) the next sends
-    /// get a new producer; sends still on the old one fail and go again. Returns the reason.
-    fn rebuild_if_fatal(&mut self) -> Option<String> {
-        let reason = self.producer.fatal_error()?;
-        match self.producer.rebuilt() {
-            Ok(p) => self.producer = Arc::new(p),
-            Err(e) => telemetry::dispatch_failed(&DispatchError::from(e)),
-        }
-        Some(reason)
-    }
-
     /// Starts a write of everything learned since the last one, unless one is in flight. The
     /// task tells the actor when it ends ([`WriteEnded`]); it runs outside the actor's context
-    /// so it progresses while a read holds the mailbox.
+    /// so it progresses while a round holds the mailbox.
     fn start_write(&mut self, ctx: &mut Context<Self>) {
         if self.write.is_some() {
             return;
@@ -219,7 +107,7 @@ impl Dispatcher {
     }
 
     /// A write ended: filed into the state; when it was written, the next write starts (after
-    /// a failure it is retried after the next send, so a failing store is not hammered).
+    /// a failure it is retried after the next round, so a failing store is not hammered).
     fn write_ended(
         &mut self,
         ended: Result<Written, tokio::task::JoinError>,
@@ -229,6 +117,7 @@ impl Dispatcher {
             self.start_write(ctx);
         }
     }
+
     /// At most every [`RETRY_CHECK_EVERY`], wakes for a retry due before the safety-net poll
     /// (the backlog gauges come from the pump's one refresh of every backlog).
     fn wake_for_retry(&mut self, ctx: &mut Context<Self>) {
@@ -291,9 +180,11 @@ impl Actor for Dispatcher {
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        // Acked-but-unmarked events are re-sent by the next instance; this only shortens the
-        // window.
-        let _ = self.producer.flush(Duration::from_secs(2));
+        if let Some(p) = &self.producer {
+            // Acked-but-unmarked events are re-sent by the next instance; this only shortens
+            // the window.
+            let _ = p.flush(Duration::from_secs(2));
+        }
     }
 }
 
@@ -315,39 +206,45 @@ impl Handler<DispatchNow> for Dispatcher {
                 Ok(DispatchSummary::default()),
             )));
         }
-        if !self.sends.is_empty() {
-            // This read leaves their keys out (or does not run): read again when one ends.
-            self.read_again = true;
-            if self.sends.len() >= MAX_SENDS_IN_FLIGHT {
-                return AtomicResponse::new(Box::pin(actix::fut::ready(Ok(DispatchSummary {
-                    selected: 0,
-                    sends_in_flight: self.sends.len(),
-                }))));
-            }
-        }
+        let Some(mut producer) = self.producer.take() else {
+            // Only possible if a round panicked mid-way; the supervisor rebuilds us.
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(
+                WorkError::ProducerUnavailable,
+            ))));
+        };
         let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
         let skips = self.state.skips();
-        // Atomic: the next read starts after this one's events are skipped.
-        let read = async move { Selection::read(&store, clock.as_ref(), &cfg, &skips).await };
-        AtomicResponse::new(Box::pin(
-            read.into_actor(self)
-                .map(|read, act, ctx| act.read_ended(read, ctx)),
-        ))
-    }
-}
-
-impl Handler<SendEnded> for Dispatcher {
-    type Result = ();
-
-    fn handle(&mut self, SendEnded(ticket): SendEnded, ctx: &mut Self::Context) {
-        let Some(send) = self.sends.remove(&ticket) else {
-            return;
+        let round = async move {
+            let result = send_round(&store, &mut producer, clock.as_ref(), &cfg, &skips).await;
+            (result, producer)
         };
-        // The task sent this as its last step: the join is immediate.
-        ctx.wait(
-            send.into_actor(self)
-                .map(move |ended, act, ctx| act.send_ended(ticket, ended, ctx)),
-        );
+        AtomicResponse::new(Box::pin(round.into_actor(self).map(
+            |(result, producer), act, ctx| {
+                act.producer = Some(producer);
+                let result = result.map(|(report, fresh)| {
+                    act.state.add(fresh);
+                    report
+                });
+                act.start_write(ctx);
+                let delay = match &result {
+                    Ok(r) => {
+                        r.event().emit();
+                        if r.full || r.producer_recreated.is_some() {
+                            Duration::ZERO
+                        } else {
+                            act.idle_poll
+                        }
+                    }
+                    Err(e) => {
+                        telemetry::dispatch_failed(e);
+                        act.idle_poll
+                    }
+                };
+                act.schedule(ctx, delay, false);
+                act.wake_for_retry(ctx);
+                result.map(DispatchSummary::from).map_err(WorkError::from)
+            },
+        )))
     }
 }
 
@@ -371,8 +268,8 @@ impl Handler<EventsQueued> for Dispatcher {
     type Result = ();
 
     fn handle(&mut self, _: EventsQueued, ctx: &mut Self::Context) {
-        // Immediately: latency from commit to ack is what this wake-up is for. A wake during
-        // a read waits in the mailbox and arms one read right after it.
+        // Immediately: latency from commit to ack is what this wake-up is for. Wakes during a
+        // round wait in the mailbox and arm one round right after it.
         self.schedule(ctx, Duration::ZERO, true);
     }
 }
@@ -384,30 +281,26 @@ impl Supervised for Dispatcher {
 impl Handler<Shutdown> for Dispatcher {
     type Result = AtomicResponse<Self, Result<(), ShutdownError>>;
 
-    /// Handled after the read in flight (atomic): waits for the sends in flight (their
-    /// acknowledgements) and for the write in flight, writes what is left (SENT/DEAD/failures),
-    /// then stops — so a deploy does not re-send what the broker already acknowledged. All
-    /// within `deadline`: what is not written by then is re-sent by the next instance.
+    /// Handled after the round in flight (atomic): waits for the acknowledgements still on
+    /// their way and for the write in flight, writes what is left (SENT/DEAD/failures), then
+    /// stops — so a deploy does not re-send what the broker already acknowledged. All within
+    /// `deadline`: what is not written by then is re-sent by the next instance.
     fn handle(&mut self, msg: Shutdown, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
         let store = self.store.clone();
-        let producer = self.producer.clone();
-        let sends: Vec<(SendTicket, Send)> = self.sends.drain().collect();
+        let producer = self.producer.take();
         let write = self.write.take();
         let mut state = std::mem::take(&mut self.state);
         let actor = Self::CHILD.name();
         let finish = async move {
-            let written = tokio::time::timeout_at(msg.deadline.into(), async {
-                for (ticket, send) in sends {
-                    match send.await {
-                        Ok((_, fresh)) => state.end_send(ticket, fresh),
-                        Err(_) => state.abandon_send(ticket),
-                    }
-                }
-                // Nothing of ours is queued in librdkafka after the sends; this only drains
+            if let Some(p) = &producer {
+                // Nothing of ours is queued in librdkafka after a round; this only drains
                 // stragglers.
                 let left = msg.deadline.saturating_duration_since(Instant::now());
-                let _ = producer.flush(left.min(SHUTDOWN_FLUSH_MAX));
+                let _ = p.flush(left.min(SHUTDOWN_FLUSH_MAX));
+            }
+            let left = msg.deadline.saturating_duration_since(Instant::now());
+            let written = tokio::time::timeout(left, async {
                 if let Some(w) = write {
                     settle(&mut state, w.await);
                 }

@@ -4,7 +4,7 @@
 use actix::Message;
 use chrono::{DateTime, Utc};
 use msgx_core::backfill::SweepReport;
-use msgx_core::dispatch::SendTicket;
+use msgx_core::dispatch::RoundReport;
 use msgx_core::late::{DetectReport, ScanReport};
 use msgx_core::ops::Advance;
 use msgx_core::outbound::DailyReport;
@@ -82,31 +82,36 @@ pub struct DetectNow;
 #[rtype(result = "Result<ScanReport, WorkError>")]
 pub struct ScanNow;
 
-/// Read the deliverable events now and start sending them (the dispatcher's own timer sends
-/// it; tests may). Answers once the send has started, not when the broker acknowledged it.
+/// Run one dispatch round now (the dispatcher's own timer sends it; tests may).
 #[derive(Debug, Clone, Copy, Default, Message)]
 #[rtype(result = "Result<DispatchSummary, WorkError>")]
 pub struct DispatchNow;
 
-/// One of the dispatcher's sends (a task, several at once) ended; the dispatcher takes its
-/// outcome between two reads.
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "()")]
-pub struct SendEnded(pub SendTicket);
-
-/// The dispatcher's outcome write (a task beside its sends) ended; the dispatcher takes its
-/// result between two reads.
+/// The dispatcher's outcome write (a task beside its rounds) ended; the dispatcher takes its
+/// result between two rounds.
 #[derive(Debug, Clone, Copy, Default, Message)]
 #[rtype(result = "()")]
 pub struct WriteEnded;
 
-/// What a dispatcher read started, for whoever asked.
+/// What a dispatch round did, for whoever asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DispatchSummary {
-    /// Events read and being sent now.
+    /// Events read.
     pub selected: usize,
-    /// Sends in flight after this one started (this one included).
-    pub sends_in_flight: usize,
+    /// Acknowledged by the broker (written as SENT by the dispatcher's next outcome write).
+    pub acked: usize,
+    /// Failed sends.
+    pub failed: usize,
+}
+
+impl From<RoundReport> for DispatchSummary {
+    fn from(r: RoundReport) -> Self {
+        Self {
+            selected: r.selected,
+            acked: r.acked,
+            failed: r.failed + r.dlq_failed,
+        }
+    }
 }
 
 /// Take one schedule-requester step now (the requester's own timer sends it; tests may).
@@ -203,6 +208,9 @@ pub enum WorkError {
     /// A dispatch round.
     #[error(transparent)]
     Dispatch(#[from] msgx_core::dispatch::DispatchError),
+    /// The dispatcher's producer is out (a round panicked; the supervisor rebuilds it).
+    #[error("the kafka producer is unavailable")]
+    ProducerUnavailable,
 }
 
 /// Start a housekeeping (retention) job now unless one is running (the housekeeper's own timer

@@ -16,6 +16,6 @@ pub mod outcome;
 pub mod round;
 pub mod rules;
 
-pub use outcome::{flush, write_outcome, DispatchState, SendTicket, Skips, Unrecorded};
-pub use round::{dispatch_once, send_round, DispatchConfig, DispatchError, RoundReport, Selection};
+pub use outcome::{flush, write_outcome, DispatchState, Skips, Unrecorded};
+pub use round::{dispatch_once, send_round, DispatchConfig, DispatchError, RoundReport};
 pub use rules::RetryRules;

@@ -5,9 +5,7 @@
 //! and held keys stay out of the next selections (an acked event is not sent again, no later
 //! event of a failed key overtakes the failed one). The dispatcher actor runs the write beside
 //! the next rounds, so a slow commit never holds the next sends; [`super::dispatch_once`]
-//! runs them side by side within one round. The actor also sends several selections at once:
-//! while one is being sent, its events and keys stay out of the next selections too
-//! ([`DispatchState::begin_send`]).
+//! runs them side by side within one round.
 
 use crate::store::events::{Acked, SendFailure};
 use crate::store::{Store, StoreError};
@@ -54,17 +52,6 @@ pub struct Skips {
     pub(super) keys: Vec<String>,
 }
 
-impl Skips {
-    fn extend(&mut self, other: &Skips) {
-        self.ids.extend_from_slice(&other.ids);
-        self.keys.extend(other.keys.iter().cloned());
-    }
-}
-
-/// One selection being sent ([`DispatchState::begin_send`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SendTicket(u64);
-
 /// Carried from one round to the next by the caller (the dispatcher actor).
 #[derive(Debug, Default)]
 pub struct DispatchState {
@@ -72,39 +59,9 @@ pub struct DispatchState {
     unrecorded: Unrecorded,
     /// What the write in flight covers, skipped until it is done.
     in_write: Option<Skips>,
-    /// Selections being sent: their events and keys, skipped until their sends end.
-    sending: Vec<(SendTicket, Skips)>,
-    /// The next ticket.
-    tickets: u64,
 }
 
 impl DispatchState {
-    /// A selection's send starts: its events and keys (`skips`) stay out of the next reads
-    /// until [`Self::end_send`] (or [`Self::abandon_send`]).
-    pub fn begin_send(&mut self, skips: Skips) -> SendTicket {
-        self.tickets += 1;
-        let ticket = SendTicket(self.tickets);
-        self.sending.push((ticket, skips));
-        ticket
-    }
-
-    /// A send ended: its outcome waits for the next write instead.
-    pub fn end_send(&mut self, ticket: SendTicket, fresh: Unrecorded) {
-        self.sending.retain(|(t, _)| *t != ticket);
-        self.unrecorded.add(fresh);
-    }
-
-    /// A send was lost with its task: its events are no longer skipped and go again
-    /// (duplicates at worst, never a loss).
-    pub fn abandon_send(&mut self, ticket: SendTicket) {
-        self.sending.retain(|(t, _)| *t != ticket);
-    }
-
-    /// Sends in flight.
-    pub fn sends_in_flight(&self) -> usize {
-        self.sending.len()
-    }
-
     /// Events whose outcome is not written (waiting or being written): the caller stops
     /// sending above a bound, so a store that reads but cannot write does not grow this.
     pub fn unwritten(&self) -> usize {
@@ -115,9 +72,6 @@ impl DispatchState {
     pub fn skips(&self) -> Skips {
         let mut skips = self.in_write.clone().unwrap_or_default();
         self.unrecorded.add_skips(&mut skips);
-        for (_, sending) in &self.sending {
-            skips.extend(sending);
-        }
         skips
     }
 
@@ -221,38 +175,6 @@ mod tests {
         s.write_finished(w, true);
         assert_eq!(s.unwritten(), 0);
         assert!(s.skips().ids.is_empty());
-    }
-
-    #[test]
-    fn a_selection_being_sent_is_skipped_until_its_send_ends() {
-        let mut s = DispatchState::default();
-        let first = s.begin_send(Skips {
-            ids: vec![1, 2],
-            keys: vec!["A".into(), "B".into()],
-        });
-        let second = s.begin_send(Skips {
-            ids: vec![3],
-            keys: vec!["C".into()],
-        });
-        assert_eq!(s.sends_in_flight(), 2);
-        assert_eq!(s.skips().ids, vec![1, 2, 3]);
-        assert_eq!(s.skips().keys, vec!["A", "B", "C"]);
-        assert_eq!(s.unwritten(), 0, "nothing is known of a send in flight");
-        s.end_send(
-            first,
-            Unrecorded {
-                acked: vec![acked(1), acked(2)],
-                ..Unrecorded::default()
-            },
-        );
-        // Acked: the ids wait for the write, the keys are free again.
-        assert_eq!(s.skips().ids, vec![1, 2, 3]);
-        assert_eq!(s.skips().keys, vec!["C"]);
-        assert_eq!(s.unwritten(), 2);
-        s.abandon_send(second);
-        assert_eq!(s.skips().ids, vec![1, 2], "a lost send goes again");
-        assert!(s.skips().keys.is_empty());
-        assert_eq!(s.sends_in_flight(), 0);
     }
 
     #[test]

@@ -221,8 +221,7 @@ pub async fn send_round(
     cfg: &DispatchConfig,
     skips: &Skips,
 ) -> Result<(RoundReport, Unrecorded), DispatchError> {
-    let selection = Selection::read(store, clock, cfg, skips).await?;
-    let (mut report, fresh) = selection.send(producer, clock, cfg).await;
+    let (mut report, fresh) = select_and_send(store, producer, clock, cfg, skips).await?;
     if let Some(reason) = producer.fatal_error() {
         producer.recreate()?;
         report.producer_recreated = Some(reason);
@@ -230,120 +229,52 @@ pub async fn send_round(
     Ok((report, fresh))
 }
 
-/// A round's events, read and not sent yet: per-key chains to send, and the exhausted events
-/// whose dead-letter copy goes instead. The dispatcher actor reads one selection at a time and
-/// sends several at once; while one is being sent its ids and keys are left out of the next
-/// ([`Selection::skips`]), so one key's events are never in two sends at once.
-#[derive(Debug)]
-pub struct Selection {
-    /// The time of the read (backoffs of this round's failures count from it).
-    now: DateTime<Utc>,
-    /// How long the read took.
-    read: std::time::Duration,
-    /// Events read.
-    selected: usize,
-    /// The batch was full.
-    full: bool,
-    chains: Vec<Vec<PendingEvent>>,
-    exhausted: Vec<PendingEvent>,
-}
-
-impl Selection {
-    /// Reads the deliverable events, leaving out `skips`.
-    pub async fn read(
-        store: &Store,
-        clock: &dyn Clock,
-        cfg: &DispatchConfig,
-        skips: &Skips,
-    ) -> Result<Self, StoreError> {
-        let t0 = Instant::now();
-        let now = clock.now();
-        let batch = store
-            .deliverable_events(now, cfg.batch, &skips.ids, &skips.keys)
-            .await?;
-        let (selected, full) = (batch.len(), batch.len() as u32 >= cfg.batch);
-        let (exhausted, live): (Vec<PendingEvent>, Vec<PendingEvent>) = batch
-            .into_iter()
-            .partition(|e| rules::is_exhausted(e, &cfg.retry));
-        Ok(Self {
-            now,
-            read: t0.elapsed(),
-            selected,
-            full,
-            chains: rules::chains(live),
-            exhausted,
-        })
+/// Selects the deliverable events (without `skips`) and sends them; returns the report and
+/// the outcome to write.
+async fn select_and_send(
+    store: &Store,
+    producer: &EventProducer,
+    clock: &dyn Clock,
+    cfg: &DispatchConfig,
+    skips: &Skips,
+) -> Result<(RoundReport, Unrecorded), StoreError> {
+    let t0 = Instant::now();
+    let now = clock.now();
+    let batch = store
+        .deliverable_events(now, cfg.batch, &skips.ids, &skips.keys)
+        .await?;
+    let t_selected = t0.elapsed();
+    let mut report = RoundReport {
+        selected: batch.len(),
+        full: batch.len() as u32 >= cfg.batch,
+        ..RoundReport::default()
+    };
+    let mut out = Unrecorded::default();
+    if batch.is_empty() {
+        report.stages[0] = t_selected;
+        return Ok((report, out));
     }
+    let (exhausted, live): (Vec<PendingEvent>, Vec<PendingEvent>) = batch
+        .into_iter()
+        .partition(|e| rules::is_exhausted(e, &cfg.retry));
+    let chains = rules::chains(live);
 
-    /// Events read.
-    pub fn len(&self) -> usize {
-        self.selected
-    }
+    let sends = join_all(chains.iter().map(|c| send_chain(producer, clock, c, cfg)));
+    let dead_letters = join_all(exhausted.iter().map(|ev| {
+        let mut headers = cloudevents::attributes(ev, &cfg.ce_source);
+        headers.extend(cloudevents::dead_letter_extras(ev, &cfg.topic));
+        send_one(producer, clock, ev, &cfg.dlq_topic, headers)
+    }));
+    let (chain_results, dlq_results) = futures::join!(sends, dead_letters);
 
-    /// Nothing was deliverable.
-    pub fn is_empty(&self) -> bool {
-        self.selected == 0
-    }
-
-    /// The batch was full: there may be more right now.
-    pub fn is_full(&self) -> bool {
-        self.full
-    }
-
-    /// What a read must leave out while this selection is being sent: its events and keys.
-    pub fn skips(&self) -> Skips {
-        let events = self.chains.iter().flatten().chain(&self.exhausted);
-        let (ids, keys) = events.map(|e| (e.event_id, e.flight_key.clone())).unzip();
-        Skips { ids, keys }
-    }
-
-    /// The report of a round that read nothing.
-    pub fn empty_report(&self) -> RoundReport {
-        RoundReport {
-            stages: [self.read, Default::default(), Default::default()],
-            ..RoundReport::default()
-        }
-    }
-
-    /// Sends the chains (concurrently across keys, in order within one) and the dead-letter
-    /// copies; returns the report and the outcome to write.
-    pub async fn send(
-        self,
-        producer: &EventProducer,
-        clock: &dyn Clock,
-        cfg: &DispatchConfig,
-    ) -> (RoundReport, Unrecorded) {
-        let mut out = Unrecorded::default();
-        if self.is_empty() {
-            return (self.empty_report(), out);
-        }
-        let mut report = RoundReport {
-            selected: self.selected,
-            full: self.full,
-            ..RoundReport::default()
-        };
-        let t0 = Instant::now();
-        let sends = join_all(
-            self.chains
-                .iter()
-                .map(|c| send_chain(producer, clock, c, cfg)),
-        );
-        let dead_letters = join_all(self.exhausted.iter().map(|ev| {
-            let mut headers = cloudevents::attributes(ev, &cfg.ce_source);
-            headers.extend(cloudevents::dead_letter_extras(ev, &cfg.topic));
-            send_one(producer, clock, ev, &cfg.dlq_topic, headers)
-        }));
-        let (chain_results, dlq_results) = futures::join!(sends, dead_letters);
-
-        // The dangerous window of seed §4's last row: acked, not yet SENT.
-        crate::failpoint::hit("dispatch_after_ack");
-        let at = self.now;
-        collect_chain_results(&self.chains, chain_results, at, cfg, &mut report, &mut out);
-        collect_dead_letter_results(&self.exhausted, dlq_results, at, cfg, &mut report, &mut out);
-        report.stages[0] = self.read;
-        report.stages[1] = t0.elapsed();
-        (report, out)
-    }
+    // The dangerous window of seed §4's last row: acked, not yet SENT.
+    crate::failpoint::hit("dispatch_after_ack");
+    let t_sent = t0.elapsed();
+    collect_chain_results(&chains, chain_results, now, cfg, &mut report, &mut out);
+    collect_dead_letter_results(&exhausted, dlq_results, now, cfg, &mut report, &mut out);
+    report.stages[0] = t_selected;
+    report.stages[1] = t_sent - t_selected;
+    Ok((report, out))
 }
 
 /// Files each chain's send results into the outcome to write (acks, failures with their next

@@ -139,18 +139,9 @@ impl EventProducer {
     /// Rebuilds the producer after a fatal error. Records the old one had not delivered fail
     /// with it and are re-sent by the dispatcher: they may duplicate, never vanish.
     pub fn recreate(&mut self) -> Result<(), ProducerError> {
-        *self = self.rebuilt()?;
+        self.inner = Self::create(&self.config)?;
+        self.generation += 1;
         Ok(())
-    }
-
-    /// A new producer of the next generation with the same properties, for a caller that
-    /// shares this one with sends still in flight (they fail with it and go again).
-    pub fn rebuilt(&self) -> Result<Self, ProducerError> {
-        Ok(Self {
-            inner: Self::create(&self.config)?,
-            config: self.config.clone(),
-            generation: self.generation + 1,
-        })
     }
 
     /// The librdkafka client behind the producer. Besides [`Self::fatal_error`], this is the

@@ -69,8 +69,7 @@ fn rows() -> Vec<Row> {
                 child,
                 NONE,
                 &[
-                    "dispatch::Selection::read",
-                    "dispatch::Selection::send",
+                    "dispatch::send_round",
                     "dispatch::write_outcome",
                     "dispatch::flush",
                 ],
