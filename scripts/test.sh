@@ -50,4 +50,5 @@ if [ ! -d scripts/asyncapi/node_modules/@asyncapi/parser ]; then
   npm ci --prefix scripts/asyncapi --ignore-scripts --no-audit --no-fund >/dev/null
 fi
 
-cargo test --workspace --all-targets "$@"
+# --no-fail-fast: one red test binary must not hide the others (CI reads every binary's result).
+cargo test --workspace --all-targets --no-fail-fast "$@"

@@ -23,6 +23,7 @@ mod pump;
 mod raw_copy;
 mod supervisor;
 mod verify;
+mod whole;
 
 pub use admin::*;
 pub use backfill::*;
@@ -39,6 +40,7 @@ pub use pump::*;
 pub use raw_copy::*;
 pub use supervisor::*;
 pub use verify::*;
+pub use whole::between_events;
 
 /// The Prometheus type of a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ async fn metrics(handle: web::Data<PrometheusHandle>) -> HttpResponse {
     handle.run_upkeep();
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(handle.render())
+        .body(msgx_core::telemetry::between_events(|| handle.render()))
 }
 
 async fn healthz() -> HttpResponse {

@@ -69,6 +69,7 @@ pub(super) fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
 
 /// One backfill sweep finished.
 pub fn backfill_swept(marked: u64, already_marked: u64, transient: u64, took: Duration) {
+    let _whole = super::whole::event();
     counter!(BACKFILL_MARKED_TOTAL, "result" => "marked").increment(marked);
     counter!(BACKFILL_MARKED_TOTAL, "result" => "already_marked").increment(already_marked);
     counter!(BACKFILL_TRANSIENT_FAILURES_TOTAL).increment(transient);

@@ -34,6 +34,7 @@ pub struct Backlog {
 impl Backlog {
     /// Sets the backlog gauges.
     pub fn emit(&self) {
+        let _whole = super::whole::event();
         let secs = |d: Option<Duration>| d.map_or(0.0, |a| a.as_secs_f64());
         gauge!(PIPELINE_UNFINISHED).set(self.unfinished as f64);
         gauge!(PIPELINE_OLDEST_UNPROCESSED_SECONDS).set(secs(self.oldest_unfinished));

@@ -111,6 +111,7 @@ pub struct DispatchRound<'a> {
 impl DispatchRound<'_> {
     /// Metrics and log lines of the round.
     pub fn emit(&self) {
+        let _whole = super::whole::event();
         counter!(DISPATCH_RETRIES_TOTAL).increment(self.retries);
         for (produce, commit_to_ack) in &self.timings {
             histogram!(DISPATCH_PRODUCE_SECONDS).record(produce.as_secs_f64());
@@ -156,6 +157,7 @@ pub struct OutcomeWritten {
 impl OutcomeWritten {
     /// The SENT and DEAD counters.
     pub fn emit(&self) {
+        let _whole = super::whole::event();
         counter!(DISPATCH_SENT_TOTAL).increment(self.sent);
         counter!(DISPATCH_DEAD_TOTAL).increment(self.dead);
     }

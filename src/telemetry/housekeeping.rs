@@ -137,6 +137,7 @@ pub fn retention_failed(table: &'static str, error: &str) {
 
 /// A job ended after `took`; `clean` when no table failed (`at`: Unix seconds).
 pub fn retention_job(took: Duration, clean: bool, at: i64) {
+    let _whole = super::whole::event();
     histogram!(RETENTION_JOB_SECONDS).record(took.as_secs_f64());
     if clean {
         gauge!(RETENTION_LAST_SUCCESS_TIMESTAMP).set(at as f64);

@@ -195,6 +195,7 @@ pub struct PollRound {
 impl PollRound {
     /// Metrics and log lines of the round.
     pub fn emit(&self) {
+        let _whole = super::whole::event();
         let w = self.w;
         gauge!(INBOX_WATERMARK).set(w as f64);
         match self.head {

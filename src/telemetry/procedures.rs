@@ -21,6 +21,7 @@ pub(super) fn defs() -> Vec<Def> {
 
 /// Publishes the boundary.
 pub fn purge_boundary(id: i64, received_at: Option<DateTime<Utc>>) {
+    let _whole = super::whole::event();
     gauge!(PURGE_BOUNDARY_ID).set(id as f64);
     gauge!(PURGE_BOUNDARY_RECEIVED_TIMESTAMP)
         .set(received_at.map_or(0.0, |t| t.timestamp() as f64));

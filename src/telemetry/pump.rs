@@ -195,6 +195,7 @@ pub enum PumpStep<R, O> {
 impl PumpStep<&str, Processed<'_>> {
     /// Metrics and log line of the step.
     pub fn emit(&self) {
+        let _whole = super::whole::event();
         match *self {
             Self::Idle => gauge!(PIPELINE_HEAD_ID).set(0.0),
             Self::Waiting { msg_id, until } => {

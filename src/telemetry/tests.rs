@@ -416,3 +416,57 @@ fn every_alert_has_a_runbook_entry_and_a_test() {
         );
     }
 }
+
+/// The race a fresh machine once showed (`msgx_inbox_watermark 3` beside
+/// `msgx_inbox_enqueued_total 0`): a scrape between two writes of one poll round. Rounds of one
+/// row each are emitted while another thread renders; every render must show the enqueued
+/// count of the W it shows.
+#[test]
+fn a_scrape_sees_a_poll_round_whole() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let value = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let rounds = 20_000;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            metrics::with_local_recorder(&recorder, || {
+                for w in 1..=rounds {
+                    poll_round(w).emit();
+                }
+            });
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let mut renders = 0;
+        while !done.load(std::sync::atomic::Ordering::Acquire) || renders == 0 {
+            let text = between_events(|| handle.render());
+            let w = value(&text, INBOX_WATERMARK);
+            let enqueued = value(&text, INBOX_ENQUEUED_TOTAL);
+            assert_eq!(w, enqueued, "W {w} shown with {enqueued} rows enqueued");
+            renders += 1;
+        }
+    });
+}
+
+/// A round that enqueued the one row `w` (W moves from `w - 1`).
+fn poll_round(w: i64) -> PollRound {
+    PollRound {
+        w,
+        head: Some(w),
+        lag: Some(std::time::Duration::ZERO),
+        regressed: false,
+        compensation_window: 0,
+        enqueued: 1,
+        took: std::time::Duration::ZERO,
+        holes_open: 0,
+        missing_ids: 0,
+        oldest_hole_age: None,
+        waiting: None,
+        fills: Vec::new(),
+        released: Vec::new(),
+    }
+}
