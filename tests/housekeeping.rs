@@ -937,14 +937,14 @@ async fn a_record_archived_while_abandoned_is_recovered_and_frees_the_purge() {
     use msgx_core::ops::{PurgeRequest, RecoverRequest};
 
     let env = TestEnv::new("hk_recover_archived").await;
-    let ids = env.insert_rows(2).await;
-    env.discover(ids[1]).await;
+    let rows = env.insert_rows(2).await;
+    env.discover(rows[1]).await;
     let (old, abandoned) = (ago(&env, 100), ago(&env, 40));
     env.exec_with(
         "UPDATE proc_state SET state = 'DEAD', terminal_at = $2, \
          backfill_abandon_reason = 'MAX_ATTEMPTS', backfill_abandoned_at = $3, \
          backfill_attempts = 20 WHERE msg_id = $1",
-        |q| q.bind(ids[0]).bind(old).bind(abandoned),
+        |q| q.bind(rows[0]).bind(old).bind(abandoned),
     )
     .await;
     // Not archived by this release, however old.
@@ -953,7 +953,7 @@ async fn a_record_archived_while_abandoned_is_recovered_and_frees_the_purge() {
     env.exec_with(
         "WITH moved AS (DELETE FROM proc_state WHERE msg_id = $1 RETURNING *) \
          INSERT INTO proc_state_hst SELECT moved.*, $2 FROM moved",
-        |q| q.bind(ids[0]).bind(env.clock.now()),
+        |q| q.bind(rows[0]).bind(env.clock.now()),
     )
     .await;
     let ready = |to: i64| {
@@ -967,7 +967,7 @@ async fn a_record_archived_while_abandoned_is_recovered_and_frees_the_purge() {
             .expect("readiness")
         }
     };
-    let r = ready(ids[0]).await;
+    let r = ready(rows[0]).await;
     assert_eq!(r.boundary_id, None, "{}", r.render());
     assert_eq!(r.unmarked[0].reason, "abandoned_max_attempts");
 
@@ -975,7 +975,7 @@ async fn a_record_archived_while_abandoned_is_recovered_and_frees_the_purge() {
         .ops()
         .recover_backfill(
             &RecoverRequest {
-                msg_ids: vec![ids[0]],
+                msg_ids: vec![rows[0]],
                 actor: "ops".into(),
                 reason: "owner released the lock".into(),
                 ticket: Some("CHG-29".into()),
@@ -991,13 +991,13 @@ async fn a_record_archived_while_abandoned_is_recovered_and_frees_the_purge() {
     let (marked, abandon): (bool, Option<String>) = sqlx::query_as(
         "SELECT backfill_at IS NOT NULL, backfill_abandon_reason FROM proc_state WHERE msg_id = $1",
     )
-    .bind(ids[0])
+    .bind(rows[0])
     .fetch_one(env.store.pool())
     .await
     .expect("live again");
     assert_eq!((marked, abandon), (true, None));
-    let r = ready(ids[0]).await;
+    let r = ready(rows[0]).await;
     assert!(r.ready, "{}", r.render());
-    assert_eq!(r.boundary_id, Some(ids[0]));
+    assert_eq!(r.boundary_id, Some(rows[0]));
     env.cleanup().await;
 }

@@ -424,7 +424,11 @@ impl Ops {
     async fn inbox_texts(&self, ids: &[i64]) -> Result<Vec<replay::InboxText>, OpsError> {
         let mut out = Vec::new();
         for chunk in ids.chunks(1000) {
-            for (id, raw) in self.inbox.raw_messages(chunk, REPLAY_COPY_MAX_BYTES).await? {
+            for (id, raw) in self
+                .inbox
+                .raw_messages(chunk, REPLAY_COPY_MAX_BYTES)
+                .await?
+            {
                 match raw {
                     RawMessage::Text(t) => out.push((id, Some(t))),
                     RawMessage::TooLarge(_) => out.push((id, None)),

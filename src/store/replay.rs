@@ -508,7 +508,10 @@ async fn restore_archived(
     .await?
     .rows_affected();
     if restored > 0 {
-        tracing::info!(msg_id, "abandoned record restored from the archive for recovery");
+        tracing::info!(
+            msg_id,
+            "abandoned record restored from the archive for recovery"
+        );
     }
     Ok(())
 }

@@ -124,14 +124,13 @@ pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>,
             .await?
             .into_iter()
             .collect();
-    let replayed: HashSet<i64> = sqlx::query_scalar(
-        "SELECT DISTINCT unnest(msg_ids) FROM audit_log WHERE action = $1",
-    )
-    .bind(crate::store::replay::ACTION_REPLAY)
-    .fetch_all(input.store.pool())
-    .await?
-    .into_iter()
-    .collect();
+    let replayed: HashSet<i64> =
+        sqlx::query_scalar("SELECT DISTINCT unnest(msg_ids) FROM audit_log WHERE action = $1")
+            .bind(crate::store::replay::ACTION_REPLAY)
+            .fetch_all(input.store.pool())
+            .await?
+            .into_iter()
+            .collect();
     let n = &input.names;
     let mut after = i64::MIN;
     let mut last_seq: Option<(i64, i64)> = None;

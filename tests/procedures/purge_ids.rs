@@ -42,6 +42,18 @@ async fn confirmed(env: &TestEnv, ids: &[i64]) -> bool {
     n == ids.len() as i64
 }
 
+async fn confirmed_or_terminal(env: &TestEnv, ids: &[i64]) -> bool {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM proc_state WHERE msg_id = ANY($1) \
+           AND state IN ('SUCCEEDED', 'SKIPPED', 'DEAD')",
+    )
+    .bind(ids)
+    .fetch_one(env.store.pool())
+    .await
+    .expect("count");
+    n == ids.len() as i64
+}
+
 async fn watched(env: &TestEnv, id: i64) -> bool {
     let n: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM late_watch_range WHERE first_id <= $1 AND last_id >= $1",
@@ -65,6 +77,29 @@ async fn inbox_has(env: &TestEnv, id: i64) -> bool {
 /// The runbook's purge statement (docs/operations.md, "Check before a purge"): our mark AND
 /// the boundary.
 const OWNER_PURGE: &str = "DELETE FROM CMINMSGS WHERE CMINMSGS_ID <= ? AND CMINMSGS_STATUS = ?";
+
+/// The runbook's purge up to `to`, started while `held` (an upstream insert) is uncommitted;
+/// `held` commits 300 ms later. The rows deleted.
+async fn purge_while(
+    env: &TestEnv,
+    to: i64,
+    mark: &str,
+    held: sqlx::Transaction<'static, sqlx::MySql>,
+) -> u64 {
+    let owner = env.owner.clone();
+    let mark = mark.to_string();
+    let purge = tokio::spawn(async move {
+        sqlx::query(OWNER_PURGE)
+            .bind(to)
+            .bind(mark)
+            .execute(&owner)
+            .await
+            .map(|r| r.rows_affected())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.commit().await.expect("upstream commit");
+    purge.await.expect("task").expect("purge")
+}
 
 /// The first bullet of issue 29 against a running service: the upstream holds its commit on
 /// id 4 while 5–7 commit and are processed and marked, the hole at 4 is released and watched.
@@ -132,19 +167,16 @@ async fn a_held_upstream_commit_holds_the_boundary_until_it_is_processed() {
         r.render()
     );
 
-    // The owner purges up to 3 with the runbook's statement; the upstream commits id 4.
-    let deleted = sqlx::query(OWNER_PURGE)
-        .bind(3)
-        .bind(&mark)
-        .execute(&env.owner)
-        .await
-        .expect("purge")
-        .rows_affected();
+    // The owner purges up to 3 with the runbook's statement — InnoDB's range scan reads on to
+    // the held row 4 and waits on its lock — and the upstream commits id 4 meanwhile.
+    let deleted = purge_while(&env, 3, &mark, held).await;
     assert_eq!(deleted, 3);
-    held.commit().await.expect("upstream commit");
-    wait_for("4 processed and confirmed", Duration::from_secs(60), || async {
-        confirmed(&env, &[4]).await
-    })
+    assert!(inbox_has(&env, 4).await);
+    wait_for(
+        "4 processed and confirmed",
+        Duration::from_secs(60),
+        || async { confirmed(&env, &[4]).await },
+    )
     .await;
     let r = readiness_to(&env, 7).await;
     assert!(r.ready, "{}", r.render());
@@ -154,19 +186,7 @@ async fn a_held_upstream_commit_holds_the_boundary_until_it_is_processed() {
     // The second guard: an insert held below the boundary is unmarked when it commits, so the
     // runbook's DELETE (which waits on its lock) leaves it.
     let (late, late_id) = env.open_insert().await;
-    let owner = env.owner.clone();
-    let m = mark.clone();
-    let purge = tokio::spawn(async move {
-        sqlx::query(OWNER_PURGE)
-            .bind(late_id)
-            .bind(m)
-            .execute(&owner)
-            .await
-            .map(|r| r.rows_affected())
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    late.commit().await.expect("commit");
-    let deleted = purge.await.expect("task").expect("purge");
+    let deleted = purge_while(&env, late_id, &mark, late).await;
     assert_eq!(deleted, 4, "ids 4-7 (ours, marked), not {late_id}");
     assert!(inbox_has(&env, late_id).await, "the unmarked row stays");
     kill9(&mut svc);
@@ -192,19 +212,27 @@ async fn a_row_purged_before_its_mark_is_a_verify_violation() {
     let ids = env.insert_rows(3).await;
     env.discover(ids[2]).await;
     let mut pump = env.pump(&[]);
-    for _ in 0..3 {
-        pump.step().await.expect("step");
+    for _ in 0..20 {
+        if matches!(
+            pump.step().await.expect("step"),
+            msgx_core::pump::StepOutcome::Idle
+        ) {
+            break;
+        }
     }
+    assert!(
+        confirmed_or_terminal(&env, &ids).await,
+        "all three processed"
+    );
     // The owner purges row 2 between processing and marking.
     assert_eq!(env.delete_as_owner(&[ids[1]]).await, 1);
     env.sweep_all().await;
-    let (_, abandon): (String, Option<String>) = sqlx::query_as(
-        "SELECT state, backfill_abandon_reason FROM proc_state WHERE msg_id = $1",
-    )
-    .bind(ids[1])
-    .fetch_one(env.store.pool())
-    .await
-    .expect("record");
+    let (_, abandon): (String, Option<String>) =
+        sqlx::query_as("SELECT state, backfill_abandon_reason FROM proc_state WHERE msg_id = $1")
+            .bind(ids[1])
+            .fetch_one(env.store.pool())
+            .await
+            .expect("record");
     assert_eq!(abandon.as_deref(), Some("MISSING_ROW"));
     let report = verify(&verify_input(&env)).await.expect("verify");
     assert!(!report.ok(), "{:#?}", report.lines());
@@ -229,14 +257,12 @@ async fn a_row_purged_before_its_mark_is_a_verify_violation() {
 async fn rows_without_a_receive_time_are_judged_by_id() {
     let env = TestEnv::new("purge_null_recv").await;
     let ids = env.insert_rows(4).await;
-    sqlx::query(
-        "UPDATE CMINMSGS SET CMINMSGS_DATE_RECEIVED = NULL WHERE CMINMSGS_ID IN (?, ?)",
-    )
-    .bind(ids[1])
-    .bind(ids[3])
-    .execute(&env.owner)
-    .await
-    .expect("null receive time");
+    sqlx::query("UPDATE CMINMSGS SET CMINMSGS_DATE_RECEIVED = NULL WHERE CMINMSGS_ID IN (?, ?)")
+        .bind(ids[1])
+        .bind(ids[3])
+        .execute(&env.owner)
+        .await
+        .expect("null receive time");
     let before: chrono::DateTime<chrono::Utc> = chrono::Utc::now() + chrono::Duration::days(1);
     env.discover(ids[3]).await;
     let r = env
@@ -250,7 +276,11 @@ async fn rows_without_a_receive_time_are_judged_by_id() {
     // The range ends at the last row with a receive time (id 3); id 2 (NULL) lies inside it.
     assert_eq!((r.to_id, r.rows, r.received_unknown), (Some(ids[2]), 3, 1));
     assert!(!r.ready, "nothing processed yet");
-    assert!(r.render().contains("without DATE_RECEIVED: 1"), "{}", r.render());
+    assert!(
+        r.render().contains("without DATE_RECEIVED: 1"),
+        "{}",
+        r.render()
+    );
     let all = readiness_to(&env, ids[3]).await;
     assert_eq!((all.rows, all.received_unknown), (4, 2));
     env.cleanup().await;

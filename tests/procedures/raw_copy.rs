@@ -235,7 +235,10 @@ async fn replay_without_a_copy_refuses_once_the_row_is_gone() {
         reason.contains("no raw text") && reason.contains("retention.raw_copy"),
         "{reason}"
     );
-    assert!(reason.contains("the DB owner's purge"), "names the purge: {reason}");
+    assert!(
+        reason.contains("the DB owner's purge"),
+        "names the purge: {reason}"
+    );
     assert_eq!(report.rows[0].source, None);
     let row = audited_row(&env, id).await;
     assert_eq!(row["result"], "refused");

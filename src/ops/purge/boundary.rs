@@ -153,7 +153,10 @@ impl BoundaryWatch {
         let Some((boundary, _)) = self.boundary.filter(|b| b.0 >= held) else {
             return Ok(false);
         };
-        let new = inbox.mark_row_before(held).await?.map(|r| (r.id, r.received_at));
+        let new = inbox
+            .mark_row_before(held)
+            .await?
+            .map(|r| (r.id, r.received_at));
         tracing::info!(
             boundary,
             new_boundary = new.map(|b| b.0),

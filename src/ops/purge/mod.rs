@@ -107,10 +107,11 @@ impl IdTally {
     fn add(&mut self, reason: &'static str, first: i64, last: i64) {
         let e = self.0.entry(reason).or_default();
         e.0 += (last - first) as u64 + 1;
+        let len = e.1.len();
         match e.1.last_mut() {
             // Adjacent pieces (a gap split by nothing) read as one range.
             Some(prev) if prev[1].checked_add(1) == Some(first) => prev[1] = last,
-            _ if e.1.len() < SAMPLE_IDS => e.1.push([first, last]),
+            _ if len < SAMPLE_IDS => e.1.push([first, last]),
             _ => {}
         }
     }
@@ -326,7 +327,13 @@ impl PurgeReadiness {
                 let ranges: Vec<String> = h
                     .ranges
                     .iter()
-                    .map(|[a, b]| if a == b { a.to_string() } else { format!("{a}-{b}") })
+                    .map(|[a, b]| {
+                        if a == b {
+                            a.to_string()
+                        } else {
+                            format!("{a}-{b}")
+                        }
+                    })
                     .collect();
                 out.push_str(&format!(
                     "  {:<30} {:>8}  e.g. [{}]\n",
