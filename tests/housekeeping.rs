@@ -118,7 +118,7 @@ async fn archive_conditions_one_by_one() {
             state: "DEAD",
             ..Row::done(3, 100)
         },
-        // Abandoned (never marked) 40 days ago: past the grace.
+        // Abandoned MISSING_ROW (the inbox row is gone) 40 days ago: past the grace.
         Row {
             state: "DEAD",
             marked: false,
@@ -159,10 +159,19 @@ async fn archive_conditions_one_by_one() {
         Row::done(17, 100),
         // Old and marked, with a kept FLIGHT_DELETED tombstone.
         Row::done(18, 100),
+        // Abandoned MAX_ATTEMPTS (its inbox row is there, unmarked) long past the grace:
+        // never archived, so `recover-backfill` can reach it (issue 29 item 3).
+        Row {
+            marked: false,
+            abandoned_days_ago: Some(40),
+            ..Row::done(19, 100)
+        },
     ];
     for r in moves.iter().chain(&stays) {
         put(&env, *r).await;
     }
+    env.exec("UPDATE proc_state SET backfill_abandon_reason = 'MISSING_ROW' WHERE msg_id = 4")
+        .await;
     // Old and marked with an old SENT event: the event expires first in the job, then the
     // row moves in the same job.
     put(&env, Row::done(5, 100)).await;
@@ -917,4 +926,78 @@ async fn vacuum_reclaims_dead_tuples_the_server_leaves() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Issue 29 item 3: a record an older release archived while it was abandoned MAX_ATTEMPTS
+/// (its inbox row there, unmarked) held the purge boundary forever and neither `replay` nor
+/// `recover-backfill` reached it. `recover-backfill` now moves it back and the sweep marks
+/// it; the purge boundary passes it.
+#[tokio::test]
+async fn a_record_archived_while_abandoned_is_recovered_and_frees_the_purge() {
+    use msgx_core::ops::{PurgeRequest, RecoverRequest};
+
+    let env = TestEnv::new("hk_recover_archived").await;
+    let rows = env.insert_rows(2).await;
+    env.discover(rows[1]).await;
+    let (old, abandoned) = (ago(&env, 100), ago(&env, 40));
+    env.exec_with(
+        "UPDATE proc_state SET state = 'DEAD', terminal_at = $2, \
+         backfill_abandon_reason = 'MAX_ATTEMPTS', backfill_abandoned_at = $3, \
+         backfill_attempts = 20 WHERE msg_id = $1",
+        |q| q.bind(rows[0]).bind(old).bind(abandoned),
+    )
+    .await;
+    // Not archived by this release, however old.
+    assert_eq!(job(&env, &cfg(&env, &[])).await.archived, 0);
+    // As an older release archived it.
+    env.exec_with(
+        "WITH moved AS (DELETE FROM proc_state WHERE msg_id = $1 RETURNING *) \
+         INSERT INTO proc_state_hst SELECT moved.*, $2 FROM moved",
+        |q| q.bind(rows[0]).bind(env.clock.now()),
+    )
+    .await;
+    let ready = |to: i64| {
+        let ops = env.ops();
+        async move {
+            ops.purge_readiness(&PurgeRequest {
+                to_id: Some(to),
+                ..Default::default()
+            })
+            .await
+            .expect("readiness")
+        }
+    };
+    let r = ready(rows[0]).await;
+    assert_eq!(r.boundary_id, None, "{}", r.render());
+    assert_eq!(r.unmarked[0].reason, "abandoned_max_attempts");
+
+    let report = env
+        .ops()
+        .recover_backfill(
+            &RecoverRequest {
+                msg_ids: vec![rows[0]],
+                actor: "ops".into(),
+                reason: "owner released the lock".into(),
+                ticket: Some("CHG-29".into()),
+                dry_run: false,
+            },
+            env.clock.now(),
+        )
+        .await
+        .expect("recover");
+    assert_eq!((report.applied, report.refused), (1, 0), "{report:?}");
+    assert_eq!(ids(&env, "proc_state_hst").await, BTreeSet::new());
+    env.sweep_all().await;
+    let (marked, abandon): (bool, Option<String>) = sqlx::query_as(
+        "SELECT backfill_at IS NOT NULL, backfill_abandon_reason FROM proc_state WHERE msg_id = $1",
+    )
+    .bind(rows[0])
+    .fetch_one(env.store.pool())
+    .await
+    .expect("live again");
+    assert_eq!((marked, abandon), (true, None));
+    let r = ready(rows[0]).await;
+    assert!(r.ready, "{}", r.render());
+    assert_eq!(r.boundary_id, Some(rows[0]));
+    env.cleanup().await;
 }

@@ -6,6 +6,8 @@
 //! (`procedures/raw_copy.rs`).
 
 mod common;
+#[path = "procedures/purge_ids.rs"]
+mod purge_ids;
 #[path = "procedures/purge_rule.rs"]
 mod purge_rule;
 #[path = "procedures/raw_copy.rs"]

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{Ops, OpsError};
+use crate::inbox::RawMessage;
 use crate::rows::{ErrorClass, ProcState};
 use crate::store::replay::{
     self, AdminReport, Audit, Expect, RawSource, RowOutcome, REPLAYABLE_CLASSES, REPLAYABLE_STATES,
@@ -12,6 +13,10 @@ use crate::store::replay::{
 
 /// Most ids one request may name or select (one transaction holds the pipeline lock for all).
 pub const MAX_IDS: usize = 10_000;
+
+/// Longest raw text a replay copies into `raw_copy` (longer ones replay from the inbox only;
+/// the pump refuses texts above `processing.max_message_bytes`, far below this).
+pub const REPLAY_COPY_MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Declares an audited request: its own fields, then who, why and the ticket (and, with
 /// `dry_run` after the id field's name, the dry-run switch), unknown fields refused (so no
@@ -403,12 +408,58 @@ impl Ops {
         if rows.is_empty() {
             return Ok(ActionReport::empty(req.dry_run));
         }
-        // The raw text: the inbox first (read here, outside the transaction), our raw copy
-        // for the rows it no longer has (looked up in the replay's transaction).
+        // The raw text: the inbox first (read here, outside the transaction; the replay
+        // copies it into raw_copy), our raw copy for the rows it no longer has (looked up in
+        // the replay's transaction).
         let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
-        let in_inbox = self.inbox.ids_with_text(&ids).await?;
+        let in_inbox = self.inbox_texts(&ids).await?;
         let report = replay::replay(&self.store, &rows, audit, req.dry_run, now, &in_inbox).await?;
-        Ok(ActionReport::from_admin(&report))
+        let mut out = ActionReport::from_admin(&report);
+        self.name_purge_boundary(&mut out).await?;
+        Ok(out)
+    }
+
+    /// The texts the inbox holds for these ids (rows without text left out); a text over
+    /// [`REPLAY_COPY_MAX_BYTES`] is replayed from the inbox without a copy.
+    async fn inbox_texts(&self, ids: &[i64]) -> Result<Vec<replay::InboxText>, OpsError> {
+        let mut out = Vec::new();
+        for chunk in ids.chunks(1000) {
+            for (id, raw) in self
+                .inbox
+                .raw_messages(chunk, REPLAY_COPY_MAX_BYTES)
+                .await?
+            {
+                match raw {
+                    RawMessage::Text(t) => out.push((id, Some(t))),
+                    RawMessage::TooLarge(_) => out.push((id, None)),
+                    RawMessage::Missing | RawMessage::Empty => {}
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A row refused for want of raw text says where the DB owner's purge stands: the inbox's
+    /// lowest id now (rows below it were purged).
+    async fn name_purge_boundary(&self, report: &mut ActionReport) -> Result<(), OpsError> {
+        let refused_for_text = |r: &RowReport| r.reason.as_deref() == Some(replay::NO_RAW_TEXT);
+        if !report.rows.iter().any(refused_for_text) {
+            return Ok(());
+        }
+        let first = self.inbox.id_range().await?.map(|(min, _)| min);
+        let note = match first {
+            Some(min) => format!(
+                "; the DB owner's purge: the inbox now starts at id {min} (a purge up to the \
+                 purge boundary removes rows; replay before it, or keep retention.raw_copy on)"
+            ),
+            None => "; the DB owner's purge: the inbox is empty".to_string(),
+        };
+        for r in report.rows.iter_mut().filter(|r| refused_for_text(r)) {
+            if let Some(reason) = r.reason.as_mut() {
+                reason.push_str(&note);
+            }
+        }
+        Ok(())
     }
 
     /// A replay by class: the rows of `error_class` (and `state`, if given) in the id range,

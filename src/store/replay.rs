@@ -10,11 +10,16 @@
 //! commits. The admin surface (HTTP, CLI) calls these later.
 //!
 //! Replay needs the raw text (seed §9): the inbox row first, else our raw copy (`raw_copy`,
-//! issue 13 item 4). The caller that sees the inbox (`ops::Ops::replay`) passes the ids whose
-//! inbox row still holds text; for the others the copy is looked up and share-locked in the
-//! replay's transaction (so the expiry purge cannot take it before the row is PENDING, after
-//! which the purge keeps it), and a row with neither is refused. Each applied row records its
-//! source (`inbox` / `raw_copy`) in the report, the audit row and the log line.
+//! issue 13 item 4). The caller that sees the inbox (`ops::Ops::replay`) passes the texts the
+//! inbox still holds; for the others the copy is looked up and share-locked in the replay's
+//! transaction (so the expiry purge cannot take it before the row is PENDING, after which the
+//! purge keeps it), and a row with neither is refused. Each applied row records its source
+//! (`inbox` / `raw_copy`) in the report, the audit row and the log line.
+//!
+//! A replay applied from the inbox writes its own copy of the text into `raw_copy` in the same
+//! transaction, whatever `retention.raw_copy` says (issue 29 item 2): the old mark stays on the
+//! row, so a DB owner's purge after the replay cannot turn it into DEAD(MALFORMED) — the pump
+//! reads the copy.
 //!
 //! Replay never touches the inbox: a mark that is already there stays (marks are never
 //! revoked). A replayed row that was marked before is confirmed as "already marked" by the
@@ -249,11 +254,16 @@ const RECOVER_SQL: &str = "WITH cur AS ( \
      SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
             EXISTS (SELECT 1 FROM done) FROM cur";
 
+/// A replayed row's text as the inbox holds it when the replay is asked for: `Some(text)`,
+/// copied into `raw_copy` when the replay applies; `None` when the row holds text the caller
+/// did not carry (over the copy limit): replayed from the inbox, without a copy.
+pub type InboxText = (i64, Option<String>);
+
 /// The action [`run_action`] runs.
 #[derive(Debug, Clone, Copy)]
 enum Action<'a> {
-    /// A replay; the requested ids whose inbox row still holds text.
-    Replay { in_inbox: &'a [i64] },
+    /// A replay; the requested rows whose inbox row still holds text, ascending by id.
+    Replay { in_inbox: &'a [InboxText] },
     /// A backfill recovery.
     Recover,
 }
@@ -297,8 +307,9 @@ impl Action<'_> {
 /// not restore historic order. Audited (who, why, when, which rows, per-row result), unless a
 /// dry run (the same transaction, rolled back).
 ///
-/// `in_inbox`: the requested ids whose inbox row still holds text (the caller read the
-/// inbox); any other row replays only from its raw copy, and is refused without one
+/// `in_inbox`: the requested rows whose inbox row still holds text, with the text (the caller
+/// read the inbox; any order): an applied one gets its raw copy written in the replay's
+/// transaction. Any other row replays only from its raw copy, and is refused without one
 /// ([`NO_RAW_TEXT`]).
 pub async fn replay(
     store: &Store,
@@ -306,8 +317,11 @@ pub async fn replay(
     audit: Audit<'_>,
     dry_run: bool,
     now: DateTime<Utc>,
-    in_inbox: &[i64],
+    in_inbox: &[InboxText],
 ) -> Result<AdminReport, AdminError> {
+    let mut in_inbox = in_inbox.to_vec();
+    in_inbox.sort_unstable_by_key(|t| t.0);
+    let in_inbox = in_inbox.as_slice();
     run_action(
         store,
         rows,
@@ -400,7 +414,10 @@ async fn act_on_row(
 ) -> Result<RowOutcome, sqlx::Error> {
     let source = match action {
         Action::Replay { in_inbox } => Some(raw_source(tx, msg_id, in_inbox).await?),
-        Action::Recover => None,
+        Action::Recover => {
+            restore_archived(tx, msg_id).await?;
+            None
+        }
     };
     let sql = match action {
         Action::Replay { .. } => REPLAY_SQL,
@@ -418,7 +435,85 @@ async fn act_on_row(
             .bind(REPLAYABLE_STATES);
     }
     let locked: Option<Locked> = query.fetch_optional(&mut **tx).await?;
-    Ok(judge(locked, source, expect, action))
+    let outcome = judge(locked, source, expect, action);
+    if let (Action::Replay { in_inbox }, true) = (action, outcome.is_applied()) {
+        copy_inbox_text(tx, msg_id, in_inbox, now).await?;
+    }
+    Ok(outcome)
+}
+
+/// A replay applied from the inbox: its own copy of the text, in the replay's transaction
+/// (see the module doc). A copy already there is replaced (the inbox text is the one the pump
+/// would read now) and its replay window starts again.
+async fn copy_inbox_text(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    msg_id: i64,
+    in_inbox: &[InboxText],
+    now: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    let Ok(i) = in_inbox.binary_search_by_key(&msg_id, |t| t.0) else {
+        return Ok(());
+    };
+    let Some(text) = in_inbox[i].1.as_deref() else {
+        return Ok(());
+    };
+    let copy = match super::raw_copy::PendingCopy::of(msg_id, text) {
+        Ok(Some(copy)) => copy,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(sqlx::Error::Protocol(e.to_string())),
+    };
+    sqlx::query(
+        "INSERT INTO raw_copy (msg_id, copied_at, raw_bytes, encoding, body) \
+         VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (msg_id) DO UPDATE SET copied_at = EXCLUDED.copied_at, \
+             raw_bytes = EXCLUDED.raw_bytes, encoding = EXCLUDED.encoding, body = EXCLUDED.body",
+    )
+    .bind(msg_id)
+    .bind(now)
+    .bind(copy.raw_bytes)
+    .bind(super::raw_copy::ENCODING)
+    .bind(&copy.body)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// The columns `proc_state` and `proc_state_hst` share (migration 0014: a column added to one
+/// is added to both; `proc_state_all` lists them in the same order).
+const PROC_STATE_COLUMNS: &str = "msg_id, state, source, received_at, enqueued_at, attempts, \
+    next_attempt_at, error_class, error_text, processing_started_at, terminal_reason, \
+    terminal_at, identity_key, backfill_next_at, backfill_at, backfill_attempts, \
+    backfill_abandon_reason, backfill_abandoned_at, updated_at, processed_seq, msg_type, \
+    stale_fields, backfill_error";
+
+/// A recovery of a record the archive took while it was abandoned MAX_ATTEMPTS (releases
+/// before issue 29 archived them after `retention.abandoned_grace`): moved back to
+/// `proc_state` first, in the recovery's transaction, so the sweep can mark it. Nothing else
+/// is ever moved back.
+async fn restore_archived(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    msg_id: i64,
+) -> Result<(), sqlx::Error> {
+    let restored = sqlx::query(&format!(
+        "WITH gone AS ( \
+             DELETE FROM proc_state_hst WHERE msg_id = $1 \
+               AND backfill_abandon_reason = 'MAX_ATTEMPTS' AND backfill_at IS NULL \
+               AND NOT EXISTS (SELECT 1 FROM proc_state WHERE msg_id = $1) \
+             RETURNING * \
+         ) \
+         INSERT INTO proc_state ({PROC_STATE_COLUMNS}) SELECT {PROC_STATE_COLUMNS} FROM gone"
+    ))
+    .bind(msg_id)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if restored > 0 {
+        tracing::info!(
+            msg_id,
+            "abandoned record restored from the archive for recovery"
+        );
+    }
+    Ok(())
 }
 
 /// What the row's statement said, for the report: applied, or refused and why (no row, no
@@ -507,9 +602,9 @@ fn replayable(state: ProcState, class: Option<ErrorClass>) -> bool {
 async fn raw_source(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     msg_id: i64,
-    in_inbox: &[i64],
+    in_inbox: &[InboxText],
 ) -> Result<Option<RawSource>, sqlx::Error> {
-    if in_inbox.binary_search(&msg_id).is_ok() {
+    if in_inbox.binary_search_by_key(&msg_id, |t| t.0).is_ok() {
         return Ok(Some(RawSource::Inbox));
     }
     let copy: Option<i64> =

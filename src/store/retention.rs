@@ -21,7 +21,8 @@ pub struct ArchiveBatch {
 pub struct ArchiveCut {
     /// Terminal before this instant (`now − retention.proc_state`).
     pub terminal_before: DateTime<Utc>,
-    /// Or abandoned before this instant (`now − retention.abandoned_grace`) instead of marked.
+    /// Or abandoned MISSING_ROW before this instant (`now − retention.abandoned_grace`)
+    /// instead of marked (MAX_ATTEMPTS rows are never archived: issue 29).
     pub abandoned_before: DateTime<Utc>,
 }
 
@@ -95,7 +96,8 @@ impl Store {
     /// Moves up to `limit` archivable PROC_STATE rows with `msg_id > after` to PROC_STATE_HST
     /// (stamped `archived_at = now`) in ONE transaction: lock them (skipping rows another
     /// session holds), copy, delete the same rows. Archivable: terminal, before
-    /// `cut.terminal_before`, marked — or abandoned before `cut.abandoned_before` — and with
+    /// `cut.terminal_before`, marked (confirmed) — or abandoned MISSING_ROW (the row is gone:
+    /// nothing left to mark) before `cut.abandoned_before` — and with
     /// no event and no schedule snapshot left (both reference the row; PENDING and DEAD events
     /// are still needed, SENT ones go by `retention.msg_event_sent` first).
     pub async fn archive_batch(
@@ -111,7 +113,8 @@ impl Store {
              WHERE p.msg_id > $1 AND p.state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
                AND p.terminal_at < $2 \
                AND (p.backfill_at IS NOT NULL \
-                    OR (p.backfill_abandon_reason IS NOT NULL AND p.backfill_abandoned_at < $3)) \
+                    OR (p.backfill_abandon_reason = 'MISSING_ROW' \
+                        AND p.backfill_abandoned_at < $3)) \
                AND NOT EXISTS (SELECT 1 FROM msg_event e WHERE e.msg_id = p.msg_id) \
                AND NOT EXISTS (SELECT 1 FROM schd_snap_log s WHERE s.msg_id = p.msg_id) \
              ORDER BY p.msg_id LIMIT $4 FOR UPDATE SKIP LOCKED",

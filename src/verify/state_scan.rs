@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use sqlx::Row;
 
 use super::{Finding, VerifyError, VerifyInput};
+use crate::backfill::MissingKind;
 use crate::rows::ProcState;
 
 /// `(msg_id, state, source, processed_seq, confirmed (backfill_at set), intent
@@ -25,15 +26,24 @@ type StateRow = (
     bool,
 );
 
-/// The inbox row exists, or the record says why it may not.
-fn judge_present(f: &mut Finding, r: &StateRow, in_inbox: bool) {
+/// The inbox row exists, or the record says why it may not. A row discovery read (or the pump
+/// applied) that was purged before we marked it (`purged_before_mark`) is a violation: the
+/// seed's red line (§6, marks before purge) — unless an operator replayed it (audited
+/// `REPLAY`): a replay takes its own raw copy, so the purge lost nothing.
+fn judge_present(f: &mut Finding, r: &StateRow, in_inbox: bool, replayed: &HashSet<i64>) {
     let (id, state, is_marked, abandon) = (r.0, r.1, r.4, r.6.as_deref());
     f.checked += 1;
     if in_inbox {
         return;
     }
     if abandon == Some("MISSING_ROW") {
-        f.note("abandoned MISSING_ROW", id);
+        match MissingKind::of(&r.2, state.as_str()) {
+            MissingKind::NeverSeen => f.note("abandoned MISSING_ROW (never_seen)", id),
+            MissingKind::PurgedBeforeMark if replayed.contains(&id) => {
+                f.note("replayed, then purged (processed from our raw copy)", id)
+            }
+            MissingKind::PurgedBeforeMark => f.violation(id),
+        }
     } else if is_marked && state.is_terminal() {
         // Our mark was written and confirmed; only the DB owner deletes inbox rows.
         f.note("purged after the mark was confirmed", id);
@@ -95,8 +105,9 @@ fn judge_marked(f: &mut Finding, r: &StateRow, row: Option<&Option<String>>, mar
 pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>, VerifyError> {
     let mut present = Finding::new(
         "inbox_row_present",
-        "every PROC_STATE row has its inbox row, or is abandoned MISSING_ROW, or was purged \
-         after its mark was confirmed",
+        "every PROC_STATE row has its inbox row, or was purged after its mark was confirmed, or \
+         is abandoned MISSING_ROW for a row we never read; a row read and purged before its \
+         mark (purged_before_mark) is a violation unless an operator replayed it",
     );
     let mut fifo = Finding::new(
         "fifo",
@@ -109,6 +120,13 @@ pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>,
     // Rows an operator acted on (replay, recovery) were processed again, out of order on purpose.
     let operated: HashSet<i64> =
         sqlx::query_scalar("SELECT DISTINCT unnest(msg_ids) FROM audit_log")
+            .fetch_all(input.store.pool())
+            .await?
+            .into_iter()
+            .collect();
+    let replayed: HashSet<i64> =
+        sqlx::query_scalar("SELECT DISTINCT unnest(msg_ids) FROM audit_log WHERE action = $1")
+            .bind(crate::store::replay::ACTION_REPLAY)
             .fetch_all(input.store.pool())
             .await?
             .into_iter()
@@ -147,7 +165,7 @@ pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>,
         .collect::<Result<_, sqlx::Error>>()?;
         for r in rows {
             let row = inbox.get(&r.0);
-            judge_present(&mut present, &r, row.is_some());
+            judge_present(&mut present, &r, row.is_some(), &replayed);
             judge_fifo(&mut fifo, &r, &operated, &mut last_seq);
             judge_marked(&mut marked, &r, row, &input.mark_value);
         }

@@ -333,7 +333,17 @@ impl TestEnv {
         now: DateTime<Utc>,
     ) -> Result<AdminReport, AdminError> {
         let rows: Vec<(i64, Expect)> = ids.iter().map(|id| (*id, Expect::default())).collect();
-        let in_inbox = self.inbox.ids_with_text(ids).await.expect("inbox");
+        let in_inbox: Vec<replay::InboxText> = self
+            .inbox
+            .raw_messages(ids, u64::from(u32::MAX))
+            .await
+            .expect("inbox")
+            .into_iter()
+            .filter_map(|(id, raw)| match raw {
+                msgx_core::inbox::RawMessage::Text(t) => Some((id, Some(t))),
+                _ => None,
+            })
+            .collect();
         replay::replay(store, &rows, audit(actor, reason), false, now, &in_inbox).await
     }
 

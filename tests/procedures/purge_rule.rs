@@ -182,8 +182,27 @@ async fn skipped_cutover_stock_is_purgeable_only_where_marked() {
         vec![("stock_unmarked".into(), 1, vec![stock[2]])]
     );
     assert!(r.marked_not_purgeable.is_empty());
-    // The DB owner decides: it marks the row (the previous system's), and all is purgeable.
+    // The DB owner decides: it marks the row (the previous system's). The gap at the cutover
+    // is watched (a transaction in flight then may still commit there): it holds the purge
+    // until its watch window ends (issue 29).
     mark(&env, &[stock[2]]).await;
+    let r = readiness(&env).await;
+    assert!(!r.ready, "{}", r.render());
+    assert_eq!(r.boundary_id, Some(stock[2]));
+    let held: Vec<(String, u64, Vec<[i64; 2]>)> = r
+        .ids_without_row
+        .iter()
+        .map(|h| (h.reason.clone(), h.count, h.ranges.clone()))
+        .collect();
+    assert_eq!(
+        held,
+        vec![("watched_hole".into(), 1, vec![[stock[3], stock[3]]])]
+    );
+    env.clock.advance(Duration::from_secs(3601));
+    let cfg = msgx_core::late::DetectConfig::from_settings(&env.settings(&[])).expect("cfg");
+    msgx_core::late::detect_once(&env.inbox, &env.store, &env.clock, &cfg)
+        .await
+        .expect("detect");
     let r = readiness(&env).await;
     assert!(r.ready, "{}", r.render());
     assert_eq!(r.boundary_id, Some(ours));

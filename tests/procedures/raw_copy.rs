@@ -161,6 +161,62 @@ async fn replay_prefers_the_inbox_while_the_row_is_there() {
     env.cleanup().await;
 }
 
+/// Issue 29 item 2: with `retention.raw_copy` off a replay applied from the inbox takes its
+/// own copy of the text in its transaction, so the DB owner's purge after it (the row keeps
+/// its old mark) cannot turn it into DEAD(MALFORMED): the pump processes it from the copy,
+/// and `verify` counts the purge as a note, not a violation.
+#[tokio::test]
+async fn a_replay_takes_its_own_copy_so_a_purge_after_it_loses_nothing() {
+    let env = TestEnv::new("rc_replay_copy").await;
+    let id = dead_and_marked(&env, false, "D4").await;
+    assert_eq!(copies(&env).await, 0, "raw_copy off: no copy yet");
+    let dry = ReplayRequest {
+        dry_run: true,
+        ..replay_req(id)
+    };
+    assert_eq!(env.ops_replay(&dry).await.applied, 1);
+    assert_eq!(copies(&env).await, 0, "a dry run writes nothing");
+
+    let report = env.ops_replay(&replay_req(id)).await;
+    assert_eq!((report.applied, report.rows[0].source), (1, Some("inbox")));
+    assert_eq!(copies(&env).await, 1, "the replay copied the inbox text");
+    purge_inbox_row(&env, id).await;
+
+    let mut pump = env.pump(&[("MSGX_RETENTION__RAW_COPY", "false")]);
+    match pump.step().await.expect("step") {
+        StepOutcome::Processed {
+            msg_id,
+            outcome: Outcome::Succeeded { .. },
+            ..
+        } => assert_eq!(msg_id, id),
+        other => panic!("expected the replay to succeed from the copy, got {other:?}"),
+    }
+    assert_eq!(gate_of(&env, "RC1").await.as_deref(), Some("D4"));
+    env.sweep_all().await;
+    let verify = msgx_core::verify::verify(&msgx_core::verify::VerifyInput {
+        inbox: env.inbox.clone(),
+        names: env.names.clone(),
+        store: env.store.clone(),
+        mark_value: env.settings(&[]).backfill.mark_value.clone(),
+        batch: 100,
+        kafka: None,
+    })
+    .await
+    .expect("verify");
+    let present = verify
+        .findings
+        .iter()
+        .find(|f| f.invariant == "inbox_row_present")
+        .expect("finding");
+    assert_eq!(present.violations, 0, "{:#?}", verify.lines());
+    assert!(
+        present.notes.iter().any(|n| n.what.starts_with("replayed")),
+        "{:#?}",
+        verify.lines()
+    );
+    env.cleanup().await;
+}
+
 #[tokio::test]
 async fn replay_without_a_copy_refuses_once_the_row_is_gone() {
     let env = TestEnv::new("rc_none").await;
@@ -178,6 +234,10 @@ async fn replay_without_a_copy_refuses_once_the_row_is_gone() {
     assert!(
         reason.contains("no raw text") && reason.contains("retention.raw_copy"),
         "{reason}"
+    );
+    assert!(
+        reason.contains("the DB owner's purge"),
+        "names the purge: {reason}"
     );
     assert_eq!(report.rows[0].source, None);
     let row = audited_row(&env, id).await;

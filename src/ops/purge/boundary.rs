@@ -9,11 +9,12 @@
 //!    query keeps only those whose inbox row still exists (a record whose row is gone holds
 //!    nothing); the boundary drops to the inbox row just below the first of them. Archived
 //!    records never change, so only live ones are read.
+//!    The boundary also drops below the first id that holds the purge without a row
+//!    ([`super::ids`]): W + 1, or the first id of a watched released hole.
 //! 2. **Read on** from the boundary, in batches judged by the rule, to the first row that is
-//!    not purgeable (or the row cap).
+//!    not purgeable, the first held id (or the row cap).
 //!
-//! Not seen by the gauge (purge readiness sees both): a mark someone clears below the boundary,
-//! and a late commit below it before the late detector enqueued it. The gauge is a guide for
+//! Not seen by the gauge (purge readiness sees it): a mark someone clears below the boundary. The gauge is a guide for
 //! the purge job; `purge-readiness --to <boundary>` right before a purge is the check.
 
 use chrono::{DateTime, Utc};
@@ -97,12 +98,16 @@ impl BoundaryWatch {
         max_rows: u64,
     ) -> Result<Advance, OpsError> {
         let rule = self.rule(store).await?;
+        // W is read (in `rule`) before the watched ranges: see `ids`.
+        let held = super::ids::first_held_id(store, rule.w).await?;
+        let below_held = self.below_held(inbox, held).await?;
         let pull = self.pull_down(inbox, store).await?;
-        let pulled_down = pull != Pull::Clear;
+        let pulled_down = below_held || pull != Pull::Clear;
         let ceiling = match pull {
             Pull::Clear => i64::MAX,
             Pull::Below(id) => id - 1,
-        };
+        }
+        .min(held - 1);
         let mut read = 0u64;
         let caught_up = 'scan: loop {
             if read >= max_rows {
@@ -140,6 +145,27 @@ impl BoundaryWatch {
             w: store.read_cursor().await?.cursor.w,
             stock: self.stock.clone().flatten(),
         })
+    }
+
+    /// Drops the boundary below `held` (the first id that holds the purge without a row) when
+    /// it reached it; true when it did.
+    async fn below_held(&mut self, inbox: &Inbox, held: i64) -> Result<bool, OpsError> {
+        let Some((boundary, _)) = self.boundary.filter(|b| b.0 >= held) else {
+            return Ok(false);
+        };
+        let new = inbox
+            .mark_row_before(held)
+            .await?
+            .map(|r| (r.id, r.received_at));
+        tracing::info!(
+            boundary,
+            new_boundary = new.map(|b| b.0),
+            held_id = held,
+            "purge boundary pulled down: an id at or below it may still get a row (a watched \
+             released hole, or above W)"
+        );
+        self.boundary = new;
+        Ok(true)
     }
 
     /// Step 1 of a round: finds the lowest record at or below the boundary that holds the

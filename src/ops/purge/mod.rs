@@ -5,9 +5,12 @@
 //! ([`rule`]: marked AND our record terminal and confirmed, or marked skipped cutover stock)
 //! and names the reason of every row that holds the purge. The purge boundary is the highest
 //! id (and its DATE_RECEIVED) at or below which every inbox row is purgeable by that rule;
+//! Ids without a row are judged too ([`ids`]): the boundary never passes an id where a row may
+//! still commit (a watched released hole, an open hole, anything above W).
 //! [`BoundaryWatch`] keeps it current for the `msgx_purge_boundary_id` gauge.
 
 mod boundary;
+mod ids;
 mod rule;
 
 use std::collections::BTreeMap;
@@ -16,13 +19,16 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{Ops, OpsError};
+use crate::inbox::survey::MarkRow;
 pub use boundary::{Advance, BoundaryWatch, BOUNDARY_MAX_ROWS, PULL_DOWN_MAX_IDS};
+use ids::IdHolds;
+pub use ids::ID_REASONS;
 use rule::{Rule, Verdict};
 pub use rule::{MARKED_REASONS, REASONS};
 
 /// Inbox rows per batch.
 pub const PURGE_BATCH: u32 = 5_000;
-/// Example ids kept per reason.
+/// Example ids (or id ranges) kept per reason.
 pub const SAMPLE_IDS: usize = 20;
 
 /// The range: up to `to_id`, or up to `received_before`, or both (the lower of the two);
@@ -47,6 +53,17 @@ pub struct Unmarked {
     pub count: u64,
     /// The first [`SAMPLE_IDS`] ids.
     pub sample_ids: Vec<i64>,
+}
+
+/// The ids without an inbox row that hold the purge for one reason, as ranges.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeldIds {
+    /// One of [`ID_REASONS`].
+    pub reason: String,
+    /// Ids.
+    pub count: u64,
+    /// The first [`SAMPLE_IDS`] ranges `[first, last]`.
+    pub ranges: Vec<[i64; 2]>,
 }
 
 /// The report.
@@ -74,6 +91,43 @@ pub struct PurgeReadiness {
     /// Marked rows the rule does not count as purgeable, by reason (only reasons that occur,
     /// in the order of [`MARKED_REASONS`]).
     pub marked_not_purgeable: Vec<Unmarked>,
+    /// Ids without an inbox row where a row may still commit, by reason (only reasons that
+    /// occur, in the order of [`ID_REASONS`]).
+    pub ids_without_row: Vec<HeldIds>,
+    /// Rows in the range without a (readable) DATE_RECEIVED: judged like every other row; a
+    /// `received_before` range takes them only by id (they lie below its last id).
+    pub received_unknown: u64,
+}
+
+/// Held id ranges by reason while the walk runs.
+#[derive(Debug, Default)]
+struct IdTally(BTreeMap<&'static str, (u64, Vec<[i64; 2]>)>);
+
+impl IdTally {
+    fn add(&mut self, reason: &'static str, first: i64, last: i64) {
+        let e = self.0.entry(reason).or_default();
+        e.0 += (last - first) as u64 + 1;
+        let len = e.1.len();
+        match e.1.last_mut() {
+            // Adjacent pieces (a gap split by nothing) read as one range.
+            Some(prev) if prev[1].checked_add(1) == Some(first) => prev[1] = last,
+            _ if len < SAMPLE_IDS => e.1.push([first, last]),
+            _ => {}
+        }
+    }
+
+    fn into_list(mut self) -> Vec<HeldIds> {
+        ID_REASONS
+            .iter()
+            .filter_map(|r| {
+                self.0.remove(r).map(|(count, ranges)| HeldIds {
+                    reason: (*r).into(),
+                    count,
+                    ranges,
+                })
+            })
+            .collect()
+    }
 }
 
 /// Held rows by reason while the walk runs.
@@ -104,14 +158,71 @@ impl Tally {
     }
 }
 
+/// One readiness walk in id order: rows and the gaps between them.
+#[derive(Debug)]
+struct Walk {
+    unmarked: Tally,
+    held: Tally,
+    ids: IdTally,
+    /// No held row or id seen yet: the boundary still moves.
+    open: bool,
+}
+
+impl Default for Walk {
+    fn default() -> Self {
+        Self {
+            unmarked: Tally::default(),
+            held: Tally::default(),
+            ids: IdTally::default(),
+            open: true,
+        }
+    }
+}
+
+impl Walk {
+    /// The ids `from..=to`, none with a row: each held piece closes the boundary.
+    fn gap(&mut self, holds: &IdHolds, from: i64, to: i64, report: &mut PurgeReadiness) {
+        for (reason, a, b) in holds.classify(from, to) {
+            self.open = false;
+            report.ready = false;
+            self.ids.add(reason, a, b);
+        }
+    }
+
+    /// One row and its verdict.
+    fn row(&mut self, r: &MarkRow, v: Verdict, report: &mut PurgeReadiness) {
+        report.rows += 1;
+        report.marked += u64::from(r.marked);
+        report.received_unknown += u64::from(r.received_at.is_none());
+        match v {
+            Verdict::Purgeable => {
+                report.purgeable += 1;
+                if self.open {
+                    report.boundary_id = Some(r.id);
+                    report.boundary_received_at = r.received_at;
+                }
+            }
+            Verdict::Held(reason) => {
+                self.open = false;
+                report.ready = false;
+                let tally = if r.marked {
+                    &mut self.held
+                } else {
+                    &mut self.unmarked
+                };
+                tally.add(reason, r.id);
+            }
+        }
+    }
+}
+
 impl Ops {
     /// Checks the range (see the module doc).
     pub async fn purge_readiness(&self, req: &PurgeRequest) -> Result<PurgeReadiness, OpsError> {
         let to = self.purge_range_end(req).await?;
-        let rule = Rule::load(&self.store).await?;
         let mut report = PurgeReadiness {
             to_id: to,
-            w: rule.w,
+            w: 0,
             rows: 0,
             marked: 0,
             purgeable: 0,
@@ -120,40 +231,37 @@ impl Ops {
             boundary_received_at: None,
             unmarked: Vec::new(),
             marked_not_purgeable: Vec::new(),
+            ids_without_row: Vec::new(),
+            received_unknown: 0,
         };
         let Some(to) = to else {
+            report.w = self.store.read_cursor().await?.cursor.w;
             return Ok(report);
         };
-        let (mut unmarked, mut held) = (Tally::default(), Tally::default());
-        let mut boundary_open = true;
+        // W (with the open holes) first, then the ranges and the cutover record; the rule
+        // judges with the same W.
+        let holds = IdHolds::load(&self.store, to).await?;
+        let mut rule = Rule::load(&self.store).await?;
+        rule.w = holds.w;
+        report.w = holds.w;
+        let mut walk = Walk::default();
         let mut after = 0i64;
         loop {
             let rows = self.inbox.mark_rows(after, to, PURGE_BATCH).await?;
-            let Some(last) = rows.last() else { break };
-            after = last.id;
+            if rows.is_empty() {
+                break;
+            }
             let verdicts = rule.judge(&self.store, &rows).await?;
             for (r, v) in rows.iter().zip(verdicts) {
-                report.rows += 1;
-                report.marked += u64::from(r.marked);
-                match v {
-                    Verdict::Purgeable => {
-                        report.purgeable += 1;
-                        if boundary_open {
-                            report.boundary_id = Some(r.id);
-                            report.boundary_received_at = r.received_at;
-                        }
-                    }
-                    Verdict::Held(reason) => {
-                        boundary_open = false;
-                        report.ready = false;
-                        let tally = if r.marked { &mut held } else { &mut unmarked };
-                        tally.add(reason, r.id);
-                    }
-                }
+                walk.gap(&holds, after + 1, r.id - 1, &mut report);
+                after = r.id;
+                walk.row(r, v, &mut report);
             }
         }
-        report.unmarked = unmarked.into_list(REASONS);
-        report.marked_not_purgeable = held.into_list(MARKED_REASONS);
+        walk.gap(&holds, after + 1, to, &mut report);
+        report.unmarked = walk.unmarked.into_list(REASONS);
+        report.marked_not_purgeable = walk.held.into_list(MARKED_REASONS);
+        report.ids_without_row = walk.ids.into_list();
         Ok(report)
     }
 
@@ -212,6 +320,34 @@ impl PurgeReadiness {
                     u.reason, u.count, u.sample_ids
                 ));
             }
+        }
+        if !self.ids_without_row.is_empty() {
+            out.push_str("ids without a row where one may still commit:\n");
+            for h in &self.ids_without_row {
+                let ranges: Vec<String> = h
+                    .ranges
+                    .iter()
+                    .map(|[a, b]| {
+                        if a == b {
+                            a.to_string()
+                        } else {
+                            format!("{a}-{b}")
+                        }
+                    })
+                    .collect();
+                out.push_str(&format!(
+                    "  {:<30} {:>8}  e.g. [{}]\n",
+                    h.reason,
+                    h.count,
+                    ranges.join(", ")
+                ));
+            }
+        }
+        if self.received_unknown > 0 {
+            out.push_str(&format!(
+                "rows without DATE_RECEIVED: {} (judged by id like the others)\n",
+                self.received_unknown
+            ));
         }
         out
     }
