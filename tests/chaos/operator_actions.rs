@@ -393,6 +393,7 @@ impl Seq {
                 .iter()
                 .any(|k| matches!(*k, "kill9" | "takeover" | "cut_pg"));
         model.requeued_by_hand = plan.dispatch_outage;
+        model.store_cut = kinds.iter().any(|k| matches!(*k, "cut_pg" | "cut_mysql"));
         Self {
             plan,
             tag,

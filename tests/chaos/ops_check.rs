@@ -81,6 +81,19 @@ pub async fn check(
             })
             .map(|r| *r.0)
             .collect(),
+        poisoned: recs
+            .iter()
+            .filter(|(id, r)| {
+                model.store_cut
+                    && r.state == "DEAD"
+                    && r.class.as_deref() == Some("EXHAUSTED")
+                    && written
+                        .iter()
+                        .any(|w| w.id == **id && w.msg.identity().is_some())
+            })
+            .map(|r| *r.0)
+            .collect(),
+        replayed: model.replays.iter().flat_map(|r| r.ids.clone()).collect(),
         seq: recs
             .iter()
             .filter_map(|(id, r)| r.seq.map(|s| (*id, s)))
@@ -98,7 +111,7 @@ pub async fn check(
         model.violation(p);
     }
     check_rows(model, &e.rows, &recs);
-    check_fifo(model, written, &recs);
+    check_fifo(model, written, &recs, &timing.replayed);
     check_marks(model, env, &e.rows, &recs).await;
     check_flights(model, env, &e.flights).await;
     check_events(model, env, &e.events, kafka).await;
@@ -154,12 +167,18 @@ fn check_rows(model: &mut Model, rows: &BTreeMap<i64, End>, recs: &BTreeMap<i64,
 
 /// FIFO: every row the pump took in order (not late, not poisoned or skipped by hand) was
 /// processed in id order.
-fn check_fifo(model: &mut Model, written: &[Written], recs: &BTreeMap<i64, Record>) {
+fn check_fifo(
+    model: &mut Model,
+    written: &[Written],
+    recs: &BTreeMap<i64, Record>,
+    replayed: &BTreeSet<i64>,
+) {
     let ours: HashSet<i64> = written.iter().map(|w| w.id).collect();
     let mut last: Option<(i64, i64)> = None;
     for (id, r) in recs {
         let in_order = ours.contains(id)
             && !r.late
+            && !replayed.contains(id)
             && (r.state == "SUCCEEDED" || r.reason.as_deref() == Some("DUPLICATE"));
         let (true, Some(seq)) = (in_order, r.seq) else {
             continue;

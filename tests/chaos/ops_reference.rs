@@ -68,6 +68,12 @@ pub struct Timing {
     /// Rows the DB owner deleted for a while that the pump found missing (SPEC §4: inbox row
     /// missing when reading raw → DEAD(MALFORMED)).
     pub missing: BTreeSet<i64>,
+    /// Decodable rows poisoned to DEAD(EXHAUSTED) while a store was cut: SPEC §2 counts a
+    /// FAILED(INFRA) head's attempts like any other's (accepted only in sequences with a cut).
+    pub poisoned: BTreeSet<i64>,
+    /// Rows an operator replayed: processed again out of id order (SPEC §2), placed like late
+    /// rows and under the same field guard.
+    pub replayed: BTreeSet<i64>,
     /// Processing order stamps, for placing late rows.
     pub seq: HashMap<i64, i64>,
 }
@@ -107,11 +113,13 @@ pub fn predict(
     let mut flights: BTreeMap<String, Flight> = BTreeMap::new();
     for id in order(&rows, stock, t) {
         let w = rows[&id];
-        let late = t.late.contains(&id);
+        let late = t.late.contains(&id) || t.replayed.contains(&id);
         let end = if t.approved.contains(&id) {
             End::Record("SKIPPED", Some("APPROVED_SKIP"))
         } else if t.missing.contains(&id) {
             End::Record("DEAD", Some("MALFORMED"))
+        } else if t.poisoned.contains(&id) {
+            End::Record("DEAD", Some("EXHAUSTED"))
         } else {
             match (&w.msg, w.msg.identity()) {
                 (Msg::Malformed { .. }, _) => End::Record("DEAD", Some("MALFORMED")),
@@ -139,23 +147,31 @@ pub fn predict(
 /// Processing order: every row not late in id order (FIFO); a late row right after the last
 /// of them processed before it (a replayed row's later stamp does not move it).
 fn order(rows: &BTreeMap<i64, &Written>, stock: &BTreeSet<i64>, t: &Timing) -> Vec<i64> {
+    let out_of_order = |id: &i64| t.late.contains(id) || t.replayed.contains(id);
     let mut fifo: Vec<i64> = rows
         .keys()
-        .filter(|id| !stock.contains(id) && !t.late.contains(id))
+        .filter(|id| !stock.contains(id) && !out_of_order(id))
         .copied()
         .collect();
-    let mut late: Vec<i64> = t
-        .late
-        .iter()
-        .filter(|id| rows.contains_key(id))
+    let mut late: Vec<i64> = rows
+        .keys()
+        .filter(|id| !stock.contains(id) && out_of_order(id))
         .copied()
         .collect();
+    // Only rows the pump took in id order place a late one (an approved skip, a poisoned or
+    // a missing row carries the stamp of a later moment).
+    let placing = |f: &i64| {
+        rows[f].msg.identity().is_some()
+            && !t.approved.contains(f)
+            && !t.missing.contains(f)
+            && !t.poisoned.contains(f)
+    };
     late.sort_by_key(|id| t.seq.get(id).copied().unwrap_or(i64::MAX));
     for id in late {
         let at_seq = t.seq.get(&id).copied().unwrap_or(i64::MAX);
         let pos = fifo
             .iter()
-            .rposition(|f| t.seq.get(f).is_some_and(|s| *s < at_seq))
+            .rposition(|f| placing(f) && t.seq.get(f).is_some_and(|s| *s < at_seq))
             .map_or(0, |p| p + 1);
         fifo.insert(pos, id);
     }
