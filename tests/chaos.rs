@@ -9,16 +9,26 @@
 //! CI runs one pass (about a minute on a 2-core machine); `MSGEXCHANGE_CHAOS_ROUNDS=N`
 //! repeats the disruption schedule N times (a soak, by hand).
 //!
-//! The randomized operator-action test (issue 19) lives beside it in `chaos/`: the same
-//! instances, broker and proxies, one link.
+//! The randomized operator-action test (issues 19 and 29) lives beside it in `chaos/`: the
+//! same instances, broker and proxies, one link. Its plans (`ops_plan`, drawn by `ops_gen`,
+//! kept in `chaos/regressions/`), messages (`ops_msgs`), reference model (`ops_reference`)
+//! and end check (`ops_check`).
 
 mod common;
 #[path = "chaos/operator_actions.rs"]
 mod operator_actions;
+#[path = "chaos/ops_check.rs"]
+mod ops_check;
+#[path = "chaos/ops_gen.rs"]
+mod ops_gen;
 #[path = "chaos/ops_model.rs"]
 mod ops_model;
+#[path = "chaos/ops_msgs.rs"]
+mod ops_msgs;
 #[path = "chaos/ops_plan.rs"]
 mod ops_plan;
+#[path = "chaos/ops_reference.rs"]
+mod ops_reference;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -1,46 +1,59 @@
-//! Issue 19 item 7: the site's procedures against a live pipeline, at random. A seeded
-//! generator ([`super::ops_plan`]) interleaves upstream writes (the simulator's held commits,
-//! rollbacks, malformed rows, unknown types and duplicates; direct inserts as upstream) with
-//! faults (`kill -9`, store connections cut through a proxy) and operator actions, each through
-//! the real `msgexchange` CLI or as the DB owner's SQL: cutover on a fresh store with stock
-//! (each mode, `cutover plan` first), replay of DEAD rows, approved skip, recover-backfill,
-//! the owner purging the READY boundary, plan B rotation with its `AUTO_INCREMENT` seed, events
-//! requeue after the events topic came back, a standby takeover. After every sequence:
-//! `verify --kafka` and the reference model ([`super::ops_model`]).
+//! Issue 19 item 7, reworked for issue 29 item 6: the site's procedures against a live
+//! pipeline, at random, judged by a reference model that expects every outcome.
 //!
-//! CI runs the fixed seeds ([`FIXED`]), three sequences at a time (each with its own databases
-//! and topics on one tansu broker). `MSGEXCHANGE_OPS_SEED=<n>` runs one seed; `MSGEXCHANGE_OPS_SEQUENCES=<n>`
-//! runs n random seeds (a soak); `MSGEXCHANGE_OPS_CONCURRENCY` sets how many run at once.
+//! A plan ([`super::ops_plan`], drawn by [`super::ops_gen`] or read from a regression file)
+//! starts background writers (the test's own messages, so the model knows every row: updates,
+//! deletes, unknown types, malformed rows, business duplicates, held commits), fires faults
+//! (`kill -9`, SIGTERM, store connections cut through a proxy, a standby takeover) and runs
+//! operator actions through the real `msgexchange` CLI or as the DB owner's SQL — cutover with
+//! stock (each mode, `cutover plan` first), replay, approved skip, recover-backfill, the owner
+//! purging the READY boundary, plan B rotation, events requeue — some of them *while* a fault
+//! is live ([`Step::Overlap`]). After every sequence: `verify --kafka`, and the reference
+//! model ([`super::ops_reference`]) against PostgreSQL, the inbox marks and the topic
+//! ([`super::ops_check`]).
+//!
+//! CI runs every plan in `tests/chaos/regressions/` and the seeds `1..=CI_SEEDS`, three at a
+//! time. `MSGEXCHANGE_OPS_PLAN=<file>` runs one plan file, `MSGEXCHANGE_OPS_SEED=<n>` one
+//! seed, `MSGEXCHANGE_OPS_SEQUENCES=<n>` n random seeds (a soak); `MSGEXCHANGE_OPS_CONCURRENCY`
+//! sets how many run at once; `MSGEXCHANGE_OPS_OPEN=1` runs the [`KNOWN_OPEN`] kinds as planned.
+//! A failing plan is written to `/tmp/msgx-chaos/plan-<tag>.json`: copy it into
+//! `tests/chaos/regressions/` to keep it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::future::LocalBoxFuture;
 use futures::{FutureExt as _, StreamExt as _};
 use rand::Rng as _;
 
+use super::ops_gen::generate;
 use super::ops_model::{Exit, Model};
-use super::ops_plan::{Mode, Plan, Step, StoreKind};
+use super::ops_plan::{runs_open, Plan, Step, StoreKind, KNOWN_OPEN};
 use crate::common::instance::{
-    cli, off_runtime, proxied, service_env, set_var, settled_above, simulator, wait_child, CliOut,
+    cli, log_dir, off_runtime, proxied, service_env, set_var, settled_above, simulator, CliOut,
     Instance, SimOpts,
 };
 use crate::common::kafka::{consume, Received};
-use crate::common::msgs;
 use crate::common::proxy::Proxy;
 use crate::common::seed::{self, Proc};
 use crate::common::tansu::{Tansu, TansuAdmin};
 use crate::common::TestEnv;
+use ops_cutover::Start;
 
+#[path = "ops_cutover.rs"]
+mod ops_cutover;
+#[path = "ops_steps.rs"]
 mod ops_steps;
+#[path = "ops_writers.rs"]
+mod ops_writers;
 
-/// The seeds CI runs: 1..=25 cover every action and cutover mode (see ops_plan's test); the
-/// rest are regression cases, each a seed that once failed.
-const FIXED: &[u64] = &[
-    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
-    // Soak finds (2026-12-01): a rotation dropping a premarked FAILED row the READY boundary
-    // covered; a fenced holder panicking on its way out next to skipped cutover stock.
-    744794018, 843680856,
-];
+/// The generated seeds CI runs besides the regression plans.
+pub const CI_SEEDS: u64 = 28;
+
+/// `pipeline.max_commit_delay` in [`service_env`]: a commit held at least this long may arrive
+/// late.
+const MAX_COMMIT_DELAY_MS: u64 = 2000;
 
 const ACTOR: &str = "ops-test";
 const TICKET: &str = "OPS-19";
@@ -58,71 +71,114 @@ type KeptRow = (
 /// One sequence's world: its databases, proxies, topics, the active instance, the writers.
 struct Seq {
     plan: Plan,
+    tag: String,
     env: TestEnv,
     bootstrap: String,
     admin: TansuAdmin,
     topic: String,
-    pg_proxy: Proxy,
-    my_proxy: Proxy,
+    pg_proxy: Arc<Proxy>,
+    my_proxy: Arc<Proxy>,
     /// The service's variables (stores through the proxies).
     vars: Vec<(String, String)>,
     /// The operator's variables (stores direct).
     direct: Vec<(String, String)>,
     active: Option<Instance>,
     instances: Vec<String>,
-    writers: Vec<std::process::Child>,
-    held: Vec<tokio::task::JoinHandle<()>>,
-    seqn: i64,
+    /// Background writers and the owner's lock.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Held commits.
+    holds: Vec<tokio::task::JoinHandle<()>>,
+    /// Legacy plans' simulator processes.
+    sims: Vec<std::process::Child>,
+    ledger: ops_writers::Ledger,
+    /// The last number of a runtime message.
+    n: i64,
+    /// True while a purge runs that may race a held commit (a [`KNOWN_OPEN`] kind run open).
+    purge_races_holds: bool,
     model: Model,
 }
 
 /// What one sequence came to.
 struct Outcome {
-    seed: u64,
+    tag: String,
+    plan: Plan,
     secs: f64,
     actions: BTreeMap<&'static str, usize>,
     idle: BTreeMap<&'static str, usize>,
     line: String,
+    duplicates: usize,
     violations: Vec<String>,
 }
 
-fn seeds() -> Vec<u64> {
-    if let Some(s) = std::env::var("MSGEXCHANGE_OPS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return vec![s];
+/// The plans to run, each with a tag naming it.
+fn plans() -> Vec<(String, Plan)> {
+    let var = |k: &str| std::env::var(k).ok();
+    if let Some(f) = var("MSGEXCHANGE_OPS_PLAN") {
+        return vec![(
+            "file".into(),
+            super::ops_plan::load(std::path::Path::new(&f)),
+        )];
     }
-    match std::env::var("MSGEXCHANGE_OPS_SEQUENCES")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        Some(n) => {
-            let mut rng = rand::rng();
-            (0..n)
-                .map(|_| rng.random_range(1_000..1_000_000_000))
-                .collect()
-        }
-        None => FIXED.to_vec(),
+    if let Some(s) = var("MSGEXCHANGE_OPS_SEED").and_then(|v| v.parse().ok()) {
+        return vec![(format!("s{s}"), generate(s))];
     }
+    if let Some(n) = var("MSGEXCHANGE_OPS_SEQUENCES").and_then(|v| v.parse::<usize>().ok()) {
+        let mut rng = rand::rng();
+        return (0..n)
+            .map(|_| rng.random_range(1_000..1_000_000_000))
+            .map(|s| (format!("s{s}"), generate(s)))
+            .collect();
+    }
+    let mut all: Vec<(String, Plan)> = Plan::regressions()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (_, p))| (format!("r{i}"), p))
+        .collect();
+    all.extend((1..=CI_SEEDS).map(|s| (format!("s{s}"), generate(s))));
+    all
 }
 
 #[tokio::test]
 async fn operator_actions_against_a_live_pipeline() {
-    let seeds = seeds();
+    let plans = plans();
     let concurrency: usize = std::env::var("MSGEXCHANGE_OPS_CONCURRENCY")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3);
+    for (kind, fix) in KNOWN_OPEN {
+        let how = if runs_open(kind) {
+            "runs open"
+        } else {
+            "defused"
+        };
+        eprintln!("ops: known open {kind} ({how}): waits for {fix}");
+    }
     let broker = Tansu::start();
     let started = Instant::now();
-    let outcomes: Vec<Outcome> = futures::stream::iter(seeds.clone())
-        .map(|seed| run_caught(seed, broker.bootstrap.clone(), broker.admin()))
+    let outcomes: Vec<Outcome> = futures::stream::iter(plans)
+        .map(|(tag, plan)| run_caught(tag, plan, broker.bootstrap.clone(), broker.admin()))
         .buffer_unordered(concurrency)
         .collect()
         .await;
+    report(&outcomes, started.elapsed(), concurrency);
+    let failed: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| !o.violations.is_empty())
+        .map(|o| o.tag.as_str())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} sequences broke the model ({failed:?}); their plans are in {}",
+        failed.len(),
+        outcomes.len(),
+        log_dir().display()
+    );
+}
+
+/// The summary: one line per sequence, the failing plans and violations by kind, the totals.
+fn report(outcomes: &[Outcome], took: Duration, concurrency: usize) {
     let mut totals: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
-    for o in &outcomes {
+    for o in outcomes {
         for (k, n) in &o.actions {
             totals.entry(k).or_default().0 += n;
         }
@@ -130,48 +186,40 @@ async fn operator_actions_against_a_live_pipeline() {
             totals.entry(k).or_default().1 += n;
         }
     }
-    let mut by_seed: Vec<&Outcome> = outcomes.iter().collect();
-    by_seed.sort_by_key(|o| o.seed);
-    for o in &by_seed {
+    let mut sorted: Vec<&Outcome> = outcomes.iter().collect();
+    sorted.sort_by(|a, b| a.tag.cmp(&b.tag));
+    let mut kinds: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for o in &sorted {
         eprintln!(
-            "ops: seed {:>10} {:>6.1}s {:>2} violations  {}",
-            o.seed,
+            "ops: {:>11} {:>6.1}s {:>2} violations {:>3} duplicates  {}",
+            o.tag,
             o.secs,
             o.violations.len(),
+            o.duplicates,
             o.line
         );
-    }
-    let failed: Vec<&Outcome> = outcomes
-        .iter()
-        .filter(|o| !o.violations.is_empty())
-        .collect();
-    for o in &failed {
-        eprintln!("{}", Plan::generate(o.seed));
+        if o.violations.is_empty() {
+            continue;
+        }
+        let path = log_dir().join(format!("plan-{}.json", o.tag));
+        let _ = std::fs::write(&path, o.plan.to_json());
+        eprintln!("{}  (plan file {})", o.plan, path.display());
         for v in &o.violations {
             eprintln!("    violation: {v}");
+            kinds.entry(violation_kind(v)).or_default().push(&o.tag);
         }
+    }
+    for (k, tags) in &kinds {
+        eprintln!("ops: violations of kind {k}: {} ({tags:?})", tags.len());
     }
     let violations: usize = outcomes.iter().map(|o| o.violations.len()).sum();
-    let mut kinds: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for o in &outcomes {
-        for v in &o.violations {
-            kinds.entry(violation_kind(v)).or_default().push(o.seed);
-        }
-    }
-    for (k, seeds) in &kinds {
-        eprintln!(
-            "ops: violations of kind {k}: {} (seeds {seeds:?})",
-            seeds.len()
-        );
-    }
+    let failed = outcomes.iter().filter(|o| !o.violations.is_empty()).count();
+    let dups: usize = outcomes.iter().map(|o| o.duplicates).sum();
     eprintln!(
-        "ops summary: {} sequences in {:.1}s ({} at a time), {violations} violations in {} \
-         sequences (seeds {:?}); actions: {}",
+        "ops summary: {} sequences in {:.1}s ({concurrency} at a time), {violations} violations \
+         in {failed} sequences, {dups} duplicate records on the topics; actions: {}",
         outcomes.len(),
-        started.elapsed().as_secs_f64(),
-        concurrency,
-        failed.len(),
-        failed.iter().map(|o| o.seed).collect::<Vec<_>>(),
+        took.as_secs_f64(),
         totals
             .iter()
             .map(|(k, (n, idle))| match idle {
@@ -180,13 +228,6 @@ async fn operator_actions_against_a_live_pipeline() {
             })
             .collect::<Vec<_>>()
             .join(" ")
-    );
-    assert!(
-        failed.is_empty(),
-        "{} of {} sequences broke the model; replay one with MSGEXCHANGE_OPS_SEED=<seed> (seeds {:?})",
-        failed.len(),
-        outcomes.len(),
-        failed.iter().map(|o| o.seed).collect::<Vec<_>>()
     );
 }
 
@@ -204,15 +245,20 @@ fn violation_kind(v: &str) -> &'static str {
     let verify_fail = |inv: &str| v.starts_with("verify") && v.contains(&format!("FAIL {inv}"));
     if v.starts_with("purge up to READY boundary") {
         "purge_unfinished"
+    } else if v.contains("above the inbox head") {
+        "cutover_above_head"
+    } else if v.starts_with("rows abandoned") {
+        "abandoned"
     } else if v.contains("panicked at") {
         "process_panicked"
     } else if verify_fail("inbox_row_present") {
         "verify_inbox_row_present"
-    } else if verify_fail("inbox_covered") || verify_fail("mark_only_terminal") {
-        "verify_cutover_stock"
     } else if v.starts_with("verify") {
         "verify_other"
-    } else if v.contains(": expected ") {
+    } else if ["Killed", "Term", "Fenced"]
+        .iter()
+        .any(|e| v.contains(&format!(": expected {e}, got")))
+    {
         "exit_not_documented"
     } else if v.starts_with("panicked") {
         "sequence_panicked"
@@ -221,19 +267,24 @@ fn violation_kind(v: &str) -> &'static str {
     }
 }
 
-/// Runs one sequence; a panic inside it becomes a violation of that seed.
-async fn run_caught(seed: u64, bootstrap: String, admin: TansuAdmin) -> Outcome {
+/// Runs one sequence; a panic inside it becomes a violation of that sequence.
+async fn run_caught(tag: String, plan: Plan, bootstrap: String, admin: TansuAdmin) -> Outcome {
     let start = Instant::now();
-    let plan = Plan::generate(seed);
-    eprintln!("ops: seed {seed} starts ({} steps)", plan.steps.len());
-    let result = std::panic::AssertUnwindSafe(run_sequence(plan, bootstrap, admin))
+    let (run, defused) = plan.defused();
+    eprintln!(
+        "ops: {tag} (seed {}) starts ({} steps; defused: {defused:?})",
+        plan.seed,
+        run.steps.len()
+    );
+    let result = std::panic::AssertUnwindSafe(run_sequence(tag.clone(), run, bootstrap, admin))
         .catch_unwind()
         .await;
-    let (actions, idle, line, violations) = match result {
+    let (actions, idle, line, duplicates, violations) = match result {
         Ok(model) => (
             model.actions.clone(),
             model.idle.clone(),
             model.actions_line(),
+            model.kafka_duplicates,
             model.violations,
         ),
         Err(p) => {
@@ -242,47 +293,46 @@ async fn run_caught(seed: u64, bootstrap: String, admin: TansuAdmin) -> Outcome 
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
-            (
-                BTreeMap::new(),
-                BTreeMap::new(),
-                String::new(),
-                vec![format!("panicked: {msg}")],
-            )
+            let v = vec![format!("panicked: {msg}")];
+            (BTreeMap::new(), BTreeMap::new(), String::new(), 0, v)
         }
     };
     let secs = start.elapsed().as_secs_f64();
-    eprintln!(
-        "ops: seed {seed} {} in {secs:.1}s: {line}",
-        if violations.is_empty() {
-            "ok"
-        } else {
-            "FAILED"
-        }
-    );
+    let verdict = if violations.is_empty() {
+        "ok"
+    } else {
+        "FAILED"
+    };
+    eprintln!("ops: {tag} {verdict} in {secs:.1}s: {line}");
     Outcome {
-        seed,
+        tag,
+        plan,
         secs,
         actions,
         idle,
         line,
+        duplicates,
         violations,
     }
 }
 
-async fn run_sequence(plan: Plan, bootstrap: String, admin: TansuAdmin) -> Model {
-    let mut seq = Seq::new(plan, bootstrap, admin).await;
-    let cutover = seq.cutover().await;
-    let first: Vec<(&str, &str)> = cutover
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    seq.start(&first).await;
-    if cutover.is_some() {
-        seq.check_seeded().await;
+async fn run_sequence(tag: String, plan: Plan, bootstrap: String, admin: TansuAdmin) -> Model {
+    let mut seq = Seq::new(tag, plan, bootstrap, admin).await;
+    match seq.cutover().await {
+        Start::Abort => {
+            let Seq { env, model, .. } = seq;
+            env.cleanup().await;
+            return model;
+        }
+        Start::Fresh => seq.start(&[]).await,
+        Start::With(vars) => {
+            let first: Vec<(&str, &str)> =
+                vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            seq.start(&first).await;
+            seq.check_seeded().await;
+        }
     }
     for step in seq.plan.steps.clone() {
-        seq.model.acted(step.kind());
         seq.step(&step).await;
     }
     seq.finish().await;
@@ -292,10 +342,10 @@ async fn run_sequence(plan: Plan, bootstrap: String, admin: TansuAdmin) -> Model
 }
 
 impl Seq {
-    async fn new(plan: Plan, bootstrap: String, admin: TansuAdmin) -> Self {
-        let env = TestEnv::new(&format!("ops{}", plan.seed)).await;
-        let topic = format!("msgx.ops{}.events", plan.seed);
-        let dlq = format!("msgx.ops{}.dlq", plan.seed);
+    async fn new(tag: String, plan: Plan, bootstrap: String, admin: TansuAdmin) -> Self {
+        let env = TestEnv::new(&format!("ops{tag}")).await;
+        let topic = format!("msgx.ops{tag}.{}.events", plan.seed);
+        let dlq = format!("msgx.ops{tag}.{}.dlq", plan.seed);
         let (a, t, d, outage) = (
             admin.clone(),
             topic.clone(),
@@ -309,8 +359,8 @@ impl Seq {
             }
         })
         .await;
-        let pg_proxy = Proxy::start("127.0.0.1:5432").await;
-        let my_proxy = Proxy::start("127.0.0.1:3306").await;
+        let pg_proxy = Arc::new(Proxy::start("127.0.0.1:5432").await);
+        let my_proxy = Arc::new(Proxy::start("127.0.0.1:3306").await);
         let tune = |mut v: Vec<(String, String)>| {
             set_var(&mut v, "MSGX_KAFKA__TOPIC", &topic);
             set_var(&mut v, "MSGX_KAFKA__DLQ_TOPIC", &dlq);
@@ -335,9 +385,18 @@ impl Seq {
             &bootstrap,
         ));
         let direct = tune(service_env(&env, &env.pg_url, &env.my_url, &bootstrap));
+        let mut model = Model::default();
+        let kinds = plan.kinds();
+        model.foreign_writers = kinds.iter().any(|k| *k == "write" || *k == "duplicate");
+        model.duplicates_allowed = plan.dispatch_outage
+            || kinds
+                .iter()
+                .any(|k| matches!(*k, "kill9" | "takeover" | "cut_pg"));
+        model.requeued_by_hand = plan.dispatch_outage;
+        model.store_cut = kinds.iter().any(|k| matches!(*k, "cut_pg" | "cut_mysql"));
         Self {
-            seqn: 9_000_000_000 + plan.seed as i64 * 10_000,
             plan,
+            tag,
             env,
             bootstrap,
             admin,
@@ -348,9 +407,13 @@ impl Seq {
             direct,
             active: None,
             instances: Vec::new(),
-            writers: Vec::new(),
-            held: Vec::new(),
-            model: Model::default(),
+            tasks: Vec::new(),
+            holds: Vec::new(),
+            sims: Vec::new(),
+            ledger: Arc::new(Mutex::new(Vec::new())),
+            n: 50_000,
+            purge_races_holds: false,
+            model,
         }
     }
 
@@ -376,198 +439,97 @@ impl Seq {
     }
 
     fn name(&mut self, what: &str) -> String {
-        let n = format!("ops{}-{}-{what}", self.plan.seed, self.instances.len() + 1);
+        let n = format!("ops{}-{}-{what}", self.tag, self.instances.len() + 1);
         self.instances.push(n.clone());
         n
     }
 
-    fn next_seqn(&mut self) -> i64 {
-        self.seqn += 1;
-        self.seqn
-    }
-
-    async fn insert_good(&mut self) -> i64 {
-        let seqn = self.next_seqn();
-        let flid = format!("OP{:03}", seqn % 7);
-        self.env
-            .insert_message(&msgs::flop(
-                seqn,
-                &flid,
-                &[("GATE", &format!("G{}", seqn % 50))],
-            ))
-            .await
-    }
-
-    async fn insert_unknown(&mut self) -> i64 {
-        let seqn = self.next_seqn();
-        self.env.insert_message(&msgs::unknown_type(seqn)).await
-    }
-
-    /// Stock for the cutover, `cutover plan` (read-only), and the variables of the first start.
-    async fn cutover(&mut self) -> Option<Vec<(String, String)>> {
-        let c = self.plan.cutover.clone()?;
-        let mut ids = Vec::new();
-        for i in 0..c.stock {
-            ids.push(if c.unknown.contains(&i) {
-                self.insert_unknown().await
-            } else {
-                self.insert_good().await
-            });
-            if c.gap_after == Some(i) {
-                let (tx, _) = self.env.open_insert().await;
-                tx.rollback().await.expect("rollback");
+    fn step<'a>(&'a mut self, step: &'a Step) -> LocalBoxFuture<'a, ()> {
+        async move {
+            self.model.acted(step.kind());
+            match step {
+                Step::Upstream { msgs, gap_ms } => self.upstream(msgs.clone(), *gap_ms),
+                Step::Hold {
+                    held,
+                    follow,
+                    hold_ms,
+                    rollback,
+                } => {
+                    self.hold(held.clone(), Some(follow.clone()), *hold_ms, *rollback)
+                        .await
+                }
+                Step::OwnerLock { msgs, hold_ms } => self.owner_lock(msgs.clone(), *hold_ms).await,
+                Step::Overlap {
+                    fault,
+                    after_ms,
+                    action,
+                } => self.overlap(step.kind(), fault, *after_ms, action).await,
+                Step::Write { total, sim_seed } | Step::Duplicate { total, sim_seed } => {
+                    self.sims
+                        .push(simulator(&self.env, legacy_sim(*total, *sim_seed)));
+                }
+                Step::Insert {
+                    good,
+                    hold_ms,
+                    rollback,
+                } => {
+                    for _ in 0..*good {
+                        let m = self.runtime_flop("L");
+                        self.write(m).await;
+                    }
+                    let m = self.runtime_flop("L");
+                    self.hold(m, None, *hold_ms, *rollback).await;
+                }
+                Step::Kill9 => {
+                    let a = self.active.take().expect("an active instance");
+                    let name = a.name.clone();
+                    let st = a.kill9();
+                    self.model.exited(&name, Exit::Killed, st);
+                    self.start(&[]).await;
+                }
+                Step::Term => {
+                    self.stop_active().await;
+                    self.start(&[]).await;
+                }
+                Step::Cut { store, ms } => {
+                    let h = self.cut_in_background(*store, *ms);
+                    h.await.expect("cut");
+                    self.alive_after_cut(*store, *ms).await;
+                }
+                Step::Replay { by_class, max_rows } => self.replay(*by_class, *max_rows).await,
+                Step::Skip { followers, before } => self.skip(*followers, *before).await,
+                Step::RecoverBackfill => self.recover().await,
+                Step::Purge => self.purge().await,
+                Step::Rotate => self.rotate().await,
+                Step::Requeue => self.requeue().await,
+                Step::Takeover => self.takeover().await,
+                Step::Pause { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
             }
         }
-        for i in &c.premarked {
-            self.env.mark_as_owner(&[ids[*i]], "PROCESSED").await;
-        }
-        let (mode, w) = match c.mode {
-            Mode::Min => ("min".to_string(), ids[0] - 1),
-            Mode::Zero => ("zero".to_string(), 0),
-            Mode::Max => ("max".to_string(), *ids.last().expect("stock")),
-            Mode::At(i) => (ids[i].to_string(), ids[i]),
+        .boxed_local()
+    }
+
+    /// `fault` starts (writers and held commits run in the background anyway; a cut is
+    /// restored by its own task), `after_ms` later `action` runs while it lasts.
+    async fn overlap(&mut self, kind: &str, fault: &Step, after_ms: u64, action: &Step) {
+        let cut = match fault {
+            Step::Cut { store, ms } => {
+                self.model.acted(fault.kind());
+                Some((self.cut_in_background(*store, *ms), *store, *ms))
+            }
+            other => {
+                self.step(other).await;
+                None
+            }
         };
-        let skips = matches!(c.mode, Mode::Max | Mode::At(_));
-        self.model.cutover_w = Some(w);
-        for id in &ids {
-            if skips && *id <= w {
-                self.model.skipped_stock.insert(*id);
-            } else {
-                self.model.read_stock.insert(*id);
-            }
+        tokio::time::sleep(Duration::from_millis(after_ms)).await;
+        self.purge_races_holds = kind == "purge_during_held_commit" && runs_open(kind);
+        self.step(action).await;
+        self.purge_races_holds = false;
+        if let Some((h, store, ms)) = cut {
+            h.await.expect("cut");
+            self.alive_after_cut(store, ms).await;
         }
-        let before = self.snapshot().await;
-        let out = self
-            .cli(&["cutover", "plan", "--mode", &mode, "--json"])
-            .await;
-        if out.code != Some(0) {
-            self.model
-                .violation(format!("cutover plan --mode {mode}: {}", out.all()));
-        } else {
-            let plan = out.json();
-            let skipped = self.model.skipped_stock.len() as u64;
-            if plan["w"] != w || plan["skipped"]["rows"].as_u64() != Some(skipped) {
-                self.model.violation(format!(
-                    "cutover plan --mode {mode}: expected W {w} skipping {skipped} rows, got {plan}"
-                ));
-            }
-        }
-        if self.snapshot().await != before {
-            self.model
-                .violation(format!("cutover plan --mode {mode} changed the store"));
-        }
-        self.model.acted("cutover");
-        Some(vec![("MSGX_PIPELINE__CUTOVER_WATERMARK".into(), mode)])
-    }
-
-    /// Our tables and the inbox's marks, as text: unchanged by a read-only command.
-    async fn snapshot(&self) -> String {
-        let pg: String = sqlx::query_scalar(
-            "SELECT concat_ws('|', (SELECT row_to_json(c)::text FROM inbox_cursor c), \
-                    (SELECT count(*) FROM proc_state), (SELECT count(*) FROM cutover_stock), \
-                    (SELECT count(*) FROM cutover_gap), (SELECT count(*) FROM late_watch_range), \
-                    (SELECT count(*) FROM audit_log), (SELECT count(*) FROM inbox_hole))",
-        )
-        .fetch_one(self.env.store.pool())
-        .await
-        .expect("snapshot");
-        let my: (i64, Option<String>) = sqlx::query_as(
-            "SELECT count(*), CAST(GROUP_CONCAT(CONCAT(CMINMSGS_ID, ':', \
-                    COALESCE(CMINMSGS_STATUS, '-')) ORDER BY CMINMSGS_ID) AS CHAR) FROM CMINMSGS",
-        )
-        .fetch_one(&self.env.owner)
-        .await
-        .expect("inbox snapshot");
-        format!("{pg} {my:?}")
-    }
-
-    /// After the first start: the seeded W and the skipped stock are what the plan said.
-    async fn check_seeded(&mut self) {
-        let row: Option<(i64, i64)> = sqlx::query_as("SELECT w, stock_rows FROM cutover_stock")
-            .fetch_optional(self.env.store.pool())
-            .await
-            .expect("cutover_stock");
-        let skipped = self.model.skipped_stock.len() as i64;
-        let expect_w = self.model.cutover_w.unwrap_or_default();
-        match row {
-            Some((w, rows)) if rows == skipped && w == expect_w => {}
-            other => self.model.violation(format!(
-                "cutover seeded {other:?} (w, stock_rows); expected {skipped} skipped rows up \
-                 to {expect_w}"
-            )),
-        }
-    }
-
-    async fn step(&mut self, step: &Step) {
-        match step {
-            Step::Write { total, sim_seed } | Step::Duplicate { total, sim_seed } => {
-                self.writers.push(simulator(
-                    &self.env,
-                    SimOpts {
-                        total: *total,
-                        rate: 150,
-                        connections: 3,
-                        seed: *sim_seed,
-                        hold: 0.05,
-                        rollback: 0.05,
-                        malformed: 0.05,
-                        unknown: 0.02,
-                    },
-                ));
-            }
-            Step::Insert {
-                good,
-                hold_ms,
-                rollback,
-            } => self.insert(*good, *hold_ms, *rollback).await,
-            Step::Kill9 => {
-                let a = self.active.take().expect("an active instance");
-                let name = a.name.clone();
-                let st = a.kill9();
-                self.model.exited(&name, Exit::Killed, st);
-                self.start(&[]).await;
-            }
-            Step::Term => {
-                self.stop_active().await;
-                self.start(&[]).await;
-            }
-            Step::Cut { store, ms } => self.cut(*store, *ms).await,
-            Step::Replay { by_class, max_rows } => self.replay(*by_class, *max_rows).await,
-            Step::Skip { followers, before } => self.skip(*followers, *before).await,
-            Step::RecoverBackfill => self.recover().await,
-            Step::Purge => self.purge().await,
-            Step::Rotate => self.rotate().await,
-            Step::Requeue => self.requeue().await,
-            Step::Takeover => self.takeover().await,
-            Step::Pause { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
-        }
-    }
-
-    /// Direct inserts as upstream, one more held open in the background, then committed (a
-    /// late commit when held past max_commit_delay) or rolled back.
-    async fn insert(&mut self, good: usize, hold_ms: u64, rollback: bool) {
-        for _ in 0..good {
-            self.insert_good().await;
-        }
-        let seqn = self.next_seqn();
-        let owner = self.env.owner.clone();
-        let text = msgs::flop(seqn, "OPHELD", &[("GATE", "H1")]);
-        self.held.push(tokio::spawn(async move {
-            let mut tx = owner.begin().await.expect("begin");
-            sqlx::query(
-                "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (NOW(), ?)",
-            )
-            .bind(text)
-            .execute(&mut *tx)
-            .await
-            .expect("held insert");
-            tokio::time::sleep(Duration::from_millis(hold_ms)).await;
-            if rollback {
-                tx.rollback().await.expect("rollback");
-            } else {
-                tx.commit().await.expect("commit");
-            }
-        }));
     }
 
     /// SIGTERM of the active instance: exit 0 within the shutdown grace.
@@ -578,16 +540,22 @@ impl Seq {
         self.model.exited(&a.name, Exit::Term, st);
     }
 
-    /// Cuts a store's connections for `ms`; the service lives through it.
-    async fn cut(&mut self, store: StoreKind, ms: u64) {
+    /// Cuts a store's connections now and restores them `ms` later, from a task of its own.
+    fn cut_in_background(&self, store: StoreKind, ms: u64) -> tokio::task::JoinHandle<()> {
         let proxy = match store {
-            StoreKind::Pg => &self.pg_proxy,
-            StoreKind::My => &self.my_proxy,
+            StoreKind::Pg => self.pg_proxy.clone(),
+            StoreKind::My => self.my_proxy.clone(),
         };
         proxy.cut();
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-        proxy.restore();
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            proxy.restore();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        })
+    }
+
+    /// The service lived through a cut shorter than its lease.
+    async fn alive_after_cut(&mut self, store: StoreKind, ms: u64) {
         let mut a = self.active.take().expect("an active instance");
         if !a.running() {
             let st = a.child.try_wait().ok().flatten();
@@ -616,22 +584,37 @@ impl Seq {
         }
         true
     }
+    /// Every row the test committed (not skipped stock) has a terminal record with its mark
+    /// confirmed or abandoned: late arrivals found, nothing left to sweep.
+    async fn all_recorded(&self) -> bool {
+        let ids: Vec<i64> = self
+            .written()
+            .iter()
+            .filter(|w| w.committed && !self.model.skipped_stock.contains(&w.id))
+            .map(|w| w.id)
+            .collect();
+        let done: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM proc_state_all WHERE msg_id = ANY($1) \
+               AND state IN ('SUCCEEDED','SKIPPED','DEAD') \
+               AND (backfill_at IS NOT NULL OR backfill_abandon_reason IS NOT NULL)",
+        )
+        .bind(&ids)
+        .fetch_one(self.env.store.pool())
+        .await
+        .expect("recorded");
+        done as usize == ids.len()
+    }
 
-    /// Writers done, settle, `verify --kafka`, the model, a clean SIGTERM, the logs.
+    /// Writers done, settle, `verify --kafka`, the reference model, a clean SIGTERM, the logs.
     async fn finish(&mut self) {
-        for w in &mut self.writers {
-            wait_child(w).await;
-        }
-        for h in self.held.drain(..) {
-            h.await.expect("held insert");
-        }
+        self.writers_done().await;
         if !self.active.as_mut().is_some_and(Instance::running) {
             self.model
                 .violation("no running instance at the end".to_string());
             self.start(&[]).await;
         }
         let start = Instant::now();
-        while !settled_above(&self.env, self.model.purged_to).await {
+        while !(settled_above(&self.env, self.model.purged_to).await && self.all_recorded().await) {
             if start.elapsed() > Duration::from_secs(90) {
                 let status = self.cli(&["status"]).await;
                 self.model
@@ -665,32 +648,52 @@ impl Seq {
                 "msgx_inbox_id_regressions_total {regressions} after the DB owner's procedures"
             ));
         }
-        let consumed = self.consumed().await;
-        self.model.check_settled(&self.env, &consumed).await;
+        let records = self.consumed().await;
+        self.model.check_actions(&self.env).await;
+        let written = self.written();
+        super::ops_check::check(
+            &mut self.model,
+            &self.env,
+            &written,
+            MAX_COMMIT_DELAY_MS,
+            &records,
+        )
+        .await;
         self.stop_active().await;
         for name in &self.instances {
-            let log = std::fs::read_to_string(
-                crate::common::instance::log_dir().join(format!("{name}.log")),
-            )
-            .unwrap_or_default();
+            let log =
+                std::fs::read_to_string(log_dir().join(format!("{name}.log"))).unwrap_or_default();
             if let Some(line) = log.lines().find(|l| l.contains("panicked")) {
                 self.model.violation(format!("{name} panicked: {line}"));
             }
         }
     }
 
-    /// Every event id a consumer reads back from the sequence's topic.
-    async fn consumed(&self) -> HashSet<i64> {
+    /// Every record a consumer reads back from the sequence's topic (duplicates included).
+    async fn consumed(&self) -> Vec<Received> {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event")
             .fetch_one(self.env.store.pool())
             .await
             .expect("events");
         if n == 0 {
-            return HashSet::new();
+            return Vec::new();
         }
         let (b, t) = (self.bootstrap.clone(), self.topic.clone());
-        let got: Vec<Received> = off_runtime(move || consume(&b, &t, 3, n as usize)).await;
-        got.iter().map(Received::ce_id).collect()
+        off_runtime(move || consume(&b, &t, 3, n as usize)).await
+    }
+}
+
+/// The simulator as issue 19's plans ran it.
+fn legacy_sim(total: u64, seed: u64) -> SimOpts {
+    SimOpts {
+        total,
+        rate: 150,
+        connections: 3,
+        seed,
+        hold: 0.05,
+        rollback: 0.05,
+        malformed: 0.05,
+        unknown: 0.02,
     }
 }
 

@@ -1,14 +1,17 @@
-//! The seeded generator of operator-action sequences: one `u64` seed → one [`Plan`] (the
-//! cutover, if any, and the list of steps), so a failing sequence is replayed from its seed
-//! alone (`MSGEXCHANGE_OPS_SEED=<n>`).
+//! A sequence as data: the cutover, if any, and the steps, serialisable so that a regression is
+//! kept as the plan it ran (`tests/chaos/regressions/*.json`) and replayed as-is, whatever the
+//! generator ([`super::ops_gen`]) becomes. Also the kinds of sequence today's code is known to
+//! fail ([`KNOWN_OPEN`]) and how CI defuses them.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use super::ops_msgs::Msg;
 
 /// A cutover mode of `pipeline.cutover_watermark`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mode {
     /// W below the first stock row: the stock is read.
     Min,
@@ -18,78 +21,131 @@ pub enum Mode {
     Max,
     /// W = the stock id at this index (0-based) of the visible stock: the rows up to it skipped.
     At(usize),
+    /// W = the inbox head + this many: must be refused (issue 29 item 5).
+    AboveHead(i64),
 }
 
-/// A cutover on a fresh store with stock in the inbox.
-#[derive(Debug, Clone)]
+/// A cutover on a fresh store with stock in the inbox. Stock row `i` is `Msg::Unknown` when
+/// listed in `unknown`, else a `FLOP` of flight `S{i % 4}` with gate `SG{i}`; its `n` is `i + 1`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cutover {
-    /// The mode.
     pub mode: Mode,
-    /// Stock rows written before the first start.
     pub stock: usize,
-    /// Of those, rows the previous system marked (by index).
     pub premarked: Vec<usize>,
-    /// A rolled-back insert after this stock index (a gap in the stock).
     pub gap_after: Option<usize>,
-    /// Stock rows of an unknown type (by index): FAILED if read.
     pub unknown: Vec<usize>,
 }
 
+impl Cutover {
+    /// The message of stock row `i`.
+    pub fn msg(&self, i: usize) -> Msg {
+        let n = i as i64 + 1;
+        if self.unknown.contains(&i) {
+            Msg::Unknown { n }
+        } else {
+            Msg::Flop {
+                n,
+                flid: format!("S{}", i % 4),
+                gate: format!("SG{i}"),
+                stnd: None,
+            }
+        }
+    }
+}
+
 /// Which store a cut hits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StoreKind {
-    /// Our PostgreSQL.
     Pg,
-    /// The MySQL inbox.
     My,
 }
 
-/// One step of a sequence.
-#[derive(Debug, Clone, PartialEq)]
+/// One step. Steps run one after another; `Upstream`, `Hold` and the legacy `Write` start
+/// background writers that go on writing through the steps after them, and `Overlap` runs an
+/// operator action while a fault is live. Messages the runner writes for `Replay`, `Skip`,
+/// `RecoverBackfill`, `Requeue` and the legacy `Insert` are numbered from 1_000_000 in step order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
 pub enum Step {
-    /// The upstream simulator writes `total` messages in the background (held commits,
-    /// rollbacks, malformed and unknown types).
-    Write { total: u64, sim_seed: u64 },
-    /// The simulator again with an earlier write's seed: business duplicates.
-    Duplicate { total: u64, sim_seed: u64 },
-    /// Direct inserts as upstream: good messages, one held open `hold_ms` (then committed or
-    /// rolled back).
+    /// A background writer inserting these messages one by one, `gap_ms` apart.
+    Upstream {
+        msgs: Vec<Msg>,
+        gap_ms: u64,
+    },
+    /// An insert held open `hold_ms` then committed (or rolled back), and right after it is
+    /// open, `follow` (same flight, later message) committed.
+    Hold {
+        held: Msg,
+        follow: Msg,
+        hold_ms: u64,
+        rollback: bool,
+    },
+    /// The DB owner holds `SELECT … FOR UPDATE` on the first of `msgs` for `hold_ms` while
+    /// the rest are written and processed.
+    OwnerLock {
+        msgs: Vec<Msg>,
+        hold_ms: u64,
+    },
+    /// `fault` (an `Upstream`, `Hold` or `Cut`) starts; `after_ms` later `action` runs while it
+    /// lasts.
+    Overlap {
+        fault: Box<Step>,
+        after_ms: u64,
+        action: Box<Step>,
+    },
+    /// Legacy (issue 19 plans): the upstream simulator writes `total` messages.
+    Write {
+        total: u64,
+        sim_seed: u64,
+    },
+    /// Legacy: the simulator again with an earlier seed (business duplicates).
+    Duplicate {
+        total: u64,
+        sim_seed: u64,
+    },
+    /// Legacy: `good` inserts, one more held open `hold_ms`.
     Insert {
         good: usize,
         hold_ms: u64,
         rollback: bool,
     },
-    /// `kill -9` of the active instance; a new one starts.
     Kill9,
-    /// SIGTERM of the active instance (exit 0); a new one starts.
     Term,
-    /// A store's connections cut for `ms` (the proxy drops and refuses them).
-    Cut { store: StoreKind, ms: u64 },
-    /// Replay of DEAD rows: by ids with the state seen, or by class and id range.
-    Replay { by_class: bool, max_rows: usize },
-    /// Approved skip of a range at or below W around a FIFO head held by an unknown type.
-    Skip { followers: usize, before: usize },
-    /// The DB owner deletes a processed row before it is marked, restores it, and the operator
-    /// runs `recover-backfill`.
+    Cut {
+        store: StoreKind,
+        ms: u64,
+    },
+    Replay {
+        by_class: bool,
+        max_rows: usize,
+    },
+    Skip {
+        followers: usize,
+        before: usize,
+    },
     RecoverBackfill,
-    /// The DB owner purges up to the READY boundary (`purge-readiness --json`).
     Purge,
-    /// Plan B: the DB owner rotates the inbox table (seeded `AUTO_INCREMENT`) while writers run,
-    /// dropping rows up to the READY boundary.
     Rotate,
-    /// DEAD events (topic missing) requeued after the topic exists.
     Requeue,
-    /// A standby waits; the active freezes past its lease; the standby takes over; the old one,
-    /// thawed, exits 1.
     Takeover,
-    /// Let the pipeline run.
-    Pause { ms: u64 },
+    Pause {
+        ms: u64,
+    },
 }
 
 impl Step {
-    /// The kind, for the summary.
+    /// The kind, for the summary and [`KNOWN_OPEN`].
     pub fn kind(&self) -> &'static str {
         match self {
+            Step::Upstream { .. } => "upstream",
+            Step::Hold { .. } => "hold",
+            Step::OwnerLock { .. } => "owner_row_lock",
+            Step::Overlap { fault, action, .. } => match (fault.as_ref(), action.as_ref()) {
+                (Step::Hold { hold_ms, .. }, Step::Purge | Step::Rotate) if *hold_ms > 1500 => {
+                    "purge_during_held_commit"
+                }
+                _ => "overlap",
+            },
             Step::Write { .. } => "write",
             Step::Duplicate { .. } => "duplicate",
             Step::Insert { .. } => "insert",
@@ -113,159 +169,161 @@ impl Step {
             Step::Pause { .. } => "pause",
         }
     }
+
+    /// This step and the steps inside it.
+    pub fn flatten(&self) -> Vec<&Step> {
+        match self {
+            Step::Overlap { fault, action, .. } => {
+                let mut v = vec![self];
+                v.extend(fault.flatten());
+                v.extend(action.flatten());
+                v
+            }
+            s => vec![s],
+        }
+    }
 }
 
 /// One sequence.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
-    /// Its seed.
+    /// The generator's seed (or 0 for a hand-written plan); names its databases and topics.
     pub seed: u64,
-    /// A cutover before the first start (else a plain fresh start).
+    /// Why it is kept (regression plans).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub note: String,
     pub cutover: Option<Cutover>,
     /// The events topic is missing at first (DEAD events, requeued by a [`Step::Requeue`]).
     pub dispatch_outage: bool,
-    /// The steps, in order.
     pub steps: Vec<Step>,
 }
 
-/// Operator actions one of which every sequence features (seed modulo their count), so a
-/// fixed set of consecutive seeds covers each of them.
-const FEATURED: &[&str] = &[
-    "cutover", "replay", "skip", "recover", "purge", "rotate", "requeue", "takeover",
+/// Kinds of sequence today's main code fails, each waiting for a fix in another branch. CI
+/// defuses them ([`Plan::defused`]); `MSGEXCHANGE_OPS_OPEN=1` runs them as planned (the lead
+/// empties this list once the fixes are merged).
+pub const KNOWN_OPEN: &[(&str, &str)] = &[
+    (
+        "purge_during_held_commit",
+        "w29a: purge readiness judges ids (a held commit past max_commit_delay is purged by \
+         `DELETE … WHERE id <= boundary`)",
+    ),
+    (
+        "owner_row_lock",
+        "w29b: the sweep skips rows the DB owner locked (one lock abandons the whole batch)",
+    ),
+    (
+        "cutover_above_head",
+        "w29b: cutover refuses an `<id>` above the inbox head",
+    ),
 ];
 
+/// True when sequences of this kind run as planned.
+pub fn runs_open(kind: &str) -> bool {
+    std::env::var("MSGEXCHANGE_OPS_OPEN").is_ok_and(|v| v == "1")
+        || !KNOWN_OPEN.iter().any(|(k, _)| *k == kind)
+}
+
 impl Plan {
-    /// The plan of this seed.
-    pub fn generate(seed: u64) -> Self {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let featured = FEATURED[(seed % FEATURED.len() as u64) as usize];
-        let forced = (featured == "cutover").then_some((seed / FEATURED.len() as u64) as usize);
-        let cutover = (forced.is_some() || rng.random_bool(0.3)).then(|| cutover(&mut rng, forced));
-        let dispatch_outage = featured == "requeue" || rng.random_bool(0.1);
-        let mut steps = vec![write(&mut rng, seed, 1)];
-        if dispatch_outage {
-            steps.push(Step::Requeue);
+    /// Every kind this plan holds (cutover above head included).
+    pub fn kinds(&self) -> Vec<&'static str> {
+        let mut k: Vec<&'static str> = self
+            .steps
+            .iter()
+            .flat_map(Step::flatten)
+            .map(Step::kind)
+            .collect();
+        if matches!(
+            self.cutover.as_ref().map(|c| c.mode),
+            Some(Mode::AboveHead(_))
+        ) {
+            k.push("cutover_above_head");
         }
-        let featured_step = match featured {
-            "replay" => Some(replay(&mut rng)),
-            "skip" => Some(skip(&mut rng)),
-            "recover" => Some(Step::RecoverBackfill),
-            "purge" => Some(Step::Purge),
-            "rotate" => Some(Step::Rotate),
-            "takeover" => Some(Step::Takeover),
-            _ => None,
-        };
-        let n = rng.random_range(4..=7);
-        let mut writes = 1;
-        for _ in 0..n {
-            let step = match rng.random_range(0..100) {
-                0..=14 => {
-                    writes += 1;
-                    write(&mut rng, seed, writes)
-                }
-                15..=19 => Step::Duplicate {
-                    total: 15,
-                    sim_seed: sim_seed(seed, rng.random_range(1..=writes)),
-                },
-                20..=29 => Step::Insert {
-                    good: rng.random_range(1..=4),
-                    hold_ms: rng.random_range(200..3500),
-                    rollback: rng.random_bool(0.3),
-                },
-                30..=37 => Step::Kill9,
-                38..=41 => Step::Term,
-                42..=51 => Step::Cut {
-                    store: if rng.random_bool(0.5) {
-                        StoreKind::Pg
-                    } else {
-                        StoreKind::My
-                    },
-                    ms: rng.random_range(300..2000),
-                },
-                52..=61 => replay(&mut rng),
-                62..=69 => skip(&mut rng),
-                70..=75 => Step::RecoverBackfill,
-                76..=83 => Step::Purge,
-                84..=87 => Step::Rotate,
-                88..=91 => Step::Takeover,
-                _ => Step::Pause {
-                    ms: rng.random_range(200..1500),
-                },
-            };
-            steps.push(step);
-        }
-        if let Some(s) = featured_step {
-            let at = rng.random_range(1..=steps.len());
-            steps.insert(at, s);
-            // Issue 19's second regression: a purge right after a replay, while the replayed
-            // row (still carrying its old mark) waits for the pump.
-            if featured == "purge" && rng.random_bool(0.5) {
-                steps.insert(at, replay(&mut rng));
+        k
+    }
+
+    /// The plan with its [`KNOWN_OPEN`] parts defused (unless they run open): a cutover above
+    /// the head becomes `max`, an owner's lock becomes plain writes, a purge overlapping a held
+    /// commit waits for the commit. Also the list of what was defused.
+    pub fn defused(&self) -> (Plan, Vec<&'static str>) {
+        let mut p = self.clone();
+        let mut done = Vec::new();
+        if let Some(c) = p.cutover.as_mut() {
+            if matches!(c.mode, Mode::AboveHead(_)) && !runs_open("cutover_above_head") {
+                c.mode = Mode::Max;
+                done.push("cutover_above_head");
             }
         }
-        Self {
-            seed,
-            cutover,
-            dispatch_outage,
-            steps,
+        for s in &mut p.steps {
+            let kind = s.kind();
+            if runs_open(kind) {
+                continue;
+            }
+            match s {
+                Step::OwnerLock { msgs, .. } => {
+                    *s = Step::Upstream {
+                        msgs: std::mem::take(msgs),
+                        gap_ms: 20,
+                    };
+                }
+                Step::Overlap {
+                    after_ms, fault, ..
+                } => {
+                    if let Step::Hold { hold_ms, .. } = fault.as_ref() {
+                        *after_ms = *hold_ms + 300;
+                    }
+                }
+                _ => continue,
+            }
+            done.push(kind);
         }
+        (p, done)
+    }
+
+    /// The plan as pretty JSON (a regression file).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("plan to json")
+    }
+
+    /// The regression plans kept in `tests/chaos/regressions/`, by file name.
+    pub fn regressions() -> Vec<(String, Plan)> {
+        let dir = regressions_dir();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        files.sort();
+        files.iter().map(|f| (file_name(f), load(f))).collect()
     }
 }
 
-fn sim_seed(seed: u64, n: u64) -> u64 {
-    seed * 1_000 + n
+/// `tests/chaos/regressions`.
+pub fn regressions_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/chaos/regressions")
 }
 
-fn write(rng: &mut StdRng, seed: u64, n: u64) -> Step {
-    Step::Write {
-        total: rng.random_range(10..=30),
-        sim_seed: sim_seed(seed, n),
-    }
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
-fn replay(rng: &mut StdRng) -> Step {
-    Step::Replay {
-        by_class: rng.random_bool(0.4),
-        max_rows: rng.random_range(1..=3),
-    }
-}
-
-fn skip(rng: &mut StdRng) -> Step {
-    Step::Skip {
-        followers: rng.random_range(1..=4),
-        before: rng.random_range(0..=3),
-    }
-}
-
-/// A cutover; `forced` picks the mode (modulo 4) for the sequences that feature it.
-fn cutover(rng: &mut StdRng, forced: Option<usize>) -> Cutover {
-    let stock = rng.random_range(8..=20);
-    let drawn = rng.random_range(0..4);
-    let mode = match forced.map_or(drawn, |f| f % 4) {
-        0 => Mode::Min,
-        1 => Mode::Zero,
-        2 => Mode::Max,
-        _ => Mode::At(rng.random_range(1..stock - 1)),
+/// A plan file; a relative path is taken from the repository's root (the test itself runs
+/// in `actors/`).
+pub fn load(path: &Path) -> Plan {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = &if path.is_relative() && !path.exists() {
+        root.join(path)
+    } else {
+        path.to_path_buf()
     };
-    let premarked = (0..stock).filter(|_| rng.random_bool(0.5)).collect();
-    let unknown = (0..stock).filter(|_| rng.random_bool(0.1)).collect();
-    let gap_after = rng.random_bool(0.5).then(|| rng.random_range(0..stock - 1));
-    Cutover {
-        mode,
-        stock,
-        premarked,
-        gap_after,
-        unknown,
-    }
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "sequence seed {} (MSGEXCHANGE_OPS_SEED={}):",
-            self.seed, self.seed
-        )?;
+        writeln!(f, "sequence seed {}:", self.seed)?;
         if let Some(c) = &self.cutover {
             writeln!(
                 f,
@@ -277,39 +335,10 @@ impl fmt::Display for Plan {
             writeln!(f, "  events topic missing at start (DEAD events)")?;
         }
         for (i, s) in self.steps.iter().enumerate() {
-            writeln!(f, "  {:>2}. {s:?}", i + 1)?;
+            let text = format!("{s:?}");
+            let short: String = text.chars().take(160).collect();
+            writeln!(f, "  {:>2}. {short}", i + 1)?;
         }
         Ok(())
     }
-}
-
-#[test]
-fn a_seed_makes_the_same_plan_and_the_fixed_set_covers_every_action() {
-    let a = Plan::generate(7);
-    let b = Plan::generate(7);
-    assert_eq!(a.steps, b.steps);
-    let kinds: std::collections::HashSet<&str> = (1..=25u64)
-        .flat_map(|s| Plan::generate(s).steps)
-        .map(|s| s.kind())
-        .collect();
-    for k in [
-        "write",
-        "replay",
-        "skip",
-        "recover_backfill",
-        "purge",
-        "rotate",
-        "requeue",
-        "takeover",
-        "kill9",
-        "cut_pg",
-        "cut_mysql",
-    ] {
-        assert!(kinds.contains(k), "{k} missing from seeds 1..=25");
-    }
-    let modes: std::collections::HashSet<String> = (1..=25u64)
-        .filter_map(|s| Plan::generate(s).cutover)
-        .map(|c| format!("{:?}", c.mode).chars().take(2).collect())
-        .collect();
-    assert_eq!(modes.len(), 4, "cutover modes in seeds 1..=25: {modes:?}");
 }

@@ -65,7 +65,8 @@ impl Seq {
     pub(super) async fn replay(&mut self, by_class: bool, max_rows: usize) {
         let mut dead = self.dead_rows().await;
         if dead.is_empty() {
-            let id = self.insert_unknown().await;
+            let m = self.runtime_unknown();
+            let id = self.write(m).await;
             let dead_now = self
                 .wait_until(Duration::from_secs(25), || async {
                     self.state(id).await.is_some_and(|s| s.0 == "DEAD")
@@ -127,10 +128,12 @@ impl Seq {
     /// Approved skip: an unknown type holds the FIFO head, rows queue behind it; the range from
     /// `before` rows below it to its last follower is skipped once W passed it.
     pub(super) async fn skip(&mut self, followers: usize, before: usize) {
-        let blocker = self.insert_unknown().await;
+        let m = self.runtime_unknown();
+        let blocker = self.write(m).await;
         let mut to = blocker;
         for _ in 0..followers {
-            to = self.insert_good().await;
+            let m = self.runtime_flop("K");
+            to = self.write(m).await;
         }
         let from = (blocker - before as i64).max(1);
         let passed = self
@@ -174,7 +177,8 @@ impl Seq {
     /// The DB owner deletes a row we enqueued before it is marked and restores it later; the
     /// operator recovers the abandoned backfill.
     pub(super) async fn recover(&mut self) {
-        let id = self.insert_good().await;
+        let m = self.runtime_flop("V");
+        let id = self.write(m).await;
         let enqueued = self
             .wait_until(Duration::from_secs(20), || async {
                 self.state(id).await.is_some()
@@ -201,6 +205,7 @@ impl Seq {
             .await
             .expect("delete");
         tx.commit().await.expect("commit delete");
+        self.model.owner_deleted.insert(id);
         let settled = self
             .wait_until(Duration::from_secs(20), || async {
                 self.state(id)
@@ -270,27 +275,44 @@ impl Seq {
             .expect("ids to purge")
     }
 
-    /// The DB owner purges up to the READY boundary.
+    /// The rows a purge up to `b` may take that the check must account for: every row the
+    /// test wrote (held commits still open included) and every row in the inbox now.
+    async fn purge_candidates(&self, b: i64) -> Vec<i64> {
+        let mut ids = self.ids_to(b).await;
+        ids.extend(self.written().iter().map(|w| w.id).filter(|id| *id <= b));
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Held commits end before a purge unless this purge is the known race run open.
+    async fn purge_waits(&mut self) {
+        if !self.purge_races_holds {
+            self.holds_done().await;
+        }
+    }
+
+    /// The DB owner purges up to the READY boundary; then, from the inbox, nothing gone was
+    /// unfinished.
     pub(super) async fn purge(&mut self) {
+        self.purge_waits().await;
         let Some(b) = self.boundary().await else {
             self.model.idle("purge");
             return;
         };
-        let ids = self.ids_to(b).await;
-        self.model.check_purge(&self.env, b, &ids).await;
+        let ids = self.purge_candidates(b).await;
         self.env.purge_as_owner(b).await;
+        self.model.check_purge(&self.env, b, &ids).await;
     }
 
     /// Plan B (seed §6): a new table seeded above every id, the rows above the READY boundary
     /// copied, an atomic rename while writers run, the rows written or marked in between
     /// reconciled, the old table dropped.
     pub(super) async fn rotate(&mut self) {
+        self.purge_waits().await;
         let b = self.boundary().await;
         let keep_above = b.unwrap_or(self.model.purged_to);
-        if let Some(b) = b {
-            let ids = self.ids_to(b).await;
-            self.model.check_purge(&self.env, b, &ids).await;
-        }
+        let ids = self.purge_candidates(keep_above).await;
         let owner = &self.env.owner;
         let exec = |sql: String| async move {
             sqlx::query(&sql)
@@ -334,8 +356,8 @@ impl Seq {
         )
         .await;
         exec("DROP TABLE CMINMSGS_OLD".into()).await;
-        if let Some(b) = b {
-            self.model.purged_to = self.model.purged_to.max(b);
+        if b.is_some() {
+            self.model.check_purge(&self.env, keep_above, &ids).await;
         }
     }
 
@@ -362,7 +384,8 @@ impl Seq {
             })
             .await
         {
-            self.insert_good().await;
+            let m = self.runtime_flop("Q");
+            self.write(m).await;
         }
         let dead = self
             .wait_until(Duration::from_secs(30), || async {

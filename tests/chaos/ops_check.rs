@@ -1,0 +1,367 @@
+//! The end check: the reference model's prediction ([`super::ops_reference`]) against what
+//! PostgreSQL, the inbox's marks and the Kafka topic hold after a sequence settled.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use super::ops_model::Model;
+use super::ops_reference::{predict, End, Timing, Written};
+use crate::common::kafka::Received;
+use crate::common::TestEnv;
+
+/// A record as the check reads it.
+#[derive(Debug, Clone)]
+struct Record {
+    state: String,
+    class: Option<String>,
+    reason: Option<String>,
+    late: bool,
+    seq: Option<i64>,
+    marked: bool,
+    abandoned: Option<String>,
+}
+
+type RecordRow = (
+    i64,
+    String,
+    Option<String>,
+    Option<String>,
+    String,
+    Option<i64>,
+    bool,
+    Option<String>,
+);
+
+async fn records(env: &TestEnv) -> BTreeMap<i64, Record> {
+    let rows: Vec<RecordRow> = env
+        .rows(
+            "SELECT msg_id, state, error_class, terminal_reason, source, processed_seq, \
+                    backfill_at IS NOT NULL, backfill_abandon_reason FROM proc_state_all",
+        )
+        .await;
+    rows.into_iter()
+        .map(|r| {
+            (
+                r.0,
+                Record {
+                    state: r.1,
+                    class: r.2,
+                    reason: r.3,
+                    late: r.4 == "LATE",
+                    seq: r.5,
+                    marked: r.6,
+                    abandoned: r.7,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The settled store against the model. `records` are what a consumer read from the topic.
+pub async fn check(
+    model: &mut Model,
+    env: &TestEnv,
+    written: &[Written],
+    max_commit_delay_ms: u64,
+    kafka: &[Received],
+) {
+    let recs = records(env).await;
+    let timing = Timing {
+        late: recs.iter().filter(|r| r.1.late).map(|r| *r.0).collect(),
+        approved: recs
+            .iter()
+            .filter(|r| r.1.reason.as_deref() == Some("APPROVED_SKIP"))
+            .map(|r| *r.0)
+            .collect(),
+        missing: recs
+            .iter()
+            .filter(|(id, r)| {
+                model.owner_deleted.contains(id)
+                    && r.state == "DEAD"
+                    && r.class.as_deref() == Some("MALFORMED")
+            })
+            .map(|r| *r.0)
+            .collect(),
+        poisoned: recs
+            .iter()
+            .filter(|(id, r)| {
+                model.store_cut
+                    && r.state == "DEAD"
+                    && r.class.as_deref() == Some("EXHAUSTED")
+                    && written
+                        .iter()
+                        .any(|w| w.id == **id && w.msg.identity().is_some())
+            })
+            .map(|r| *r.0)
+            .collect(),
+        replayed: model.replays.iter().flat_map(|r| r.ids.clone()).collect(),
+        seq: recs
+            .iter()
+            .filter_map(|(id, r)| r.seq.map(|s| (*id, s)))
+            .collect(),
+    };
+    let mut problems = Vec::new();
+    let e = predict(
+        written,
+        &model.skipped_stock,
+        &timing,
+        max_commit_delay_ms,
+        &mut problems,
+    );
+    for p in problems {
+        model.violation(p);
+    }
+    check_rows(model, &e.rows, &recs);
+    check_fifo(model, written, &recs, &timing.replayed);
+    check_marks(model, env, &e.rows, &recs).await;
+    check_flights(model, env, &e.flights).await;
+    check_events(model, env, &e.events, kafka).await;
+}
+
+fn check_rows(model: &mut Model, rows: &BTreeMap<i64, End>, recs: &BTreeMap<i64, Record>) {
+    let mut wrong = Vec::new();
+    for (id, end) in rows {
+        let rec = recs.get(id);
+        let ok = match (end, rec) {
+            (End::Stock, None) => true,
+            (End::Record(state, what), Some(r)) => {
+                let got = if *state == "DEAD" {
+                    &r.class
+                } else {
+                    &r.reason
+                };
+                r.state == *state && (what.is_none() || got.as_deref() == *what)
+            }
+            _ => false,
+        };
+        if !ok {
+            wrong.push(format!(
+                "{id}: expected {end:?}, got {:?}",
+                rec.map(|r| (&r.state, &r.class, &r.reason))
+            ));
+        }
+    }
+    if !wrong.is_empty() {
+        model.violation(format!(
+            "rows not as the model predicts: {}",
+            wrong.join("; ")
+        ));
+    }
+    let foreign: Vec<i64> = recs
+        .keys()
+        .filter(|id| !rows.contains_key(id) && !model.foreign_writers)
+        .copied()
+        .collect();
+    if !foreign.is_empty() {
+        model.violation(format!("records of rows the test never wrote: {foreign:?}"));
+    }
+    let abandoned: Vec<String> = recs
+        .iter()
+        .filter_map(|(id, r)| r.abandoned.as_ref().map(|a| format!("{id}:{a}")))
+        .collect();
+    if !abandoned.is_empty() {
+        model.violation(format!(
+            "rows abandoned (the model predicts none): {abandoned:?}"
+        ));
+    }
+}
+
+/// FIFO: every row the pump took in order (not late, not poisoned or skipped by hand) was
+/// processed in id order.
+fn check_fifo(
+    model: &mut Model,
+    written: &[Written],
+    recs: &BTreeMap<i64, Record>,
+    replayed: &BTreeSet<i64>,
+) {
+    let ours: HashSet<i64> = written.iter().map(|w| w.id).collect();
+    let mut last: Option<(i64, i64)> = None;
+    for (id, r) in recs {
+        let in_order = ours.contains(id)
+            && !r.late
+            && !replayed.contains(id)
+            && (r.state == "SUCCEEDED" || r.reason.as_deref() == Some("DUPLICATE"));
+        let (true, Some(seq)) = (in_order, r.seq) else {
+            continue;
+        };
+        if let Some((pid, pseq)) = last {
+            if pseq > seq {
+                model.violation(format!(
+                    "FIFO: {id} (seq {seq}) processed before {pid} (seq {pseq})"
+                ));
+            }
+        }
+        last = Some((*id, seq));
+    }
+}
+
+async fn check_marks(
+    model: &mut Model,
+    env: &TestEnv,
+    rows: &BTreeMap<i64, End>,
+    recs: &BTreeMap<i64, Record>,
+) {
+    let inbox: Vec<(i64, Option<String>)> = sqlx::query_as(
+        "SELECT CMINMSGS_ID, CAST(CMINMSGS_STATUS AS CHAR) FROM CMINMSGS ORDER BY 1",
+    )
+    .fetch_all(&env.owner)
+    .await
+    .expect("inbox");
+    let mut wrong = Vec::new();
+    for (id, mark) in inbox {
+        let expect = match rows.get(&id) {
+            Some(End::Stock) => model.premarked.contains(&id).then_some("PROCESSED"),
+            Some(End::Record(..)) => Some("PROCESSED"),
+            None if recs.contains_key(&id) => Some("PROCESSED"),
+            None => continue, // a foreign writer's row the check cannot judge
+        };
+        if mark.as_deref() != expect {
+            wrong.push(format!("{id}: {mark:?} (expected {expect:?})"));
+        }
+    }
+    let unconfirmed: Vec<i64> = recs
+        .iter()
+        .filter(|(_, r)| !r.marked && r.abandoned.is_none())
+        .map(|r| *r.0)
+        .collect();
+    if !wrong.is_empty() {
+        model.violation(format!("inbox marks: {}", wrong.join(", ")));
+    }
+    if !unconfirmed.is_empty() {
+        model.violation(format!(
+            "records whose mark is not confirmed: {unconfirmed:?}"
+        ));
+    }
+}
+
+/// Our flights (`W1F2`, `H104`, `S3`, `K50007`, …); a legacy plan's simulator flights are not
+/// ours to predict.
+fn ours(flid: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match flid.split_at_checked(1) {
+        Some(("W", rest)) => rest
+            .split_once('F')
+            .is_some_and(|(a, b)| digits(a) && digits(b)),
+        Some((p, rest)) => "HSKVQL".contains(p) && digits(rest),
+        None => false,
+    }
+}
+
+async fn check_flights(
+    model: &mut Model,
+    env: &TestEnv,
+    expected: &BTreeMap<String, BTreeMap<String, String>>,
+) {
+    let rows: Vec<(String, Option<String>, Option<String>)> = env
+        .rows("SELECT flid, fields->>'GATE', fields->>'STND' FROM flight_state ORDER BY flid")
+        .await;
+    let mut got: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for (flid, gate, stnd) in rows.into_iter().filter(|r| ours(&r.0)) {
+        let f = got.entry(flid).or_default();
+        f.extend(gate.map(|g| ("GATE".to_string(), g)));
+        f.extend(stnd.map(|s| ("STND".to_string(), s)));
+    }
+    if &got != expected {
+        let diff: Vec<String> = expected
+            .keys()
+            .chain(got.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|k| expected.get(*k) != got.get(*k))
+            .map(|k| format!("{k}: expected {:?}, got {:?}", expected.get(k), got.get(k)))
+            .collect();
+        model.violation(format!(
+            "flights not as the model predicts: {}",
+            diff.join("; ")
+        ));
+    }
+}
+
+async fn check_events(
+    model: &mut Model,
+    env: &TestEnv,
+    expected: &[(i64, String, &'static str)],
+    kafka: &[Received],
+) {
+    let rows: Vec<(i64, i64, String, String, String)> = env
+        .rows(
+            "SELECT event_id, msg_id, flight_key, event_type, state FROM msg_event \
+             ORDER BY event_id",
+        )
+        .await;
+    let rows: Vec<_> = rows.into_iter().filter(|r| ours(&r.2)).collect();
+    let mut want: Vec<(i64, String, String)> = expected
+        .iter()
+        .map(|(m, k, t)| (*m, k.clone(), t.to_string()))
+        .collect();
+    let mut got: Vec<(i64, String, String)> = rows
+        .iter()
+        .map(|r| (r.1, r.2.clone(), r.3.clone()))
+        .collect();
+    want.sort();
+    got.sort();
+    if want != got {
+        let missing: Vec<_> = want.iter().filter(|w| !got.contains(w)).collect();
+        let extra: Vec<_> = got.iter().filter(|g| !want.contains(g)).collect();
+        model.violation(format!(
+            "events not as the model predicts: missing {missing:?}, unexpected {extra:?}"
+        ));
+    }
+    // Per key: the store's commit order and the topic's first sightings follow the model.
+    let per_key = |evs: &mut dyn Iterator<Item = (String, i64)>| {
+        let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for (k, msg) in evs {
+            m.entry(k).or_default().push(msg);
+        }
+        m
+    };
+    let model_order = per_key(&mut expected.iter().map(|e| (e.1.clone(), e.0)));
+    let store_order = per_key(&mut rows.iter().map(|r| (r.2.clone(), r.1)));
+    if model_order != store_order {
+        model.violation(format!(
+            "per-key event order: model {model_order:?}, store {store_order:?}"
+        ));
+    }
+    let msg_of: HashMap<i64, i64> = rows.iter().map(|r| (r.0, r.1)).collect();
+    let mut seen = HashSet::new();
+    let mut topic: Vec<(String, i64)> = Vec::new();
+    let mut by_part: BTreeMap<i32, Vec<&Received>> = BTreeMap::new();
+    for r in kafka.iter().filter(|r| ours(&r.key)) {
+        by_part.entry(r.partition).or_default().push(r);
+    }
+    for r in by_part.into_values().flatten() {
+        if seen.insert(r.ce_id()) {
+            topic.push((r.key.clone(), msg_of.get(&r.ce_id()).copied().unwrap_or(-1)));
+        }
+    }
+    let dups = kafka.iter().filter(|r| ours(&r.key)).count() - seen.len();
+    model.kafka_duplicates = dups;
+    let unsent: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.4 != "SENT" || !seen.contains(&r.0))
+        .map(|r| r.0)
+        .collect();
+    if !unsent.is_empty() {
+        model.violation(format!("events not SENT or never read back: {unsent:?}"));
+    }
+    let all: HashSet<i64> = kafka.iter().map(Received::ce_id).collect();
+    let lost: Vec<&i64> = model
+        .requeued
+        .iter()
+        .filter(|id| !all.contains(id))
+        .collect();
+    if !lost.is_empty() {
+        model.violation(format!("requeued events never reached the topic: {lost:?}"));
+    }
+    let topic_order = per_key(&mut topic.into_iter());
+    if unsent.is_empty() && !model.requeued_by_hand && topic_order != model_order {
+        model.violation(format!(
+            "per-key order on the topic (first sightings): {topic_order:?}, model {model_order:?}"
+        ));
+    }
+    if dups > 0 && !model.duplicates_allowed {
+        model.violation(format!(
+            "{dups} duplicate records on the topic in a sequence without a crash, kill or \
+             store cut (at-least-once allows them only there)"
+        ));
+    }
+}

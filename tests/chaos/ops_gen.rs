@@ -1,0 +1,306 @@
+//! The seeded generator: one `u64` seed → one [`Plan`]. Every plan has background writers, and
+//! at least one operator action run while a fault is live ([`Step::Overlap`]): an upstream
+//! writer holding a commit, a store's connection cut, or a burst of writes. A plan that failed
+//! is kept as its JSON file, so changing this generator never changes an old regression.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::ops_msgs::Msg;
+use super::ops_plan::{Cutover, Mode, Plan, Step, StoreKind};
+
+/// Actions one of which every sequence features (seed modulo their count), so a fixed run of
+/// consecutive seeds covers each of them.
+const FEATURED: &[&str] = &[
+    "cutover", "replay", "skip", "recover", "purge", "rotate", "requeue", "takeover", "lock",
+];
+
+/// Hands out message numbers and writer names while a plan is drawn.
+struct Gen {
+    rng: StdRng,
+    n: i64,
+    writers: usize,
+}
+
+/// The plan of this seed.
+pub fn generate(seed: u64) -> Plan {
+    let mut g = Gen {
+        rng: StdRng::seed_from_u64(seed),
+        n: 100,
+        writers: 0,
+    };
+    let featured = FEATURED[(seed % FEATURED.len() as u64) as usize];
+    let forced = (featured == "cutover").then_some((seed / FEATURED.len() as u64) as usize);
+    let cutover = (forced.is_some() || g.rng.random_bool(0.25)).then(|| g.cutover(forced));
+    let dispatch_outage = featured == "requeue" || g.rng.random_bool(0.1);
+    let mut steps = vec![g.upstream(10..=25)];
+    if dispatch_outage {
+        steps.push(Step::Requeue);
+    }
+    for _ in 0..g.rng.random_range(3..=6) {
+        let s = g.step();
+        steps.push(s);
+    }
+    let featured_step = match featured {
+        "replay" => Some(g.replay()),
+        "skip" => Some(g.skip()),
+        "recover" => Some(Step::RecoverBackfill),
+        "purge" => Some(Step::Purge),
+        "rotate" => Some(Step::Rotate),
+        "takeover" => Some(Step::Takeover),
+        "lock" => Some(g.lock()),
+        _ => None,
+    };
+    if let Some(s) = featured_step {
+        let at = g.rng.random_range(1..=steps.len());
+        steps.insert(at, s);
+    }
+    // At least one action while a fault is live, whatever else was drawn.
+    if !steps.iter().any(|s| matches!(s, Step::Overlap { .. })) {
+        let at = g.rng.random_range(1..=steps.len());
+        let o = g.overlap();
+        steps.insert(at, o);
+    }
+    Plan {
+        seed,
+        note: String::new(),
+        cutover,
+        dispatch_outage,
+        steps,
+    }
+}
+
+impl Gen {
+    fn next(&mut self) -> i64 {
+        self.n += 1;
+        self.n
+    }
+
+    fn step(&mut self) -> Step {
+        match self.rng.random_range(0..100) {
+            0..=14 => self.upstream(10..=30),
+            15..=24 => self.hold(200..3500),
+            25..=31 => Step::Kill9,
+            32..=35 => Step::Term,
+            36..=43 => self.cut(),
+            44..=51 => self.replay(),
+            52..=57 => self.skip(),
+            58..=62 => Step::RecoverBackfill,
+            63..=69 => Step::Purge,
+            70..=72 => Step::Rotate,
+            73..=75 => Step::Takeover,
+            76..=91 => self.overlap(),
+            _ => Step::Pause {
+                ms: self.rng.random_range(200..1500),
+            },
+        }
+    }
+
+    /// A writer of its own four flights: updates, deletes, unknown types, malformed rows and
+    /// business duplicates of its own earlier updates (written after them, so SKIPPED).
+    fn upstream(&mut self, count: std::ops::RangeInclusive<usize>) -> Step {
+        self.writers += 1;
+        let w = self.writers;
+        let mut msgs: Vec<Msg> = Vec::new();
+        for _ in 0..self.rng.random_range(count) {
+            let flid = format!("W{w}F{}", self.rng.random_range(0..4));
+            let earlier: Vec<Msg> = msgs
+                .iter()
+                .filter(|m| matches!(m, Msg::Flop { .. }))
+                .cloned()
+                .collect();
+            let m = match self.rng.random_range(0..100) {
+                0..=7 => Msg::Fdel {
+                    n: self.next(),
+                    flid,
+                },
+                8..=10 => Msg::Unknown { n: self.next() },
+                11..=16 => Msg::Malformed { n: self.next() },
+                17..=23 if !earlier.is_empty() => {
+                    match earlier[self.rng.random_range(0..earlier.len())].clone() {
+                        Msg::Flop { n, flid, .. } => Msg::Flop {
+                            n,
+                            flid,
+                            gate: format!("DUP{n}"),
+                            stnd: None,
+                        },
+                        other => other,
+                    }
+                }
+                _ => {
+                    let n = self.next();
+                    Msg::Flop {
+                        n,
+                        flid,
+                        gate: format!("G{n}"),
+                        stnd: None,
+                    }
+                }
+            };
+            msgs.push(m);
+        }
+        Step::Upstream {
+            msgs,
+            gap_ms: self.rng.random_range(20..120),
+        }
+    }
+
+    /// A held commit of its own flight, with a later update of that flight behind it.
+    fn hold(&mut self, ms: std::ops::Range<u64>) -> Step {
+        let (h, f) = (self.next(), self.next());
+        let flid = format!("H{h}");
+        Step::Hold {
+            held: Msg::Flop {
+                n: h,
+                flid: flid.clone(),
+                gate: format!("HG{h}"),
+                stnd: Some(format!("ST{h}")),
+            },
+            follow: Msg::Flop {
+                n: f,
+                flid,
+                gate: format!("FG{f}"),
+                stnd: None,
+            },
+            hold_ms: self.rng.random_range(ms),
+            rollback: self.rng.random_bool(0.25),
+        }
+    }
+
+    fn cut(&mut self) -> Step {
+        Step::Cut {
+            store: if self.rng.random_bool(0.5) {
+                StoreKind::Pg
+            } else {
+                StoreKind::My
+            },
+            ms: self.rng.random_range(300..2000),
+        }
+    }
+
+    fn replay(&mut self) -> Step {
+        Step::Replay {
+            by_class: self.rng.random_bool(0.4),
+            max_rows: self.rng.random_range(1..=3),
+        }
+    }
+
+    fn skip(&mut self) -> Step {
+        Step::Skip {
+            followers: self.rng.random_range(1..=4),
+            before: self.rng.random_range(0..=3),
+        }
+    }
+
+    /// The DB owner locks the first of 20 rows for longer than the sweep's whole budget of
+    /// attempts (20 × up to 1 s backoff and 1 s mark budget in the test's settings).
+    fn lock(&mut self) -> Step {
+        self.writers += 1;
+        let w = self.writers;
+        let msgs = (0..20)
+            .map(|i| {
+                let n = self.next();
+                Msg::Flop {
+                    n,
+                    flid: format!("W{w}F{}", i % 4),
+                    gate: format!("G{n}"),
+                    stnd: None,
+                }
+            })
+            .collect();
+        Step::OwnerLock {
+            msgs,
+            hold_ms: 45_000,
+        }
+    }
+
+    /// An operator action while a fault is live. A long held commit under a purge is the
+    /// issue-29 loss (a [`super::ops_plan::KNOWN_OPEN`] kind).
+    fn overlap(&mut self) -> Step {
+        let fault = match self.rng.random_range(0..3) {
+            0 => self.hold(300..4000),
+            1 => self.cut(),
+            _ => self.upstream(15..=30),
+        };
+        let action = match self.rng.random_range(0..6) {
+            0 => self.replay(),
+            1 => self.skip(),
+            2 => Step::RecoverBackfill,
+            3 => Step::Rotate,
+            4 => Step::Kill9,
+            _ => Step::Purge,
+        };
+        let after_ms = match &fault {
+            Step::Hold { hold_ms, .. } => hold_ms.saturating_sub(1200).max(100),
+            _ => self.rng.random_range(100..600),
+        };
+        Step::Overlap {
+            fault: Box::new(fault),
+            after_ms,
+            action: Box::new(action),
+        }
+    }
+
+    /// A cutover; `forced` picks the mode (modulo 5) for the sequences that feature it.
+    fn cutover(&mut self, forced: Option<usize>) -> Cutover {
+        let stock = self.rng.random_range(8..=20);
+        let drawn = self.rng.random_range(0..5);
+        let mode = match forced.map_or(drawn, |f| f % 5) {
+            0 => Mode::Min,
+            1 => Mode::Zero,
+            2 => Mode::Max,
+            3 => Mode::At(self.rng.random_range(1..stock - 1)),
+            _ => Mode::AboveHead(self.rng.random_range(10..200_000)),
+        };
+        let premarked = (0..stock).filter(|_| self.rng.random_bool(0.5)).collect();
+        let unknown = (0..stock).filter(|_| self.rng.random_bool(0.1)).collect();
+        let gap_after = self
+            .rng
+            .random_bool(0.5)
+            .then(|| self.rng.random_range(0..stock - 1));
+        Cutover {
+            mode,
+            stock,
+            premarked,
+            gap_after,
+            unknown,
+        }
+    }
+}
+
+#[test]
+fn a_seed_makes_the_same_plan_and_the_ci_seeds_cover_every_action() {
+    assert_eq!(generate(7), generate(7));
+    let plans: Vec<Plan> = (1..=super::operator_actions::CI_SEEDS)
+        .map(generate)
+        .collect();
+    let kinds: std::collections::HashSet<&str> = plans.iter().flat_map(Plan::kinds).collect();
+    for k in [
+        "upstream",
+        "hold",
+        "overlap",
+        "replay",
+        "skip",
+        "recover_backfill",
+        "purge",
+        "rotate",
+        "requeue",
+        "takeover",
+        "kill9",
+        "cut_pg",
+        "cut_mysql",
+        "owner_row_lock",
+        "purge_during_held_commit",
+    ] {
+        assert!(kinds.contains(k), "{k} missing from the CI seeds");
+    }
+    for p in &plans {
+        assert!(
+            p.steps.iter().any(|s| matches!(s, Step::Overlap { .. })),
+            "seed {}: no action overlaps a fault",
+            p.seed
+        );
+        let back: Plan = serde_json::from_str(&p.to_json()).expect("json round trip");
+        assert_eq!(&back, p);
+    }
+}
