@@ -348,12 +348,12 @@ async fn the_seeding_requires_the_approved_stock() {
         "{text}"
     );
     let later = env.insert_rows(2).await;
-    let approval = approval(&env, "max", &expect);
+    let approved = approval(&env, "max", &expect);
     let out = apply_cutover_approved(
         &env.store,
         &env.inbox,
         Some(CutoverMode::Max),
-        &approval,
+        &approved,
         &env.clock,
         WATCH,
     )

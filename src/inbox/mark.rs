@@ -205,6 +205,12 @@ impl Write<'_> {
         if let Some(session) = &self.session {
             conn.execute(session.as_str()).await?;
         }
+        // READ COMMITTED for this transaction only: the UPDATE may scan the table instead of
+        // the id list (a small inbox), and under REPEATABLE READ it would wait on every row it
+        // reads; here InnoDB's semi-consistent read passes a row another session holds when its
+        // committed version is not one of ours, and no gap is locked.
+        conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .await?;
         conn.execute("BEGIN").await?;
         let (targets, skipped) = if self.skip {
             let stmt = format!(
