@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cutover::CutoverMode;
+use crate::cutover::{expect::CutoverExpect, CutoverMode};
 use crate::inbox::names::{InboxNames, OutboxNames};
 
 /// Why the configuration could not be loaded. The message always names the key.
@@ -111,6 +111,7 @@ impl Settings {
         self.retention.validate()?;
         self.pipeline.validate()?;
         self.cutover()?;
+        self.cutover_expect()?;
         self.backfill.validate()?;
         self.late.validate()?;
         self.processing.validate()?;
@@ -217,6 +218,26 @@ impl Settings {
     pub fn cutover(&self) -> Result<Option<CutoverMode>, SettingsError> {
         CutoverMode::parse(&self.pipeline.cutover_watermark)
             .map_err(|reason| invalid("pipeline.cutover_watermark", reason))
+    }
+
+    /// The approved plan (`pipeline.cutover_expect`), `None` when not configured; refused
+    /// without a cutover mode, or with an `<id>` that is not its W.
+    pub fn cutover_expect(&self) -> Result<Option<CutoverExpect>, SettingsError> {
+        const KEY: &str = "pipeline.cutover_expect";
+        let Some(expect) = CutoverExpect::parse(&self.pipeline.cutover_expect)
+            .map_err(|reason| invalid(KEY, reason))?
+        else {
+            return Ok(None);
+        };
+        let Some(mode) = self.cutover()? else {
+            return Err(invalid(
+                KEY,
+                "is set but pipeline.cutover_watermark is not: the expectation guards a \
+                 cutover seeding; set the mode it was planned for, or unset it",
+            ));
+        };
+        expect.fits(mode).map_err(|reason| invalid(KEY, reason))?;
+        Ok(Some(expect))
     }
 }
 

@@ -15,6 +15,7 @@ use common::seed::Proc;
 use common::{audit, TestEnv};
 use msgx_core::backfill::{sweep_once, MissingKind, SweepConfig, SweepReport};
 use msgx_core::clock::Clock;
+use msgx_core::inbox::mark_lock::LockAvoidance;
 use msgx_core::inbox::Inbox;
 use msgx_core::pump::StepOutcome;
 use msgx_core::store::replay::{recover_abandoned, AdminError, RowOutcome};
@@ -942,7 +943,13 @@ async fn store_idle(env: &TestEnv, idle: Duration) -> msgx_core::store::Store {
 async fn a_mark_is_never_written_after_the_sweep_lost_its_row_locks() {
     let env = TestEnv::new("bf_lost_lock").await;
     let (ids, owner, store) = first_locked_by_owner(&env, 1, Duration::from_secs(2)).await;
-    let c = cfg(&env, &[]);
+    let mut c = cfg(&env, &[]);
+    // A mark that waits on the owner's lock longer than the idle timeout: no SKIP LOCKED, and
+    // a session lock wait of 4s against a 5s budget (refused by the settings; set by hand).
+    c.avoid = LockAvoidance {
+        skip_locked: false,
+        lock_wait: Duration::from_secs(4),
+    };
     let task = {
         let (inbox, clock) = (env.inbox.clone(), env.clock.clone());
         let c = c.clone();
@@ -970,47 +977,104 @@ async fn a_mark_is_never_written_after_the_sweep_lost_its_row_locks() {
     env.cleanup().await;
 }
 
-/// `backfill.mark_budget` bounds the inbox part of a sweep below the store's idle timeout: a
-/// mark waiting on a row the DB owner holds is given up when the budget is spent (nothing
-/// written, the rows back off), the sweep still commits under its locks, and once the owner
-/// lets go a later sweep marks the rows.
+/// Issue 29, second bullet: 20 processed rows, the DB owner holds the first `SELECT … FOR
+/// UPDATE` for longer than several sweep rounds (`backfill.max_attempts` 3, retries 1–2 s).
+/// The 19 others are marked by the first sweep; the held row is never charged an attempt,
+/// never abandoned, surfaces with its age, and is marked once the owner lets go. Run with
+/// `SKIP LOCKED` (MariaDB 10.6+) and with the bounded lock wait + split (MySQL 5.7's way).
 #[tokio::test]
-async fn a_mark_waiting_on_an_owner_lock_ends_with_the_budget_and_a_later_sweep_writes_it() {
-    let env = TestEnv::new("bf_budget").await;
-    let (ids, owner, store) = first_locked_by_owner(&env, 2, Duration::from_secs(3)).await;
+async fn an_owner_row_lock_costs_one_row_not_the_batch() {
+    for skip_locked in ["true", "false"] {
+        owner_lock_costs_one_row(skip_locked).await;
+    }
+}
+
+async fn owner_lock_costs_one_row(skip_locked: &str) {
+    let env = TestEnv::new("bf_owner_lock").await;
     let c = cfg(
         &env,
         &[
-            ("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "3s"),
-            ("MSGX_BACKFILL__MARK_BUDGET", "1s"),
+            ("MSGX_BACKFILL__MAX_ATTEMPTS", "3"),
+            ("MSGX_BACKFILL__RETRY_INITIAL", "1s"),
+            ("MSGX_BACKFILL__RETRY_MAX", "2s"),
+            ("MSGX_BACKFILL__MARK_BUDGET", "8s"),
+            ("MSGX_BACKFILL__LOCK_WAIT", "1s"),
+            ("MSGX_BACKFILL__LOCKED_ALERT_AFTER", "5s"),
+            ("MSGX_BACKFILL__SKIP_LOCKED", skip_locked),
         ],
     );
-    let started = Instant::now();
-    let r = sweep_once(&env.inbox, &store, &env.clock, &c)
-        .await
-        .expect("the sweep commits within its locks");
-    let took = started.elapsed();
-    assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
-        "{took:?}"
-    );
-    assert_eq!((r.selected, r.marked), (2, 0), "{r:?}");
-    assert_eq!(r.transient() + r.deferred.len(), 2, "{r:?}");
-    owner.rollback().await.expect("the owner lets go");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    for id in &ids {
-        assert_eq!(mark(&env, *id).await, (None, None), "row {id}");
-        assert_eq!(bf(&env, *id).await.backfill_at, None);
-    }
+    let ids = processed(&env, &flops(1, 20), &[]).await;
+    let (held, rest) = (ids[0], &ids[1..]);
+    let owner = owner_locks(&env, held).await;
 
-    env.clock.advance(Duration::from_secs(60)); // past backfill.retry_initial
-    let r = sweep_once(&env.inbox, &store, &env.clock, &c)
-        .await
-        .expect("sweep");
-    assert_eq!(r.marked, 2, "{r:?}");
-    for id in &ids {
-        assert!(mark(&env, *id).await.0.is_some(), "row {id}");
+    let started = Instant::now();
+    let r = sweep(&env, &c).await;
+    let took = started.elapsed();
+    assert_eq!(r.selected, 20, "{r:?}");
+    assert_eq!(r.marked, 19, "skip_locked={skip_locked}: {r:?}");
+    assert_eq!(r.locked.iter().map(|l| l.0).collect::<Vec<_>>(), vec![held]);
+    assert!(r.backed_off.is_empty() && r.abandoned.is_empty(), "{r:?}");
+    assert!(r.deferred.is_empty(), "{r:?}");
+    if skip_locked == "true" {
+        assert!(
+            took < Duration::from_secs(1),
+            "never waits on the lock: {took:?}"
+        );
+    } else {
+        // Four lock waits of 1 s isolate the held row among 20 (halving).
+        assert!(took < Duration::from_secs(6), "{took:?}");
+    }
+    for id in rest {
+        assert!(mark(&env, *id).await.0.is_some(), "row {id} marked");
         assert!(bf(&env, *id).await.backfill_at.is_some());
     }
+    let since = env.clock.now();
+    // Many more rounds than max_attempts while the owner keeps the lock.
+    for round in 1..=5u64 {
+        let b = bf(&env, held).await;
+        assert_eq!(b.backfill_attempts, 0, "round {round}: never charged");
+        assert_eq!(b.backfill_abandon_reason, None, "round {round}");
+        assert!(
+            b.backfill_error
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("locked"),
+            "{b:?}"
+        );
+        env.clock.advance(Duration::from_secs(3)); // past the next try (≤ retry_max)
+        let r = sweep(&env, &c).await;
+        assert_eq!(r.selected, 1, "round {round}: {r:?}");
+        assert_eq!(r.locked.len(), 1, "round {round}: {r:?}");
+        assert_eq!(r.locked_now.rows, 1);
+        assert_eq!(
+            r.locked_now.oldest_since,
+            Some(since),
+            "held since the first try"
+        );
+        assert_eq!(
+            r.locked_now.oldest_age(env.clock.now()),
+            Duration::from_secs(3 * round)
+        );
+    }
+    assert_eq!(
+        mark(&env, held).await,
+        (None, None),
+        "not written under the owner's lock"
+    );
+
+    owner.rollback().await.expect("the owner lets go");
+    env.clock.advance(Duration::from_secs(3));
+    let r = sweep(&env, &c).await;
+    assert_eq!((r.marked, r.confirmed.clone()), (1, vec![held]), "{r:?}");
+    assert_eq!(r.locked_now.rows, 0, "{r:?}");
+    let b = bf(&env, held).await;
+    assert!(b.backfill_at.is_some(), "{b:?}");
+    assert_eq!((b.backfill_attempts, b.backfill_abandon_reason), (0, None));
+    assert!(mark(&env, held).await.0.is_some());
+    let entries: i64 = sqlx::query_scalar("SELECT count(*) FROM backfill_lock")
+        .fetch_one(env.store.pool())
+        .await
+        .expect("backfill_lock");
+    assert_eq!(entries, 0, "the hold record ends with the mark");
     env.cleanup().await;
 }

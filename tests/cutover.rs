@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use common::seed::Proc;
 use common::TestEnv;
-use msgx_actors::app::apply_cutover;
+use msgx_actors::app::{apply_cutover, apply_cutover_approved, cutover_approval};
 use msgx_core::clock::Clock;
+use msgx_core::cutover::seed::Approval;
 use msgx_core::cutover::CutoverMode;
 use msgx_core::store::SeedOutcome;
 
@@ -254,4 +255,252 @@ async fn cutover_skips_the_visible_stock_for_good_and_watches_its_gaps() {
         common::service::kill9(&mut svc);
         env.cleanup().await;
     }
+}
+
+/// `msgexchange cutover plan --mode …` run to its end: (exit code, stdout, stderr).
+fn plan_run(env: &TestEnv, mode: &str) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+        .args(["cutover", "plan", "--mode", mode])
+        .envs(env.binary_env())
+        .env("MSGX_LOG__LEVEL", "error")
+        .output()
+        .expect("run cutover plan");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        common::process::stderr(&out),
+    )
+}
+
+/// Issue 29, third bullet: an inbox with ids 1–10; `<id>` 200010 is an id the inbox has not
+/// handed out. `cutover plan` refuses it (exit 1, one line saying why and what to do), and so
+/// does the service's start-up seeding — the store stays unseeded. An id at the head is fine.
+#[tokio::test]
+async fn an_id_above_the_inbox_head_is_refused_by_the_plan_and_the_service() {
+    let env = TestEnv::new("cutover_head").await;
+    let ids = env.insert_rows(10).await;
+    assert_eq!((ids[0], ids[9]), (1, 10));
+
+    let (code, stdout, stderr) = plan_run(&env, "200010");
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("REFUSED: cutover refused: 200010 is above the inbox's head (MAX(id) = 10, next AUTO_INCREMENT = 11)"), "{stdout}");
+    assert!(
+        stderr.contains("choose `max` or an id at or below 10"),
+        "{stderr}"
+    );
+    let (code, stdout, _) = plan_run(&env, "10");
+    assert_eq!(code, Some(0), "{stdout}");
+
+    let err = cutover(&env, CutoverMode::Id(200_010))
+        .await
+        .expect_err("refused at start");
+    let line = format!("{err:#}");
+    assert!(line.contains("200010 is above the inbox's head"), "{line}");
+    assert_eq!(line.lines().count(), 1, "one line: {line}");
+    let cursor = env.store.read_cursor().await.expect("cursor");
+    assert_eq!(
+        (cursor.cursor.w, cursor.seeded_at),
+        (0, None),
+        "nothing seeded"
+    );
+
+    // The binary refuses to start with that line too.
+    let port = common::service::free_port();
+    let mut svc = common::service::spawn_service_logging(
+        &env,
+        &[("MSGX_PIPELINE__CUTOVER_WATERMARK", "200010")],
+        port,
+        std::process::Stdio::piped(),
+    );
+    let status = common::process::exit_status(
+        &mut svc,
+        Duration::from_secs(30),
+        "the service kept running",
+    )
+    .await;
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut svc.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("200010 is above the inbox's head"),
+        "{stderr}"
+    );
+    assert_eq!(env.store.read_cursor().await.expect("c").seeded_at, None);
+    env.cleanup().await;
+}
+
+/// The approved plan (`pipeline.cutover_expect = "<W>:<token>"`): `max` seeds the approved W
+/// even though rows were added above it meanwhile (they are read, not skipped); a row that
+/// commits at or below W after the plan changes the token and the seeding refuses to start.
+#[tokio::test]
+async fn the_seeding_requires_the_approved_stock() {
+    // Rows above the approved W after the plan: seeded at the approved W; they are ours.
+    let env = TestEnv::new("cutover_expect").await;
+    env.insert_rows(10).await;
+    let p = plan(&env, "max");
+    assert_eq!(p["w"], 10, "{p}");
+    let expect = p["expect"].as_str().expect("expect").to_string();
+    assert!(expect.starts_with("10:"), "{expect}");
+    let (_, text, _) = plan_run(&env, "max");
+    assert!(
+        text.contains(&format!("pipeline.cutover_expect = \"{expect}\"")),
+        "{text}"
+    );
+    let later = env.insert_rows(2).await;
+    let approved = approval(&env, "max", &expect);
+    let out = apply_cutover_approved(
+        &env.store,
+        &env.inbox,
+        Some(CutoverMode::Max),
+        &approved,
+        &env.clock,
+        WATCH,
+    )
+    .await
+    .expect("seeded");
+    assert_eq!(
+        out,
+        Some(SeedOutcome::Seeded { w: 10 }),
+        "the approved W, not MAX(id) = 12"
+    );
+    let r = env.poll(env.poll_cfg(100)).await;
+    assert_eq!(r.enqueued_new, 2, "rows after the plan are read");
+    assert_eq!(env.enqueued_ids().await, later);
+    let audit: (String, String, Option<String>, serde_json::Value) = sqlx::query_as(
+        "SELECT actor, reason, ticket, result FROM audit_log WHERE action = 'CUTOVER'",
+    )
+    .fetch_one(env.store.pool())
+    .await
+    .expect("one audit row");
+    assert_eq!(audit.0, "alice");
+    assert_eq!(audit.2.as_deref(), Some("CHG-29"));
+    assert!(
+        audit.1.contains("max") && audit.1.contains("W = 10"),
+        "{}",
+        audit.1
+    );
+    assert_eq!(audit.3["w"], 10);
+    assert_eq!(audit.3["mode"], "max");
+    assert_eq!(audit.3["expectation_checked"], true);
+    assert_eq!(
+        format!("10:{}", audit.3["stock_token"].as_str().expect("t")),
+        expect
+    );
+
+    // A row committed at or below W after the plan: refused, nothing seeded.
+    let env2 = TestEnv::new("cutover_expect2").await;
+    env2.insert_rows(3).await;
+    let (held, held_id) = env2.open_insert().await;
+    env2.insert_rows(3).await;
+    let p = plan(&env2, "max");
+    assert_eq!(
+        (p["w"].as_i64(), p["gap_ids"].as_i64()),
+        (Some(7), Some(1)),
+        "{p}"
+    );
+    let expect = p["expect"].as_str().expect("expect").to_string();
+    held.commit().await.expect("commits after the plan");
+    let err = apply_cutover_approved(
+        &env2.store,
+        &env2.inbox,
+        Some(CutoverMode::Max),
+        &approval(&env2, "max", &expect),
+        &env2.clock,
+        WATCH,
+    )
+    .await
+    .expect_err("refused");
+    let line = format!("{err:#}");
+    assert!(line.contains("changed since the approved plan"), "{line}");
+    assert!(line.contains("cutover plan"), "{line}");
+    assert_eq!(
+        env2.store.read_cursor().await.expect("c").seeded_at,
+        None,
+        "{held_id}"
+    );
+    // An expectation for another id, or without a mode, is refused by the settings.
+    for (mode, why) in [
+        ("7", "expects W = 10"),
+        ("", "pipeline.cutover_watermark is not"),
+    ] {
+        let e = msgx_core::settings::Settings::load_layered_with_env(
+            Some(&common::default_toml()),
+            &[
+                ("MSGX_PIPELINE__CUTOVER_WATERMARK", mode),
+                (
+                    "MSGX_PIPELINE__CUTOVER_EXPECT",
+                    &expect.replacen("7:", "10:", 1),
+                ),
+            ],
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            e.contains("pipeline.cutover_expect") && e.contains(why),
+            "{e}"
+        );
+    }
+    env.cleanup().await;
+    env2.cleanup().await;
+}
+
+/// `pipeline.cutover_*` of an approval by alice under CHG-29.
+fn approval(env: &TestEnv, mode: &str, expect: &str) -> Approval {
+    let settings = env.settings(&[
+        ("MSGX_PIPELINE__CUTOVER_WATERMARK", mode),
+        ("MSGX_PIPELINE__CUTOVER_EXPECT", expect),
+        ("MSGX_PIPELINE__CUTOVER_BY", "alice"),
+        ("MSGX_PIPELINE__CUTOVER_TICKET", "CHG-29"),
+    ]);
+    cutover_approval(&settings).expect("approval")
+}
+
+/// Ids below the first stock row are holes like any other: a row in flight there at the
+/// cutover that commits later is found by the late detector (LATE), not left to the
+/// compensation scan's window.
+#[tokio::test]
+async fn ids_below_the_first_stock_row_are_watched_like_any_hole() {
+    let env = TestEnv::new("cutover_below").await;
+    let (first, last) = purged_inbox(&env).await;
+    cutover(&env, CutoverMode::Max).await.expect("seeded");
+    let watched: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT first_id, last_id FROM late_watch_range ORDER BY first_id")
+            .fetch_all(env.store.pool())
+            .await
+            .expect("watched");
+    assert_eq!(watched, vec![(1, first - 1)]);
+    let record = env.store.cutover_stock().await.expect("r").expect("seeded");
+    assert_eq!(
+        record.span.expect("span").gap_ids(),
+        0,
+        "not gaps of the stock"
+    );
+    // An upstream insert that held id 500 commits now.
+    sqlx::query(
+        "INSERT INTO CMINMSGS (CMINMSGS_ID, CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) \
+         VALUES (500, NOW(), '<MSG/>')",
+    )
+    .execute(&env.owner)
+    .await
+    .expect("late commit");
+    let cfg = msgx_core::late::DetectConfig::from_settings(&env.settings(&[])).expect("cfg");
+    let r = msgx_core::late::detect_once(&env.inbox, &env.store, &env.clock, &cfg)
+        .await
+        .expect("detect");
+    assert_eq!(
+        r.detected.iter().map(|h| h.msg_id).collect::<Vec<_>>(),
+        vec![500],
+        "{r:?}"
+    );
+    let source: String = env
+        .scalar_for("SELECT source FROM proc_state WHERE msg_id = $1", 500i64)
+        .await;
+    assert_eq!(source, "LATE");
+    assert!(env
+        .enqueued_ids()
+        .await
+        .iter()
+        .all(|id| *id < first || *id > last));
+    env.cleanup().await;
 }

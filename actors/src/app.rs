@@ -10,6 +10,7 @@ use msgx_core::backfill::SweepConfig;
 use msgx_core::clock::{Clock, SharedClock, SystemClock};
 use msgx_core::codec::xml::XmlCodec;
 use msgx_core::codec::Codec;
+use msgx_core::cutover::seed::Approval;
 use msgx_core::cutover::CutoverMode;
 use msgx_core::dispatch::{DispatchConfig, RetryRules};
 use msgx_core::inbox::Inbox;
@@ -419,11 +420,44 @@ pub async fn apply_cutover(
     clock: &dyn Clock,
     watch_window: std::time::Duration,
 ) -> anyhow::Result<Option<SeedOutcome>> {
+    apply_cutover_approved(
+        store,
+        inbox,
+        mode,
+        &Approval::default(),
+        clock,
+        watch_window,
+    )
+    .await
+}
+
+/// [`apply_cutover`] with who approved it and, if required, the approved plan
+/// (`pipeline.cutover_expect`, `cutover_by`, `cutover_ticket`): refused with one line when the
+/// inbox cannot honour the mode or no longer holds the approved stock.
+pub async fn apply_cutover_approved(
+    store: &Store,
+    inbox: &Inbox,
+    mode: Option<CutoverMode>,
+    approval: &Approval,
+    clock: &dyn Clock,
+    watch_window: std::time::Duration,
+) -> anyhow::Result<Option<SeedOutcome>> {
     let Some(mode) = mode else {
         return Ok(None);
     };
-    let outcome = msgx_core::cutover::seed::seed(store, inbox, mode, clock, watch_window).await?;
+    let outcome =
+        msgx_core::cutover::seed::seed(store, inbox, mode, approval, clock, watch_window).await?;
     Ok(Some(outcome))
+}
+
+/// `pipeline.cutover_expect`, `cutover_by` and `cutover_ticket` (validated).
+pub fn cutover_approval(settings: &Settings) -> anyhow::Result<Approval> {
+    let p = &settings.pipeline;
+    Ok(Approval {
+        expect: settings.cutover_expect()?,
+        by: p.cutover_by.clone(),
+        ticket: p.cutover_ticket.clone(),
+    })
 }
 
 /// Installs the Prometheus recorder with our histogram buckets.
@@ -459,10 +493,11 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     };
     let clock: SharedClock = Arc::new(SystemClock);
     let cutover = settings.cutover()?;
-    apply_cutover(
+    apply_cutover_approved(
         &store,
         &inbox,
         cutover,
+        &cutover_approval(&settings)?,
         clock.as_ref(),
         settings.late.watch_window,
     )

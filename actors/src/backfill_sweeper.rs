@@ -68,7 +68,11 @@ impl BackfillSweeper {
 
     fn after_sweep(&mut self, result: &Result<SweepReport, StoreError>, ctx: &mut Context<Self>) {
         let delay = match result {
-            Ok(r) if sweep_again_now(r.selected, self.cfg.batch, r.transient()) => Duration::ZERO,
+            Ok(r)
+                if sweep_again_now(r.selected, self.cfg.batch, r.transient() + r.locked.len()) =>
+            {
+                Duration::ZERO
+            }
             Ok(_) => self.period,
             Err(e) => {
                 tracing::error!(error = %e, "backfill sweep failed on the store; retrying at the next period");

@@ -384,5 +384,10 @@ pub async fn cutover(settings: &Settings, cmd: &CutoverCommand) -> anyhow::Resul
     let CutoverCommand::Plan(args) = cmd;
     let ops = ops(settings).await?;
     let plan = ops.cutover_plan(args.mode).await?;
-    print_report(&plan, args.json, |r| r.render())
+    print_report(&plan, args.json, |r| r.render())?;
+    // The service would refuse this mode at start: so does the plan (exit status 1).
+    match &plan.inbox_refused {
+        Some(why) => anyhow::bail!("{why}"),
+        None => Ok(()),
+    }
 }

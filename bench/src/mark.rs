@@ -606,6 +606,7 @@ async fn sweep_timed(ctx: &Ctx<'_>, s: &mut Stages) -> anyhow::Result<bool> {
             &ctx.cfg.mark_value,
             now,
             ctx.cfg.budget,
+            ctx.cfg.avoid,
         )
         .await?;
     tx.held(&checked.to_mark).await?;

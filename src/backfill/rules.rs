@@ -69,6 +69,26 @@ pub fn after_failure(
     AfterFailure::RetryAt(at)
 }
 
+/// When a row another inbox session held is tried again: after as long as it has been held
+/// so far (`now − since`), within `retry_initial..=retry_max`. Never an attempt of its own: a
+/// row the DB owner holds for hours is tried (and logged) ever more rarely, at most once per
+/// `retry_max`, and is never abandoned for it.
+pub fn after_lock(
+    since: DateTime<Utc>,
+    now: DateTime<Utc>,
+    rules: &BackfillRules,
+) -> DateTime<Utc> {
+    let held = (now - since).to_std().unwrap_or(Duration::ZERO);
+    let wait = held.clamp(
+        rules.retry_initial,
+        rules.retry_max.max(rules.retry_initial),
+    );
+    chrono::Duration::from_std(wait)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .map_or_else(far_future, |t| t.min(far_future()))
+}
+
 /// Which missing inbox row this is (the `kind` label of the abandon alert).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MissingKind {
@@ -195,6 +215,18 @@ mod tests {
             AfterFailure::RetryAt(far_future()),
             "no overflow"
         );
+    }
+
+    #[test]
+    fn backfill_a_held_row_waits_as_long_as_it_was_held_within_the_retry_bounds() {
+        let r = rules(3);
+        let secs = |held: i64| {
+            (after_lock(t0() - chrono::Duration::seconds(held), t0(), &r) - t0()).num_seconds()
+        };
+        assert_eq!(secs(0), 30, "first time: retry_initial");
+        assert_eq!(secs(-5), 30, "a clock step back never shortens it");
+        assert_eq!(secs(100), 100);
+        assert_eq!(secs(7200), 900, "capped at retry_max");
     }
 
     #[test]

@@ -6,14 +6,16 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::rules::{
-    after_failure, classify, overdue_before, AfterFailure, BackfillRules, Checked, MissingKind,
+    after_failure, after_lock, classify, overdue_before, AfterFailure, BackfillRules, Checked,
+    MissingKind,
 };
 use crate::clock::Clock;
 use crate::inbox::mark::MarkSql;
+use crate::inbox::mark_lock::LockAvoidance;
 use crate::inbox::names::InboxNames;
 use crate::inbox::{Inbox, InboxError};
 use crate::settings::BackfillSettings;
-use crate::store::backfill::{AbandonReason, BackfillRow, SweepTx, SweepWrite};
+use crate::store::backfill::{AbandonReason, BackfillRow, LockedRows, SweepTx, SweepWrite};
 use crate::store::{Store, StoreError};
 use crate::telemetry;
 use crate::telemetry::ids::IdSummary;
@@ -45,6 +47,12 @@ pub struct SweepConfig {
     /// Wall time the inbox part of one sweep (existence check, marks) may take while the
     /// sweep holds its PostgreSQL row locks (`backfill.mark_budget`).
     pub budget: Duration,
+    /// How the marks keep off rows another inbox session holds (`backfill.skip_locked`,
+    /// `backfill.lock_wait`).
+    pub avoid: LockAvoidance,
+    /// A row held by another session longer than this is reported at ERROR with an alert
+    /// (`backfill.locked_alert_after`).
+    pub locked_alert_after: Duration,
 }
 
 impl SweepConfig {
@@ -62,6 +70,11 @@ impl SweepConfig {
             marks: MarkSql::new(names),
             isolation_budget: ISOLATION_BUDGET,
             budget: settings.mark_budget,
+            avoid: LockAvoidance {
+                skip_locked: settings.skip_locked,
+                lock_wait: settings.lock_wait,
+            },
+            locked_alert_after: settings.locked_alert_after,
         }
     }
 }
@@ -87,6 +100,12 @@ pub struct SweepReport {
     pub abandoned: Vec<i64>,
     /// Rows left untouched for the next sweep: the budget ran out before they were marked.
     pub deferred: Vec<i64>,
+    /// Rows another inbox session (the DB owner) held: not written, NOT charged an attempt,
+    /// tried again later (the row and its next try).
+    pub locked: Vec<(i64, DateTime<Utc>)>,
+    /// Rows held by another session in this sweep or an earlier one that are still unmarked
+    /// (after this sweep), and since when the oldest of them has been held.
+    pub locked_now: LockedRows,
     /// The last transient error seen.
     pub transient_error: Option<String>,
     /// UPDATE statements spent isolating failing rows.
@@ -155,6 +174,8 @@ pub async fn sweep_once(
         backed_off: Vec::new(),
         abandoned: Vec::new(),
         deferred: Vec::new(),
+        locked: Vec::new(),
+        locked_now: LockedRows::default(),
         transient_error: None,
         isolation_statements: 0,
         took: Duration::ZERO,
@@ -171,14 +192,18 @@ pub async fn sweep_once(
             report: &mut report,
             write: &mut write,
             failed: Vec::new(),
+            held: Vec::new(),
+            skipping: cfg.avoid.skip_locked && inbox.skip_locked_supported().await,
         };
         pass.run().await?;
         let failed = std::mem::take(&mut pass.failed);
+        let held = std::mem::take(&mut pass.held);
         record_failures(cfg, &rows, failed, now, &mut report, &mut write);
+        record_locked(cfg, &rows, held, now, &mut report, &mut write);
     }
-    sweep.finish(&write, now).await?;
+    report.locked_now = sweep.finish(&write, now).await?;
     report.took = started.elapsed();
-    announce(cfg, &report, &write);
+    announce(cfg, &report, &write, now);
     Ok(report)
 }
 
@@ -215,8 +240,34 @@ fn record_failures(
     }
 }
 
+/// Rows another session held: retried after a delay that grows with how long the row has been
+/// held (`after_lock`), never charged an attempt.
+fn record_locked(
+    cfg: &SweepConfig,
+    rows: &[BackfillRow],
+    held: Vec<i64>,
+    now: DateTime<Utc>,
+    report: &mut SweepReport,
+    write: &mut SweepWrite,
+) {
+    let since: HashMap<i64, Option<DateTime<Utc>>> =
+        rows.iter().map(|r| (r.msg_id, r.locked_since)).collect();
+    for msg_id in held {
+        let Some(&since) = since.get(&msg_id) else {
+            continue;
+        };
+        let at = after_lock(since.unwrap_or(now), now, &cfg.rules);
+        report.locked.push((msg_id, at));
+        write.locked.push((msg_id, at, LOCKED_ERROR.to_string()));
+    }
+}
+
+/// `BACKFILL_ERROR` of a row another session held.
+pub const LOCKED_ERROR: &str =
+    "locked: another inbox session (the DB owner) holds the row; not charged, retried later";
+
 /// Committed: now tell the world.
-fn announce(cfg: &SweepConfig, report: &SweepReport, write: &SweepWrite) {
+fn announce(cfg: &SweepConfig, report: &SweepReport, write: &SweepWrite, now: DateTime<Utc>) {
     for (msg_id, kind) in &report.missing {
         telemetry::backfill_abandoned(
             *msg_id,
@@ -256,6 +307,12 @@ fn announce(cfg: &SweepConfig, report: &SweepReport, write: &SweepWrite) {
              the rows left are taken by the next sweep"
         );
     }
+    telemetry::backfill_locked(
+        &report.locked,
+        report.locked_now.rows,
+        report.locked_now.oldest_age(now),
+        cfg.locked_alert_after,
+    );
     telemetry::backfill_swept(
         report.marked,
         report.already_marked,
@@ -276,12 +333,17 @@ struct Pass<'a> {
     report: &'a mut SweepReport,
     write: &'a mut SweepWrite,
     failed: Vec<(i64, String)>,
+    /// Rows another inbox session held (not written, not charged).
+    held: Vec<i64>,
+    /// The marks skip held rows (`SKIP LOCKED`); else they wait at most `lock_wait`.
+    skipping: bool,
 }
 
 /// How one group's mark ended.
 enum Marked {
-    /// Committed: this many rows written.
-    Written(u64),
+    /// Committed: this many rows written, of the group less the rows another session held
+    /// (skipped, listed here).
+    Written(u64, Vec<i64>),
     /// Failed before or at the commit (nothing written, or not known): the error.
     Failed(InboxError),
     /// Not written because the rows are no longer the sweep's (a bug guard): nothing written.
@@ -292,6 +354,14 @@ impl Pass<'_> {
     /// What is left of the budget.
     fn remaining(&self) -> Duration {
         self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// No budget left for another mark: spent, or (without `SKIP LOCKED`) less than one lock
+    /// wait — a mark started now could outlast the budget on a held row, and that timeout
+    /// would look like a broken connection.
+    fn out_of_budget(&self) -> bool {
+        let rest = self.remaining();
+        rest.is_zero() || (!self.skipping && rest <= self.cfg.avoid.lock_wait)
     }
 
     /// Which of `ids` exist and how they are marked, within what is left of the budget. When
@@ -338,6 +408,28 @@ impl Pass<'_> {
         Ok(())
     }
 
+    /// A committed group: `n` rows written of the group less the `skipped` (held) ones. The
+    /// rows tried come back when the UPDATE wrote fewer of them than asked.
+    fn written(&mut self, group: Vec<i64>, n: u64, skipped: Vec<i64>) -> Option<Vec<i64>> {
+        let tried: Vec<i64> = group
+            .into_iter()
+            .filter(|id| !skipped.contains(id))
+            .collect();
+        self.held.extend(skipped);
+        self.report.marked += n;
+        if n as usize != tried.len() {
+            return Some(tried);
+        }
+        if !tried.is_empty() {
+            // Seed §4 "marking mid-way": the inbox has the marks, PostgreSQL not yet.
+            crate::failpoint::hit("backfill_after_inbox_mark");
+        }
+        for id in tried {
+            self.confirmed(id);
+        }
+        None
+    }
+
     fn confirmed(&mut self, id: i64) {
         self.report.confirmed.push(id);
         self.write.confirmed.push(id);
@@ -354,7 +446,7 @@ impl Pass<'_> {
             if group.is_empty() {
                 continue;
             }
-            if self.remaining().is_zero() {
+            if self.out_of_budget() {
                 self.report.deferred.extend(group);
                 continue;
             }
@@ -364,17 +456,10 @@ impl Pass<'_> {
                 continue;
             }
             match self.mark_group(&group).await? {
-                Marked::Written(n) if n as usize == group.len() => {
-                    // Seed §4 "marking mid-way": the inbox has the marks, PostgreSQL not yet.
-                    crate::failpoint::hit("backfill_after_inbox_mark");
-                    self.report.marked += n;
-                    for id in group {
-                        self.confirmed(id);
+                Marked::Written(n, skipped) => {
+                    if let Some(tried) = self.written(group, n, skipped) {
+                        short.push((tried, n));
                     }
-                }
-                Marked::Written(n) => {
-                    self.report.marked += n;
-                    short.push((group, n));
                 }
                 Marked::NotHeld => self.report.deferred.extend(group),
                 Marked::Failed(e) if !e.is_connection_level() && group.len() > 1 && budget >= 2 => {
@@ -384,6 +469,9 @@ impl Pass<'_> {
                     groups.push(b.to_vec());
                     groups.push(a.to_vec());
                 }
+                // A lock wait that ended in the server's lock wait timeout: the group (one row,
+                // or the rest of the isolation budget) is held by another session, not failing.
+                Marked::Failed(e) if e.is_lock_conflict() => self.held.extend(group),
                 Marked::Failed(e) => {
                     let error = format!("mark: {e}");
                     if e.is_connection_level() {
@@ -409,6 +497,7 @@ impl Pass<'_> {
                 &self.cfg.mark_value,
                 self.now,
                 self.remaining(),
+                self.cfg.avoid,
             )
             .await
         {
@@ -435,8 +524,9 @@ impl Pass<'_> {
             staged.rollback().await;
             return Ok(Marked::NotHeld);
         }
+        let skipped = staged.skipped().to_vec();
         Ok(match staged.commit(MARK_COMMIT_LIMIT).await {
-            Ok(n) => Marked::Written(n),
+            Ok(n) => Marked::Written(n, skipped),
             Err(e) => Marked::Failed(e),
         })
     }

@@ -9,6 +9,7 @@
 //! ([`seed::seed`]); `Ops::cutover_plan` shows what a mode would do before anyone commits to
 //! it.
 
+pub mod expect;
 pub mod seed;
 
 use std::fmt;
@@ -114,15 +115,18 @@ impl CutoverStock {
 
 /// Builds a [`StockSpan`] from the stock ids read in ascending pages. Every id from the first
 /// row to W without a row is a gap: between rows, and after the last one (`<id>` beyond the
-/// inbox head). Ids below the first row are not (the same rule as `min`, seed §5.1: a purged
-/// prefix is no hole); a row that appears there later is id reuse, which the compensation
-/// scan reports and enqueues.
+/// inbox head). Ids below the first row are not gaps of the span (not counted as stock
+/// gaps), but the seeding watches them as one released hole all the same
+/// ([`crate::store::Store::seed_cutover`]): a row in flight there at the cutover is processed
+/// as LATE.
 #[derive(Debug, Clone, Default)]
 pub struct StockScan {
     first: Option<i64>,
     prev: i64,
     rows: i64,
     gaps: Vec<(i64, i64)>,
+    /// Sum of the ids (wrapping): with `rows` and the last id, the [`expect::StockToken`].
+    sum: u64,
 }
 
 impl StockScan {
@@ -135,6 +139,12 @@ impl StockScan {
         }
         self.prev = id;
         self.rows += 1;
+        self.sum = self.sum.wrapping_add(id as u64);
+    }
+
+    /// The token of the stock seen so far at or below `w` (see [`expect::StockToken`]).
+    pub fn token(&self, w: i64) -> expect::StockToken {
+        expect::StockToken::of(w, self.rows, self.first.map(|_| self.prev), self.sum)
     }
 
     /// The span `first..=w` for a seeded `w` (every id pushed must be `<= w`); None when no

@@ -24,6 +24,7 @@ use sqlx::mysql::MySqlConnection;
 use sqlx::pool::PoolConnection;
 use sqlx::{Executor as _, MySql, Row};
 
+use super::mark_lock::LockAvoidance;
 use super::names::InboxNames;
 use super::time::utc_to_local;
 use super::{Inbox, InboxError};
@@ -35,6 +36,8 @@ pub struct MarkSql {
     check_prefix: String,
     /// `UPDATE t SET status = ?, processed = COALESCE(processed, ?) WHERE <empty> AND id IN `.
     write_prefix: String,
+    /// `SELECT id FROM t WHERE id IN ` — then the list and ` FOR UPDATE SKIP LOCKED`.
+    lock_prefix: String,
 }
 
 impl MarkSql {
@@ -46,6 +49,7 @@ impl MarkSql {
                 "UPDATE {table} SET {status} = ?, {processed} = COALESCE({processed}, ?) \
                  WHERE ({status} IS NULL OR TRIM({status}) = '') AND {id} IN ",
             ),
+            lock_prefix: n.sql("SELECT {id} FROM {table} WHERE {id} IN "),
         }
     }
 }
@@ -128,6 +132,11 @@ impl Inbox {
     /// own, NOT committed: see [`StagedMarks`]. Bounded by `limit` as well as by
     /// `inbox.query_timeout`; on a timeout or an error nothing is written (the transaction is
     /// rolled back, or its connection closed, which rolls it back on the server).
+    ///
+    /// Rows another session holds are never waited for long ([`super::mark_lock`]): with
+    /// `SKIP LOCKED` they are left out and listed in [`StagedMarks::skipped`]; otherwise the
+    /// session's lock wait is `avoid.lock_wait` and a lock conflict fails the statement
+    /// ([`InboxError::is_lock_conflict`]).
     pub async fn stage_marks(
         &self,
         sql: &MarkSql,
@@ -135,27 +144,36 @@ impl Inbox {
         value: &str,
         at: DateTime<Utc>,
         limit: Duration,
+        avoid: LockAvoidance,
     ) -> Result<StagedMarks, InboxError> {
         let limit = limit.min(self.query_timeout);
         let started = Instant::now();
+        let skip = avoid.skip_locked && self.skip_locked_supported().await;
         let conn = match tokio::time::timeout(limit, self.pool.acquire()).await {
             Ok(conn) => conn?,
             Err(_) => return Err(InboxError::Timeout(limit)),
         };
-        let mut conn = MarkConn(Some(conn));
-        let stmt = format!("{}({})", sql.write_prefix, placeholders(ids.len()));
-        let mut query = sqlx::query(&stmt)
-            .bind(value)
-            .bind(utc_to_local(at, self.tz));
-        for id in ids {
-            query = query.bind(id);
-        }
+        // Without SKIP LOCKED the session's lock wait is lowered for the mark; that session is
+        // closed afterwards, never pooled with it (the outbound INSERTs share the pool).
+        let mut conn = MarkConn {
+            conn: Some(conn),
+            poolable: skip,
+        };
+        let write = Write {
+            sql,
+            ids,
+            value,
+            at: utc_to_local(at, self.tz),
+            skip,
+            session: (!skip).then(|| avoid.session_statement()),
+        };
         let rest = limit.saturating_sub(started.elapsed());
-        let done = tokio::time::timeout(rest, begin_and_run(conn.get(), query)).await;
+        let done = tokio::time::timeout(rest, write.run(conn.get())).await;
         match done {
-            Ok(Ok(done)) => Ok(StagedMarks {
+            Ok(Ok((written, skipped))) => Ok(StagedMarks {
                 conn,
-                written: done.rows_affected(),
+                written,
+                skipped,
                 limit: self.query_timeout,
             }),
             Ok(Err(e)) => {
@@ -168,6 +186,61 @@ impl Inbox {
     }
 }
 
+/// The statements of one staged mark.
+struct Write<'a> {
+    sql: &'a MarkSql,
+    ids: &'a [i64],
+    value: &'a str,
+    at: chrono::NaiveDateTime,
+    skip: bool,
+    /// `SET SESSION innodb_lock_wait_timeout = …` (without `skip`).
+    session: Option<String>,
+}
+
+impl Write<'_> {
+    /// The lock wait bound, BEGIN, (with `skip`) the rows we can lock now, then the UPDATE of
+    /// those in that transaction: `(rows written, ids skipped because another session holds
+    /// them)`.
+    async fn run(self, conn: &mut MySqlConnection) -> Result<(u64, Vec<i64>), sqlx::Error> {
+        if let Some(session) = &self.session {
+            conn.execute(session.as_str()).await?;
+        }
+        // READ COMMITTED for this transaction only: the UPDATE may scan the table instead of
+        // the id list (a small inbox), and under REPEATABLE READ it would wait on every row it
+        // reads; here InnoDB's semi-consistent read passes a row another session holds when its
+        // committed version is not one of ours, and no gap is locked.
+        conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .await?;
+        conn.execute("BEGIN").await?;
+        let (targets, skipped) = if self.skip {
+            let stmt = format!(
+                "{}({}) FOR UPDATE SKIP LOCKED",
+                self.sql.lock_prefix,
+                placeholders(self.ids.len())
+            );
+            let mut query = sqlx::query_scalar::<_, i64>(&stmt);
+            for id in self.ids {
+                query = query.bind(id);
+            }
+            let got: std::collections::HashSet<i64> =
+                query.fetch_all(&mut *conn).await?.into_iter().collect();
+            self.ids.iter().copied().partition(|id| got.contains(id))
+        } else {
+            (self.ids.to_vec(), Vec::new())
+        };
+        if targets.is_empty() {
+            return Ok((0, skipped));
+        }
+        let stmt = format!("{}({})", self.sql.write_prefix, placeholders(targets.len()));
+        let mut query = sqlx::query(&stmt).bind(self.value).bind(self.at);
+        for id in &targets {
+            query = query.bind(id);
+        }
+        let done = conn.execute(query).await?;
+        Ok((done.rows_affected(), skipped))
+    }
+}
+
 /// A mark UPDATE run in its own inbox transaction and not committed yet. The sweeper commits
 /// it only after PostgreSQL confirmed that the rows are still locked by the sweep (G5), so a
 /// mark is never written after the lock that guards it was lost. Dropped without
@@ -177,6 +250,7 @@ impl Inbox {
 pub struct StagedMarks {
     conn: MarkConn,
     written: u64,
+    skipped: Vec<i64>,
     /// `inbox.query_timeout`, for the ROLLBACK.
     limit: Duration,
 }
@@ -186,6 +260,12 @@ impl StagedMarks {
     /// counted).
     pub fn written(&self) -> u64 {
         self.written
+    }
+
+    /// Ids left out because another session holds their row (`SKIP LOCKED`): not written,
+    /// not failed — their turn comes in a later sweep.
+    pub fn skipped(&self) -> &[i64] {
+        &self.skipped
     }
 
     /// COMMIT within `limit`; returns the rows written. An error leaves the outcome unknown
@@ -212,15 +292,6 @@ impl StagedMarks {
     }
 }
 
-/// BEGIN, then `query` in that transaction.
-async fn begin_and_run(
-    conn: &mut MySqlConnection,
-    query: sqlx::query::Query<'_, MySql, sqlx::mysql::MySqlArguments>,
-) -> Result<sqlx::mysql::MySqlQueryResult, sqlx::Error> {
-    conn.execute("BEGIN").await?;
-    conn.execute(query).await
-}
-
 /// ROLLBACK; the connection goes back to the pool only if that worked (else it is closed,
 /// which rolls back on the server).
 async fn roll_back(mut conn: MarkConn, limit: Duration) {
@@ -232,17 +303,23 @@ async fn roll_back(mut conn: MarkConn, limit: Duration) {
 
 /// The connection of a staged mark: closed on drop, pooled only by [`MarkConn::release`].
 #[derive(Debug)]
-struct MarkConn(Option<PoolConnection<MySql>>);
+struct MarkConn {
+    conn: Option<PoolConnection<MySql>>,
+    /// False when the session's lock wait was changed: closed even after a clean end.
+    poolable: bool,
+}
 
 impl MarkConn {
     fn get(&mut self) -> &mut MySqlConnection {
         // Some until release() or drop, both of which consume the value.
-        self.0.as_deref_mut().expect("mark connection held")
+        self.conn.as_deref_mut().expect("mark connection held")
     }
 
-    /// Back to the pool: its transaction is over.
+    /// Its transaction is over: back to the pool (unless its session settings differ).
     fn release(mut self) {
-        drop(self.0.take());
+        if self.poolable {
+            drop(self.conn.take());
+        }
     }
 }
 
@@ -251,7 +328,7 @@ impl Drop for MarkConn {
         // Detached and dropped: the socket closes and the server rolls back whatever the
         // transaction holds. Never pooled with an open transaction, which the next BEGIN on
         // that connection would commit implicitly.
-        if let Some(conn) = self.0.take() {
+        if let Some(conn) = self.conn.take() {
             drop(conn.detach());
         }
     }

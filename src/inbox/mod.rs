@@ -4,6 +4,7 @@
 mod auto_increment;
 pub mod evidence;
 pub mod mark;
+pub mod mark_lock;
 mod meta;
 pub mod names;
 mod presence;
@@ -62,6 +63,8 @@ pub struct Inbox {
     sql: InboxSql,
     /// The names, for the operator look-ups built per call ([`Inbox::row_meta`]).
     names: InboxNames,
+    /// Whether the server takes `FOR UPDATE SKIP LOCKED` (probed once: [`mark_lock`]).
+    skip_locked: std::sync::Arc<std::sync::OnceLock<bool>>,
 }
 
 /// The raw text of one inbox row, as the processor reads it (outside any PG transaction).
@@ -142,6 +145,7 @@ impl Inbox {
             query_timeout: settings.query_timeout,
             sql: InboxSql::new(names),
             names: names.clone(),
+            skip_locked: Default::default(),
         })
     }
 

@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use super::survey::TypeMix;
 use super::{Ops, OpsError, TypeCount};
-use crate::cutover::{seed::watermark_of, CutoverMode, StockScan};
+use crate::cutover::seed::{check_head, watermark_of, SeedError};
+use crate::cutover::{CutoverMode, StockScan};
 use crate::telemetry::ids;
 
 /// Inbox rows per page.
@@ -42,6 +43,15 @@ pub struct CutoverPlan {
     pub mode: String,
     /// The W it would seed.
     pub w: i64,
+    /// The stock token: a hash of the rows at or below W as seen now (count, highest id, id
+    /// sum) — see `cutover::expect`.
+    pub token: String,
+    /// `"<W>:<token>"`: the value of `pipeline.cutover_expect` that makes the seeding require
+    /// exactly this stock.
+    pub expect: String,
+    /// None: the inbox can honour the mode; otherwise why not (an `<id>` above the inbox's
+    /// head): the service would refuse it too.
+    pub inbox_refused: Option<String>,
     /// None: this store would accept the seeding; otherwise why it would be refused or ignored.
     pub refused: Option<String>,
     /// The inbox's stock at or below W: skipped by `max` / `<id>` (never processed by us), and
@@ -95,11 +105,19 @@ impl PartTally {
 impl Ops {
     /// Plans `mode` against the inbox and the store as they are now. Changes nothing.
     pub async fn cutover_plan(&self, mode: CutoverMode) -> Result<CutoverPlan, OpsError> {
+        let inbox_refused = match check_head(&self.inbox, mode).await {
+            Ok(()) => None,
+            Err(SeedError::Refused(why)) => Some(why),
+            Err(SeedError::Inbox(e)) => return Err(e.into()),
+            Err(SeedError::Store(e)) => return Err(e.into()),
+        };
         let w = watermark_of(&self.inbox, mode).await?;
         let skips = matches!(mode, CutoverMode::Max | CutoverMode::Id(_));
         let top = self.inbox.max_id().await?.unwrap_or(0);
         let (mut skipped, mut read) = (PartTally::default(), PartTally::default());
         let mut scan = StockScan::default();
+        // Every row at or below W, whatever the mode: the token the seeding recomputes.
+        let mut below = StockScan::default();
         let mut types = TypeMix::default();
         let mut after = 0i64;
         loop {
@@ -108,6 +126,9 @@ impl Ops {
             after = last.id;
             let mut unmarked_skipped = Vec::new();
             for r in &rows {
+                if r.id <= w {
+                    below.push(r.id);
+                }
                 if skips && r.id <= w {
                     scan.push(r.id);
                     skipped.add(r.id, r.marked);
@@ -131,9 +152,13 @@ impl Ops {
             Vec::new()
         };
         let read = read.finish();
+        let token = below.token(w).to_string();
         Ok(CutoverPlan {
             mode: mode.to_string(),
             w,
+            expect: format!("{w}:{token}"),
+            token,
+            inbox_refused,
             refused: self.seeding_refused().await?,
             skipped: skipped.finish(),
             gap_ids: gaps.iter().map(|(a, b)| b - a + 1).sum(),
@@ -181,6 +206,15 @@ impl CutoverPlan {
             "cutover plan: mode {} would seed W = {}\n",
             self.mode, self.w
         );
+        if let Some(why) = &self.inbox_refused {
+            out.push_str(&format!("  REFUSED: {why}\n"));
+            return out;
+        }
+        out.push_str(&format!(
+            "  stock token {} — to require exactly this stock at the seeding, set \
+             pipeline.cutover_expect = \"{}\" (MSGX_PIPELINE__CUTOVER_EXPECT)\n",
+            self.token, self.expect
+        ));
         match &self.refused {
             Some(why) => out.push_str(&format!("  NOT APPLICABLE: {why}\n")),
             None => out.push_str("  this store is fresh: the seeding would be applied\n"),

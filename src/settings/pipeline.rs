@@ -31,6 +31,13 @@ pub struct PipelineSettings {
     /// Explicit one-time cutover seeding: `min`, `zero`, `max` or an id; empty = none.
     /// Checked by [`Settings::cutover`](super::Settings::cutover).
     pub cutover_watermark: String,
+    /// The approved plan the seeding must find: `"<W>:<token>"` as `cutover plan` prints it;
+    /// empty = no check. Checked by [`Settings::cutover_expect`](super::Settings::cutover_expect).
+    pub cutover_expect: String,
+    /// Who approved the cutover, and the change ticket: written to the seeding's audit record.
+    pub cutover_by: String,
+    /// See `cutover_by`.
+    pub cutover_ticket: String,
     /// Let the enqueue transaction commit without waiting for the WAL flush: a lost enqueue
     /// (and its W) is simply re-read, so it is safe; processing never does this.
     pub async_enqueue_commit: bool,
@@ -181,6 +188,18 @@ pub struct BackfillSettings {
     /// `store.idle_in_transaction_timeout`.
     #[serde(with = "duration")]
     pub mark_budget: Duration,
+    /// Mark with `FOR UPDATE SKIP LOCKED` where the server supports it (probed once), so a row
+    /// another session holds is skipped, not waited for; off, or on a server without it,
+    /// marks wait at most `lock_wait` per row lock and isolate the held rows by splitting.
+    pub skip_locked: bool,
+    /// The mark session's `innodb_lock_wait_timeout`: whole seconds, at least 1 s, at most a
+    /// quarter of `mark_budget` (a held row costs one row, not the sweep's budget).
+    #[serde(with = "duration")]
+    pub lock_wait: Duration,
+    /// A row held by another session longer than this is logged at ERROR with `alert = true`
+    /// at each try (it is never abandoned for it).
+    #[serde(with = "duration")]
+    pub locked_alert_after: Duration,
 }
 
 impl BackfillSettings {
@@ -198,6 +217,8 @@ impl BackfillSettings {
         )?;
         check_nonzero(self.overdue_after, "backfill.overdue_after")?;
         check_nonzero(self.mark_budget, "backfill.mark_budget")?;
+        self.check_lock_wait()?;
+        check_nonzero(self.locked_alert_after, "backfill.locked_alert_after")?;
         if self.batch == 0 || self.batch > 10_000 {
             return Err(invalid("backfill.batch", "outside 1..=10000"));
         }
@@ -206,6 +227,37 @@ impl BackfillSettings {
             return Err(invalid(
                 "backfill.mark_value",
                 "must be 1..=32 characters (the DB owner's value)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl BackfillSettings {
+    /// `lock_wait`: whole seconds (the server's unit), ≥ 1 s (MySQL's minimum) and at most a
+    /// quarter of `mark_budget`, so isolating one held row by halving still leaves budget for
+    /// the rest of the batch.
+    fn check_lock_wait(&self) -> Result<(), SettingsError> {
+        let wait = self.lock_wait;
+        if wait < Duration::from_secs(1) || wait.subsec_nanos() != 0 {
+            return Err(invalid(
+                "backfill.lock_wait",
+                format!(
+                    "{} is not a whole number of seconds ≥ 1s (innodb_lock_wait_timeout)",
+                    humantime::format_duration(wait)
+                ),
+            ));
+        }
+        if wait.saturating_mul(4) > self.mark_budget {
+            return Err(invalid(
+                "backfill.lock_wait",
+                format!(
+                    "{} is more than a quarter of backfill.mark_budget = {}: a row the DB owner \
+                     holds would spend the sweep's budget; lower backfill.lock_wait or raise \
+                     backfill.mark_budget",
+                    humantime::format_duration(wait),
+                    humantime::format_duration(self.mark_budget)
+                ),
             ));
         }
         Ok(())

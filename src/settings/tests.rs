@@ -237,3 +237,55 @@ fn the_effective_toml_loads_back_to_the_same_settings() {
     let direct = load(&env).expect("load");
     assert_eq!(format!("{back:?}"), format!("{direct:?}"));
 }
+
+#[test]
+fn a_marks_lock_wait_is_whole_seconds_far_below_the_budget() {
+    let s = load(&[]).expect("defaults");
+    assert!(s.backfill.skip_locked);
+    assert_eq!(s.backfill.lock_wait, Duration::from_secs(1));
+    assert!(s.backfill.lock_wait * 4 <= s.backfill.mark_budget);
+    for (wait, why) in [
+        ("500ms", "whole number"),
+        ("1500ms", "whole number"),
+        ("2s", "quarter"),
+    ] {
+        let e = err_of(&[("MSGX_BACKFILL__LOCK_WAIT", wait)]);
+        assert!(
+            e.contains("`backfill.lock_wait`") && e.contains(why),
+            "{wait}: {e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+    load(&[
+        ("MSGX_BACKFILL__LOCK_WAIT", "2s"),
+        ("MSGX_BACKFILL__MARK_BUDGET", "8s"),
+    ])
+    .expect("2s is a quarter of 8s");
+}
+
+#[test]
+fn a_cutover_expectation_needs_its_mode_and_w() {
+    let ok = "10:0123456789ab";
+    let s = load(&[
+        ("MSGX_PIPELINE__CUTOVER_WATERMARK", "max"),
+        ("MSGX_PIPELINE__CUTOVER_EXPECT", ok),
+    ])
+    .expect("max with an approved plan");
+    assert_eq!(s.cutover_expect().expect("valid").map(|e| e.w), Some(10));
+    for (mode, expect, why) in [
+        ("", ok, "pipeline.cutover_watermark is not"),
+        ("11", ok, "expects W = 10"),
+        ("max", "10", "is not `<W>:<token>`"),
+        ("max", "10:xyz", "is not `<W>:<token>`"),
+    ] {
+        let e = err_of(&[
+            ("MSGX_PIPELINE__CUTOVER_WATERMARK", mode),
+            ("MSGX_PIPELINE__CUTOVER_EXPECT", expect),
+        ]);
+        assert!(
+            e.contains("`pipeline.cutover_expect`") && e.contains(why),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+}

@@ -53,6 +53,9 @@ pub struct BackfillRow {
     pub source: String,
     /// Transient failures so far.
     pub backfill_attempts: i32,
+    /// Since when another inbox session has held the row (`backfill_lock`), if it did at the
+    /// last try.
+    pub locked_since: Option<DateTime<Utc>>,
 }
 
 /// What a sweep writes back, all in its one transaction.
@@ -64,12 +67,26 @@ pub struct SweepWrite {
     pub backed_off: Vec<(i64, DateTime<Utc>, String)>,
     /// Given up: reason, error text. `MAX_ATTEMPTS` counts the final failure too.
     pub abandoned: Vec<(i64, AbandonReason, String)>,
+    /// Held by another inbox session: next try at, error text; attempts NOT counted.
+    pub locked: Vec<(i64, DateTime<Utc>, String)>,
 }
 
 impl SweepWrite {
     /// Rows this write touches.
     pub fn len(&self) -> usize {
-        self.confirmed.len() + self.backed_off.len() + self.abandoned.len()
+        self.confirmed.len() + self.backed_off.len() + self.abandoned.len() + self.locked.len()
+    }
+
+    /// Rows with an outcome other than "held": their `backfill_lock` entry, if any, ends.
+    fn settled(&self) -> Vec<i64> {
+        let rest = self.backed_off.iter().map(|r| r.0);
+        let gone = self.abandoned.iter().map(|r| r.0);
+        self.confirmed
+            .iter()
+            .copied()
+            .chain(rest)
+            .chain(gone)
+            .collect()
     }
 
     /// Nothing to write.
@@ -83,6 +100,24 @@ impl SweepWrite {
 pub struct SweepTx {
     tx: Transaction<'static, Postgres>,
     rows: Vec<BackfillRow>,
+}
+
+/// Rows another inbox session held at their last try and still unmarked (`backfill_lock`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LockedRows {
+    /// How many.
+    pub rows: i64,
+    /// Since when the longest-held of them has been held.
+    pub oldest_since: Option<DateTime<Utc>>,
+}
+
+impl LockedRows {
+    /// How long the longest-held row has been held at `now` (zero when none).
+    pub fn oldest_age(&self, now: DateTime<Utc>) -> std::time::Duration {
+        self.oldest_since
+            .and_then(|t| (now - t).to_std().ok())
+            .unwrap_or_default()
+    }
 }
 
 /// Backfill backlog facts for metrics.
@@ -108,7 +143,9 @@ impl Store {
     ) -> Result<SweepTx, StoreError> {
         let mut tx = self.pool().begin().await?;
         let rows: Vec<BackfillRow> = sqlx::query_as(&format!(
-            "SELECT msg_id, state, source, backfill_attempts FROM proc_state \
+            "SELECT msg_id, state, source, backfill_attempts, \
+                    (SELECT l.since FROM backfill_lock l WHERE l.msg_id = p.msg_id) AS locked_since \
+             FROM proc_state p \
              WHERE {UNMARKED} \
                AND (backfill_next_at IS NULL OR backfill_next_at <= $1 \
                     OR COALESCE(received_at, enqueued_at) < $2) \
@@ -156,14 +193,15 @@ impl SweepTx {
         Ok(usize::try_from(n).unwrap_or(0))
     }
 
-    /// Writes every outcome (at most three statements) and commits, releasing the locks.
-    /// Each statement re-checks the row is still terminal, unconfirmed and not abandoned
-    /// (they are locked by us, so this only guards against a bug).
+    /// Writes every outcome and commits, releasing the locks; returns the rows held by another
+    /// inbox session as they stand after this sweep. Each statement re-checks the row is still
+    /// terminal, unconfirmed and not abandoned (they are locked by us, so this only guards
+    /// against a bug).
     pub async fn finish(
         mut self,
         write: &SweepWrite,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<LockedRows, StoreError> {
         if !write.confirmed.is_empty() {
             sqlx::query(&format!(
                 "UPDATE proc_state SET backfill_at = $2, backfill_next_at = NULL, \
@@ -205,8 +243,56 @@ impl SweepTx {
             now,
         )
         .await?;
+        // Held: the next try, no attempt counted.
+        self.update_each(
+            &format!(
+                "UPDATE proc_state p SET backfill_next_at = u.next_at, backfill_error = u.err, \
+                        updated_at = $4 \
+                 FROM UNNEST($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, next_at, err) \
+                 WHERE p.msg_id = u.id AND p.{TERMINAL} \
+                   AND p.backfill_at IS NULL AND p.backfill_abandon_reason IS NULL"
+            ),
+            &write.locked,
+            |next_at| *next_at,
+            now,
+        )
+        .await?;
+        let locked = self.track_locks(write, now).await?;
         self.tx.commit().await?;
-        Ok(())
+        Ok(locked)
+    }
+
+    /// `backfill_lock`: a held row keeps its first `since`; any other outcome ends its entry, and
+    /// entries of rows no longer waiting for a mark (replayed, archived) are dropped. Returns
+    /// what is left.
+    async fn track_locks(
+        &mut self,
+        write: &SweepWrite,
+        now: DateTime<Utc>,
+    ) -> Result<LockedRows, StoreError> {
+        let held: Vec<i64> = write.locked.iter().map(|r| r.0).collect();
+        if !held.is_empty() {
+            sqlx::query(
+                "INSERT INTO backfill_lock (msg_id, since) SELECT id, $2 FROM UNNEST($1::bigint[]) AS id \
+                 ON CONFLICT (msg_id) DO NOTHING",
+            )
+            .bind(&held)
+            .bind(now)
+            .execute(&mut *self.tx)
+            .await?;
+        }
+        sqlx::query(&format!(
+            "DELETE FROM backfill_lock l WHERE l.msg_id = ANY($1) \
+                OR NOT EXISTS (SELECT 1 FROM proc_state p WHERE p.msg_id = l.msg_id AND p.{UNMARKED})"
+        ))
+        .bind(write.settled())
+        .execute(&mut *self.tx)
+        .await?;
+        let (rows, oldest_since): (i64, Option<DateTime<Utc>>) =
+            sqlx::query_as("SELECT count(*), min(since) FROM backfill_lock")
+                .fetch_one(&mut *self.tx)
+                .await?;
+        Ok(LockedRows { rows, oldest_since })
     }
 
     /// One write-back of rows with a value and an error each (`$1` ids, `$2` the `value` of

@@ -4,8 +4,25 @@
 use chrono::{DateTime, Utc};
 
 use super::late_watch::{insert_ranges, WatchRange};
+use super::replay::{insert_audit, AuditRow};
 use super::{SeedOutcome, Store, StoreError};
 use crate::cutover::{CutoverStock, StockSpan};
+
+/// `audit_log.action` of a cutover seeding.
+pub const ACTION_CUTOVER: &str = "CUTOVER";
+
+/// Who approved a seeding, for its `audit_log` row (action `CUTOVER`, no message ids).
+#[derive(Debug, Clone, Copy)]
+pub struct SeedAudit<'a> {
+    /// `pipeline.cutover_by` (empty: "config").
+    pub by: &'a str,
+    /// `pipeline.cutover_ticket` (empty: none).
+    pub ticket: &'a str,
+    /// The stock token the seeding computed.
+    pub token: &'a str,
+    /// Whether an approved plan (`pipeline.cutover_expect`) was required and matched.
+    pub expected: bool,
+}
 
 /// `(mode, w, first_id, stock_rows, seeded_at)` as stored.
 type StockRow = (String, i64, Option<i64>, i64, DateTime<Utc>);
@@ -15,10 +32,36 @@ impl Store {
     /// the same transaction records what the cutover skipped: the stock span, its gaps, and
     /// the gaps as watched released holes until `watch_until` (a late commit among them is
     /// processed as LATE, like any released hole's). SEEDED_AT is written with W.
+    ///
+    /// Ids below the first stock row (`1..first`) are watched as one released hole too: a row
+    /// that was in flight there at the cutover and commits later is a new message, processed
+    /// as LATE like any other (not left to the compensation scan's window). They are not
+    /// `cutover_gap` ids (not in the skipped span). The seeding's `audit_log` row (who, ticket,
+    /// mode, W, token) is written in the same transaction.
+    pub async fn seed_cutover_audited(
+        &self,
+        stock: &CutoverStock,
+        watch_until: DateTime<Utc>,
+        audit: &SeedAudit<'_>,
+    ) -> Result<SeedOutcome, StoreError> {
+        self.seed_with(stock, watch_until, Some(audit)).await
+    }
+
+    /// [`Store::seed_cutover_audited`] without the audit row (tests and tools that set a
+    /// store up; the service's seeding is always audited).
     pub async fn seed_cutover(
         &self,
         stock: &CutoverStock,
         watch_until: DateTime<Utc>,
+    ) -> Result<SeedOutcome, StoreError> {
+        self.seed_with(stock, watch_until, None).await
+    }
+
+    async fn seed_with(
+        &self,
+        stock: &CutoverStock,
+        watch_until: DateTime<Utc>,
+        audit: Option<&SeedAudit<'_>>,
     ) -> Result<SeedOutcome, StoreError> {
         let now = stock.seeded_at;
         let mut tx = self.pool().begin().await?;
@@ -58,8 +101,10 @@ impl Store {
             .bind(&last)
             .execute(&mut *tx)
             .await?;
-        let watched: Vec<WatchRange> = gaps
+        let below_first = span.filter(|s| s.first > 1).map(|s| (1, s.first - 1));
+        let watched: Vec<WatchRange> = below_first
             .iter()
+            .chain(gaps)
             .map(|&(first_id, last_id)| WatchRange {
                 first_id,
                 last_id,
@@ -69,6 +114,9 @@ impl Store {
             })
             .collect();
         insert_ranges(&mut tx, &watched).await?;
+        if let Some(audit) = audit {
+            insert_seed_audit(&mut tx, stock, audit).await?;
+        }
         tx.commit().await?;
         Ok(SeedOutcome::Seeded { w: stock.w })
     }
@@ -121,4 +169,38 @@ impl Store {
             seeded_at,
         }))
     }
+}
+
+/// The seeding's `audit_log` row.
+async fn insert_seed_audit(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    stock: &CutoverStock,
+    audit: &SeedAudit<'_>,
+) -> Result<(), sqlx::Error> {
+    let span = stock.span.as_ref();
+    let result = serde_json::json!({
+        "mode": stock.mode,
+        "w": stock.w,
+        "stock_token": audit.token,
+        "expectation_checked": audit.expected,
+        "stock_rows": span.map_or(0, |s| s.rows),
+        "gap_ids": span.map_or(0, |s| s.gap_ids()),
+    });
+    let reason = format!(
+        "cutover seeding: pipeline.cutover_watermark = {}, W = {}",
+        stock.mode, stock.w
+    );
+    let by = if audit.by.is_empty() {
+        "config"
+    } else {
+        audit.by
+    };
+    let row = AuditRow {
+        actor: by,
+        action: ACTION_CUTOVER,
+        reason: &reason,
+        ticket: Some(audit.ticket).filter(|t| !t.is_empty()),
+    };
+    insert_audit(tx, stock.seeded_at, row, &[], result).await?;
+    Ok(())
 }

@@ -26,6 +26,7 @@ use crate::settings::StoreSettings;
 
 pub use business::{BusinessResult, PIPELINE_LOCK_KEY};
 pub use cursor::{SeedOutcome, StoredCursor};
+pub use cutover::SeedAudit;
 pub use enqueue::{EnqueueRow, RoundWrite};
 pub use group::{GroupLoad, GroupTx, Stamp};
 pub use lease::{session_name, InstanceLock, LeaseConfig};

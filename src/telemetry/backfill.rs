@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use metrics::{counter, histogram};
+use chrono::{DateTime, Utc};
+use metrics::{counter, gauge, histogram};
 
 use super::Def;
 
@@ -17,6 +18,13 @@ pub const BACKFILL_MARKED_TOTAL: &str = "msgx_backfill_marked_total";
 pub const BACKFILL_ABANDONED_TOTAL: &str = "msgx_backfill_abandoned_total";
 /// Rows whose mark failed transiently (backed off).
 pub const BACKFILL_TRANSIENT_FAILURES_TOTAL: &str = "msgx_backfill_transient_failures_total";
+/// Row tries that found the inbox row held by another session (the DB owner): not written,
+/// not charged an attempt.
+pub const BACKFILL_LOCKED_TOTAL: &str = "msgx_backfill_locked_total";
+/// Unmarked rows held by another session at their last try.
+pub const BACKFILL_LOCKED_ROWS: &str = "msgx_backfill_locked_rows";
+/// How long the longest-held of them has been held.
+pub const BACKFILL_LOCKED_OLDEST_SECONDS: &str = "msgx_backfill_locked_oldest_seconds";
 /// Duration of one sweep.
 pub const BACKFILL_SWEEP_SECONDS: &str = "msgx_backfill_sweep_duration_seconds";
 
@@ -53,6 +61,9 @@ pub(super) fn defs() -> Vec<Def> {
         Def::counter(BACKFILL_MARKED_TOTAL, "rows", "Rows confirmed marked in the inbox, by result").label("result", MARK_RESULTS),
         Def::counter(BACKFILL_ABANDONED_TOTAL, "rows", "Rows the backfill abandoned (NOT marked; manual reconciliation), by reason and kind").combos(&["reason", "kind"], abandoned_combos()),
         Def::counter(BACKFILL_TRANSIENT_FAILURES_TOTAL, "rows", "Rows whose inbox mark failed transiently (backed off)"),
+        Def::counter(BACKFILL_LOCKED_TOTAL, "rows", "Row tries that found the inbox row held by another session (the DB owner): not written, NOT charged an attempt, retried later"),
+        Def::gauge(BACKFILL_LOCKED_ROWS, "rows", "Unmarked rows whose inbox row another session held at their last try; NaN before the first sweep"),
+        Def::gauge(BACKFILL_LOCKED_OLDEST_SECONDS, "seconds", "How long the longest-held of those rows has been held (0 when none); NaN before the first sweep"),
         Def::histogram(BACKFILL_SWEEP_SECONDS, "seconds", "Duration of one backfill sweep"),
     ]
 }
@@ -97,4 +108,46 @@ pub fn backfill_abandoned(msg_id: i64, reason: &'static str, kind: &'static str,
         alert = true,
         "backfill abandoned; the inbox row is NOT marked (manual reconciliation)"
     );
+}
+
+/// After a sweep: the rows another inbox session held this time (each with its next try), and
+/// every row still held as of now. Logged once per sweep — a held row is tried, so logged, at
+/// most once per its retry delay (`backfill.retry_initial` growing to `backfill.retry_max`);
+/// at ERROR with `alert = true` once the longest hold passes `alert_after`.
+pub fn backfill_locked(
+    locked: &[(i64, DateTime<Utc>)],
+    held_rows: i64,
+    oldest: Duration,
+    alert_after: Duration,
+) {
+    counter!(BACKFILL_LOCKED_TOTAL).increment(locked.len() as u64);
+    gauge!(BACKFILL_LOCKED_ROWS).set(held_rows as f64);
+    gauge!(BACKFILL_LOCKED_OLDEST_SECONDS).set(oldest.as_secs_f64());
+    if locked.is_empty() {
+        return;
+    }
+    let ids: Vec<i64> = locked.iter().map(|l| l.0).collect();
+    let next_try = locked.iter().map(|l| l.1).min();
+    let held_s = oldest.as_secs();
+    if oldest >= alert_after {
+        tracing::error!(
+            rows = %super::ids::IdSummary(&ids),
+            held_rows,
+            oldest_held_s = held_s,
+            next_try = ?next_try,
+            alert = true,
+            "backfill: inbox rows held by another session (the DB owner's row lock) for longer \
+             than backfill.locked_alert_after; NOT marked, not charged, retried later — ask the \
+             DB owner which session holds them"
+        );
+    } else {
+        tracing::warn!(
+            rows = %super::ids::IdSummary(&ids),
+            held_rows,
+            oldest_held_s = held_s,
+            next_try = ?next_try,
+            "backfill: inbox rows held by another session (the DB owner's row lock) were \
+             skipped; not charged an attempt, retried later"
+        );
+    }
 }

@@ -23,6 +23,7 @@ const FENCED: &[&str] = &[
     "raw_copy",
     "cutover_stock",
     "cutover_gap",
+    "backfill_lock",
 ];
 
 pub(super) async fn run(store: &Store) -> Result<Finding, VerifyError> {
