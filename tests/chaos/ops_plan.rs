@@ -199,23 +199,9 @@ pub struct Plan {
 }
 
 /// Kinds of sequence today's main code fails, each waiting for a fix in another branch. CI
-/// defuses them ([`Plan::defused`]); `MSGEXCHANGE_OPS_OPEN=1` runs them as planned (the lead
-/// empties this list once the fixes are merged).
-pub const KNOWN_OPEN: &[(&str, &str)] = &[
-    (
-        "purge_during_held_commit",
-        "w29a: purge readiness judges ids (a held commit past max_commit_delay is purged by \
-         `DELETE … WHERE id <= boundary`)",
-    ),
-    (
-        "owner_row_lock",
-        "w29b: the sweep skips rows the DB owner locked (one lock abandons the whole batch)",
-    ),
-    (
-        "cutover_above_head",
-        "w29b: cutover refuses an `<id>` above the inbox head",
-    ),
-];
+/// defuses them ([`Plan::defused`]); `MSGEXCHANGE_OPS_OPEN=1` runs them as planned (empty: the
+/// purge, owner-lock and cutover fixes of issue 29 are merged; a new kind waiting for a fix goes here).
+pub const KNOWN_OPEN: &[(&str, &str)] = &[];
 
 /// True when sequences of this kind run as planned.
 pub fn runs_open(kind: &str) -> bool {
