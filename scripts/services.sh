@@ -19,15 +19,103 @@ start_mariadb() {
   fi
 }
 
+wait_up() {
+  for _ in $(seq 1 60); do
+    if pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && mariadb-admin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 1
+  done
+  echo "services.sh: PostgreSQL or MariaDB did not come up on 127.0.0.1" >&2
+  pg_isready -h 127.0.0.1 -p 5432 || true
+  mariadb-admin -h 127.0.0.1 -uroot ping || true
+  exit 1
+}
+
+# TLS for tests/db_tls.rs: a self-signed test CA (and a second, unrelated "wrong" CA) and a
+# server certificate for localhost / 127.0.0.1, made once under $TLS_DIR. Both servers serve
+# it; each gets one user that may connect only over TLS (password all digits on purpose: a
+# secret is never reinterpreted as a number). Every other user keeps connecting as before.
+TLS_DIR=/var/lib/msgx-test-tls
+TLS_USER=msgxt_tls_only
+TLS_PASSWORD=0012345678
+
+make_test_tls() {
+  if [ -s "$TLS_DIR/server.crt" ] && [ -s "$TLS_DIR/other-ca.crt" ]; then return 0; fi
+  local tmp
+  tmp=$(mktemp -d)
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=msgx test CA" \
+    -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=msgx unrelated CA" \
+    -keyout "$tmp/other-ca.key" -out "$tmp/other-ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
+    -keyout "$tmp/server.key" -out "$tmp/server.csr" 2>/dev/null
+  printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" "basicConstraints=CA:FALSE" \
+    "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" >"$tmp/ext"
+  openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" \
+    -CAcreateserial -days 3650 -extfile "$tmp/ext" -out "$tmp/server.crt" 2>/dev/null
+  mkdir -p "$TLS_DIR"
+  chmod 755 "$TLS_DIR"
+  install -m 644 "$tmp/ca.crt" "$tmp/other-ca.crt" "$tmp/server.crt" "$TLS_DIR/"
+  # Each server insists on owning its key (PostgreSQL refuses a key others can read).
+  install -m 600 -o postgres "$tmp/server.key" "$TLS_DIR/pg-server.key"
+  install -m 600 -o mysql "$tmp/server.key" "$TLS_DIR/my-server.key"
+  rm -rf "$tmp"
+}
+
+pg_sql() { psql -h 127.0.0.1 -U postgres -qAtc "$1"; }
+
+# PostgreSQL reloads certificates and pg_hba.conf without a restart.
+pg_tls() {
+  local hba
+  if [ "$(pg_sql 'SHOW ssl_cert_file')" != "$TLS_DIR/server.crt" ] || [ "$(pg_sql 'SHOW ssl')" != on ]; then
+    pg_sql "ALTER SYSTEM SET ssl_cert_file = '$TLS_DIR/server.crt'"
+    pg_sql "ALTER SYSTEM SET ssl_key_file = '$TLS_DIR/pg-server.key'"
+    pg_sql "ALTER SYSTEM SET ssl = on"
+    pg_sql "SELECT pg_reload_conf()" >/dev/null
+  fi
+  hba=$(pg_sql 'SHOW hba_file')
+  if ! grep -q "$TLS_USER" "$hba"; then
+    # First match wins: these two lines come before the trust lines.
+    sed -i "1i hostnossl all $TLS_USER all reject\nhostssl all $TLS_USER all scram-sha-256" "$hba"
+    pg_sql "SELECT pg_reload_conf()" >/dev/null
+  fi
+  pg_sql "DO \$\$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$TLS_USER') THEN
+    CREATE ROLE $TLS_USER LOGIN PASSWORD '$TLS_PASSWORD'; END IF; END \$\$"
+}
+
+my_sql() { mariadb -h 127.0.0.1 -uroot -N -e "$1"; }
+
+# MariaDB reads ssl_cert/ssl_key/ssl_ca only at start (FLUSH SSL reloads them only when SSL
+# was on at start): the snippet is written once and the server restarted only while SSL is off.
+my_tls() {
+  local conf=/etc/mysql/conf.d/msgx-test-tls.cnf
+  mkdir -p /etc/mysql/conf.d
+  printf '%s\n' "# msgexchange scripts/services.sh: TLS for the tests (tests/db_tls.rs)" "[mysqld]" \
+    "ssl_ca = $TLS_DIR/ca.crt" "ssl_cert = $TLS_DIR/server.crt" "ssl_key = $TLS_DIR/my-server.key" >"$conf.new"
+  if cmp -s "$conf.new" "$conf"; then rm -f "$conf.new"; else mv "$conf.new" "$conf"; fi
+  grep -q '^!includedir /etc/mysql/conf.d' /etc/mysql/my.cnf || printf '\n!includedir /etc/mysql/conf.d/\n' >>/etc/mysql/my.cnf
+  if [ "$(my_sql "SHOW VARIABLES LIKE 'have_ssl'" | awk '{print $2}')" != YES ]; then
+    echo "services.sh: restarting MariaDB once to turn TLS on ($(date -u +%H:%M:%S) UTC)" >&2
+    mariadb-admin -h 127.0.0.1 -uroot shutdown
+    for _ in $(seq 1 150); do
+      start-stop-daemon --status --exec /usr/sbin/mariadbd || break
+      sleep 0.2
+    done
+    start_mariadb
+    wait_up
+  fi
+  my_sql "CREATE USER IF NOT EXISTS '$TLS_USER'@'%' IDENTIFIED BY '$TLS_PASSWORD' REQUIRE SSL;
+    GRANT ALL PRIVILEGES ON \`msgxt\\_tls\\_%\`.* TO '$TLS_USER'@'%'"
+}
+
 start_pg
 start_mariadb
-for _ in $(seq 1 60); do
-  if pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && mariadb-admin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; then
-    exit 0
-  fi
-  sleep 1
-done
-echo "services.sh: PostgreSQL or MariaDB did not come up on 127.0.0.1" >&2
-pg_isready -h 127.0.0.1 -p 5432 || true
-mariadb-admin -h 127.0.0.1 -uroot ping || true
-exit 1
+wait_up
+if command -v openssl >/dev/null 2>&1; then
+  make_test_tls
+  pg_tls
+  my_tls
+else
+  echo "services.sh: no openssl: the servers stay without TLS (tests/db_tls.rs skips, or fails under CI=true)" >&2
+fi

@@ -90,6 +90,9 @@ pub use reliability::{LeaseSettings, SupervisorSettings};
 mod retention;
 pub use retention::{RetentionSettings, VacuumMode};
 mod secret;
+mod sources;
+pub use sources::{SecretSource, SecretSources};
+mod tls;
 pub use secret::{
     redact_extra, redact_url, Redaction, Secret, SecretPairs, SecretUrl, UrlPassword, UrlText,
     Whole,
@@ -276,3 +279,5 @@ fn check_retries(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_secrets;

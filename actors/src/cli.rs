@@ -164,7 +164,19 @@ fn config_sources(cli: &Cli) -> String {
 
 /// `dev inbox-fixture`.
 pub async fn inbox_fixture(settings: &Settings) -> anyhow::Result<()> {
-    create_inbox_fixture_at(settings.inbox.url.expose(), settings).await?;
+    let options = msgx_core::inbox::connect_options(&settings.inbox)?;
+    fixture::create_inbox_fixture_with(
+        options,
+        &settings.inbox_names()?,
+        &settings.outbox_names()?,
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "creating the inbox fixture at {}",
+            redact_url(&settings.inbox.url)
+        )
+    })?;
     println!(
         "inbox fixture ready: {} and {} in {}",
         settings.inbox.table,
@@ -185,12 +197,7 @@ pub async fn create_inbox_fixture_at(url: &str, settings: &Settings) -> anyhow::
 /// `dev simulate-upstream`.
 pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::Result<()> {
     // Its own pool, one connection per writer: a held transaction keeps its connection.
-    let options: sqlx::mysql::MySqlConnectOptions = settings
-        .inbox
-        .url
-        .expose()
-        .parse()
-        .with_context(|| format!("inbox.url {}", redact_url(&settings.inbox.url)))?;
+    let options = msgx_core::inbox::connect_options(&settings.inbox)?;
     let pool = sqlx::mysql::MySqlPoolOptions::new()
         .max_connections(args.connections.max(1) as u32)
         .acquire_timeout(settings.inbox.connect_timeout)

@@ -53,7 +53,15 @@ pub async fn create_inbox_fixture(
     inbox: &InboxNames,
     outbox: &OutboxNames,
 ) -> Result<(), sqlx::Error> {
-    let options: MySqlConnectOptions = url.parse()?;
+    create_inbox_fixture_with(url.parse()?, inbox, outbox).await
+}
+
+/// The same with connect options (`inbox::connect_options`: the password and TLS keys).
+pub async fn create_inbox_fixture_with(
+    options: MySqlConnectOptions,
+    inbox: &InboxNames,
+    outbox: &OutboxNames,
+) -> Result<(), sqlx::Error> {
     if let Some(db) = options.get_database().map(str::to_string) {
         let mut admin: MySqlConnection = options.clone().database("").connect().await?;
         let quoted = format!("`{}`", db.replace('`', "``"));

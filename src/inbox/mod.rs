@@ -2,6 +2,7 @@
 //! processed-mark columns: no DDL, no DELETE, ever (the DB owner's tables, SPEC §0).
 
 mod auto_increment;
+mod connect;
 pub mod evidence;
 pub mod mark;
 pub mod mark_lock;
@@ -16,10 +17,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::Row;
 
-use crate::settings::{redact_url, InboxSettings};
+use crate::settings::InboxSettings;
+pub use connect::connect_options;
 pub use meta::RowMeta;
 use names::InboxNames;
 
@@ -110,15 +112,7 @@ impl InboxSql {
 impl Inbox {
     /// Builds the adapter; connections open on first use.
     pub fn new(settings: &InboxSettings, names: &InboxNames, tz: Tz) -> Result<Self, InboxError> {
-        let options: MySqlConnectOptions =
-            settings
-                .url
-                .expose()
-                .parse()
-                .map_err(|source| InboxError::Url {
-                    url: redact_url(&settings.url),
-                    source,
-                })?;
+        let options = connect_options(settings)?;
         // Session bounds (whole seconds): a stalled connection or a lock held by someone else
         // fails the statement on the server too, not only our client-side query_timeout.
         let session = format!(

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::secret::{redact_url, SecretUrl};
+use super::secret::{redact_url, Secret, SecretUrl};
+use super::tls::{check_password_once, check_tls, TlsKeys, INBOX_TLS, STORE_TLS};
 use super::{check_nonzero, check_positive, duration, invalid, SettingsError};
 
 /// Connection and naming of the shared inbox.
@@ -13,6 +14,13 @@ use super::{check_nonzero, check_positive, duration, invalid, SettingsError};
 pub struct InboxSettings {
     /// `mysql://user:password@host:port/database`; the password is never printed.
     pub url: SecretUrl,
+    /// The password apart from the URL ("" = the URL's, if any); never printed.
+    pub password: Secret,
+    /// MySQL `ssl-mode`: DISABLED | PREFERRED | REQUIRED | VERIFY_CA | VERIFY_IDENTITY; ""
+    /// leaves it to the URL (the driver's default is PREFERRED).
+    pub ssl_mode: String,
+    /// PEM file of the CA(s) the server certificate must chain to (`ssl-ca`; VERIFY_* only).
+    pub ssl_ca: String,
     /// Zone the inbox DATETIME columns are written in (they carry none).
     pub timezone: String,
     /// Opening a connection may take this long before the round counts as failed.
@@ -51,6 +59,8 @@ impl InboxSettings {
     /// [`Settings::inbox_names`](super::Settings::inbox_names).
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
         check_url(&self.url, "inbox.url", &["mysql://", "mariadb://"])?;
+        check_password_once(&self.url, &self.password, "inbox.password", "inbox.url")?;
+        check_tls(&INBOX_TLS, self.tls_keys())?;
         check_positive(self.max_connections, "inbox.max_connections")?;
         check_nonzero(self.connect_timeout, "inbox.connect_timeout")?;
         check_nonzero(self.query_timeout, "inbox.query_timeout")?;
@@ -65,6 +75,15 @@ impl InboxSettings {
         }
         Ok(())
     }
+
+    /// The TLS keys as [`check_tls`] reads them.
+    fn tls_keys(&self) -> TlsKeys<'_> {
+        TlsKeys {
+            url: self.url.expose(),
+            mode: &self.ssl_mode,
+            ca: &self.ssl_ca,
+        }
+    }
 }
 
 /// Own PostgreSQL.
@@ -73,6 +92,14 @@ impl InboxSettings {
 pub struct StoreSettings {
     /// `postgres://user:password@host:port/database`; the password is never printed.
     pub url: SecretUrl,
+    /// The password apart from the URL ("" = the URL's, if any); never printed.
+    pub password: Secret,
+    /// PostgreSQL `sslmode`: disable | allow | prefer | require | verify-ca | verify-full; ""
+    /// leaves it to the URL (the driver's default is prefer).
+    pub ssl_mode: String,
+    /// PEM file of the CA(s) the server certificate must chain to (`sslrootcert`; verify-*
+    /// only).
+    pub ssl_ca: String,
     /// Pool size.
     pub max_connections: u32,
     /// Opening a connection may take this long.
@@ -104,6 +131,15 @@ impl StoreSettings {
     /// URL scheme, pool and the session timeouts.
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
         check_url(&self.url, "store.url", &["postgres://", "postgresql://"])?;
+        check_password_once(&self.url, &self.password, "store.password", "store.url")?;
+        check_tls(
+            &STORE_TLS,
+            TlsKeys {
+                url: self.url.expose(),
+                mode: &self.ssl_mode,
+                ca: &self.ssl_ca,
+            },
+        )?;
         check_positive(self.max_connections, "store.max_connections")?;
         check_nonzero(self.connect_timeout, "store.connect_timeout")?;
         check_nonzero(self.statement_timeout, "store.statement_timeout")?;

@@ -3,21 +3,24 @@
 //! `--config-extra FILE`, then `MSGX_*` variables; and the effective configuration printed as
 //! TOML with every secret redacted (`check-config`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use super::sources::{self, SecretSources};
 use super::{Settings, SettingsError};
 
 /// The shipped defaults, compiled into the binary: every key with its documentation.
 pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 
-/// The one loader: the layers, then typed parsing (unknown keys refused, durations bounded),
-/// then validation. `env: None` reads the process's `MSGX_*` variables; tests give the pairs
-/// instead (the process environment is shared by parallel tests).
+/// The one loader: the layers, then the secrets read from `*_file` keys and systemd
+/// credentials ([`sources`](super::sources)), then typed parsing (unknown keys refused,
+/// durations bounded), then validation. `env: None` reads the process's `MSGX_*` variables
+/// and `CREDENTIALS_DIRECTORY`; tests give the pairs instead (the process environment is
+/// shared by parallel tests).
 fn load_layers(
     config: Option<&Path>,
     extra: Option<&Path>,
     env: Option<&[(&str, &str)]>,
-) -> Result<Settings, SettingsError> {
+) -> Result<(Settings, SecretSources), SettingsError> {
     let mut builder = config::Config::builder().add_source(config::File::from_str(
         DEFAULT_TOML,
         config::FileFormat::Toml,
@@ -25,27 +28,46 @@ fn load_layers(
     for file in [config, extra].into_iter().flatten() {
         builder = builder.add_source(config::File::from(file).required(true));
     }
+    let credentials = credentials_dir(env);
     let env = env.map(|pairs| {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     });
-    let settings: Settings = builder
+    let load = |e: config::ConfigError| SettingsError::Load(e.to_string());
+    let mut root = builder
         .add_source(env_source(env))
         .build()
-        .and_then(config::Config::try_deserialize::<Settings>)
-        .map_err(|e| SettingsError::Load(e.to_string()))?;
+        .and_then(|c| config::Source::collect(&c))
+        .map_err(load)?;
+    let sources = sources::resolve(&mut root, credentials.as_deref())?;
+    let settings: Settings = config::Value::new(None, config::ValueKind::Table(root))
+        .try_deserialize()
+        .map_err(load)?;
     settings.validate()?;
-    Ok(settings)
+    Ok((settings, sources))
+}
+
+/// systemd's `$CREDENTIALS_DIRECTORY` (`LoadCredential=`), from `env` or the process.
+fn credentials_dir(env: Option<&[(&str, &str)]>) -> Option<PathBuf> {
+    let dir = match env {
+        Some(pairs) => pairs
+            .iter()
+            .find(|(k, _)| *k == "CREDENTIALS_DIRECTORY")
+            .map(|(_, v)| std::ffi::OsString::from(v)),
+        None => std::env::var_os("CREDENTIALS_DIRECTORY"),
+    }?;
+    (!dir.is_empty()).then(|| PathBuf::from(dir))
 }
 
 /// `MSGX_SECTION__KEY` (e.g. `MSGX_PIPELINE__MAX_COMMIT_DELAY=5m`), from `map` or the process.
+/// Every value is kept as text (no `try_parsing`): typed keys parse their text themselves, and
+/// a secret such as `0012345678` stays exactly that (parsed as a number it lost its zeros).
 fn env_source(map: Option<config::Map<String, String>>) -> config::Environment {
     config::Environment::with_prefix("MSGX")
         .prefix_separator("_")
         .separator("__")
-        .try_parsing(true)
         .source(map)
 }
 
@@ -57,7 +79,7 @@ impl Settings {
         config: Option<&Path>,
         extra: Option<&Path>,
     ) -> Result<Self, SettingsError> {
-        load_layers(config, extra, None)
+        load_layers(config, extra, None).map(|(s, _)| s)
     }
 
     /// The same layers with these `MSGX_*` pairs as the environment (tests: the process
@@ -66,19 +88,23 @@ impl Settings {
         config: Option<&Path>,
         env: &[(&str, &str)],
     ) -> Result<Self, SettingsError> {
-        load_layers(config, None, Some(env))
+        load_layers(config, None, Some(env)).map(|(s, _)| s)
     }
 
     /// The effective configuration of these layers as TOML, validated, every secret printed
     /// by its type's redaction (`"***"`, passwords in URLs too): what `check-config` prints.
-    /// Durations are written in days, hours, minutes and seconds (`"30d"`, `"1h 30m"`).
+    /// Durations are written in days, hours, minutes and seconds (`"30d"`, `"1h 30m"`). A
+    /// comment block first says where each secret came from (env, file, credential, config
+    /// file), without its value.
     pub fn effective_toml(
         config: Option<&Path>,
         extra: Option<&Path>,
         env: Option<&[(&str, &str)]>,
     ) -> Result<String, SettingsError> {
-        let settings = load_layers(config, extra, env)?;
-        toml::to_string_pretty(&settings).map_err(|e| SettingsError::Load(e.to_string()))
+        let (settings, sources) = load_layers(config, extra, env)?;
+        let body =
+            toml::to_string_pretty(&settings).map_err(|e| SettingsError::Load(e.to_string()))?;
+        Ok(sources::describe(&sources) + &body)
     }
 }
 

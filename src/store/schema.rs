@@ -5,7 +5,7 @@
 
 use std::str::FromStr;
 
-use sqlx::postgres::{PgConnectOptions, PgPool};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgSslMode};
 
 use super::{Store, StoreError, MIGRATOR};
 use crate::settings::{redact_url, StoreSettings};
@@ -131,13 +131,10 @@ impl Store {
     }
 }
 
-/// The connect options of our sessions: the URL with our statement, lock and idle timeouts.
+/// The connect options of our sessions: [`connect_options`] with our statement, lock and idle
+/// timeouts.
 pub(super) fn session_options(settings: &StoreSettings) -> Result<PgConnectOptions, StoreError> {
-    let options =
-        PgConnectOptions::from_str(settings.url.expose()).map_err(|source| StoreError::Url {
-            url: redact_url(&settings.url),
-            source,
-        })?;
+    let options = connect_options(settings)?;
     Ok(options.options([
         (
             "statement_timeout",
@@ -152,4 +149,24 @@ pub(super) fn session_options(settings: &StoreSettings) -> Result<PgConnectOptio
             settings.idle_in_transaction_timeout.as_millis().to_string(),
         ),
     ]))
+}
+
+/// `store.url` with `store.password` and the TLS keys (`ssl_mode`, `ssl_ca`): what every
+/// connection to the store is opened with (the pools, the lease session, `CREATE DATABASE`).
+pub fn connect_options(settings: &StoreSettings) -> Result<PgConnectOptions, StoreError> {
+    let url_error = |source| StoreError::Url {
+        url: redact_url(&settings.url),
+        source,
+    };
+    let mut options = PgConnectOptions::from_str(settings.url.expose()).map_err(url_error)?;
+    if !settings.password.is_empty() {
+        options = options.password(settings.password.expose());
+    }
+    if !settings.ssl_mode.is_empty() {
+        options = options.ssl_mode(PgSslMode::from_str(&settings.ssl_mode).map_err(url_error)?);
+    }
+    if !settings.ssl_ca.is_empty() {
+        options = options.ssl_root_cert(&settings.ssl_ca);
+    }
+    Ok(options)
 }

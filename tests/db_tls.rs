@@ -1,0 +1,457 @@
+//! TLS to both databases and secrets from files (issue 30 items 1–2), against the local
+//! PostgreSQL and MariaDB that `scripts/services.sh` sets up for TLS: a self-signed test CA,
+//! a second unrelated CA, and on each server one account that may connect only over TLS
+//! (`hostssl` on PostgreSQL, `REQUIRE SSL` on MariaDB) with an all-digit password.
+//! A verifying mode refuses the server without the CA (or with the wrong one) and accepts it
+//! with the CA; the account's own rule refuses a connection without TLS; the service runs
+//! end to end over TLS with its passwords from a file and a systemd credential (every pool
+//! it builds must carry the password and TLS keys, or the accounts refuse it).
+//! Without the set-up the tests skip, except under `CI=true`, where they fail.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use msgx_core::devtools::fixture;
+use msgx_core::inbox::names::{InboxNames, OutboxNames};
+use msgx_core::inbox::Inbox;
+use msgx_core::settings::Settings;
+use msgx_core::store::Store;
+use sqlx::{Connection, Executor};
+
+const TLS_USER: &str = "msgxt_tls_only";
+const TLS_PASSWORD: &str = "0012345678";
+
+fn tls_dir() -> PathBuf {
+    PathBuf::from("/var/lib/msgx-test-tls")
+}
+
+fn ca(name: &str) -> String {
+    tls_dir().join(name).display().to_string()
+}
+
+/// True when both servers serve the test certificate and have the TLS-only accounts; else
+/// skips (false), or fails under `CI=true`.
+async fn tls_ready(test: &str) -> bool {
+    let why = missing_setup().await;
+    let Some(why) = why else { return true };
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test}: {why} (scripts/services.sh sets the servers up for TLS)"
+    );
+    eprintln!("\n*** SKIPPED {test}: {why} (run scripts/services.sh) ***\n");
+    false
+}
+
+/// Why the servers are not set up for these tests, if they are not.
+async fn missing_setup() -> Option<String> {
+    if !tls_dir().join("ca.crt").is_file() || !tls_dir().join("other-ca.crt").is_file() {
+        return Some(format!("no test CA under {}", tls_dir().display()));
+    }
+    let pg = match common::pg_admin().await {
+        Ok(pg) => pg,
+        Err(e) => return Some(format!("PostgreSQL: {e}")),
+    };
+    let ssl: Result<String, _> = sqlx::query_scalar("SHOW ssl").fetch_one(&pg).await;
+    let role: Result<Option<i32>, _> =
+        sqlx::query_scalar("SELECT 1 FROM pg_roles WHERE rolname = $1")
+            .bind(TLS_USER)
+            .fetch_optional(&pg)
+            .await;
+    pg.close().await;
+    if !matches!((&ssl, &role), (Ok(on), Ok(Some(_))) if on == "on") {
+        return Some(format!(
+            "PostgreSQL: ssl = {ssl:?}, role {TLS_USER}: {role:?}"
+        ));
+    }
+    let my = match common::mysql_admin().await {
+        Ok(my) => my,
+        Err(e) => return Some(format!("MariaDB: {e}")),
+    };
+    let have: Result<(String, String), _> = sqlx::query_as("SHOW VARIABLES LIKE 'have_ssl'")
+        .fetch_one(&my)
+        .await;
+    let user: Result<Option<String>, _> =
+        sqlx::query_scalar("SELECT CAST(ssl_type AS CHAR) FROM mysql.user WHERE user = ?")
+            .bind(TLS_USER)
+            .fetch_optional(&my)
+            .await;
+    my.close().await;
+    match (&have, &user) {
+        (Ok((_, yes)), Ok(Some(ssl_type))) if yes == "YES" && ssl_type == "ANY" => None,
+        _ => Some(format!(
+            "MariaDB: have_ssl {have:?}, user {TLS_USER}: {user:?}"
+        )),
+    }
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A PostgreSQL database owned by the TLS-only role and a MariaDB database with the inbox
+/// tables (made as the DB owner, root), both named `msgxt_tls_<pid>_<n>` (the MariaDB account
+/// may use only `msgxt_tls_%`).
+struct TlsWorld {
+    db: String,
+    dir: PathBuf,
+}
+
+impl TlsWorld {
+    async fn new() -> Self {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let db = format!("msgxt_tls_{}_{n}", std::process::id());
+        let pg = common::pg_admin().await.expect("postgres");
+        common::run_all(
+            &pg,
+            &[
+                format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"),
+                format!("CREATE DATABASE \"{db}\" OWNER {TLS_USER}"),
+            ],
+        )
+        .await;
+        pg.close().await;
+        let my = common::mysql_admin().await.expect("mariadb");
+        common::run_all(&my, &[format!("DROP DATABASE IF EXISTS `{db}`")]).await;
+        my.close().await;
+        let outbox = OutboxNames::new("COUTMSGS").expect("name");
+        fixture::create_inbox_fixture(
+            &format!("{}/{db}", common::mysql_base()),
+            &InboxNames::defaults(),
+            &outbox,
+        )
+        .await
+        .expect("inbox fixture");
+        let dir = std::env::temp_dir().join(format!("msgxt_tls_{}_{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("secrets dir");
+        Self { db, dir }
+    }
+
+    fn pg_url(&self) -> String {
+        format!("postgres://{TLS_USER}@127.0.0.1:5432/{}", self.db)
+    }
+
+    fn my_url(&self) -> String {
+        format!("mysql://{TLS_USER}@127.0.0.1:3306/{}", self.db)
+    }
+
+    /// A secret file as an operator writes it (with a final line break).
+    fn secret_file(&self, name: &str, value: &str) -> String {
+        let path = self.dir.join(name);
+        std::fs::write(&path, format!("{value}\n")).expect("secret file");
+        path.display().to_string()
+    }
+
+    /// Settings with the TLS accounts, the password from a file, and these overrides.
+    fn settings(&self, extra: &[(&str, &str)]) -> Result<Settings, String> {
+        let pw = self.secret_file("password", TLS_PASSWORD);
+        let (pg, my) = (self.pg_url(), self.my_url());
+        let mut env = vec![
+            ("MSGX_STORE__URL", pg.as_str()),
+            ("MSGX_INBOX__URL", my.as_str()),
+            ("MSGX_STORE__PASSWORD_FILE", pw.as_str()),
+            ("MSGX_INBOX__PASSWORD_FILE", pw.as_str()),
+            ("MSGX_STORE__CREATE_DATABASE", "false"),
+            ("MSGX_STORE__MAX_CONNECTIONS", "2"),
+            ("MSGX_STORE__CONNECT_TIMEOUT", "5s"),
+        ];
+        env.extend_from_slice(extra);
+        Settings::load_layered_with_env(Some(&common::default_toml()), &env)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn cleanup(self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Ok(pg) = common::pg_admin().await {
+            let _ = pg
+                .execute(format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.db).as_str())
+                .await;
+        }
+        if let Ok(my) = common::mysql_admin().await {
+            let _ = my
+                .execute(format!("DROP DATABASE IF EXISTS `{}`", self.db).as_str())
+                .await;
+        }
+    }
+}
+
+/// Opens the store the way the service does (pool, migrations) and asks the server whether
+/// this session is encrypted.
+async fn store_over(w: &TlsWorld, mode: &str, ca: Option<&str>) -> Result<bool, String> {
+    let mut extra = vec![("MSGX_STORE__SSL_MODE", mode)];
+    if let Some(ca) = ca {
+        extra.push(("MSGX_STORE__SSL_CA", ca));
+    }
+    let settings = w.settings(&extra)?;
+    let store = Store::connect(&settings.store)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ssl: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(store.pool())
+        .await
+        .map_err(|e| e.to_string())?;
+    store.pool().close().await;
+    Ok(ssl)
+}
+
+/// Reads the inbox through the service's adapter, then asks whether the session is encrypted.
+async fn inbox_over(w: &TlsWorld, mode: &str, ca: Option<&str>) -> Result<bool, String> {
+    let mut extra = vec![("MSGX_INBOX__SSL_MODE", mode)];
+    if let Some(ca) = ca {
+        extra.push(("MSGX_INBOX__SSL_CA", ca));
+    }
+    let settings = w.settings(&extra)?;
+    let tz = settings.inbox_timezone().map_err(|e| e.to_string())?;
+    let names = settings.inbox_names().map_err(|e| e.to_string())?;
+    let inbox = Inbox::new(&settings.inbox, &names, tz).map_err(|e| e.to_string())?;
+    inbox.max_id().await.map_err(|e| e.to_string())?;
+    let cipher: (String, String) = sqlx::query_as("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        .fetch_one(inbox.pool())
+        .await
+        .map_err(|e| e.to_string())?;
+    inbox.pool().close().await;
+    Ok(!cipher.1.is_empty())
+}
+
+fn assert_certificate_refused(what: &str, r: Result<bool, String>) {
+    let e = r.expect_err(what);
+    assert!(
+        e.to_lowercase().contains("certificate") || e.contains("UnknownIssuer"),
+        "{what}: refused for another reason: {e}"
+    );
+}
+
+#[tokio::test]
+async fn the_store_needs_the_ca_to_verify_and_the_role_needs_tls() {
+    if !tls_ready("the_store_needs_the_ca_to_verify_and_the_role_needs_tls").await {
+        return;
+    }
+    let w = TlsWorld::new().await;
+    let (good, wrong) = (ca("ca.crt"), ca("other-ca.crt"));
+    assert_certificate_refused(
+        "verify-full, no CA",
+        store_over(&w, "verify-full", None).await,
+    );
+    assert_certificate_refused(
+        "verify-full, wrong CA",
+        store_over(&w, "verify-full", Some(&wrong)).await,
+    );
+    assert_certificate_refused(
+        "verify-ca, wrong CA",
+        store_over(&w, "verify-ca", Some(&wrong)).await,
+    );
+    // The role's own rule (hostssl only): without TLS the server refuses it.
+    let e = store_over(&w, "disable", None).await.expect_err("no TLS");
+    assert!(
+        e.contains("pg_hba.conf") && e.contains("no encryption"),
+        "{e}"
+    );
+    assert_eq!(store_over(&w, "verify-full", Some(&good)).await, Ok(true));
+    assert_eq!(store_over(&w, "verify-ca", Some(&good)).await, Ok(true));
+    // `require` encrypts without checking the certificate.
+    assert_eq!(store_over(&w, "require", None).await, Ok(true));
+    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls() {
+    if !tls_ready("the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls").await {
+        return;
+    }
+    let w = TlsWorld::new().await;
+    let (good, wrong) = (ca("ca.crt"), ca("other-ca.crt"));
+    assert_certificate_refused(
+        "VERIFY_IDENTITY, no CA",
+        inbox_over(&w, "VERIFY_IDENTITY", None).await,
+    );
+    assert_certificate_refused(
+        "VERIFY_IDENTITY, wrong CA",
+        inbox_over(&w, "VERIFY_IDENTITY", Some(&wrong)).await,
+    );
+    assert_certificate_refused(
+        "VERIFY_CA, wrong CA",
+        inbox_over(&w, "VERIFY_CA", Some(&wrong)).await,
+    );
+    // The user's own rule (REQUIRE SSL): without TLS the server refuses it.
+    let e = inbox_over(&w, "DISABLED", None).await.expect_err("no TLS");
+    assert!(e.contains("Access denied"), "{e}");
+    assert_eq!(
+        inbox_over(&w, "VERIFY_IDENTITY", Some(&good)).await,
+        Ok(true)
+    );
+    assert_eq!(inbox_over(&w, "VERIFY_CA", Some(&good)).await, Ok(true));
+    assert_eq!(inbox_over(&w, "REQUIRED", None).await, Ok(true));
+    w.cleanup().await;
+}
+
+/// `run` over TLS only, the store password from a systemd credential and the inbox password
+/// from a `_file` key: the service becomes ready and processes and marks a message, so every
+/// pool it builds (sessions, relaxed commits, the lease, the fenced ones, the inbox) carried
+/// the password and the TLS keys.
+#[tokio::test]
+async fn the_service_runs_over_tls_with_secrets_from_files() {
+    if !tls_ready("the_service_runs_over_tls_with_secrets_from_files").await {
+        return;
+    }
+    let w = TlsWorld::new().await;
+    let creds = w.dir.join("credentials");
+    std::fs::create_dir_all(&creds).expect("credentials dir");
+    std::fs::write(creds.join("store.password"), TLS_PASSWORD).expect("credential");
+    let inbox_pw = w.secret_file("inbox-password", TLS_PASSWORD);
+    let port = common::service::free_port();
+    let log = w.dir.join("service.log");
+    let mut cmd = common::instance::msgexchange();
+    cmd.arg("run")
+        .env("MSGEXCHANGE_CONFIG", common::default_toml())
+        .env("CREDENTIALS_DIRECTORY", &creds)
+        .env("MSGX_STORE__URL", w.pg_url())
+        .env("MSGX_STORE__SSL_MODE", "verify-full")
+        .env("MSGX_STORE__SSL_CA", ca("ca.crt"))
+        .env("MSGX_STORE__CREATE_DATABASE", "false")
+        .env("MSGX_INBOX__URL", w.my_url())
+        .env("MSGX_INBOX__PASSWORD_FILE", &inbox_pw)
+        .env("MSGX_INBOX__SSL_MODE", "VERIFY_IDENTITY")
+        .env("MSGX_INBOX__SSL_CA", ca("ca.crt"))
+        .env("MSGX_KAFKA__BROKERS", "embedded")
+        .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
+        .env("MSGX_PIPELINE__POLL_INTERVAL", "100ms")
+        .env("MSGX_BACKFILL__PERIOD", "300ms")
+        .env("MSGX_OUTBOUND__SCHEDULE_REQUEST_AT", "")
+        .env("MSGX_LOG__LEVEL", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let mut child = cmd.spawn().expect("spawn msgexchange");
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let ready = wait_until(Duration::from_secs(30), || async {
+        common::instance::http_get(port, "/readyz")
+            .await
+            .is_ok_and(|r| r.starts_with("HTTP/1.1 200"))
+    })
+    .await;
+    assert!(ready, "not ready over TLS; log:\n{}", log_text());
+
+    let owner = sqlx::MySqlConnection::connect(&format!("{}/{}", common::mysql_base(), w.db))
+        .await
+        .expect("owner");
+    let id = insert_message(owner, &common::msgs::flop(1, "CA1234", &[])).await;
+    let marked = wait_until(Duration::from_secs(30), || async {
+        processed(&w.db, id).await
+    })
+    .await;
+    assert!(marked, "row {id} never marked; log:\n{}", log_text());
+    let _ = child.kill();
+    let _ = child.wait();
+    w.cleanup().await;
+}
+
+async fn insert_message(mut owner: sqlx::MySqlConnection, text: &str) -> u64 {
+    let r = sqlx::query(
+        "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (NOW(), ?)",
+    )
+    .bind(text)
+    .execute(&mut owner)
+    .await
+    .expect("insert");
+    let _ = owner.close().await;
+    r.last_insert_id()
+}
+
+async fn processed(db: &str, id: u64) -> bool {
+    let Ok(mut c) = sqlx::MySqlConnection::connect(&format!("{}/{db}", common::mysql_base())).await
+    else {
+        return false;
+    };
+    let mark: Option<Option<String>> = sqlx::query_scalar(
+        "SELECT CAST(CMINMSGS_DATE_PROCESSED AS CHAR) FROM CMINMSGS WHERE CMINMSGS_ID = ?",
+    )
+    .bind(id)
+    .fetch_optional(&mut c)
+    .await
+    .unwrap_or(None);
+    let _ = c.close().await;
+    mark.flatten().is_some()
+}
+
+/// Polls `f` every 100 ms; false after `limit`.
+async fn wait_until<F, Fut>(limit: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// `check-config` with secrets from a file, a credential and the environment: says where each
+/// came from, prints none; a missing file stops it in one line naming the key.
+#[test]
+fn check_config_names_each_secrets_source_and_refuses_a_missing_file() {
+    let dir = std::env::temp_dir().join(format!("msgxt_tls_cli_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("creds")).expect("dir");
+    let pw = dir.join("store-password");
+    std::fs::write(&pw, "0012345678\n").expect("pw");
+    std::fs::write(dir.join("creds/http.admin_token"), "cred-token-0123456789").expect("cred");
+    let run = |extra: &[(&str, &Path)]| {
+        let mut cmd = common::instance::msgexchange();
+        cmd.arg("check-config")
+            .env("MSGEXCHANGE_CONFIG", common::default_toml())
+            .env("MSGX_KAFKA__SASL_PASSWORD", "env-kafka-secret")
+            .env("CREDENTIALS_DIRECTORY", dir.join("creds"))
+            .stdin(Stdio::null());
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("check-config")
+    };
+    let out = run(&[("MSGX_STORE__PASSWORD_FILE", pw.as_path())]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for secret in ["0012345678", "cred-token", "env-kafka-secret"] {
+        assert!(!stdout.contains(secret), "{secret} printed:\n{stdout}");
+    }
+    let source = |key: &str| {
+        stdout
+            .lines()
+            .find(|l| {
+                l.strip_prefix("#   ")
+                    .is_some_and(|r| r.starts_with(&format!("{key} ")))
+            })
+            .unwrap_or_else(|| panic!("no source line for {key}:\n{stdout}"))
+            .to_string()
+    };
+    let pw_source = format!(
+        "file {} (named by environment MSGX_STORE__PASSWORD_FILE)",
+        pw.display()
+    );
+    assert!(source("store.password").ends_with(&pw_source), "{stdout}");
+    assert!(
+        source("http.admin_token").contains("systemd credential"),
+        "{stdout}"
+    );
+    assert!(
+        source("kafka.sasl_password").ends_with("environment MSGX_KAFKA__SASL_PASSWORD"),
+        "{stdout}"
+    );
+    let missing = dir.join("no-such-file");
+    let out = run(&[("MSGX_STORE__PASSWORD_FILE", missing.as_path())]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("`store.password_file`"), "{stderr}");
+    assert!(stderr.contains("no-such-file"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
