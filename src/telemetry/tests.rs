@@ -230,19 +230,11 @@ fn alert_rules() -> Vec<(String, Vec<String>)> {
     let text = std::fs::read_to_string(root.join("prometheus/alerts.yml")).expect("alerts.yml");
     let mut rules: Vec<(String, String)> = Vec::new();
     let mut in_expr = false;
-    // Recording rules (`- record:`) are not alerts: their expressions belong to no alert.
-    let mut in_record = false;
     for line in text.lines() {
         let t = line.trim();
         if let Some(name) = t.strip_prefix("- alert:") {
             rules.push((name.trim().to_string(), String::new()));
             in_expr = false;
-            in_record = false;
-        } else if t.starts_with("- record:") {
-            in_record = true;
-            in_expr = false;
-        } else if in_record {
-            continue;
         } else if let Some(expr) = t.strip_prefix("expr:") {
             in_expr = true;
             if let Some(r) = rules.last_mut() {
