@@ -15,6 +15,12 @@ cargo build --workspace
 bin=${CARGO_TARGET_DIR:-target}/debug/msgexchange
 export MSGX_INBOX__URL=${MSGX_INBOX__URL:-mysql://root@127.0.0.1:3306/msgx_inbox}
 export MSGX_STORE__URL=${MSGX_STORE__URL:-postgres://postgres@127.0.0.1:5432/msgx}
+# What the fail-closed defaults require (docs/operations.md, "Defaults that fail closed"): the
+# in-process mock Kafka cluster, said explicitly (its events vanish when the demo stops), and
+# the first start's cutover choice — the simulator fills the inbox before the service starts,
+# and `zero` processes all of it (applied once on the fresh store, ignored afterwards).
+export MSGX_KAFKA__BROKERS=${MSGX_KAFKA__BROKERS:-embedded}
+export MSGX_PIPELINE__CUTOVER_WATERMARK=${MSGX_PIPELINE__CUTOVER_WATERMARK-zero}
 
 # The mix, at DEMO_RATE=20 msg/s (the incidents scale with the rate):
 # - hole: 0.3 % of the inserts roll back (one every ~17 s); the rows behind it wait

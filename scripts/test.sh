@@ -50,5 +50,10 @@ if [ ! -d scripts/asyncapi/node_modules/@asyncapi/parser ]; then
   npm ci --prefix scripts/asyncapi --ignore-scripts --no-audit --no-fund >/dev/null
 fi
 
+# The previous release's binary for the upgrade test (tests/upgrade.rs): built once from its git
+# commit with this workspace's dev profile and cached under target/prev-release/ (a clone needs
+# that commit: not a shallow one).
+scripts/prev_release.sh >/dev/null
+
 # --no-fail-fast: one red test binary must not hide the others (CI reads every binary's result).
 cargo test --workspace --all-targets --no-fail-fast "$@"

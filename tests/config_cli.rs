@@ -13,6 +13,7 @@ fn msgx(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
     cmd.args(args)
         .env("MSGEXCHANGE_CONFIG", common::default_toml())
+        .env("MSGX_KAFKA__BROKERS", "embedded")
         .stdin(Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
@@ -642,6 +643,8 @@ async fn an_upgrade_from_the_earliest_schema_finishes_a_mixed_backlog() {
         &env,
         &[
             ("MSGX_STORE__URL", &url),
+            // An upgraded store, not a first start: no cutover seeding.
+            ("MSGX_PIPELINE__CUTOVER_WATERMARK", ""),
             ("MSGX_PIPELINE__POLL_INTERVAL", "100ms"),
             ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1s"),
             ("MSGX_PROCESSING__HEAD_DEADLINE", "2s"),
@@ -714,6 +717,71 @@ async fn an_upgrade_from_the_earliest_schema_finishes_a_mixed_backlog() {
     env.cleanup().await;
 }
 
+/// Issue 30, defaults that fail closed: without `kafka.brokers` `run` refuses (exit 2, one line;
+/// operator commands still work); a first start on a fresh store whose inbox holds history
+/// refuses until a cutover mode is chosen, naming the `cutover plan` line, and writes nothing;
+/// `zero` processes the history; once the store is not fresh, no choice is asked for again.
+#[tokio::test]
+async fn defaults_fail_closed_without_brokers_or_a_cutover_choice() {
+    use common::instance::{cli, service_env, set_var, Instance};
+    let env = TestEnv::new("fail_closed").await;
+    let ids = env.insert_rows(3).await;
+    let mut vars = service_env(&env, &env.pg_url, &env.my_url, "embedded");
+
+    let mut no_kafka = vars.clone();
+    set_var(&mut no_kafka, "MSGX_KAFKA__BROKERS", "");
+    let mut svc = Instance::spawn(&no_kafka, "fail-closed-kafka", &[]);
+    let exit = svc.exited_within(Duration::from_secs(30)).await;
+    assert_eq!(exit.and_then(|e| e.code()), Some(2), "{}", svc.log());
+    assert!(
+        svc.log().contains("kafka.brokers is not set"),
+        "{}",
+        svc.log()
+    );
+    let status = cli(&no_kafka, &["status"]).await;
+    assert_eq!(
+        status.code,
+        Some(0),
+        "operator commands need no Kafka: {}",
+        status.all()
+    );
+
+    set_var(&mut vars, "MSGX_PIPELINE__CUTOVER_WATERMARK", "");
+    let mut svc = Instance::spawn(&vars, "fail-closed-cutover", &[]);
+    let exit = svc.exited_within(Duration::from_secs(30)).await;
+    assert_eq!(exit.and_then(|e| e.code()), Some(2), "{}", svc.log());
+    let log = svc.log();
+    assert!(
+        log.contains(&format!("ids {}..{}", ids[0], ids[2]))
+            && log.contains("msgexchange cutover plan --mode")
+            && log.contains("pipeline.cutover_watermark"),
+        "{log}"
+    );
+    assert!(
+        env.store.is_fresh().await.expect("fresh"),
+        "nothing written"
+    );
+    let plan = cli(&vars, &["cutover", "plan", "--mode", "zero"]).await;
+    assert_eq!(plan.code, Some(0), "{}", plan.all());
+
+    // `zero`: the history is processed.
+    let svc = Instance::spawn(
+        &vars,
+        "fail-closed-zero",
+        &[("MSGX_PIPELINE__CUTOVER_WATERMARK", "zero")],
+    );
+    common::service::wait_for("the history processed", Duration::from_secs(60), || async {
+        env.cursor().await.0 >= ids[2]
+    })
+    .await;
+    drop(svc);
+    // Not fresh any more: a start without a cutover mode is no first start.
+    let svc = Instance::spawn(&vars, "fail-closed-again", &[]);
+    svc.wait_ready(Duration::from_secs(60)).await;
+    drop(svc);
+    env.cleanup().await;
+}
+
 /// The sweep holds its PostgreSQL row locks while it marks (G5): a mark budget the store's
 /// idle timeout does not cover is refused at start, in one line naming both keys.
 #[test]
@@ -781,9 +849,18 @@ fn the_debian_package_installs_and_its_config_checks() {
         "/etc/msgexchange/msgexchange.env",
         "/usr/share/doc/msgexchange/default.toml",
         "/usr/share/doc/msgexchange/operations.md",
+        "/usr/share/msgexchange/prometheus/alerts.yml",
+        "/usr/share/msgexchange/grafana/msgexchange.json",
     ] {
         assert!(std::path::Path::new(path).exists(), "{path} installed");
     }
+    // Issue 30: an upgrade never restarts (nor stops) a running service before `migrate`.
+    let postinst =
+        std::fs::read_to_string("/var/lib/dpkg/info/msgexchange.postinst").unwrap_or_default();
+    assert!(
+        !postinst.contains("try-restart") && !postinst.contains("_dh_action=restart"),
+        "{postinst}"
+    );
     let conffiles = run_ok(
         "dpkg-query",
         &["--showformat=${Conffiles}", "--show", "msgexchange"],
@@ -812,6 +889,7 @@ fn the_debian_package_installs_and_its_config_checks() {
         "Restart=on-failure",
         "TimeoutStopSec=",
         "EnvironmentFile=",
+        "RestartPreventExitStatus=2 3",
     ] {
         assert!(unit_text.contains(line), "{line} in the unit");
     }

@@ -242,13 +242,15 @@ fn panel_queries() -> Vec<Query> {
             }
             for t in p["targets"].as_array().into_iter().flatten() {
                 if let Some(expr) = t["expr"].as_str() {
+                    // The dashboard's instance variable, as "All" sets it.
+                    let expr = expr.replace("$instance", ".+");
                     out.push(Query {
                         origin: format!(
                             "{file} / {} / {}",
                             p["title"].as_str().unwrap_or("?"),
                             t["refId"].as_str().unwrap_or("?")
                         ),
-                        expr: expr.to_string(),
+                        expr,
                     });
                 }
             }
@@ -334,6 +336,43 @@ fn metric_names_skip_strings_and_functions() {
     );
 }
 
+/// Every alert says what it means (`description`) and links its runbook entry
+/// (`runbook_url`, the `### Name` heading of docs/operations.md as the package installs it).
+#[test]
+fn every_alert_has_a_description_and_a_runbook_url() {
+    let text = std::fs::read_to_string(repo().join("prometheus/alerts.yml")).expect("alerts.yml");
+    let doc: Value = serde_yaml_ng::from_str(&text).expect("alerts.yml is YAML");
+    let ops = std::fs::read_to_string(repo().join("docs/operations.md")).expect("operations.md");
+    let mut alerts = 0;
+    for g in doc["groups"].as_array().expect("groups") {
+        for r in g["rules"].as_array().expect("rules") {
+            let Some(name) = r["alert"].as_str() else {
+                continue;
+            };
+            alerts += 1;
+            let a = &r["annotations"];
+            assert!(
+                a["description"].as_str().is_some_and(|d| d.len() > 20),
+                "{name}: no description"
+            );
+            let url = format!(
+                "file:///usr/share/doc/msgexchange/operations.md#{}",
+                name.to_lowercase()
+            );
+            assert_eq!(a["runbook_url"].as_str(), Some(url.as_str()), "{name}");
+            assert!(
+                a["runbook"].is_null(),
+                "{name}: `runbook` is runbook_url now"
+            );
+            assert!(
+                ops.contains(&format!("\n### {name}\n")),
+                "{name}: no runbook entry"
+            );
+        }
+    }
+    assert!(alerts > 30, "{alerts} alerts");
+}
+
 #[test]
 fn every_panel_has_a_unit_and_every_row_named_by_ops2_is_there() {
     let d: Value = serde_json::from_str(
@@ -341,6 +380,17 @@ fn every_panel_has_a_unit_and_every_row_named_by_ops2_is_there() {
             .expect("dashboard"),
     )
     .expect("JSON");
+    let vars = d["templating"]["list"].as_array().expect("templating");
+    let var = |name: &str| vars.iter().find(|v| v["name"] == name).cloned();
+    assert_eq!(
+        var("datasource").expect("datasource variable")["type"],
+        "datasource"
+    );
+    let instance = var("instance").expect("instance variable");
+    assert_eq!(instance["datasource"]["uid"], "${datasource}");
+    assert!(instance["query"]["query"]
+        .as_str()
+        .is_some_and(|q| q.starts_with("label_values(msgx_")));
     let panels = d["panels"].as_array().expect("panels");
     let rows: Vec<&str> = panels
         .iter()
@@ -372,7 +422,20 @@ fn every_panel_has_a_unit_and_every_row_named_by_ops2_is_there() {
             p["fieldConfig"]["defaults"]["thresholds"]["steps"].is_array(),
             "panel {title:?} has no thresholds"
         );
-        assert_eq!(p["datasource"]["uid"], "prometheus", "panel {title:?}");
+        // Imports into any Grafana: the datasource is the dashboard's variable, and every
+        // query shows the instance chosen (not the active and the standby mixed).
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "panel {title:?}");
+        for t in p["targets"].as_array().into_iter().flatten() {
+            assert_eq!(t["datasource"]["uid"], "${datasource}", "panel {title:?}");
+            let expr = t["expr"].as_str().unwrap_or_default();
+            for name in metric_names(expr) {
+                let with = format!("{name}{{instance=~\"$instance\"");
+                assert!(
+                    expr.contains(&with),
+                    "panel {title:?}: {name} unfiltered in {expr}"
+                );
+            }
+        }
         assert!(
             ids.insert(p["id"].as_i64().expect("id")),
             "duplicate id in {title:?}"
@@ -1033,8 +1096,8 @@ fn compose_environment_matches_the_config() {
         "datasource {url}"
     );
     assert_eq!(
-        ds["datasources"][0]["uid"], "prometheus",
-        "the dashboards name datasource uid prometheus"
+        ds["datasources"][0]["isDefault"], true,
+        "the dashboards' datasource variable starts at the default datasource"
     );
 
     // With the compose plugin on this machine, its own parser agrees (never required).

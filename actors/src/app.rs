@@ -23,7 +23,7 @@ use msgx_core::settings::{
     redact_url, KafkaSettings, LateSettings, PipelineSettings, ProcessingSettings,
     RetentionSettings, Settings,
 };
-use msgx_core::store::{InstanceLock, SeedOutcome, Store};
+use msgx_core::store::{InstanceLock, SchemaState, SeedOutcome, Store};
 use msgx_core::telemetry;
 use tokio::sync::mpsc;
 
@@ -474,6 +474,7 @@ pub fn install_metrics() -> anyhow::Result<PrometheusHandle> {
 /// Runs the service until SIGINT/SIGTERM or a fatal condition. `/readyz` answers from the
 /// start (503 while the store is unreachable or this instance stands by for the lease).
 pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
+    crate::first_start::require_brokers(&settings)?;
     let metrics = install_metrics()?;
     tracing::info!(
         inbox = %redact_url(&settings.inbox.url),
@@ -493,6 +494,9 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     };
     let clock: SharedClock = Arc::new(SystemClock);
     let cutover = settings.cutover()?;
+    crate::first_start::require_cutover_choice(&store, &inbox, cutover)
+        .await
+        .context("checking whether the inbox holds history (first start on a fresh store)")?;
     apply_cutover_approved(
         &store,
         &inbox,
@@ -563,7 +567,8 @@ async fn take_the_lease(
     health: &Health,
     stop: &mut (impl std::future::Future<Output = ()> + Unpin),
 ) -> anyhow::Result<Option<(Store, Inbox, InstanceLock)>> {
-    let Some(store) = crate::lifecycle::connect_store(settings, health, stop).await? else {
+    let Some((store, schema)) = crate::lifecycle::connect_store(settings, health, stop).await?
+    else {
         return Ok(None);
     };
     let inbox = Inbox::new(
@@ -575,9 +580,29 @@ async fn take_the_lease(
         // Evidence read from a replica would release holes whose rows are still coming.
         inbox.check_primary().await?;
     }
-    let Some(lock) = crate::lifecycle::acquire_lease(settings, &store, health, stop).await? else {
+    if let SchemaState::Behind {
+        store: at, binary, ..
+    } = &schema
+    {
+        tracing::warn!(
+            store_schema = *at,
+            binary_schema = *binary,
+            "the store's schema is older than this binary's: it is migrated only once this \
+             instance holds the lease (an older instance holding it keeps running on its schema)"
+        );
+    }
+    let lease = crate::lifecycle::acquire_lease(settings, &store, &schema, health, stop).await?;
+    let Some(lock) = lease else {
         return Ok(None);
     };
+    if let SchemaState::Behind { pending, .. } = &schema {
+        // The lease is ours: no older instance runs any more (its writes are fenced).
+        store
+            .migrate_held()
+            .await
+            .context("migrating the store after taking the lease")?;
+        tracing::info!(applied = ?pending, "store schema migrated by the lease holder");
+    }
     // From here on every write carries this instance's epoch: once a newer instance takes the
     // lock, our writes fail instead of racing it (migration 0006).
     let store = store

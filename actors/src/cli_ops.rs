@@ -156,7 +156,16 @@ fn print_report<T: serde::Serialize>(
 
 /// `msgexchange status`.
 pub async fn status(settings: &Settings, args: &StatusArgs) -> anyhow::Result<()> {
-    let ops = ops(settings).await?;
+    let ops = match ops(settings).await {
+        Ok(ops) => ops,
+        Err(e) => match crate::upgrade_status::behind(settings, &e, args.json).await {
+            Some(report) => {
+                print!("{report}");
+                return Ok(());
+            }
+            None => return Err(e),
+        },
+    };
     let terminal = std::io::stdout().is_terminal();
     loop {
         let status = ops.status(now()).await.context("reading the status")?;

@@ -135,6 +135,10 @@ pub fn serve_with_verify(
     )
 }
 
+/// How long a stopping server lets requests in flight finish (actix's default is 30 s): the
+/// unit's `TimeoutStopSec` is `supervisor.shutdown_grace` + this + a margin.
+pub const HTTP_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The one server shape: the open routes with their data, plus what `extra` adds; one worker
 /// and no signal handling of its own (the service owns SIGTERM).
 fn bind<F>(
@@ -157,6 +161,7 @@ where
     })
     .workers(1)
     .disable_signals()
+    .shutdown_timeout(HTTP_DRAIN.as_secs())
     .bind(listen)?
     .run();
     Ok(server)

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use actix::Addr;
 use anyhow::Context as _;
 use msgx_core::settings::{redact_url, Settings};
-use msgx_core::store::{InstanceLock, LeaseConfig, Store, StoreError};
+use msgx_core::store::{InstanceLock, LeaseConfig, SchemaState, Store, StoreError};
 use msgx_core::telemetry;
 
 use crate::health::Health;
@@ -29,19 +29,21 @@ pub fn lease_config(settings: &Settings) -> LeaseConfig {
     }
 }
 
-/// Opens the store (migrating it), retrying while it is unreachable. Configuration errors (a
-/// bad URL) and failed migrations stop at once. `None` when `stop` fired first.
+/// Opens the store without migrating an older schema (only the lease holder does: see
+/// [`Store::connect_unmigrated`]), retrying while it is unreachable. Configuration errors (a
+/// bad URL), schema refusals and failed migrations stop at once. `None` when `stop` fired
+/// first.
 pub async fn connect_store(
     settings: &Settings,
     health: &Health,
     stop: &mut (impl Future<Output = ()> + Unpin),
-) -> anyhow::Result<Option<Store>> {
+) -> anyhow::Result<Option<(Store, SchemaState)>> {
     let mut wait = Duration::from_secs(1);
     let mut attempt = 0u64;
     loop {
         attempt += 1;
-        match Store::connect(&settings.store).await {
-            Ok(store) => return Ok(Some(store)),
+        match Store::connect_unmigrated(&settings.store).await {
+            Ok(connected) => return Ok(Some(connected)),
             Err(StoreError::Db(e)) => {
                 let why = format!("store unreachable at start-up: {e}");
                 tracing::warn!(
@@ -71,10 +73,13 @@ pub async fn connect_store(
 }
 
 /// Takes the lease, standing by while another instance holds it (`lease.standby`), or giving
-/// up after `store.instance_lock_wait` without standby. `None` when `stop` fired first.
+/// up after `store.instance_lock_wait` without standby. `schema` is the store's schema as
+/// connected: `/readyz` says when this standby waits to migrate it. `None` when `stop` fired
+/// first.
 pub async fn acquire_lease(
     settings: &Settings,
     store: &Store,
+    schema: &SchemaState,
     health: &Health,
     stop: &mut (impl Future<Output = ()> + Unpin),
 ) -> anyhow::Result<Option<InstanceLock>> {
@@ -96,7 +101,10 @@ pub async fn acquire_lease(
                 telemetry::lease_standby(announced);
                 announced = true;
                 health.lease(false);
-                health.waiting(Some("standing by: another instance holds the lease".into()));
+                health.waiting(Some(format!(
+                    "standing by: another instance holds the lease{}",
+                    schema_wait(schema)
+                )));
             }
             Err(StoreError::LeaseTampered(why)) => {
                 telemetry::lease_tampered(&why);
@@ -117,6 +125,18 @@ pub async fn acquire_lease(
             _ = tokio::time::sleep(retry) => {}
             _ = &mut *stop => return Ok(None),
         }
+    }
+}
+
+/// What a standby adds to its `/readyz` reason while the store's schema is older than its
+/// own: it migrates only once it holds the lease.
+fn schema_wait(schema: &SchemaState) -> String {
+    match schema {
+        SchemaState::Behind { store, binary, .. } => format!(
+            "; the store's schema is at version {store}, this binary's {binary}: it migrates \
+             once it holds the lease"
+        ),
+        _ => String::new(),
     }
 }
 
@@ -158,4 +178,44 @@ pub async fn graceful_shutdown(
         took_ms = begun.elapsed().as_millis() as u64,
         "shutdown complete"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    /// `supervisor.shutdown_grace` of config/default.toml.
+    fn default_grace() -> Duration {
+        let defaults: toml::Value =
+            toml::from_str(include_str!("../../config/default.toml")).expect("default.toml");
+        let grace = defaults["supervisor"]["shutdown_grace"]
+            .as_str()
+            .expect("shutdown_grace");
+        humantime::parse_duration(grace).expect("a duration")
+    }
+
+    /// The unit's `TimeoutStopSec` and compose's `stop_grace_period` leave the graceful
+    /// shutdown its whole time: the pipeline's grace, then the bounded HTTP drain, then a
+    /// margin (issue 30: Docker's default 10 s killed a 20 s grace half way).
+    #[test]
+    fn stop_timeouts_cover_the_grace_and_the_http_drain() {
+        let needed = default_grace() + crate::http::HTTP_DRAIN + Duration::from_secs(5);
+        let unit = include_str!("../../packaging/msgexchange.service");
+        let timeout = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("TimeoutStopSec="))
+            .expect("TimeoutStopSec");
+        let timeout = humantime::parse_duration(timeout.trim()).expect("a duration");
+        assert!(timeout >= needed, "TimeoutStopSec={timeout:?} < {needed:?}");
+        let compose: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(include_str!("../../docker-compose.yml")).expect("compose");
+        let period = compose["services"]["msgexchange"]["stop_grace_period"]
+            .as_str()
+            .expect("stop_grace_period");
+        let period = humantime::parse_duration(period).expect("a duration");
+        assert!(
+            period >= needed,
+            "stop_grace_period {period:?} < {needed:?}"
+        );
+    }
 }

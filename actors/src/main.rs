@@ -54,6 +54,10 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> Exi
             Command::CheckConfig => match cli::effective_config(&cli) {
                 Ok(toml) => {
                     print!("{toml}");
+                    if let Err(missing) = msgx_actors::first_start::require_brokers(&settings) {
+                        // Operator commands run without it; `run` refuses (exit 2).
+                        eprintln!("note: `msgexchange run` refuses to start: {missing}");
+                    }
                     eprintln!("configuration OK");
                     Ok(())
                 }
@@ -82,7 +86,8 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> Exi
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "msgexchange stopped with an error");
             eprintln!("msgexchange: {e:#}");
-            ExitCode::FAILURE
+            // 2 and 3: refusals a restart cannot fix (the unit's RestartPreventExitStatus).
+            ExitCode::from(msgx_actors::refusal::exit_code(&e))
         }
     }
 }

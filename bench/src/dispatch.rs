@@ -5,7 +5,7 @@
 //! steady event rate with the real `Dispatcher` actor woken by `EventsQueued`. Not a timed
 //! test: it prints numbers (issue 5: aim ≥ 50 % of the lower ceiling; p99 ≤ 50 ms at 500/s).
 //!
-//! Kafka is the configured `kafka.brokers`; `embedded` (the default) starts librdkafka's mock
+//! Kafka is the configured `kafka.brokers`; `embedded` (the bench's default when unset) starts librdkafka's mock
 //! cluster in this process, which then shares the machine's cores with the bench.
 //!
 //! Phases (fresh database `msgx_bench_<pid>`, dropped at the end unless `--keep`):

@@ -1,6 +1,6 @@
 //! `msgx-bench e2e`: the whole service drains an inbox backlog end to end — enqueue (poller),
 //! process (pump, group commit), mark (backfill sweeper) and deliver (dispatcher, to the
-//! configured Kafka: the embedded mock cluster by default) — started exactly as `run_service`
+//! configured Kafka: the embedded mock cluster when `kafka.brokers` is unset) — started exactly as `run_service`
 //! starts the pipeline. Prints, per stage, the throughput of every tenth of the backlog (is it
 //! flat?), the total time and the peak RSS of this process (the service and the bench share it);
 //! then an idle phase (nothing arriving: the statements the service sends the inbox per second);

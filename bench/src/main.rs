@@ -51,7 +51,7 @@ enum BenchCommand {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let settings =
+    let mut settings =
         match Settings::load_layered(Some(cli.config.as_path()), cli.config_extra.as_deref())
             .with_context(|| format!("loading {} (and MSGX_* environment)", cli.config.display()))
         {
@@ -61,6 +61,11 @@ fn main() -> std::process::ExitCode {
                 return std::process::ExitCode::from(2);
             }
         };
+    // A dev tool: an unset kafka.brokers means the in-process mock cluster here (the service
+    // refuses to start without it).
+    if settings.kafka.brokers.trim().is_empty() {
+        settings.kafka.brokers = "embedded".into();
+    }
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.log.level));
     tracing_subscriber::fmt()

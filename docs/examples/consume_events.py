@@ -20,6 +20,16 @@ import time
 from confluent_kafka import Consumer
 
 
+# The body versions this consumer handles (docs/consuming-events.md, "Versions"): select by
+# ce_dataschema first, then de-duplicate.
+KNOWN_SCHEMAS = {
+    "msgx:schemas/flight_created/v1",
+    "msgx:schemas/flight_updated/v1",
+    "msgx:schemas/flight_deleted/v1",
+    "msgx:schemas/schedule_applied/v1",
+}
+
+
 def headers_of(msg):
     """Kafka headers as a dict of text values (CloudEvents binary mode: UTF-8)."""
     return {k: (v.decode("utf-8") if v is not None else None) for k, v in (msg.headers() or [])}
@@ -86,6 +96,11 @@ def main():
                 return 1
             last = time.monotonic()
             headers = headers_of(msg)
+            if headers.get("ce_dataschema") not in KNOWN_SCHEMAS:
+                # A version (or type) this consumer does not handle: while v1 and v2 are
+                # published side by side, each event arrives once per version.
+                consumer.commit(message=msg, asynchronous=False)
+                continue
             identity = (headers["ce_source"], headers["ce_id"])
             if identity in seen:
                 duplicates += 1  # at-least-once: a redelivery, already handled

@@ -12,7 +12,8 @@ use super::{check_nonzero, check_retries, duration, invalid, SettingsError};
 #[serde(deny_unknown_fields)]
 pub struct KafkaSettings {
     /// Bootstrap list `host:port[,host:port]`, or `embedded` for librdkafka's in-process mock
-    /// cluster (demo and first runs only: nothing it holds survives the process).
+    /// cluster (dev and demo only: nothing it holds survives the process); empty (the default)
+    /// = not set, which `run` refuses.
     pub brokers: String,
     /// Topic the flight events go to.
     pub topic: String,
@@ -137,13 +138,9 @@ impl KafkaSettings {
 
     fn check_brokers(&self) -> Result<(), SettingsError> {
         let brokers = self.brokers.trim();
-        if brokers.is_empty() {
-            return Err(invalid(
-                "kafka.brokers",
-                "empty; give host:port[,host:port] or `embedded`",
-            ));
-        }
-        if self.is_embedded() {
+        // Unset: operator commands need no Kafka; `run` refuses to start without it
+        // (msgx_actors::first_start, issue 30: no silent in-process default).
+        if brokers.is_empty() || self.is_embedded() {
             return Ok(());
         }
         for b in brokers.split(',') {

@@ -7,6 +7,7 @@ mod cursor;
 mod cutover;
 mod enqueue;
 pub mod events;
+mod fresh;
 mod group;
 mod inspect;
 pub mod late_watch;
@@ -139,6 +140,39 @@ impl Store {
             _ => migrate_untimed(&pool).await?,
         }
         Ok(Self::with_relaxed(pool))
+    }
+
+    /// Connects the service before it holds the lease (issue 30: only the lease holder or
+    /// `msgexchange migrate` migrates). Creates the database when configured; migrates only a
+    /// store no instance can be running on — an empty one (sqlx's migration lock serialises two
+    /// first starts) or one older than the lease itself ([`schema::LEASE_SCHEMA`]). Any other
+    /// older schema is returned as `Behind` for [`Store::migrate_held`] once the lease is held;
+    /// a newer one, or an older one with `store.migrate_at_start` off, is refused.
+    pub async fn connect_unmigrated(
+        settings: &StoreSettings,
+    ) -> Result<(Self, SchemaState), StoreError> {
+        let pool = Self::connect_pool(settings).await?;
+        let state = match schema::schema_state(&pool).await? {
+            state @ SchemaState::Current { .. } => state,
+            state @ SchemaState::Ahead { .. } => return Err(refuse(&pool, &state).await),
+            state if !settings.migrate_at_start => return Err(refuse(&pool, &state).await),
+            SchemaState::Behind { store, .. } if store < schema::LEASE_SCHEMA => {
+                migrate_untimed(&pool).await?;
+                schema::schema_state(&pool).await?
+            }
+            SchemaState::Missing { .. } => {
+                migrate_untimed(&pool).await?;
+                schema::schema_state(&pool).await?
+            }
+            state @ SchemaState::Behind { .. } => state,
+        };
+        Ok((Self::with_relaxed(pool), state))
+    }
+
+    /// Brings an older schema to this binary's: only for the lease holder (see
+    /// [`Store::connect_unmigrated`]), before it fences its sessions.
+    pub async fn migrate_held(&self) -> Result<(), StoreError> {
+        migrate_untimed(&self.pool).await
     }
 
     /// `msgexchange migrate`: creates the database when configured, applies this binary's

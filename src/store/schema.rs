@@ -64,6 +64,11 @@ impl SchemaState {
     }
 }
 
+/// The oldest schema whose `instance_lease` this binary's lease statements work on (migration
+/// 0011, the lease's expiry): an older store is migrated before the lease is taken, as every
+/// release before issue 30 did.
+pub const LEASE_SCHEMA: i64 = 11;
+
 /// This binary's newest migration.
 pub fn binary_version() -> i64 {
     MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
@@ -169,4 +174,34 @@ pub fn connect_options(settings: &StoreSettings) -> Result<PgConnectOptions, Sto
         options = options.ssl_root_cert(&settings.ssl_ca);
     }
     Ok(options)
+}
+
+/// What `msgexchange status` can say about a store whose schema is not this binary's (it
+/// cannot read the rest): the schema state and the lease row's `(epoch, holder)`.
+#[derive(Debug, Clone)]
+pub struct SchemaProbe {
+    /// The store's schema against this binary's.
+    pub state: SchemaState,
+    /// The lease row, when the store has one.
+    pub lease: Option<(i64, Option<String>)>,
+}
+
+/// Reads the schema state and the lease row of an existing store; creates and migrates
+/// nothing.
+pub async fn probe(settings: &StoreSettings) -> Result<SchemaProbe, StoreError> {
+    let pool = super::session_pool(settings, session_options(settings)?).await?;
+    let state = schema_state(&pool).await?;
+    let table: Option<String> = sqlx::query_scalar("SELECT to_regclass('instance_lease')::text")
+        .fetch_one(&pool)
+        .await?;
+    let lease: Option<(i64, Option<String>)> = match table {
+        Some(_) => {
+            sqlx::query_as("SELECT epoch, holder FROM instance_lease WHERE id = 1")
+                .fetch_optional(&pool)
+                .await?
+        }
+        None => None,
+    };
+    pool.close().await;
+    Ok(SchemaProbe { state, lease })
 }

@@ -194,6 +194,11 @@ impl TestEnv {
                 "MSGEXCHANGE_CONFIG".into(),
                 default_toml().display().to_string(),
             ),
+            // What the fail-closed defaults require of a run (issue 30): the Kafka to use, and
+            // the first start's cutover choice on a fresh store with history ("process it all";
+            // ignored once seeded). A test on a store it filled itself sets it to "".
+            ("MSGX_KAFKA__BROKERS".into(), "embedded".into()),
+            ("MSGX_PIPELINE__CUTOVER_WATERMARK".into(), "zero".into()),
         ]
     }
 

@@ -1,0 +1,47 @@
+//! Start-up refusals that fail closed (issue 30): no Kafka configured, and a first start on a
+//! fresh store whose inbox already holds history without a cutover decision. Kept apart from
+//! the cutover seeding itself (`msgx_core::cutover`), which runs after these checks.
+
+use msgx_core::cutover::CutoverMode;
+use msgx_core::inbox::Inbox;
+use msgx_core::settings::Settings;
+use msgx_core::store::Store;
+
+use crate::refusal::Refusal;
+
+/// `kafka.brokers` must be set: an unset key no longer means the in-process mock cluster,
+/// which acknowledges events and loses them on exit; `embedded` says so explicitly (dev, demo,
+/// tests).
+pub fn require_brokers(settings: &Settings) -> Result<(), Refusal> {
+    if settings.kafka.brokers.trim().is_empty() {
+        return Err(Refusal::config(
+            "kafka.brokers is not set: give the site's brokers as host:port[,host:port] \
+             (MSGX_KAFKA__BROKERS), or `embedded` for the in-process mock cluster of dev and \
+             demo runs, which loses every event when the process ends",
+        ));
+    }
+    Ok(())
+}
+
+/// On a fresh store (nothing discovered, processed or seeded yet) whose inbox already holds
+/// rows, the start needs `pipeline.cutover_watermark`: starting at W = 0 would process and
+/// mark the whole history, which the seed makes an explicit decision (`zero` says it).
+pub async fn require_cutover_choice(
+    store: &Store,
+    inbox: &Inbox,
+    mode: Option<CutoverMode>,
+) -> anyhow::Result<()> {
+    if mode.is_some() || !store.is_fresh().await? {
+        return Ok(());
+    }
+    let Some((first, last)) = inbox.id_range().await? else {
+        return Ok(());
+    };
+    Err(Refusal::config(format!(
+        "first start on a fresh store, and the inbox already holds rows (ids {first}..{last}): \
+         choose where to start — `msgexchange cutover plan --mode max` shows what a mode would \
+         skip and read (also min, zero, or an id) — then set pipeline.cutover_watermark \
+         (MSGX_PIPELINE__CUTOVER_WATERMARK); `zero` processes and marks the whole history"
+    ))
+    .into())
+}
