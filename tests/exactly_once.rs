@@ -44,7 +44,10 @@ struct Tally {
     wrong_offset: usize,
 }
 
-fn mock_cluster() -> (MockCluster<'static, rdkafka::producer::DefaultProducerContext>, String) {
+fn mock_cluster() -> (
+    MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    String,
+) {
     let cluster = MockCluster::new(1).expect("mock cluster");
     for t in [TOPIC, DLQ] {
         cluster.create_topic(t, 3, 1).expect("topic");
@@ -164,7 +167,10 @@ async fn exactly_once_survives_repeated_kills_during_a_drain() {
     assert_eq!(t.duplicates, 0, "{t:?}");
     assert_eq!(t.records, t.events, "{t:?}");
     assert!(t.out_of_order.is_empty(), "{t:?}");
-    assert_eq!(t.wrong_offset, 0, "SENT offsets are where the records are: {t:?}");
+    assert_eq!(
+        t.wrong_offset, 0,
+        "SENT offsets are where the records are: {t:?}"
+    );
     env.cleanup().await;
 }
 
@@ -195,18 +201,24 @@ async fn a_frozen_holder_is_fenced_and_adds_nothing_when_woken() {
     backlog(&env).await;
     let v = vars(&env, &bootstrap, Delivery::ExactlyOnce);
     let mut a = Instance::spawn(&v, "eo-fence-old", &[]);
-    wait_for("the old holder sending", Duration::from_secs(30), || async {
-        env.count("SELECT count(*) FROM msg_event WHERE state = 'SENT'")
-            .await
-            > 20
-    })
+    wait_for(
+        "the old holder sending",
+        Duration::from_secs(30),
+        || async {
+            env.count("SELECT count(*) FROM msg_event WHERE state = 'SENT'")
+                .await
+                > 20
+        },
+    )
     .await;
     let b = Instance::spawn(&v, "eo-fence-new", &[]);
     a.signal("-STOP");
     b.wait_ready(Duration::from_secs(30)).await;
-    wait_for("the new holder fenced the old", Duration::from_secs(20), || async {
-        b.log().contains("exactly-once start")
-    })
+    wait_for(
+        "the new holder fenced the old",
+        Duration::from_secs(20),
+        || async { b.log().contains("exactly-once start") },
+    )
     .await;
     a.signal("-CONT");
     let status = a.exited_within(Duration::from_secs(20)).await;

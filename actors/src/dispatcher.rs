@@ -136,7 +136,12 @@ impl Dispatcher {
     fn prepare(
         &mut self,
         producer: EventProducer,
-        (kafka, bootstrap, lock, mut initialized): (KafkaSettings, String, Option<InstanceLock>, bool),
+        (kafka, bootstrap, lock, mut initialized): (
+            KafkaSettings,
+            String,
+            Option<InstanceLock>,
+            bool,
+        ),
     ) -> AtomicResponse<Self, Result<DispatchSummary, WorkError>> {
         let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
         let start = async move {

@@ -66,7 +66,12 @@ pub async fn recover(
 ) -> Result<Recovered, DispatchError> {
     let sent_after = store.last_offsets(EventState::Sent).await?;
     let dead_after = store.last_offsets(EventState::Dead).await?;
-    let (k1, k2, b1, b2) = (k.clone(), k.clone(), bootstrap.to_string(), bootstrap.to_string());
+    let (k1, k2, b1, b2) = (
+        k.clone(),
+        k.clone(),
+        bootstrap.to_string(),
+        bootstrap.to_string(),
+    );
     let (topic, dlq, limit) = (cfg.topic.clone(), cfg.dlq_topic.clone(), cfg.txn_timeout);
     let found = blocking(move || committed_after(&k1, &b1, &topic, &sent_after, limit)).await?;
     let found_dead = blocking(move || committed_after(&k2, &b2, &dlq, &dead_after, limit)).await?;
@@ -142,7 +147,15 @@ pub async fn send_txn_round(
         .all(|r| matches!(r, SendResult::Acked(..)));
     if !all_acked {
         abort(producer, cfg).await?;
-        file_failures(&live, &results, &exhausted, &dlq_results, now, cfg, &mut out);
+        file_failures(
+            &live,
+            &results,
+            &exhausted,
+            &dlq_results,
+            now,
+            cfg,
+            &mut out,
+        );
         report.failed = out.failures.len();
         report.failures = first_failures(&out);
         // The others go again at once, without the failed ones (their keys are held).

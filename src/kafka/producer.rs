@@ -106,8 +106,7 @@ pub fn client_config(k: &KafkaSettings, bootstrap: &str) -> Result<ClientConfig,
         .set(
             "request.timeout.ms",
             k.request_timeout.as_millis().to_string(),
-        )
-        ;
+        );
     security(&mut c, k);
     for (key, value) in k
         .extra_pairs()
@@ -227,7 +226,10 @@ impl EventProducer {
     pub fn begin_transaction(&self) -> Result<(), ProducerError> {
         self.inner
             .begin_transaction()
-            .map_err(|source| ProducerError::Transaction { op: "begin", source })
+            .map_err(|source| ProducerError::Transaction {
+                op: "begin",
+                source,
+            })
     }
 
     /// `commit_transaction`: flushes what is queued and commits it all, or fails.

@@ -14,6 +14,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Headers;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
+use super::context::TracingContext;
 use super::producer::{security, ProducerError};
 use crate::settings::KafkaSettings;
 
@@ -48,7 +49,10 @@ pub enum RecoverError {
 }
 
 /// A `read_committed` consumer with `[kafka]`'s connection and security settings.
-fn consumer(k: &KafkaSettings, bootstrap: &str) -> Result<BaseConsumer, RecoverError> {
+fn consumer(
+    k: &KafkaSettings,
+    bootstrap: &str,
+) -> Result<BaseConsumer<TracingContext>, RecoverError> {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap)
         .set("client.id", format!("{}-recovery", k.client_id))
@@ -65,7 +69,7 @@ fn consumer(k: &KafkaSettings, bootstrap: &str) -> Result<BaseConsumer, RecoverE
     {
         c.set(key, value);
     }
-    Ok(c.create()?)
+    Ok(c.create_with_context(TracingContext)?)
 }
 
 /// Every record of `topic` after `after` (partition → last offset the store knows; absent:
@@ -90,7 +94,9 @@ pub fn committed_after(
         let (_, high) = c.fetch_watermarks(topic, p, limit)?;
         let start = after.get(&p).map_or(0, |o| o + 1);
         if start < high {
-            let from = after.get(&p).map_or(Offset::Beginning, |o| Offset::Offset(o + 1));
+            let from = after
+                .get(&p)
+                .map_or(Offset::Beginning, |o| Offset::Offset(o + 1));
             tpl.add_partition_offset(topic, p, from)?;
             ends.insert(p, high);
         }
@@ -104,7 +110,7 @@ pub fn committed_after(
 
 /// Polls until every partition in `ends` reported its end at or past its high watermark.
 fn read_to_ends(
-    c: &BaseConsumer,
+    c: &BaseConsumer<TracingContext>,
     topic: &str,
     mut ends: HashMap<i32, i64>,
     limit: Duration,
@@ -143,10 +149,13 @@ fn read_to_ends(
     Ok(out)
 }
 
-fn position(c: &BaseConsumer, topic: &str, p: i32) -> i64 {
+fn position(c: &BaseConsumer<TracingContext>, topic: &str, p: i32) -> i64 {
     c.position()
         .ok()
-        .and_then(|tpl| tpl.find_partition(topic, p).and_then(|e| e.offset().to_raw()))
+        .and_then(|tpl| {
+            tpl.find_partition(topic, p)
+                .and_then(|e| e.offset().to_raw())
+        })
         .unwrap_or(-1)
 }
 

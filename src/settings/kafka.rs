@@ -245,7 +245,10 @@ impl KafkaSettings {
             ));
         }
         if self.transactional_id.trim().len() > 200 {
-            return Err(invalid("kafka.transactional_id", "longer than 200 characters"));
+            return Err(invalid(
+                "kafka.transactional_id",
+                "longer than 200 characters",
+            ));
         }
         Ok(())
     }
