@@ -76,7 +76,7 @@ pub use duration::{BoundedDuration, MAX_DURATION};
 mod http;
 pub use http::{HttpSettings, LogSettings};
 mod kafka;
-pub use kafka::{DispatchSettings, KafkaSettings};
+pub use kafka::{Delivery, DispatchSettings, KafkaSettings};
 mod layers;
 pub use layers::DEFAULT_TOML;
 mod outbound;

@@ -178,6 +178,7 @@ impl DispatchDeps {
                     retry_max: d.retry_max,
                     max_attempts: d.max_attempts,
                 },
+                txn_timeout: k.transaction_timeout,
             },
             idle_poll: d.idle_poll,
         }
@@ -303,14 +304,18 @@ fn backfill_sweeper(d: &PipelineDeps) -> ChildFactory {
 /// Wakes on `EventsQueued`. A producer librdkafka refuses leaves it down (the supervisor
 /// retries with its backoff).
 fn dispatcher(d: &PipelineDeps, x: DispatchDeps) -> ChildFactory {
-    let (store, clock) = (d.store.clone(), d.clock.clone());
+    let (store, clock, lock) = (d.store.clone(), d.clock.clone(), d.lock.clone());
     ChildFactory::of(
         move |_| {
             let producer = EventProducer::new(&x.kafka, &x.bootstrap)
                 .map_err(|e| tracing::error!(error = %e, "cannot create the kafka producer"))
                 .ok()?;
             let (s, c) = (store.clone(), clock.clone());
-            Some(Dispatcher::new(s, c, producer, x.cfg.clone(), x.idle_poll))
+            let d = Dispatcher::new(s, c, producer, x.cfg.clone(), x.idle_poll);
+            Some(match x.kafka.exactly_once() {
+                true => d.exactly_once(x.kafka.clone(), x.bootstrap.clone(), lock.clone()),
+                false => d,
+            })
         },
         |r, addr| r.events = vec![addr.clone().recipient()],
     )

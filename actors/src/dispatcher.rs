@@ -8,6 +8,12 @@
 //! ([`msgx_core::dispatch::write_outcome`], one write at a time, everything learned since the
 //! last one): a slow commit in PostgreSQL never holds the next round's sends, and until a
 //! write is done its events stay out of the selections.
+//!
+//! `kafka.delivery = "exactly-once"`: before its first round the dispatcher confirms the lease,
+//! calls `init_transactions` (fencing the previous holder's producer), confirms the lease again
+//! and recovers from Kafka what was committed but not written SENT
+//! ([`msgx_core::dispatch::txn::prepare`]). A fenced producer, or an outcome write lost with its
+//! task, stops the dispatcher: the supervisor's next one starts over from the lease.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,11 +24,16 @@ use crate::messages::{
 };
 use crate::next_run::NextRun;
 use crate::supervisor::Supervised;
-use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, WrapFuture};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, WrapFuture,
+};
 use msgx_core::clock::SharedClock;
-use msgx_core::dispatch::{send_round, write_outcome, DispatchConfig, DispatchState, Unrecorded};
+use msgx_core::dispatch::{
+    send_round, txn, write_outcome, DispatchConfig, DispatchState, Unrecorded,
+};
 use msgx_core::kafka::EventProducer;
-use msgx_core::store::{Store, StoreError};
+use msgx_core::settings::KafkaSettings;
+use msgx_core::store::{InstanceLock, Store, StoreError};
 use msgx_core::telemetry;
 
 /// How often, at most, the next retry time is read (one query on the backing-off events).
@@ -59,6 +70,21 @@ pub struct Dispatcher {
     next: NextRun,
     /// When the next retry time was last read.
     retry_checked_at: Option<Instant>,
+    /// `exactly-once`: what the start needs, until it is done.
+    eo: Option<ExactlyOnce>,
+}
+
+/// The exactly-once start: the producer's `init_transactions` and the recovery, under the
+/// lease.
+struct ExactlyOnce {
+    kafka: KafkaSettings,
+    bootstrap: String,
+    /// The lease (None in tests that run without one).
+    lock: Option<InstanceLock>,
+    /// `init_transactions` succeeded on the current producer.
+    initialized: bool,
+    /// The start ran: rounds may go.
+    prepared: bool,
 }
 
 impl Dispatcher {
@@ -80,7 +106,93 @@ impl Dispatcher {
             idle_poll,
             next: NextRun::default(),
             retry_checked_at: None,
+            eo: None,
         }
+    }
+
+    /// `exactly-once`: the producer is transactional; before the first round the lease is
+    /// confirmed, `init_transactions` fences the previous holder and Kafka is read back.
+    pub fn exactly_once(
+        mut self,
+        kafka: KafkaSettings,
+        bootstrap: String,
+        lock: Option<InstanceLock>,
+    ) -> Self {
+        self.eo = Some(ExactlyOnce {
+            kafka,
+            bootstrap,
+            lock,
+            initialized: false,
+            prepared: false,
+        });
+        self
+    }
+
+    /// The exactly-once start (see the module doc), run in place of the first round: lease,
+    /// `init_transactions`, lease (once per producer), then the recovery. A fenced producer
+    /// stops the dispatcher; any other failure (broker or store unreachable, lease not
+    /// confirmed) is retried after `dispatch.idle_poll` and no round runs before it succeeds
+    /// (a lost lease stops the whole service through the supervisor).
+    fn prepare(
+        &mut self,
+        producer: EventProducer,
+        (kafka, bootstrap, lock, mut initialized): (
+            KafkaSettings,
+            String,
+            Option<InstanceLock>,
+            bool,
+        ),
+    ) -> AtomicResponse<Self, Result<DispatchSummary, WorkError>> {
+        let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
+        let start = async move {
+            let result = async {
+                if !initialized {
+                    confirm_lease(&lock).await?;
+                    let init = producer.init_transactions(cfg.txn_timeout).await;
+                    init.map_err(msgx_core::dispatch::DispatchError::from)?;
+                    initialized = true;
+                    confirm_lease(&lock).await?;
+                }
+                Ok::<_, WorkError>(
+                    txn::recover(&store, clock.as_ref(), &kafka, &bootstrap, &cfg).await?,
+                )
+            }
+            .await;
+            (result, producer, initialized)
+        };
+        AtomicResponse::new(Box::pin(start.into_actor(self).map(
+            |(result, producer, initialized), act, ctx| {
+                act.producer = Some(producer);
+                if let Some(eo) = act.eo.as_mut() {
+                    eo.initialized = initialized;
+                    eo.prepared = result.is_ok();
+                }
+                match result {
+                    Ok(r) => {
+                        tracing::info!(
+                            read = r.read,
+                            sent = r.sent,
+                            dead = r.dead,
+                            "exactly-once start: producer fenced its predecessors; \
+                             what Kafka held is written"
+                        );
+                        act.schedule(ctx, Duration::ZERO, false);
+                        Ok(DispatchSummary::default())
+                    }
+                    Err(e) => {
+                        let fatal = matches!(&e, WorkError::Dispatch(d) if d.producer_fatal());
+                        if fatal {
+                            tracing::error!(error = %e, "exactly-once start: producer fenced; dispatcher stops");
+                            ctx.stop();
+                        } else {
+                            tracing::warn!(error = %e, "exactly-once start failed; retried");
+                            act.schedule(ctx, act.idle_poll, false);
+                        }
+                        Err(e)
+                    }
+                }
+            },
+        )))
     }
 
     /// (Re)arms the timer to fire after `after`, unless it already fires sooner.
@@ -113,8 +225,13 @@ impl Dispatcher {
         ended: Result<Written, tokio::task::JoinError>,
         ctx: &mut Context<Self>,
     ) {
+        let lost = ended.is_err();
         if settle(&mut self.state, ended) {
             self.start_write(ctx);
+        } else if lost && self.eo.is_some() {
+            // Its acks' transactions are committed: re-sending them would duplicate. A new
+            // dispatcher recovers them from Kafka before writing anything later.
+            ctx.stop();
         }
     }
 
@@ -146,6 +263,14 @@ impl Dispatcher {
                 act.schedule(ctx, d, true);
             }
         }));
+    }
+}
+
+/// Renews the lease now; not ours (or unreachable) is an error.
+async fn confirm_lease(lock: &Option<InstanceLock>) -> Result<(), WorkError> {
+    match lock {
+        Some(l) => Ok(l.check().await?),
+        None => Ok(()),
     }
 }
 
@@ -212,6 +337,15 @@ impl Handler<DispatchNow> for Dispatcher {
                 WorkError::ProducerUnavailable,
             ))));
         };
+        if let Some(eo) = self.eo.as_ref().filter(|e| !e.prepared) {
+            let args = (
+                eo.kafka.clone(),
+                eo.bootstrap.clone(),
+                eo.lock.clone(),
+                eo.initialized,
+            );
+            return self.prepare(producer, args);
+        }
         let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
         let skips = self.state.skips();
         let round = async move {
@@ -237,6 +371,12 @@ impl Handler<DispatchNow> for Dispatcher {
                     }
                     Err(e) => {
                         telemetry::dispatch_failed(e);
+                        if e.producer_fatal() && act.eo.is_some() {
+                            // Fenced: a newer producer took our transactional.id. The next
+                            // dispatcher starts over from the lease.
+                            tracing::error!(error = %e, "kafka producer fenced; dispatcher stops");
+                            ctx.stop();
+                        }
                         act.idle_poll
                     }
                 };

@@ -28,10 +28,10 @@ use anyhow::Context as _;
 use clap::Args;
 use futures::future::join_all;
 use msgx_core::clock::{SharedClock, SystemClock};
-use msgx_core::dispatch::{cloudevents, dispatch_once, DispatchState};
+use msgx_core::dispatch::{cloudevents, dispatch_once, txn, DispatchState};
 use msgx_core::kafka::producer::Outgoing;
 use msgx_core::kafka::EventProducer;
-use msgx_core::settings::Settings;
+use msgx_core::settings::{Delivery, Settings};
 use msgx_core::store::events::PendingEvent;
 use msgx_core::store::Store;
 
@@ -158,10 +158,23 @@ struct Drained {
     stages: [Duration; 3],
 }
 
+/// The bare probes' producer: the dispatcher's client settings, never transactional (the
+/// bare limit of the broker, whichever `kafka.delivery` the dispatcher runs).
+fn bare_producer(deps: &DispatchDeps) -> anyhow::Result<EventProducer> {
+    let mut k = deps.kafka.clone();
+    k.delivery = Delivery::AtLeastOnce;
+    Ok(EventProducer::new(&k, &deps.bootstrap)?)
+}
+
 /// Phase 4: `dispatch_once` until nothing is PENDING, each round timed.
 async fn drain_backlog(store: &Store, deps: &DispatchDeps) -> anyhow::Result<Drained> {
     let mut producer = EventProducer::new(&deps.kafka, &deps.bootstrap)?;
     let clock = SystemClock;
+    if producer.transactional() {
+        let (k, b, cfg) = (&deps.kafka, &deps.bootstrap, &deps.cfg);
+        txn::prepare(store, &producer, &clock, k, b, cfg).await?;
+        println!("  delivery              : exactly-once (one transaction per round)");
+    }
     let mut rounds = Vec::new();
     let start = Instant::now();
     let mut sent = 0u64;
@@ -279,7 +292,7 @@ async fn bare_produce(deps: &DispatchDeps, store: &Store, n: u64) -> anyhow::Res
             &[],
         )
         .await?;
-    let producer = EventProducer::new(&deps.kafka, &deps.bootstrap)?;
+    let producer = bare_producer(deps)?;
     // The real topic: a topic of its own might not be auto-created on a real cluster.
     let topic = deps.cfg.topic.clone();
     // Warm-up: metadata and producer id, outside the measurement.
@@ -374,14 +387,18 @@ async fn steady(
         .await?;
     let clock: SharedClock = Arc::new(SystemClock);
     let producer = EventProducer::new(&deps.kafka, &deps.bootstrap)?;
-    let addr = Dispatcher::new(
+    let mut dispatcher = Dispatcher::new(
         store.clone(),
         clock,
         producer,
         deps.cfg.clone(),
         deps.idle_poll,
-    )
-    .start();
+    );
+    if deps.kafka.exactly_once() {
+        let (k, b) = (deps.kafka.clone(), deps.bootstrap.clone());
+        dispatcher = dispatcher.exactly_once(k, b, None);
+    }
+    let addr = dispatcher.start();
     let first: i64 = sqlx::query_scalar("SELECT COALESCE(max(msg_id), 0) FROM proc_state")
         .fetch_one(store.pool())
         .await?;
@@ -477,7 +494,7 @@ pub(crate) async fn bare_latency_probe(
     payload_bytes: usize,
     keys: u64,
 ) -> anyhow::Result<Vec<Duration>> {
-    let producer = EventProducer::new(&deps.kafka, &deps.bootstrap)?;
+    let producer = bare_producer(deps)?;
     let payload = vec![b'x'; payload_bytes];
     let topic = deps.cfg.topic.clone();
     let headers = || {

@@ -81,6 +81,10 @@ pub struct E2eBenchArgs {
     /// embedded`.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub broker_rtt: Option<Duration>,
+    /// The `msgx-bench pump` rate (msg/s) measured on this machine the same way: the drain
+    /// prints its ratio to it (the pump alone is the ceiling of the whole service).
+    #[arg(long)]
+    pub pump_rate: Option<f64>,
     /// Keep the bench databases afterwards.
     #[arg(long)]
     pub keep: bool,
@@ -147,7 +151,14 @@ async fn phases(
     service: &Service,
     stats: &InboxStats,
 ) -> anyhow::Result<()> {
-    drain(service, args.messages, args.timeout).await?;
+    let rate = drain(service, args.messages, args.timeout).await?;
+    if let Some(pump) = args.pump_rate.filter(|p| *p > 0.0) {
+        println!(
+            "  against the pump alone: {rate:.0} / {pump:.0} msg/s = {:.1} % (kafka.delivery = {})",
+            100.0 * rate / pump,
+            settings.kafka.delivery.as_str()
+        );
+    }
     if !args.idle.is_zero() {
         idle(
             stats,

@@ -31,7 +31,8 @@ struct Sampled {
 
 /// Waits until the service has enqueued, processed, marked and delivered all `total` messages
 /// (or `timeout`), then prints the total, the peak RSS and the rate of every tenth per stage.
-pub(super) async fn drain(service: &Service, total: u64, timeout: Duration) -> anyhow::Result<()> {
+/// Returns the end-to-end rate (messages a second).
+pub(super) async fn drain(service: &Service, total: u64, timeout: Duration) -> anyhow::Result<f64> {
     let rss_start = rss_mib();
     let started = Instant::now();
     let sampled = sample_until_drained(service, total, timeout, started, rss_start).await?;
@@ -50,7 +51,7 @@ pub(super) async fn drain(service: &Service, total: u64, timeout: Duration) -> a
         sampled.sampling.as_secs_f64() * 1e3
     );
     print_tenths(&sampled, total, elapsed);
-    Ok(())
+    Ok(total as f64 / elapsed.as_secs_f64().max(1e-9))
 }
 
 /// Samples the counters every half second until they say drained and the store agrees.

@@ -5,16 +5,20 @@
 //! - [`cloudevents`]: the CloudEvents Kafka binary-binding headers.
 //! - [`round`]: one dispatch round over the store and the producer.
 //! - [`outcome`]: what the broker said and the store does not know yet, and its write.
+//! - [`txn`]: `kafka.delivery = "exactly-once"`: a round is one Kafka transaction, and the
+//!   start recovers from Kafka what was committed but not yet written SENT.
 //!
 //! Guarantees: at least once (SENT only after the ack; a crash between ack and SENT re-sends,
 //! consumers de-duplicate on `ce_id`); one key's events reach the topic in event order (a key's
 //! events are sent one after another, and an event backing off holds back the later events of
-//! its key only).
+//! its key only). In `exactly-once` mode: each event once in the `read_committed` view (a
+//! round's events commit or abort together; many events per key go in one transaction).
 
 pub mod cloudevents;
 pub mod outcome;
 pub mod round;
 pub mod rules;
+pub mod txn;
 
 pub use outcome::{flush, write_outcome, DispatchState, Skips, Unrecorded};
 pub use round::{dispatch_once, send_round, DispatchConfig, DispatchError, RoundReport};

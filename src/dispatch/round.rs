@@ -32,6 +32,9 @@ pub struct DispatchConfig {
     pub batch: u32,
     /// Retry policy.
     pub retry: RetryRules,
+    /// `exactly-once`: how long a transaction call (init, commit, abort) and the start-up
+    /// recovery may take (`kafka.transaction_timeout`).
+    pub txn_timeout: std::time::Duration,
 }
 
 /// Why a round could not complete (the events stay PENDING and are re-sent).
@@ -40,9 +43,21 @@ pub enum DispatchError {
     /// Reading or recording in PostgreSQL failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The producer could not be rebuilt after a fatal error.
+    /// The producer could not be rebuilt after a fatal error, or (`exactly-once`) a
+    /// transaction call failed for good (fenced).
     #[error(transparent)]
     Producer(#[from] ProducerError),
+    /// `exactly-once`: what Kafka holds could not be read at start.
+    #[error("exactly-once recovery: {0}")]
+    Recover(String),
+}
+
+impl DispatchError {
+    /// True when the producer is fenced or broken for good (`exactly-once`): the dispatcher
+    /// stops and its successor starts a new producer after confirming the lease.
+    pub fn producer_fatal(&self) -> bool {
+        matches!(self, DispatchError::Producer(e) if e.is_fatal())
+    }
 }
 
 /// One acknowledged send, for latency metrics.
@@ -106,12 +121,12 @@ impl RoundReport {
     }
 }
 
-enum SendResult {
+pub(super) enum SendResult {
     Acked(Acked, AckTiming),
     Failed(i64, String),
 }
 
-async fn send_one(
+pub(super) async fn send_one(
     producer: &EventProducer,
     clock: &dyn Clock,
     ev: &PendingEvent,
@@ -221,12 +236,51 @@ pub async fn send_round(
     cfg: &DispatchConfig,
     skips: &Skips,
 ) -> Result<(RoundReport, Unrecorded), DispatchError> {
+    if producer.transactional() {
+        // Never rebuilt here: a new transactional producer fences the current holder's, so
+        // only a dispatcher that confirmed the lease may build one (the supervisor's restart).
+        return super::txn::send_txn_round(store, producer, clock, cfg, skips).await;
+    }
     let (mut report, fresh) = select_and_send(store, producer, clock, cfg, skips).await?;
     if let Some(reason) = producer.fatal_error() {
         producer.recreate()?;
         report.producer_recreated = Some(reason);
     }
     Ok((report, fresh))
+}
+
+/// A round's selection: the deliverable events, when they were read, and the report begun.
+pub(super) struct Selected {
+    pub(super) batch: Vec<PendingEvent>,
+    pub(super) now: DateTime<Utc>,
+    pub(super) report: RoundReport,
+    pub(super) t0: Instant,
+}
+
+/// Reads the deliverable events (without `skips`).
+pub(super) async fn select(
+    store: &Store,
+    clock: &dyn Clock,
+    cfg: &DispatchConfig,
+    skips: &Skips,
+) -> Result<Selected, StoreError> {
+    let t0 = Instant::now();
+    let now = clock.now();
+    let batch = store
+        .deliverable_events(now, cfg.batch, &skips.ids, &skips.keys)
+        .await?;
+    let mut report = RoundReport {
+        selected: batch.len(),
+        full: batch.len() as u32 >= cfg.batch,
+        ..RoundReport::default()
+    };
+    report.stages[0] = t0.elapsed();
+    Ok(Selected {
+        batch,
+        now,
+        report,
+        t0,
+    })
 }
 
 /// Selects the deliverable events (without `skips`) and sends them; returns the report and
@@ -238,20 +292,15 @@ async fn select_and_send(
     cfg: &DispatchConfig,
     skips: &Skips,
 ) -> Result<(RoundReport, Unrecorded), StoreError> {
-    let t0 = Instant::now();
-    let now = clock.now();
-    let batch = store
-        .deliverable_events(now, cfg.batch, &skips.ids, &skips.keys)
-        .await?;
-    let t_selected = t0.elapsed();
-    let mut report = RoundReport {
-        selected: batch.len(),
-        full: batch.len() as u32 >= cfg.batch,
-        ..RoundReport::default()
-    };
+    let Selected {
+        batch,
+        now,
+        mut report,
+        t0,
+    } = select(store, clock, cfg, skips).await?;
+    let t_selected = report.stages[0];
     let mut out = Unrecorded::default();
     if batch.is_empty() {
-        report.stages[0] = t_selected;
         return Ok((report, out));
     }
     let (exhausted, live): (Vec<PendingEvent>, Vec<PendingEvent>) = batch
@@ -325,7 +374,7 @@ fn collect_chain_results(
 
 /// Files the dead-letter copies' results: an acked copy makes its event DEAD; a failed copy
 /// keeps the event PENDING (still holding its key back) until the longest retry delay.
-fn collect_dead_letter_results(
+pub(super) fn collect_dead_letter_results(
     exhausted: &[PendingEvent],
     dlq_results: Vec<SendResult>,
     at: DateTime<Utc>,

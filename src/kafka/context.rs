@@ -5,7 +5,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 
-/// The producer's client context: logs only.
+/// The producer's (and the recovery consumer's) client context: logs only.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingContext;
 
@@ -25,8 +25,14 @@ impl ClientContext for TracingContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error, KafkaError::PartitionEOF(_)) {
+            // The recovery consumer's "end reached", which it waits for: not an error.
+            return;
+        }
         // Broker-down and transport errors land here while librdkafka retries on its own; the
         // dispatcher sees the consequence per event (a failed delivery), so this is a warning.
         tracing::warn!(target: "librdkafka", error = %error, reason, "kafka client error");
     }
 }
+
+impl rdkafka::consumer::ConsumerContext for TracingContext {}

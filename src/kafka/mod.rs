@@ -7,6 +7,7 @@
 pub mod context;
 pub mod embedded;
 pub mod producer;
+pub mod recover;
 
 pub use embedded::EmbeddedCluster;
 pub use producer::{EventProducer, ProducerError};

@@ -1,12 +1,16 @@
 //! The event producer: an idempotent (`enable.idempotence=true`, `acks=all`) rdkafka
-//! `FutureProducer` built from `[kafka]`, recreated when librdkafka reports a fatal error.
+//! `FutureProducer` built from `[kafka]`, recreated when librdkafka reports a fatal error; in
+//! `kafka.delivery = "exactly-once"` also transactional (`transactional.id`), with the
+//! transaction calls run off the async thread (librdkafka blocks in them).
 
 use rdkafka::client::Client;
 use rdkafka::config::ClientConfig;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::future_producer::FutureProducerContext;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+
+use std::time::Duration;
 
 use super::context::TracingContext;
 use crate::settings::KafkaSettings;
@@ -23,6 +27,43 @@ pub enum ProducerError {
     /// The in-process mock cluster could not start.
     #[error("embedded kafka mock cluster: {0}")]
     Embedded(String),
+    /// A transaction call failed (`fatal`: the producer is fenced or broken for good).
+    #[error("kafka transaction {op}: {source}")]
+    Transaction {
+        /// init, begin, commit or abort.
+        op: &'static str,
+        /// librdkafka's error.
+        #[source]
+        source: KafkaError,
+    },
+}
+
+impl ProducerError {
+    /// True when the producer can do nothing more (fenced by a newer holder, or broken):
+    /// only a new producer, after the lease is confirmed, may go on.
+    pub fn is_fatal(&self) -> bool {
+        let fenced = |c| {
+            matches!(
+                c,
+                RDKafkaErrorCode::Fenced
+                    | RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+            )
+        };
+        match self {
+            ProducerError::Transaction { source, .. } => {
+                txn_error(source).is_some_and(|e| e.is_fatal() || fenced(e.code()))
+            }
+            _ => false,
+        }
+    }
+}
+
+fn txn_error(e: &KafkaError) -> Option<&rdkafka::error::RDKafkaError> {
+    match e {
+        KafkaError::Transaction(t) => Some(t),
+        _ => None,
+    }
 }
 
 /// One record to produce.
@@ -65,11 +106,30 @@ pub fn client_config(k: &KafkaSettings, bootstrap: &str) -> Result<ClientConfig,
         .set(
             "request.timeout.ms",
             k.request_timeout.as_millis().to_string(),
-        )
-        .set(
-            "security.protocol",
-            k.security_protocol.to_ascii_lowercase(),
         );
+    security(&mut c, k);
+    for (key, value) in k
+        .extra_pairs()
+        .map_err(|e| ProducerError::Config(e.to_string()))?
+    {
+        c.set(key, value);
+    }
+    if k.exactly_once() {
+        c.set("transactional.id", k.transactional_id()).set(
+            "transaction.timeout.ms",
+            k.transaction_timeout.as_millis().to_string(),
+        );
+    }
+    Ok(c)
+}
+
+/// The connection's security properties (`security.protocol`, SASL, CA), shared with the
+/// exactly-once recovery consumer.
+pub fn security(c: &mut ClientConfig, k: &KafkaSettings) {
+    c.set(
+        "security.protocol",
+        k.security_protocol.to_ascii_lowercase(),
+    );
     if !k.sasl_mechanism.is_empty() {
         c.set("sasl.mechanism", &k.sasl_mechanism)
             .set("sasl.username", &k.sasl_username)
@@ -78,13 +138,6 @@ pub fn client_config(k: &KafkaSettings, bootstrap: &str) -> Result<ClientConfig,
     if !k.ssl_ca_location.is_empty() {
         c.set("ssl.ca.location", &k.ssl_ca_location);
     }
-    for (key, value) in k
-        .extra_pairs()
-        .map_err(|e| ProducerError::Config(e.to_string()))?
-    {
-        c.set(key, value);
-    }
-    Ok(c)
 }
 
 impl EventProducer {
@@ -155,6 +208,59 @@ impl EventProducer {
     /// How many times the producer was rebuilt.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// True when built with a `transactional.id` (`exactly-once`).
+    pub fn transactional(&self) -> bool {
+        self.config.get("transactional.id").is_some()
+    }
+
+    /// `init_transactions`: fences every earlier producer with the same `transactional.id`
+    /// (aborting its open transaction) and readies this one. Call only while holding the lease.
+    pub async fn init_transactions(&self, timeout: Duration) -> Result<(), ProducerError> {
+        self.blocking("init", move |p| p.init_transactions(timeout))
+            .await
+    }
+
+    /// `begin_transaction` (local, no broker round trip).
+    pub fn begin_transaction(&self) -> Result<(), ProducerError> {
+        self.inner
+            .begin_transaction()
+            .map_err(|source| ProducerError::Transaction {
+                op: "begin",
+                source,
+            })
+    }
+
+    /// `commit_transaction`: flushes what is queued and commits it all, or fails.
+    pub async fn commit_transaction(&self, timeout: Duration) -> Result<(), ProducerError> {
+        self.blocking("commit", move |p| p.commit_transaction(timeout))
+            .await
+    }
+
+    /// `abort_transaction`: nothing of the open transaction becomes visible to
+    /// `read_committed` readers.
+    pub async fn abort_transaction(&self, timeout: Duration) -> Result<(), ProducerError> {
+        self.blocking("abort", move |p| p.abort_transaction(timeout))
+            .await
+    }
+
+    /// Runs a blocking transaction call on tokio's blocking pool.
+    async fn blocking(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&FutureProducer<TracingContext>) -> Result<(), KafkaError> + Send + 'static,
+    ) -> Result<(), ProducerError> {
+        let p = self.inner.clone();
+        let joined = tokio::task::spawn_blocking(move || f(&p)).await;
+        match joined {
+            Ok(r) => r.map_err(|source| ProducerError::Transaction { op, source }),
+            Err(e) => Err(ProducerError::Transaction {
+                op,
+                source: KafkaError::Canceled,
+            })
+            .inspect_err(|_| tracing::error!(error = %e, op, "kafka transaction call panicked")),
+        }
     }
 
     /// Waits up to `timeout` for queued records (shutdown).

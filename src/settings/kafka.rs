@@ -49,6 +49,44 @@ pub struct KafkaSettings {
     /// Any other librdkafka property, `key=value;key=value` (e.g. `ssl.certificate.location=…`).
     /// Values of keys containing `password` or `secret` are never printed.
     pub extra: Secret<SecretPairs>,
+    /// `at-least-once` (default: idempotent producer, consumers de-duplicate on `ce_id`) or
+    /// `exactly-once` (one Kafka transaction per dispatch round; readers set
+    /// `isolation.level=read_committed`).
+    #[serde(default)]
+    pub delivery: Delivery,
+    /// `transactional.id` in `exactly-once` mode ("" = `<client_id>.<topic>`): stable for the
+    /// site, so the next lease holder's producer fences the previous one's.
+    #[serde(default)]
+    pub transactional_id: String,
+    /// `transaction.timeout.ms` in `exactly-once` mode: the broker aborts a transaction left
+    /// open longer (a frozen or dead holder's); at least `delivery_timeout`.
+    #[serde(with = "duration", default = "default_transaction_timeout")]
+    pub transaction_timeout: Duration,
+}
+
+/// How events reach Kafka (`kafka.delivery`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delivery {
+    /// Idempotent producer; a crash between the ack and SENT re-sends (a duplicate).
+    #[default]
+    AtLeastOnce,
+    /// Transactional producer; a round is one transaction, recovered from Kafka at start.
+    ExactlyOnce,
+}
+
+impl Delivery {
+    /// The setting's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::AtLeastOnce => "at-least-once",
+            Delivery::ExactlyOnce => "exactly-once",
+        }
+    }
+}
+
+fn default_transaction_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 
 /// The dispatcher's draining rules.
@@ -74,6 +112,19 @@ impl KafkaSettings {
     /// True when the in-process mock cluster is asked for.
     pub fn is_embedded(&self) -> bool {
         self.brokers.trim() == "embedded"
+    }
+
+    /// True in `exactly-once` mode.
+    pub fn exactly_once(&self) -> bool {
+        self.delivery == Delivery::ExactlyOnce
+    }
+
+    /// The producer's `transactional.id`: the configured one, else `<client_id>.<topic>`.
+    pub fn transactional_id(&self) -> String {
+        match self.transactional_id.trim() {
+            "" => format!("{}.{}", self.client_id.trim(), self.topic),
+            id => id.to_string(),
+        }
     }
 
     /// `extra` as key/value pairs.
@@ -183,6 +234,19 @@ impl KafkaSettings {
                 "longer than kafka.delivery_timeout",
             ));
         }
+        // librdkafka refuses message.timeout.ms above transaction.timeout.ms.
+        if self.exactly_once() && self.transaction_timeout < self.delivery_timeout {
+            return Err(invalid(
+                "kafka.transaction_timeout",
+                "shorter than kafka.delivery_timeout",
+            ));
+        }
+        if self.transactional_id.trim().len() > 200 {
+            return Err(invalid(
+                "kafka.transactional_id",
+                "longer than 200 characters",
+            ));
+        }
         Ok(())
     }
 
@@ -268,7 +332,8 @@ const GUARANTEE_KEYS: &[(&str, &str)] = &[
         "message.send.max.retries",
         "librdkafka's retries keep per-key order only as configured here",
     ),
-    ("transactional.id", "not a transactional producer"),
+    ("transactional.id", "use kafka.transactional_id"),
+    ("transaction.timeout.ms", "use kafka.transaction_timeout"),
     (
         "partitioner",
         "the key → partition mapping keeps per-key order; changing it reorders",
@@ -331,6 +396,9 @@ mod tests {
             sasl_password: "hunter2".into(),
             ssl_ca_location: String::new(),
             extra: "ssl.key.password=topsecret; socket.keepalive.enable=true".into(),
+            delivery: Delivery::AtLeastOnce,
+            transactional_id: String::new(),
+            transaction_timeout: Duration::from_secs(60),
         }
     }
 
@@ -377,6 +445,13 @@ mod tests {
                 "kafka.request_timeout",
                 Box::new(|k| k.request_timeout = Duration::from_secs(60)),
             ),
+            (
+                "kafka.transaction_timeout",
+                Box::new(|k| {
+                    k.delivery = Delivery::ExactlyOnce;
+                    k.transaction_timeout = Duration::from_secs(10);
+                }),
+            ),
         ];
         for (key, mutate) in cases {
             let mut k = base();
@@ -403,6 +478,15 @@ mod tests {
             assert!(err.contains("kafka.extra"), "{bad}: {err}");
             assert!(err.contains("may not be set"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn the_transactional_id_defaults_to_client_and_topic() {
+        let mut k = base();
+        assert!(!k.exactly_once(), "at-least-once is the default");
+        assert_eq!(k.transactional_id(), "msgexchange.flight-events");
+        k.transactional_id = " site-a ".into();
+        assert_eq!(k.transactional_id(), "site-a");
     }
 
     #[test]

@@ -150,6 +150,25 @@ impl Store {
         self.mark_acked(acked, EventState::Sent, "sent_at").await
     }
 
+    /// Per partition, the highest offset recorded for events in `state` (SENT: the events
+    /// topic; DEAD: the dead-letter topic): where the exactly-once recovery starts reading.
+    /// One scan of `msg_event` at the dispatcher's start (outcome writes are in order, one
+    /// statement each, so nothing below these offsets is unknown to the store).
+    pub async fn last_offsets(
+        &self,
+        state: EventState,
+    ) -> Result<std::collections::HashMap<i32, i64>, StoreError> {
+        let rows = sqlx::query_as::<_, (i32, i64)>(
+            "SELECT kafka_partition, max(kafka_offset) FROM msg_event \
+             WHERE state = $1 AND kafka_partition IS NOT NULL AND kafka_offset IS NOT NULL \
+             GROUP BY kafka_partition",
+        )
+        .bind(state)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().collect())
+    }
+
     /// Records failed sends: one more attempt, the error, and when to retry.
     pub async fn record_send_failures(&self, failures: &[SendFailure]) -> Result<(), StoreError> {
         if failures.is_empty() {

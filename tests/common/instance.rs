@@ -7,13 +7,37 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use msgx_core::settings::Delivery;
+
 use super::kafka::Received;
 use super::service::free_port;
 use super::TestEnv;
 
-/// The service's environment for a chaos run: quick timers, short lease.
+/// `MSGX_TEST_DELIVERY` (`exactly-once`, else `at-least-once`): how the [`service_env`] tests
+/// (chaos, operator actions) deliver, without editing them.
+pub fn delivery_from_env() -> Delivery {
+    match std::env::var("MSGX_TEST_DELIVERY").as_deref() {
+        Ok("exactly-once") => Delivery::ExactlyOnce,
+        _ => Delivery::AtLeastOnce,
+    }
+}
+
+/// The service's environment for a chaos run: quick timers, short lease; the delivery mode
+/// from `MSGX_TEST_DELIVERY` ([`delivery_from_env`]).
 pub fn service_env(env: &TestEnv, pg: &str, my: &str, kafka: &str) -> Vec<(String, String)> {
+    service_env_in(env, pg, my, kafka, delivery_from_env())
+}
+
+/// [`service_env`] in the given delivery mode.
+pub fn service_env_in(
+    env: &TestEnv,
+    pg: &str,
+    my: &str,
+    kafka: &str,
+    delivery: Delivery,
+) -> Vec<(String, String)> {
     let mut v = env.binary_env();
+    v.push(("MSGX_KAFKA__DELIVERY".into(), delivery.as_str().into()));
     v.retain(|(k, _)| k != "MSGX_STORE__URL" && k != "MSGX_INBOX__URL");
     for (k, val) in [
         ("MSGX_STORE__URL", pg),
@@ -55,7 +79,12 @@ pub fn service_env(env: &TestEnv, pg: &str, my: &str, kafka: &str) -> Vec<(Strin
 
 /// The harness's own knobs: `MSGX_*` like the service's settings, which the binary would
 /// refuse as unknown keys, so no spawned process inherits them.
-pub const HARNESS_VARS: &[&str] = &["MSGX_TANSU", "MSGX_TEST_PG", "MSGX_TEST_MYSQL"];
+pub const HARNESS_VARS: &[&str] = &[
+    "MSGX_TANSU",
+    "MSGX_TEST_PG",
+    "MSGX_TEST_MYSQL",
+    "MSGX_TEST_DELIVERY",
+];
 
 /// A command for the `msgexchange` binary without the harness's knobs.
 pub fn msgexchange() -> Command {

@@ -14,6 +14,8 @@ pub struct Received {
     pub key: String,
     /// Partition it was read from.
     pub partition: i32,
+    /// Its offset there.
+    pub offset: i64,
     /// Headers as text.
     pub headers: HashMap<String, String>,
     /// Value as text.
@@ -30,12 +32,14 @@ impl Received {
 }
 
 /// Reads every record of `topic` from the beginning until `at_least` arrived and no more came
-/// for a moment.
+/// for a moment, as an exactly-once consumer reads (`isolation.level=read_committed`; records
+/// outside transactions, the at-least-once mode's, are all visible that way too).
 pub fn consume(bootstrap: &str, topic: &str, partitions: i32, at_least: usize) -> Vec<Received> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "msgx-test-reader")
         .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
         .create()
         .expect("consumer");
     let mut tpl = TopicPartitionList::new();
@@ -64,6 +68,7 @@ pub fn consume(bootstrap: &str, topic: &str, partitions: i32, at_least: usize) -
                 out.push(Received {
                     key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
                     partition: m.partition(),
+                    offset: m.offset(),
                     headers,
                     payload: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
                 });
