@@ -48,9 +48,10 @@ pub fn service_env_in(
         ("MSGX_STORE__MAX_CONNECTIONS", "4"),
         ("MSGX_STORE__STATEMENT_TIMEOUT", "10s"),
         ("MSGX_STORE__LOCK_TIMEOUT", "2s"),
-        ("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "3s"),
-        // The sweep's inbox work stays 2 s below the idle timeout (checked at start).
-        ("MSGX_BACKFILL__MARK_BUDGET", "1s"),
+        ("MSGX_STORE__IDLE_IN_TRANSACTION_TIMEOUT", "6s"),
+        // The sweep's inbox work stays 2 s below the idle timeout, and the default 1 s
+        // backfill.lock_wait at most a quarter of it (both checked at start).
+        ("MSGX_BACKFILL__MARK_BUDGET", "4s"),
         ("MSGX_LEASE__TTL", "8s"),
         ("MSGX_LEASE__RENEW_EVERY", "500ms"),
         ("MSGX_LEASE__CHECK_TIMEOUT", "1s"),
