@@ -419,7 +419,8 @@ mod tests {
     fn each_bad_value_names_its_key() {
         let cases: Vec<(&str, Mutation)> = vec![
             ("kafka.brokers", Box::new(|k| k.brokers = "k1".into())),
-            ("kafka.brokers", Box::new(|k| k.brokers = " ".into())),
+            // An empty kafka.brokers passes here: `run` refuses it (actors' first_start), the
+            // operator commands need no broker.
             ("kafka.topic", Box::new(|k| k.topic = "bad topic".into())),
             (
                 "kafka.dlq_topic",
