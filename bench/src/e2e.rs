@@ -202,6 +202,11 @@ async fn phases(
         result = bare_probe(&service.dispatch, rate, args.steady)
             .await
             .map(|lat| print_probe("alone after it", rate, &lat));
+        if result.is_ok() && settings.kafka.exactly_once() {
+            result = crate::txn_probe::bare_txn_probe(&service.dispatch, TXN_PROBES, 1024)
+                .await
+                .map(|lat| print_txn_probe(&lat));
+        }
         if result.is_err() {
             break;
         }
@@ -223,6 +228,18 @@ async fn bare_probe(
     length: Duration,
 ) -> anyhow::Result<Vec<Duration>> {
     crate::dispatch::bare_latency_probe(deps, (rate, length), 1024, 1500).await
+}
+
+/// One-record transactions the exactly-once floor is sampled with after each phase.
+const TXN_PROBES: usize = 200;
+
+fn print_txn_probe(lat: &[Duration]) {
+    println!(
+        "      bare transaction probe, after it p50 {:>7.1} ms  p99 {:>7.1} ms  ({} one-record transactions, begin → commit)",
+        percentile(lat, 0.5).as_secs_f64() * 1e3,
+        percentile(lat, 0.99).as_secs_f64() * 1e3,
+        lat.len()
+    );
 }
 
 fn print_probe(when: &str, rate: u64, lat: &[Duration]) {
