@@ -249,6 +249,22 @@ async fn step3_the_old_host_stands_by(site: &Site) -> Instance {
     standby
 }
 
+/// Steps 2 and 3, the new active serving under traffic, upstream stopped, [`nothing_lost`].
+async fn steps_2_and_3_then_nothing_lost(
+    site: Site,
+    writers: Child,
+    active: Instance,
+    new: Instance,
+    old_epoch: i64,
+) {
+    step2_stop_the_active(&site, active, &new, old_epoch).await;
+    let standby = step3_the_old_host_stands_by(&site).await;
+    processing_moves(&site.pool, processed(&site.pool).await, "the new active").await;
+    site.stop_writers(writers);
+    nothing_lost(&site).await;
+    site.finish(vec![new, standby]).await;
+}
+
 /// Upstream stopped: every inbox row processed once, none dead, FIFO, marked, every event
 /// SENT and on the topic at its recorded offset (`verify --kafka`), per key in order.
 async fn nothing_lost(site: &Site) {
@@ -347,12 +363,7 @@ async fn the_rolling_upgrade_from_the_previous_release_loses_nothing() {
     let line = "migrated only once this instance holds the lease";
     assert_eq!(log.matches(line).count(), 1, "one log line: {log}");
 
-    step2_stop_the_active(&site, active, &new, epoch).await;
-    let standby = step3_the_old_host_stands_by(&site).await;
-    processing_moves(&site.pool, processed(&site.pool).await, "the new active").await;
-    site.stop_writers(writers);
-    nothing_lost(&site).await;
-    site.finish(vec![new, standby]).await;
+    steps_2_and_3_then_nothing_lost(site, writers, active, new, epoch).await;
 }
 
 /// The same upgrade with `store.migrate_at_start = false` (docs step 1's note): started before
@@ -399,10 +410,5 @@ async fn the_rolling_upgrade_with_migrate_first_keeps_the_previous_release_runni
     })
     .await;
 
-    step2_stop_the_active(&site, active, &new, epoch).await;
-    let standby = step3_the_old_host_stands_by(&site).await;
-    processing_moves(&site.pool, processed(&site.pool).await, "the new active").await;
-    site.stop_writers(writers);
-    nothing_lost(&site).await;
-    site.finish(vec![new, standby]).await;
+    steps_2_and_3_then_nothing_lost(site, writers, active, new, epoch).await;
 }

@@ -8,6 +8,28 @@ use super::secret::{redact_url, Secret, SecretUrl};
 use super::tls::{check_password_once, check_tls, ConnectKeys, INBOX_TLS, STORE_TLS};
 use super::{check_nonzero, check_positive, duration, invalid, SettingsError};
 
+/// `connect_keys()` of a section with the shared connect keys (the same field names in both).
+macro_rules! connect_keys {
+    ($section:ty) => {
+        impl $section {
+            /// The URL, password and TLS keys: what start-up checks and every connection
+            /// applies.
+            pub fn connect_keys(&self) -> ConnectKeys<'_> {
+                ConnectKeys {
+                    url: &self.url,
+                    password: &self.password,
+                    ssl_mode: &self.ssl_mode,
+                    ssl_ca: &self.ssl_ca,
+                    ssl_cert: &self.ssl_cert,
+                    ssl_key: &self.ssl_key,
+                }
+            }
+        }
+    };
+}
+connect_keys!(InboxSettings);
+connect_keys!(StoreSettings);
+
 /// Connection and naming of the shared inbox.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -80,18 +102,6 @@ impl InboxSettings {
         }
         Ok(())
     }
-
-    /// The URL, password and TLS keys: what start-up checks and every connection applies.
-    pub fn connect_keys(&self) -> ConnectKeys<'_> {
-        ConnectKeys {
-            url: &self.url,
-            password: &self.password,
-            ssl_mode: &self.ssl_mode,
-            ssl_ca: &self.ssl_ca,
-            ssl_cert: &self.ssl_cert,
-            ssl_key: &self.ssl_key,
-        }
-    }
 }
 
 /// Own PostgreSQL.
@@ -161,18 +171,6 @@ impl StoreSettings {
             ));
         }
         Ok(())
-    }
-
-    /// The URL, password and TLS keys: what start-up checks and every connection applies.
-    pub fn connect_keys(&self) -> ConnectKeys<'_> {
-        ConnectKeys {
-            url: &self.url,
-            password: &self.password,
-            ssl_mode: &self.ssl_mode,
-            ssl_ca: &self.ssl_ca,
-            ssl_cert: &self.ssl_cert,
-            ssl_key: &self.ssl_key,
-        }
     }
 }
 
