@@ -103,6 +103,8 @@ fn previous_release() -> PathBuf {
 /// One site: the stores, a Kafka (librdkafka's mock cluster, reached over TCP by every
 /// process), both binaries and their environments, and upstream writing.
 struct Site {
+    /// Names this test's logs (the tests run in parallel).
+    tag: &'static str,
     env: TestEnv,
     pool: PgPool,
     _kafka: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
@@ -117,7 +119,7 @@ struct Site {
 
 impl Site {
     /// The previous release installed and `migrate`d (its own schema), nothing running yet.
-    async fn with_previous_release(tag: &str) -> Self {
+    async fn with_previous_release(tag: &'static str) -> Self {
         let prev = previous_release();
         let env = TestEnv::new(tag).await;
         let pool = empty_store(&env).await;
@@ -133,6 +135,7 @@ impl Site {
             .cloned()
             .collect();
         let site = Self {
+            tag,
             env,
             pool,
             _kafka: kafka,
@@ -158,6 +161,7 @@ impl Site {
 
     /// The previous release as a service (`systemctl start` on a host with the old package).
     fn spawn_old(&self, name: &str) -> Instance {
+        let name = format!("{}-{name}", self.tag);
         let port = free_port();
         let log = std::fs::File::create(log_dir().join(format!("{name}.log"))).expect("log");
         let child = self
@@ -167,15 +171,16 @@ impl Site {
             .stderr(log)
             .spawn()
             .expect("spawn the previous release");
-        Instance {
-            child,
-            port,
-            name: name.to_string(),
-        }
+        Instance { child, port, name }
     }
 
     /// Upstream: four concurrent writers (some commits held back, so ids commit out of
     /// order) at 20 messages a second, for up to 5 minutes; stopped by [`Site::stop_writers`].
+    /// The new binary as a service on a host.
+    fn spawn_new(&self, name: &str) -> Instance {
+        Instance::spawn(&self.vars, &format!("{}-{name}", self.tag), &[])
+    }
+
     fn start_writers(&self) -> Child {
         let mut o = SimOpts::chaos(6000, 30);
         (o.rate, o.rollback, o.malformed, o.unknown) = (20, 0.0, 0.0, 0.0);
@@ -213,10 +218,10 @@ async fn systemctl_stop(mut instance: Instance) {
 /// Before the upgrade: the previous release active on host A under traffic, and its standby
 /// on host B. Returns (active, standby, the active's lease epoch).
 async fn previous_release_running(site: &Site) -> (Instance, Instance, i64) {
-    let active = site.spawn_old("upgrade-old-active");
+    let active = site.spawn_old("old-active");
     active.wait_ready(LIMIT).await;
     processing_moves(&site.pool, 0, "the previous release").await;
-    let standby = site.spawn_old("upgrade-old-standby");
+    let standby = site.spawn_old("old-standby");
     wait_for("the old standby", LIMIT, || {
         readyz_says(standby.port, "standing by")
     })
@@ -241,7 +246,7 @@ async fn step2_stop_the_active(site: &Site, active: Instance, new: &Instance, ol
 
 /// Step 3 (host A: the new package, `systemctl start`): it is the standby now.
 async fn step3_the_old_host_stands_by(site: &Site) -> Instance {
-    let standby = Instance::spawn(&site.vars, "upgrade-new-standby", &[]);
+    let standby = site.spawn_new("new-standby");
     wait_for("the upgraded old host to stand by", LIMIT, || {
         readyz_says(standby.port, "standing by")
     })
@@ -315,6 +320,8 @@ async fn nothing_lost(site: &Site) {
         "of {} events, {missing} not on the topic",
         events.len()
     );
+    let n = events.len();
+    eprintln!("{}: nothing lost: {rows} rows, {n} events", site.tag);
 }
 
 /// docs/operations.md "Rolling upgrade with a standby", as written (`migrate_at_start` on):
@@ -338,7 +345,7 @@ async fn the_rolling_upgrade_from_the_previous_release_loses_nothing() {
 
     // Step 1: the standby host gets the new package and restarts.
     systemctl_stop(old_standby).await;
-    let new = Instance::spawn(&site.vars, "upgrade-new", &[]);
+    let new = site.spawn_new("new");
     wait_for("the new standby to say it waits to migrate", LIMIT, || {
         readyz_says(new.port, "migrates once it holds the lease")
     })
@@ -404,7 +411,7 @@ async fn the_rolling_upgrade_with_migrate_first_keeps_the_previous_release_runni
         epoch,
         "still the old release"
     );
-    let new = Instance::spawn(&site.vars, "upgrade-new-migrated", &[]);
+    let new = site.spawn_new("new");
     wait_for("the new standby", LIMIT, || {
         readyz_says(new.port, "standing by")
     })
