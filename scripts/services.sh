@@ -32,56 +32,88 @@ wait_up() {
   exit 1
 }
 
-# TLS for tests/db_tls.rs: a self-signed test CA (and a second, unrelated "wrong" CA) and a
-# server certificate for localhost / 127.0.0.1, made once under $TLS_DIR. Both servers serve
-# it; each gets one user that may connect only over TLS (password all digits on purpose: a
-# secret is never reinterpreted as a number). Every other user keeps connecting as before.
+# TLS for tests/db_tls.rs: a self-signed test CA (and a second, unrelated "wrong" CA), a server
+# certificate for localhost / 127.0.0.1 and a client certificate for $TLS_CERT_USER, made once
+# under $TLS_DIR. Both servers serve it and verify client certificates against the test CA.
+# Each gets one user that may connect only over TLS and one that needs the client certificate
+# too (PostgreSQL `clientcert=verify-full`, MariaDB `REQUIRE X509`); passwords all digits on
+# purpose: a secret is never reinterpreted as a number. Every other user connects as before.
 TLS_DIR=/var/lib/msgx-test-tls
 TLS_USER=msgxt_tls_only
+TLS_CERT_USER=msgxt_tls_cert
 TLS_PASSWORD=0012345678
+# 1 when make_test_tls (re)made the files: the servers reload them.
+TLS_FRESH=0
 
+# The CA's key is kept (root only) since the client certificate: a set made before it (no
+# ca.key, no client.crt) is made again as a whole, so one CA signs everything.
 make_test_tls() {
-  if [ -s "$TLS_DIR/server.crt" ] && [ -s "$TLS_DIR/other-ca.crt" ]; then return 0; fi
+  local f complete=1
+  for f in ca.crt ca.key other-ca.crt server.crt client.crt client.key; do
+    [ -s "$TLS_DIR/$f" ] || complete=0
+  done
+  if [ "$complete" = 1 ]; then return 0; fi
   local tmp
   tmp=$(mktemp -d)
   openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=msgx test CA" \
     -keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>/dev/null
   openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=msgx unrelated CA" \
     -keyout "$tmp/other-ca.key" -out "$tmp/other-ca.crt" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" \
-    -keyout "$tmp/server.key" -out "$tmp/server.csr" 2>/dev/null
-  printf '%s\n' "subjectAltName=DNS:localhost,IP:127.0.0.1" "basicConstraints=CA:FALSE" \
-    "keyUsage=digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth" >"$tmp/ext"
-  openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" \
-    -CAcreateserial -days 3650 -extfile "$tmp/ext" -out "$tmp/server.crt" 2>/dev/null
+  issue_cert "$tmp" server "/CN=localhost" "subjectAltName=DNS:localhost,IP:127.0.0.1" serverAuth
+  # PostgreSQL's clientcert=verify-full matches the certificate's CN to the user name.
+  issue_cert "$tmp" client "/CN=$TLS_CERT_USER" "subjectAltName=DNS:$TLS_CERT_USER" clientAuth
   mkdir -p "$TLS_DIR"
   chmod 755 "$TLS_DIR"
-  install -m 644 "$tmp/ca.crt" "$tmp/other-ca.crt" "$tmp/server.crt" "$TLS_DIR/"
+  install -m 644 "$tmp/ca.crt" "$tmp/other-ca.crt" "$tmp/server.crt" "$tmp/client.crt" "$TLS_DIR/"
+  install -m 600 "$tmp/ca.key" "$tmp/client.key" "$TLS_DIR/"
   # Each server insists on owning its key (PostgreSQL refuses a key others can read).
   install -m 600 -o postgres "$tmp/server.key" "$TLS_DIR/pg-server.key"
   install -m 600 -o mysql "$tmp/server.key" "$TLS_DIR/my-server.key"
   rm -rf "$tmp"
+  TLS_FRESH=1
+}
+
+# issue_cert DIR NAME SUBJECT SAN USAGE: DIR/NAME.{key,crt} signed by DIR/ca.*.
+issue_cert() {
+  local dir=$1 name=$2
+  openssl req -newkey rsa:2048 -nodes -subj "$3" \
+    -keyout "$dir/$name.key" -out "$dir/$name.csr" 2>/dev/null
+  printf '%s\n' "$4" "basicConstraints=CA:FALSE" "keyUsage=digitalSignature,keyEncipherment" \
+    "extendedKeyUsage=$5" >"$dir/$name.ext"
+  openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+    -CAcreateserial -days 3650 -extfile "$dir/$name.ext" -out "$dir/$name.crt" 2>/dev/null
 }
 
 pg_sql() { psql -h 127.0.0.1 -U postgres -qAtc "$1"; }
 
 # PostgreSQL reloads certificates and pg_hba.conf without a restart.
 pg_tls() {
-  local hba
-  if [ "$(pg_sql 'SHOW ssl_cert_file')" != "$TLS_DIR/server.crt" ] || [ "$(pg_sql 'SHOW ssl')" != on ]; then
+  local hba reload=$TLS_FRESH
+  if [ "$(pg_sql 'SHOW ssl_cert_file')" != "$TLS_DIR/server.crt" ] || [ "$(pg_sql 'SHOW ssl')" != on ] \
+    || [ "$(pg_sql 'SHOW ssl_ca_file')" != "$TLS_DIR/ca.crt" ]; then
     pg_sql "ALTER SYSTEM SET ssl_cert_file = '$TLS_DIR/server.crt'"
     pg_sql "ALTER SYSTEM SET ssl_key_file = '$TLS_DIR/pg-server.key'"
+    # The CA client certificates are checked against (only where pg_hba.conf asks for one).
+    pg_sql "ALTER SYSTEM SET ssl_ca_file = '$TLS_DIR/ca.crt'"
     pg_sql "ALTER SYSTEM SET ssl = on"
-    pg_sql "SELECT pg_reload_conf()" >/dev/null
+    reload=1
   fi
   hba=$(pg_sql 'SHOW hba_file')
+  # First match wins: these lines come before the trust lines.
   if ! grep -q "$TLS_USER" "$hba"; then
-    # First match wins: these two lines come before the trust lines.
     sed -i "1i hostnossl all $TLS_USER all reject\nhostssl all $TLS_USER all scram-sha-256" "$hba"
-    pg_sql "SELECT pg_reload_conf()" >/dev/null
+    reload=1
   fi
+  if ! grep -q "$TLS_CERT_USER" "$hba"; then
+    sed -i "1i hostnossl all $TLS_CERT_USER all reject\nhostssl all $TLS_CERT_USER all scram-sha-256 clientcert=verify-full" "$hba"
+    reload=1
+  fi
+  if [ "$reload" = 1 ]; then pg_sql "SELECT pg_reload_conf()" >/dev/null; fi
+  # The certificate user may use the TLS user's test databases (a member of its role).
   pg_sql "DO \$\$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$TLS_USER') THEN
-    CREATE ROLE $TLS_USER LOGIN PASSWORD '$TLS_PASSWORD'; END IF; END \$\$"
+    CREATE ROLE $TLS_USER LOGIN PASSWORD '$TLS_PASSWORD'; END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$TLS_CERT_USER') THEN
+    CREATE ROLE $TLS_CERT_USER LOGIN PASSWORD '$TLS_PASSWORD' IN ROLE $TLS_USER; END IF; END \$\$"
 }
 
 my_sql() { mariadb -h 127.0.0.1 -uroot -N -e "$1"; }
@@ -104,9 +136,14 @@ my_tls() {
     done
     start_mariadb
     wait_up
+  elif [ "$TLS_FRESH" = 1 ]; then
+    # SSL was on at start: FLUSH SSL re-reads the (re)made files.
+    my_sql "FLUSH SSL"
   fi
   my_sql "CREATE USER IF NOT EXISTS '$TLS_USER'@'%' IDENTIFIED BY '$TLS_PASSWORD' REQUIRE SSL;
-    GRANT ALL PRIVILEGES ON \`msgxt\\_tls\\_%\`.* TO '$TLS_USER'@'%'"
+    GRANT ALL PRIVILEGES ON \`msgxt\\_tls\\_%\`.* TO '$TLS_USER'@'%';
+    CREATE USER IF NOT EXISTS '$TLS_CERT_USER'@'%' IDENTIFIED BY '$TLS_PASSWORD' REQUIRE X509;
+    GRANT ALL PRIVILEGES ON \`msgxt\\_tls\\_%\`.* TO '$TLS_CERT_USER'@'%'"
 }
 
 start_pg

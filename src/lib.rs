@@ -11,6 +11,7 @@
 //! - [`kafka`]: the idempotent producer and the embedded mock cluster.
 //! - [`inbox`]: the shared MySQL inbox adapter (read + mark columns only).
 //! - [`store`]: our PostgreSQL (migrations, cursor, queue).
+//! - [`db_options`]: the connect keys (URL, password, TLS) applied alike to both databases.
 //! - [`settings`]: configuration, validated at start.
 //! - [`telemetry`]: every metric name and its log line.
 //! - [`clock`]: the injectable clock.
@@ -28,6 +29,7 @@ pub mod backoff;
 pub mod clock;
 pub mod codec;
 pub mod cutover;
+pub mod db_options;
 pub mod devtools;
 pub mod dispatch;
 pub mod failpoint;

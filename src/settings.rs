@@ -97,6 +97,7 @@ pub use secret::{
     redact_extra, redact_url, Redaction, Secret, SecretPairs, SecretUrl, UrlPassword, UrlText,
     Whole,
 };
+pub use tls::ConnectKeys;
 
 impl Settings {
     /// Checks what serde cannot: ranges, names, zones, URLs. Each section checks its own

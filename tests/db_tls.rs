@@ -3,9 +3,12 @@
 //! a second unrelated CA, and on each server one account that may connect only over TLS
 //! (`hostssl` on PostgreSQL, `REQUIRE SSL` on MariaDB) with an all-digit password.
 //! A verifying mode refuses the server without the CA (or with the wrong one) and accepts it
-//! with the CA; the account's own rule refuses a connection without TLS; the service runs
-//! end to end over TLS with its passwords from a file and a systemd credential (every pool
-//! it builds must carry the password and TLS keys, or the accounts refuse it).
+//! with the CA; the account's own rule refuses a connection without TLS; a second account on
+//! each server also requires a client certificate (`clientcert=verify-full`, `REQUIRE X509`)
+//! and is refused without `ssl_cert`/`ssl_key`, accepted with them; the service runs end to
+//! end as that account over TLS with its passwords from a file and a systemd credential and
+//! its store key from a credential (every pool it builds must carry the password, the TLS keys
+//! and the client certificate, or the accounts refuse it).
 //! Without the set-up the tests skip, except under `CI=true`, where they fail.
 
 mod common;
@@ -23,6 +26,8 @@ use msgx_core::store::Store;
 use sqlx::{Connection, Executor};
 
 const TLS_USER: &str = "msgxt_tls_only";
+/// Needs TLS, the password and a client certificate signed by the test CA (CN = the name).
+const CERT_USER: &str = "msgxt_tls_cert";
 const TLS_PASSWORD: &str = "0012345678";
 
 fn tls_dir() -> PathBuf {
@@ -48,23 +53,25 @@ async fn tls_ready(test: &str) -> bool {
 
 /// Why the servers are not set up for these tests, if they are not.
 async fn missing_setup() -> Option<String> {
-    if !tls_dir().join("ca.crt").is_file() || !tls_dir().join("other-ca.crt").is_file() {
-        return Some(format!("no test CA under {}", tls_dir().display()));
+    let files = ["ca.crt", "other-ca.crt", "client.crt", "client.key"];
+    if let Some(f) = files.iter().find(|f| !tls_dir().join(f).is_file()) {
+        return Some(format!("no {f} under {}", tls_dir().display()));
     }
     let pg = match common::pg_admin().await {
         Ok(pg) => pg,
         Err(e) => return Some(format!("PostgreSQL: {e}")),
     };
     let ssl: Result<String, _> = sqlx::query_scalar("SHOW ssl").fetch_one(&pg).await;
-    let role: Result<Option<i32>, _> =
-        sqlx::query_scalar("SELECT 1 FROM pg_roles WHERE rolname = $1")
+    let roles: Result<i64, _> =
+        sqlx::query_scalar("SELECT count(*) FROM pg_roles WHERE rolname IN ($1, $2)")
             .bind(TLS_USER)
-            .fetch_optional(&pg)
+            .bind(CERT_USER)
+            .fetch_one(&pg)
             .await;
     pg.close().await;
-    if !matches!((&ssl, &role), (Ok(on), Ok(Some(_))) if on == "on") {
+    if !matches!((&ssl, &roles), (Ok(on), Ok(2)) if on == "on") {
         return Some(format!(
-            "PostgreSQL: ssl = {ssl:?}, role {TLS_USER}: {role:?}"
+            "PostgreSQL: ssl = {ssl:?}, roles {TLS_USER} and {CERT_USER}: {roles:?} of 2"
         ));
     }
     let my = match common::mysql_admin().await {
@@ -74,16 +81,18 @@ async fn missing_setup() -> Option<String> {
     let have: Result<(String, String), _> = sqlx::query_as("SHOW VARIABLES LIKE 'have_ssl'")
         .fetch_one(&my)
         .await;
-    let user: Result<Option<String>, _> =
-        sqlx::query_scalar("SELECT CAST(ssl_type AS CHAR) FROM mysql.user WHERE user = ?")
-            .bind(TLS_USER)
-            .fetch_optional(&my)
-            .await;
+    let users: Result<Vec<String>, _> = sqlx::query_scalar(
+        "SELECT CAST(ssl_type AS CHAR) FROM mysql.user WHERE user IN (?, ?) ORDER BY user DESC",
+    )
+    .bind(TLS_USER)
+    .bind(CERT_USER)
+    .fetch_all(&my)
+    .await;
     my.close().await;
-    match (&have, &user) {
-        (Ok((_, yes)), Ok(Some(ssl_type))) if yes == "YES" && ssl_type == "ANY" => None,
+    match (&have, &users) {
+        (Ok((_, yes)), Ok(types)) if yes == "YES" && types == &["ANY", "X509"] => None,
         _ => Some(format!(
-            "MariaDB: have_ssl {have:?}, user {TLS_USER}: {user:?}"
+            "MariaDB: have_ssl {have:?}, users {TLS_USER} and {CERT_USER}: {users:?}"
         )),
     }
 }
@@ -129,12 +138,12 @@ impl TlsWorld {
         Self { db, dir }
     }
 
-    fn pg_url(&self) -> String {
-        format!("postgres://{TLS_USER}@127.0.0.1:5432/{}", self.db)
+    fn pg_url(&self, user: &str) -> String {
+        format!("postgres://{user}@127.0.0.1:5432/{}", self.db)
     }
 
-    fn my_url(&self) -> String {
-        format!("mysql://{TLS_USER}@127.0.0.1:3306/{}", self.db)
+    fn my_url(&self, user: &str) -> String {
+        format!("mysql://{user}@127.0.0.1:3306/{}", self.db)
     }
 
     /// A secret file as an operator writes it (with a final line break).
@@ -144,10 +153,11 @@ impl TlsWorld {
         path.display().to_string()
     }
 
-    /// Settings with the TLS accounts, the password from a file, and these overrides.
-    fn settings(&self, extra: &[(&str, &str)]) -> Result<Settings, String> {
+    /// Settings as this account on both servers, the password from a file, and these
+    /// overrides.
+    fn settings(&self, user: &str, extra: &[(&str, &str)]) -> Result<Settings, String> {
         let pw = self.secret_file("password", TLS_PASSWORD);
-        let (pg, my) = (self.pg_url(), self.my_url());
+        let (pg, my) = (self.pg_url(user), self.my_url(user));
         let mut env = vec![
             ("MSGX_STORE__URL", pg.as_str()),
             ("MSGX_INBOX__URL", my.as_str()),
@@ -177,14 +187,17 @@ impl TlsWorld {
     }
 }
 
-/// Opens the store the way the service does (pool, migrations) and asks the server whether
-/// this session is encrypted.
+/// Opens the store the way the service does (pool, migrations) as the TLS-only account in this
+/// mode, and asks the server whether this session is encrypted.
 async fn store_over(w: &TlsWorld, mode: &str, ca: Option<&str>) -> Result<bool, String> {
     let mut extra = vec![("MSGX_STORE__SSL_MODE", mode)];
-    if let Some(ca) = ca {
-        extra.push(("MSGX_STORE__SSL_CA", ca));
-    }
-    let settings = w.settings(&extra)?;
+    extra.extend(ca.map(|ca| ("MSGX_STORE__SSL_CA", ca)));
+    store_as(w, TLS_USER, &extra).await
+}
+
+/// [`store_over`] as `user` with these keys.
+async fn store_as(w: &TlsWorld, user: &str, keys: &[(&str, &str)]) -> Result<bool, String> {
+    let settings = w.settings(user, keys)?;
     let store = Store::connect(&settings.store)
         .await
         .map_err(|e| e.to_string())?;
@@ -196,13 +209,17 @@ async fn store_over(w: &TlsWorld, mode: &str, ca: Option<&str>) -> Result<bool, 
     Ok(ssl)
 }
 
-/// Reads the inbox through the service's adapter, then asks whether the session is encrypted.
+/// Reads the inbox through the service's adapter as the TLS-only account in this mode, then
+/// asks whether the session is encrypted.
 async fn inbox_over(w: &TlsWorld, mode: &str, ca: Option<&str>) -> Result<bool, String> {
     let mut extra = vec![("MSGX_INBOX__SSL_MODE", mode)];
-    if let Some(ca) = ca {
-        extra.push(("MSGX_INBOX__SSL_CA", ca));
-    }
-    let settings = w.settings(&extra)?;
+    extra.extend(ca.map(|ca| ("MSGX_INBOX__SSL_CA", ca)));
+    inbox_as(w, TLS_USER, &extra).await
+}
+
+/// [`inbox_over`] as `user` with these keys.
+async fn inbox_as(w: &TlsWorld, user: &str, keys: &[(&str, &str)]) -> Result<bool, String> {
+    let settings = w.settings(user, keys)?;
     let tz = settings.inbox_timezone().map_err(|e| e.to_string())?;
     let names = settings.inbox_names().map_err(|e| e.to_string())?;
     let inbox = Inbox::new(&settings.inbox, &names, tz).map_err(|e| e.to_string())?;
@@ -286,10 +303,58 @@ async fn the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls() {
     w.cleanup().await;
 }
 
-/// `run` over TLS only, the store password from a systemd credential and the inbox password
-/// from a `_file` key: the service becomes ready and processes and marks a message, so every
-/// pool it builds (sessions, relaxed commits, the lease, the fenced ones, the inbox) carried
-/// the password and the TLS keys.
+/// An account that requires a client certificate (PostgreSQL `clientcert=verify-full`,
+/// MariaDB `REQUIRE X509`): with the CA but no `ssl_cert`/`ssl_key` the server refuses it;
+/// with them, the service's own adapters connect over TLS.
+#[tokio::test]
+async fn a_client_certificate_account_is_refused_without_it_and_accepted_with_it() {
+    let test = "a_client_certificate_account_is_refused_without_it_and_accepted_with_it";
+    if !tls_ready(test).await {
+        return;
+    }
+    let w = TlsWorld::new().await;
+    let (good, cert, key) = (ca("ca.crt"), ca("client.crt"), ca("client.key"));
+    let store = [
+        ("MSGX_STORE__SSL_MODE", "verify-full"),
+        ("MSGX_STORE__SSL_CA", good.as_str()),
+    ];
+    let e = store_as(&w, CERT_USER, &store)
+        .await
+        .expect_err("no client certificate");
+    assert!(e.contains("requires a valid client certificate"), "{e}");
+    let with = [
+        ("MSGX_STORE__SSL_CERT", cert.as_str()),
+        ("MSGX_STORE__SSL_KEY", key.as_str()),
+    ];
+    assert_eq!(
+        store_as(&w, CERT_USER, &[&store[..], &with].concat()).await,
+        Ok(true)
+    );
+
+    let inbox = [
+        ("MSGX_INBOX__SSL_MODE", "VERIFY_IDENTITY"),
+        ("MSGX_INBOX__SSL_CA", good.as_str()),
+    ];
+    let e = inbox_as(&w, CERT_USER, &inbox)
+        .await
+        .expect_err("no client certificate");
+    assert!(e.contains("Access denied"), "{e}");
+    let with = [
+        ("MSGX_INBOX__SSL_CERT", cert.as_str()),
+        ("MSGX_INBOX__SSL_KEY", key.as_str()),
+    ];
+    assert_eq!(
+        inbox_as(&w, CERT_USER, &[&inbox[..], &with].concat()).await,
+        Ok(true)
+    );
+    w.cleanup().await;
+}
+
+/// `run` as the client-certificate account on both servers, the store password and client key
+/// from systemd credentials and the inbox password from a `_file` key: the service becomes
+/// ready and processes and marks a message, so every pool it builds (sessions, relaxed
+/// commits, the lease, the fenced ones, the inbox) carried the password, the TLS keys and the
+/// client certificate.
 #[tokio::test]
 async fn the_service_runs_over_tls_with_secrets_from_files() {
     if !tls_ready("the_service_runs_over_tls_with_secrets_from_files").await {
@@ -299,6 +364,7 @@ async fn the_service_runs_over_tls_with_secrets_from_files() {
     let creds = w.dir.join("credentials");
     std::fs::create_dir_all(&creds).expect("credentials dir");
     std::fs::write(creds.join("store.password"), TLS_PASSWORD).expect("credential");
+    std::fs::copy(tls_dir().join("client.key"), creds.join("store.ssl_key")).expect("key");
     let inbox_pw = w.secret_file("inbox-password", TLS_PASSWORD);
     let port = common::service::free_port();
     let log = w.dir.join("service.log");
@@ -306,14 +372,17 @@ async fn the_service_runs_over_tls_with_secrets_from_files() {
     cmd.arg("run")
         .env("MSGEXCHANGE_CONFIG", common::default_toml())
         .env("CREDENTIALS_DIRECTORY", &creds)
-        .env("MSGX_STORE__URL", w.pg_url())
+        .env("MSGX_STORE__URL", w.pg_url(CERT_USER))
         .env("MSGX_STORE__SSL_MODE", "verify-full")
         .env("MSGX_STORE__SSL_CA", ca("ca.crt"))
+        .env("MSGX_STORE__SSL_CERT", ca("client.crt"))
         .env("MSGX_STORE__CREATE_DATABASE", "false")
-        .env("MSGX_INBOX__URL", w.my_url())
+        .env("MSGX_INBOX__URL", w.my_url(CERT_USER))
         .env("MSGX_INBOX__PASSWORD_FILE", &inbox_pw)
         .env("MSGX_INBOX__SSL_MODE", "VERIFY_IDENTITY")
         .env("MSGX_INBOX__SSL_CA", ca("ca.crt"))
+        .env("MSGX_INBOX__SSL_CERT", ca("client.crt"))
+        .env("MSGX_INBOX__SSL_KEY", ca("client.key"))
         .env("MSGX_KAFKA__BROKERS", "embedded")
         .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
         .env("MSGX_PIPELINE__POLL_INTERVAL", "100ms")
@@ -453,5 +522,58 @@ fn check_config_names_each_secrets_source_and_refuses_a_missing_file() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("`store.password_file`"), "{stderr}");
     assert!(stderr.contains("no-such-file"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `check-config` shows the client certificate keys (paths, not secrets); a certificate
+/// without its key stops it with exit 2 in one line naming the missing key.
+#[test]
+fn check_config_shows_the_client_certificate_and_refuses_half_of_it() {
+    let dir = std::env::temp_dir().join(format!("msgxt_tls_cert_cli_{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (cert, key) = (dir.join("client.crt"), dir.join("client.key"));
+    std::fs::write(
+        &cert,
+        "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n",
+    )
+    .expect("cert");
+    std::fs::write(
+        &key,
+        "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n",
+    )
+    .expect("key");
+    let run = |vars: &[(&str, &Path)]| {
+        let mut cmd = common::instance::msgexchange();
+        cmd.arg("check-config")
+            .env("MSGEXCHANGE_CONFIG", common::default_toml())
+            .env("MSGX_INBOX__SSL_MODE", "REQUIRED")
+            .envs(vars.iter().map(|(k, v)| (*k, *v)))
+            .stdin(Stdio::null());
+        cmd.output().expect("check-config")
+    };
+    let out = run(&[
+        ("MSGX_INBOX__SSL_CERT", cert.as_path()),
+        ("MSGX_INBOX__SSL_KEY", key.as_path()),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let inbox = stdout
+        .split("\n[")
+        .find(|s| s.starts_with("inbox]"))
+        .unwrap_or_else(|| panic!("no [inbox]:\n{stdout}"));
+    for (k, path) in [("ssl_cert", &cert), ("ssl_key", &key)] {
+        let line = format!("{k} = \"{}\"", path.display());
+        assert!(inbox.lines().any(|l| l == line), "no `{line}`:\n{inbox}");
+    }
+    let out = run(&[("MSGX_INBOX__SSL_CERT", cert.as_path())]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("`inbox.ssl_key`"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }

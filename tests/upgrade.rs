@@ -1,25 +1,35 @@
-//! Upgrades with a standby (issue 30): only the lease holder or `msgexchange migrate` migrates;
-//! a standby that finds an older schema waits (in `/readyz`, `status` and one log line) and
-//! migrates once it holds the lease; the previous release's binary keeps working on the new
-//! schema and the new binary on the previous release's data (expand/contract,
-//! docs/architecture.md "Schema changes"). The rolling upgrade of docs/operations.md, step by
-//! step, with traffic throughout: nothing lost.
+//! Upgrades with a standby (issue 30), against the real previous release's binary: only the
+//! lease holder or `msgexchange migrate` migrates; a newer standby that finds the previous
+//! release's (older) schema waits and says so in `/readyz`, `status` and one log line; the
+//! previous release keeps working on the new schema (expand/contract, docs/architecture.md
+//! "Schema changes") and the new binary on its data. Each test is the rolling upgrade of
+//! docs/operations.md ("Rolling upgrade with a standby"), step by step in the docs' order,
+//! with upstream writing into the inbox and events going to Kafka throughout: at the end every
+//! inbox row is processed once, in order, marked, and its events are on the topic.
 
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::instance::{cli, http_get, log_dir, service_env, set_var, verify, Instance};
+use common::instance::{
+    assert_per_key_order, cli, http_get, log_dir, service_env, set_var, simulator, verify,
+    Instance, SimOpts,
+};
+use common::kafka::consume;
 use common::service::{free_port, wait_for};
 use common::TestEnv;
-use msgx_core::store::{schema, InstanceLock, LeaseConfig, SchemaState, Store, MIGRATOR};
+use msgx_core::store::schema;
+use rdkafka::mocking::MockCluster;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 const LIMIT: Duration = Duration::from_secs(60);
+const TOPIC: &str = "msgx.flight-events";
+const PARTITIONS: i32 = 3;
 
-/// The env's store emptied (no schema at all), and a pool of our own on it.
+/// The env's store emptied (no schema at all: the previous release creates its own), and a
+/// pool of our own on it.
 async fn empty_store(env: &TestEnv) -> PgPool {
     let pool = PgPoolOptions::new()
         .max_connections(2)
@@ -30,27 +40,6 @@ async fn empty_store(env: &TestEnv) -> PgPool {
         sqlx::query(sql).execute(&pool).await.expect(sql);
     }
     pool
-}
-
-/// The store as the release before this binary left it: every migration but the newest.
-async fn migrate_to_the_previous_schema(pool: &PgPool) -> i64 {
-    let mut versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
-    versions.sort_unstable();
-    let previous = versions[versions.len() - 2];
-    let older = sqlx::migrate::Migrator {
-        migrations: std::borrow::Cow::Owned(
-            MIGRATOR
-                .iter()
-                .filter(|m| m.version <= previous)
-                .cloned()
-                .collect(),
-        ),
-        ignore_missing: false,
-        locking: true,
-        no_tx: false,
-    };
-    older.run(pool).await.expect("older migrations");
-    previous
 }
 
 async fn schema_version(pool: &PgPool) -> i64 {
@@ -67,124 +56,25 @@ async fn lease_epoch(pool: &PgPool) -> i64 {
         .expect("lease epoch")
 }
 
-/// Records SUCCEEDED so far.
-async fn succeeded(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED'")
+/// Records processed so far (terminal).
+async fn processed(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM proc_state WHERE state IN ('SUCCEEDED', 'SKIPPED')")
         .fetch_one(pool)
         .await
         .unwrap_or(0)
 }
 
-/// `n` valid flight messages as upstream, numbered from `first`.
-async fn traffic(env: &TestEnv, first: i64, n: i64) {
-    for seqn in first..first + n {
-        let flight = format!("CA{:03}", seqn % 7);
-        env.insert_message(&common::msgs::flop(seqn, &flight, &[("GATE", "B2")]))
-            .await;
-    }
-}
-
-async fn wait_succeeded(pool: &PgPool, n: i64, what: &str) {
-    wait_for(what, LIMIT, || async { succeeded(pool).await >= n }).await;
+/// Waits until `more` rows beyond `than` are processed: the pipeline moves under traffic.
+async fn processing_moves(pool: &PgPool, than: i64, who: &str) -> i64 {
+    let what = format!("{who} to process more than {than} rows under traffic");
+    wait_for(&what, LIMIT, || async { processed(pool).await >= than + 5 }).await;
+    processed(pool).await
 }
 
 async fn readyz_says(port: u16, what: &str) -> bool {
     http_get(port, "/readyz")
         .await
         .is_ok_and(|r| r.starts_with("HTTP/1.1 503") && r.contains(what))
-}
-
-/// Every row processed once, marked, its events delivered; `verify` agrees.
-async fn nothing_lost(env: &TestEnv, vars: &[(String, String)], rows: i64) {
-    wait_for("everything settled", LIMIT, || {
-        common::instance::settled(env)
-    })
-    .await;
-    let pool = env.store.pool();
-    let records: i64 = sqlx::query_scalar("SELECT count(*) FROM proc_state")
-        .fetch_one(pool)
-        .await
-        .expect("records");
-    assert_eq!(records, rows, "every row enqueued once");
-    assert_eq!(succeeded(pool).await, rows, "every row processed");
-    let (code, out) = verify(vars, &[]);
-    assert_eq!(code, Some(0), "{out}");
-}
-
-/// Issue 30: the older release's instance holds the lease (this test process stands in for
-/// it: the lease row and its live session are all a standby sees) on the older schema. The new
-/// binary stands by without migrating and says why; with `migrate_at_start` off it refuses at
-/// once with exit 3 (the unit does not restart it). When the lease is released it migrates,
-/// then processes what arrived meanwhile.
-#[tokio::test]
-async fn a_standby_on_an_older_schema_waits_and_migrates_once_it_holds_the_lease() {
-    let env = TestEnv::new("upg_standby").await;
-    let pool = empty_store(&env).await;
-    let older = migrate_to_the_previous_schema(&pool).await;
-    let settings = env.settings(&[]);
-    let (store, state) = Store::connect_unmigrated(&settings.store)
-        .await
-        .expect("the older store, not migrated");
-    assert!(matches!(state, SchemaState::Behind { .. }), "{state:?}");
-    let long = LeaseConfig {
-        ttl: Duration::from_secs(120),
-        check_timeout: Duration::from_secs(3),
-    };
-    let holder = InstanceLock::acquire_with(&store, long)
-        .await
-        .expect("the older instance's lease");
-    traffic(&env, 1, 5).await;
-
-    let vars = service_env(&env, &env.pg_url, &env.my_url, "embedded");
-    let standby = Instance::spawn(&vars, "upgrade-standby", &[]);
-    wait_for("the standby to say it waits to migrate", LIMIT, || {
-        readyz_says(standby.port, "migrates once it holds the lease")
-    })
-    .await;
-    // Several lease attempts later: still the older schema, nothing processed.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(schema_version(&pool).await, older, "the standby migrated");
-    assert_eq!(succeeded(&pool).await, 0);
-    let log = standby.log();
-    assert_eq!(
-        log.matches("migrated only once this instance holds the lease")
-            .count(),
-        1,
-        "one log line: {log}"
-    );
-    let status = cli(&vars, &["status"]).await;
-    assert_eq!(status.code, Some(0), "{}", status.all());
-    let binary = schema::binary_version();
-    assert!(
-        status
-            .stdout
-            .contains(&format!("at version {older}, this binary's is {binary}"))
-            && status.stdout.contains("held by"),
-        "{}",
-        status.all()
-    );
-
-    // With migrate_at_start off, an older schema is refused at once: exit 3, no restart.
-    let mut off = vars.clone();
-    set_var(&mut off, "MSGX_STORE__MIGRATE_AT_START", "false");
-    set_var(&mut off, "MSGX_HTTP__LISTEN", "127.0.0.1:0");
-    let refused = cli(&off, &["run"]).await;
-    assert_eq!(refused.code, Some(3), "{}", refused.all());
-    assert!(
-        refused.stderr.contains("msgexchange migrate"),
-        "{}",
-        refused.all()
-    );
-
-    // The older instance stops: the standby takes the lease, migrates, processes.
-    traffic(&env, 6, 5).await;
-    holder.release().await.expect("release");
-    standby.wait_ready(LIMIT).await;
-    assert_eq!(schema_version(&pool).await, binary);
-    nothing_lost(&env, &vars, 10).await;
-    drop(standby);
-    pool.close().await;
-    env.cleanup().await;
 }
 
 fn repo() -> PathBuf {
@@ -210,92 +100,322 @@ fn previous_release() -> PathBuf {
     bin
 }
 
-/// The previous release as a service: its compiled-in defaults (a newer config file may hold
-/// keys it does not know) under the same `MSGX_*` variables.
-fn spawn_previous(bin: &Path, vars: &[(String, String)], name: &str) -> Instance {
-    let port = free_port();
-    let log = std::fs::File::create(log_dir().join(format!("{name}.log"))).expect("log");
-    let child = Command::new(bin)
-        .arg("run")
-        // Keys newer than the previous release (it refuses unknown keys).
-        .envs(
-            vars.iter()
-                .filter(|(k, _)| k != "MSGX_KAFKA__DELIVERY")
-                .cloned(),
-        )
-        .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn the previous release");
-    Instance {
-        child,
-        port,
-        name: name.to_string(),
+/// One site: the stores, a Kafka (librdkafka's mock cluster, reached over TCP by every
+/// process), both binaries and their environments, and upstream writing.
+struct Site {
+    /// Names this test's logs (the tests run in parallel).
+    tag: &'static str,
+    env: TestEnv,
+    pool: PgPool,
+    _kafka: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    bootstrap: String,
+    prev: PathBuf,
+    /// The new binary's environment.
+    vars: Vec<(String, String)>,
+    /// The previous release's: its compiled-in defaults and no key newer than it (it refuses
+    /// unknown keys).
+    old_vars: Vec<(String, String)>,
+}
+
+impl Site {
+    /// The previous release installed and `migrate`d (its own schema), nothing running yet.
+    async fn with_previous_release(tag: &'static str) -> Self {
+        let prev = previous_release();
+        let env = TestEnv::new(tag).await;
+        let pool = empty_store(&env).await;
+        let kafka = MockCluster::new(1).expect("mock cluster");
+        for t in [TOPIC, "msgx.flight-events.dlq"] {
+            kafka.create_topic(t, PARTITIONS, 1).expect("topic");
+        }
+        let bootstrap = kafka.bootstrap_servers();
+        let vars = service_env(&env, &env.pg_url, &env.my_url, &bootstrap);
+        let old_vars = vars
+            .iter()
+            .filter(|(k, _)| k != "MSGEXCHANGE_CONFIG" && k != "MSGX_KAFKA__DELIVERY")
+            .cloned()
+            .collect();
+        let site = Self {
+            tag,
+            env,
+            pool,
+            _kafka: kafka,
+            bootstrap,
+            prev,
+            vars,
+            old_vars,
+        };
+        let migrated = site.old_command("migrate").output().expect("migrate");
+        assert!(migrated.status.success(), "{migrated:?}");
+        site
+    }
+
+    fn old_command(&self, what: &str) -> Command {
+        let mut cmd = Command::new(&self.prev);
+        cmd.arg(what)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(self.old_vars.iter().cloned())
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// The previous release as a service (`systemctl start` on a host with the old package).
+    fn spawn_old(&self, name: &str) -> Instance {
+        let name = format!("{}-{name}", self.tag);
+        let port = free_port();
+        let log = std::fs::File::create(log_dir().join(format!("{name}.log"))).expect("log");
+        let child = self
+            .old_command("run")
+            .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn the previous release");
+        Instance { child, port, name }
+    }
+
+    /// Upstream: four concurrent writers (some commits held back, so ids commit out of
+    /// order) at 20 messages a second, for up to 5 minutes; stopped by [`Site::stop_writers`].
+    /// The new binary as a service on a host.
+    fn spawn_new(&self, name: &str) -> Instance {
+        Instance::spawn(&self.vars, &format!("{}-{name}", self.tag), &[])
+    }
+
+    fn start_writers(&self) -> Child {
+        let mut o = SimOpts::chaos(6000, 30);
+        (o.rate, o.rollback, o.malformed, o.unknown) = (20, 0.0, 0.0, 0.0);
+        simulator(&self.env, o)
+    }
+
+    /// Upstream stops (a writer killed mid-transaction leaves no row: its id is a hole that
+    /// never fills, which the pipeline passes after `max_commit_delay`).
+    fn stop_writers(&self, mut writers: Child) {
+        assert!(
+            matches!(writers.try_wait(), Ok(None)),
+            "upstream stopped writing before the upgrade ended"
+        );
+        let _ = writers.kill();
+        let _ = writers.wait();
+    }
+
+    async fn finish(self, instances: Vec<Instance>) {
+        drop(instances);
+        self.pool.close().await;
+        self.env.cleanup().await;
     }
 }
 
-/// The documented rolling upgrade with a standby, against the real previous release: it
-/// creates its schema and runs active; the new binary starts as a standby and waits; `migrate`
-/// (new binary) runs under the active old instance, which keeps processing on the new schema;
-/// the old instance stops; the new one takes the lease and processes on the old one's data.
+/// Stops an instance as `systemctl stop` does (SIGTERM: graceful, the lease released).
+async fn systemctl_stop(mut instance: Instance) {
+    instance.signal("-TERM");
+    let exit = instance
+        .exited_within(LIMIT)
+        .await
+        .unwrap_or_else(|| panic!("{} did not stop", instance.name));
+    assert!(exit.success(), "{exit:?}: {}", instance.log());
+}
+
+/// Before the upgrade: the previous release active on host A under traffic, and its standby
+/// on host B. Returns (active, standby, the active's lease epoch).
+async fn previous_release_running(site: &Site) -> (Instance, Instance, i64) {
+    let active = site.spawn_old("old-active");
+    active.wait_ready(LIMIT).await;
+    processing_moves(&site.pool, 0, "the previous release").await;
+    let standby = site.spawn_old("old-standby");
+    wait_for("the old standby", LIMIT, || {
+        readyz_says(standby.port, "standing by")
+    })
+    .await;
+    let epoch = lease_epoch(&site.pool).await;
+    (active, standby, epoch)
+}
+
+/// Step 2 (host A: `systemctl stop`): the new standby takes the lease at once, migrates if
+/// the schema is still older, and processes from where the old one stopped.
+async fn step2_stop_the_active(site: &Site, active: Instance, new: &Instance, old_epoch: i64) {
+    let before = processed(&site.pool).await;
+    systemctl_stop(active).await;
+    new.wait_ready(LIMIT).await;
+    assert!(
+        lease_epoch(&site.pool).await > old_epoch,
+        "the new binary holds the lease"
+    );
+    assert_eq!(schema_version(&site.pool).await, schema::binary_version());
+    processing_moves(&site.pool, before, "the new binary").await;
+}
+
+/// Step 3 (host A: the new package, `systemctl start`): it is the standby now.
+async fn step3_the_old_host_stands_by(site: &Site) -> Instance {
+    let standby = site.spawn_new("new-standby");
+    wait_for("the upgraded old host to stand by", LIMIT, || {
+        readyz_says(standby.port, "standing by")
+    })
+    .await;
+    standby
+}
+
+/// Steps 2 and 3, the new active serving under traffic, upstream stopped, [`nothing_lost`].
+async fn steps_2_and_3_then_nothing_lost(
+    site: Site,
+    writers: Child,
+    active: Instance,
+    new: Instance,
+    old_epoch: i64,
+) {
+    step2_stop_the_active(&site, active, &new, old_epoch).await;
+    let standby = step3_the_old_host_stands_by(&site).await;
+    processing_moves(&site.pool, processed(&site.pool).await, "the new active").await;
+    site.stop_writers(writers);
+    nothing_lost(&site).await;
+    site.finish(vec![new, standby]).await;
+}
+
+/// Upstream stopped: every inbox row processed once, none dead, FIFO, marked, every event
+/// SENT and on the topic at its recorded offset (`verify --kafka`), per key in order.
+async fn nothing_lost(site: &Site) {
+    let env = &site.env;
+    wait_for("everything settled", LIMIT, || {
+        common::instance::settled(env)
+    })
+    .await;
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM CMINMSGS")
+        .fetch_one(&env.owner)
+        .await
+        .expect("rows");
+    let unmarked: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM CMINMSGS WHERE CMINMSGS_DATE_PROCESSED IS NULL")
+            .fetch_one(&env.owner)
+            .await
+            .expect("unmarked");
+    let records: i64 = sqlx::query_scalar("SELECT count(*) FROM proc_state")
+        .fetch_one(&site.pool)
+        .await
+        .expect("records");
+    assert!(rows > 50, "traffic throughout: {rows} rows");
+    assert_eq!(
+        (records, processed(&site.pool).await),
+        (rows, rows),
+        "each row once, processed"
+    );
+    assert_eq!(unmarked, 0, "every inbox row marked");
+    let (code, out) = verify(&site.vars, &["--kafka"]);
+    assert_eq!(
+        code,
+        Some(0),
+        "verify (fifo, marks, events, kafka read-back):\n{out}"
+    );
+    let events: Vec<i64> = sqlx::query_scalar("SELECT event_id FROM msg_event ORDER BY event_id")
+        .fetch_all(&site.pool)
+        .await
+        .expect("events");
+    let (bootstrap, n) = (site.bootstrap.clone(), events.len());
+    let records =
+        common::instance::off_runtime(move || consume(&bootstrap, TOPIC, PARTITIONS, n)).await;
+    assert_per_key_order(&records);
+    let on_topic: std::collections::HashSet<i64> = records.iter().map(|r| r.ce_id()).collect();
+    let missing = events.iter().filter(|e| !on_topic.contains(e)).count();
+    assert_eq!(
+        missing,
+        0,
+        "of {} events, {missing} not on the topic",
+        events.len()
+    );
+    let n = events.len();
+    eprintln!("{}: nothing lost: {rows} rows, {n} events", site.tag);
+}
+
+/// docs/operations.md "Rolling upgrade with a standby", as written (`migrate_at_start` on):
+/// step 1 the standby host restarts on the new binary, which finds the previous release's
+/// older schema, does not migrate, and says so in `/readyz`, one WARN line and `status`,
+/// while the old active keeps processing; step 2 the active host stops, the standby takes the
+/// lease, migrates and serves; step 3 the old host comes back as the standby. Writers run
+/// throughout; nothing is lost.
 #[tokio::test]
-async fn the_previous_release_runs_on_the_new_schema_and_the_new_binary_on_its_data() {
-    let prev = previous_release();
-    let env = TestEnv::new("upg_prev").await;
-    let pool = empty_store(&env).await;
-    let vars = service_env(&env, &env.pg_url, &env.my_url, "embedded");
-    let old_vars: Vec<(String, String)> = vars
-        .iter()
-        // Its compiled-in defaults, and no key newer than it (it refuses unknown keys).
-        .filter(|(k, _)| k != "MSGEXCHANGE_CONFIG" && k != "MSGX_KAFKA__DELIVERY")
-        .cloned()
-        .collect();
+async fn the_rolling_upgrade_from_the_previous_release_loses_nothing() {
+    let site = Site::with_previous_release("upg_roll").await;
+    let older = schema_version(&site.pool).await;
+    let binary = schema::binary_version();
+    assert!(
+        older < binary,
+        "the previous release's schema ({older}) is this binary's ({binary}): the standby \
+         that waits to migrate needs an older one (scripts/prev_release.sh)"
+    );
+    let writers = site.start_writers();
+    let (active, old_standby, epoch) = previous_release_running(&site).await;
 
-    let migrated = Command::new(&prev)
-        .arg("migrate")
-        .envs(old_vars.iter().cloned())
-        .output()
-        .expect("previous release: migrate");
-    assert!(migrated.status.success(), "{migrated:?}");
-    let mut old = spawn_previous(&prev, &old_vars, "upgrade-old");
-    old.wait_ready(LIMIT).await;
-    traffic(&env, 1, 5).await;
-    wait_succeeded(&pool, 5, "the old release to process the first rows").await;
-    let old_epoch = lease_epoch(&pool).await;
+    // Step 1: the standby host gets the new package and restarts.
+    systemctl_stop(old_standby).await;
+    let new = site.spawn_new("new");
+    wait_for("the new standby to say it waits to migrate", LIMIT, || {
+        readyz_says(new.port, "migrates once it holds the lease")
+    })
+    .await;
+    let status = cli(&site.vars, &["status"]).await;
+    assert_eq!(status.code, Some(0), "{}", status.all());
+    let says = format!("at version {older}, this binary's is {binary}");
+    assert!(
+        status.stdout.contains(&says) && status.stdout.contains("held by"),
+        "{}",
+        status.all()
+    );
+    // The old active keeps processing on its schema while the new one waits.
+    processing_moves(&site.pool, processed(&site.pool).await, "the old active").await;
+    assert_eq!(
+        schema_version(&site.pool).await,
+        older,
+        "the standby migrated"
+    );
+    assert_eq!(lease_epoch(&site.pool).await, epoch, "still the old active");
+    let log = new.log();
+    let line = "migrated only once this instance holds the lease";
+    assert_eq!(log.matches(line).count(), 1, "one log line: {log}");
 
-    // The new binary on the standby host: waits for the lease.
-    let new = Instance::spawn(&vars, "upgrade-new", &[]);
+    steps_2_and_3_then_nothing_lost(site, writers, active, new, epoch).await;
+}
+
+/// The same upgrade with `store.migrate_at_start = false` (docs step 1's note): started before
+/// `migrate`, the new binary refuses the older schema at once (exit 3, which the unit does
+/// not restart); `msgexchange migrate` runs under the old active instance, which keeps
+/// processing on the new schema (expand/contract); then the new binary stands by, and steps 2
+/// and 3 follow. Writers run throughout; nothing is lost.
+#[tokio::test]
+async fn the_rolling_upgrade_with_migrate_first_keeps_the_previous_release_running() {
+    let mut site = Site::with_previous_release("upg_migfirst").await;
+    set_var(&mut site.vars, "MSGX_STORE__MIGRATE_AT_START", "false");
+    let writers = site.start_writers();
+    let (active, old_standby, epoch) = previous_release_running(&site).await;
+
+    // Step 1, migrate first: the new binary would refuse the older schema at once.
+    systemctl_stop(old_standby).await;
+    let mut early = site.vars.clone();
+    set_var(&mut early, "MSGX_HTTP__LISTEN", "127.0.0.1:0");
+    let refused = cli(&early, &["run"]).await;
+    assert_eq!(refused.code, Some(3), "{}", refused.all());
+    assert!(
+        refused.stderr.contains("msgexchange migrate"),
+        "{}",
+        refused.all()
+    );
+    let m = cli(&site.vars, &["migrate"]).await;
+    assert_eq!(m.code, Some(0), "{}", m.all());
+    assert_eq!(schema_version(&site.pool).await, schema::binary_version());
+    processing_moves(
+        &site.pool,
+        processed(&site.pool).await,
+        "the old release on the new schema",
+    )
+    .await;
+    assert!(active.ready().await, "the old release keeps running");
+    assert_eq!(
+        lease_epoch(&site.pool).await,
+        epoch,
+        "still the old release"
+    );
+    let new = site.spawn_new("new");
     wait_for("the new standby", LIMIT, || {
         readyz_says(new.port, "standing by")
     })
     .await;
-    // `migrate` with the new binary under the running old instance (a no-op while this
-    // release adds no migration; the expand/contract rule is what keeps the old one working).
-    let m = cli(&vars, &["migrate"]).await;
-    assert_eq!(m.code, Some(0), "{}", m.all());
-    assert_eq!(schema_version(&pool).await, schema::binary_version());
-    traffic(&env, 6, 5).await;
-    wait_succeeded(&pool, 10, "the old release to process on the new schema").await;
-    assert!(old.ready().await, "the old release keeps running");
-    assert_eq!(lease_epoch(&pool).await, old_epoch, "still the old release");
 
-    // The old instance stops (SIGTERM); the new one takes the lease at once.
-    old.signal("-TERM");
-    let exit = old
-        .exited_within(LIMIT)
-        .await
-        .expect("the old release stops");
-    assert!(exit.success(), "{exit:?}: {}", old.log());
-    new.wait_ready(LIMIT).await;
-    assert!(
-        lease_epoch(&pool).await > old_epoch,
-        "the new binary holds it"
-    );
-    traffic(&env, 11, 5).await;
-    nothing_lost(&env, &vars, 15).await;
-    drop(new);
-    pool.close().await;
-    env.cleanup().await;
+    steps_2_and_3_then_nothing_lost(site, writers, active, new, epoch).await;
 }

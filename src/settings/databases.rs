@@ -5,8 +5,30 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::secret::{redact_url, Secret, SecretUrl};
-use super::tls::{check_password_once, check_tls, TlsKeys, INBOX_TLS, STORE_TLS};
+use super::tls::{check_password_once, check_tls, ConnectKeys, INBOX_TLS, STORE_TLS};
 use super::{check_nonzero, check_positive, duration, invalid, SettingsError};
+
+/// `connect_keys()` of a section with the shared connect keys (the same field names in both).
+macro_rules! connect_keys {
+    ($section:ty) => {
+        impl $section {
+            /// The URL, password and TLS keys: what start-up checks and every connection
+            /// applies.
+            pub fn connect_keys(&self) -> ConnectKeys<'_> {
+                ConnectKeys {
+                    url: &self.url,
+                    password: &self.password,
+                    ssl_mode: &self.ssl_mode,
+                    ssl_ca: &self.ssl_ca,
+                    ssl_cert: &self.ssl_cert,
+                    ssl_key: &self.ssl_key,
+                }
+            }
+        }
+    };
+}
+connect_keys!(InboxSettings);
+connect_keys!(StoreSettings);
 
 /// Connection and naming of the shared inbox.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -21,6 +43,11 @@ pub struct InboxSettings {
     pub ssl_mode: String,
     /// PEM file of the CA(s) the server certificate must chain to (`ssl-ca`; VERIFY_* only).
     pub ssl_ca: String,
+    /// PEM file of our client certificate (`ssl-cert`), for an inbox account that requires
+    /// one (`REQUIRE X509`); with `ssl_key`, or neither.
+    pub ssl_cert: String,
+    /// PEM file of the client certificate's unencrypted private key (`ssl-key`).
+    pub ssl_key: String,
     /// Zone the inbox DATETIME columns are written in (they carry none).
     pub timezone: String,
     /// Opening a connection may take this long before the round counts as failed.
@@ -60,7 +87,7 @@ impl InboxSettings {
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
         check_url(&self.url, "inbox.url", &["mysql://", "mariadb://"])?;
         check_password_once(&self.url, &self.password, "inbox.password", "inbox.url")?;
-        check_tls(&INBOX_TLS, self.tls_keys())?;
+        check_tls(&INBOX_TLS, self.connect_keys())?;
         check_positive(self.max_connections, "inbox.max_connections")?;
         check_nonzero(self.connect_timeout, "inbox.connect_timeout")?;
         check_nonzero(self.query_timeout, "inbox.query_timeout")?;
@@ -74,15 +101,6 @@ impl InboxSettings {
             }
         }
         Ok(())
-    }
-
-    /// The TLS keys as [`check_tls`] reads them.
-    fn tls_keys(&self) -> TlsKeys<'_> {
-        TlsKeys {
-            url: self.url.expose(),
-            mode: &self.ssl_mode,
-            ca: &self.ssl_ca,
-        }
     }
 }
 
@@ -100,6 +118,11 @@ pub struct StoreSettings {
     /// PEM file of the CA(s) the server certificate must chain to (`sslrootcert`; verify-*
     /// only).
     pub ssl_ca: String,
+    /// PEM file of our client certificate (`sslcert`), for a store whose `pg_hba.conf` requires
+    /// one (`clientcert=verify-full`, `cert`); with `ssl_key`, or neither.
+    pub ssl_cert: String,
+    /// PEM file of the client certificate's unencrypted private key (`sslkey`).
+    pub ssl_key: String,
     /// Pool size.
     pub max_connections: u32,
     /// Opening a connection may take this long.
@@ -132,14 +155,7 @@ impl StoreSettings {
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
         check_url(&self.url, "store.url", &["postgres://", "postgresql://"])?;
         check_password_once(&self.url, &self.password, "store.password", "store.url")?;
-        check_tls(
-            &STORE_TLS,
-            TlsKeys {
-                url: self.url.expose(),
-                mode: &self.ssl_mode,
-                ca: &self.ssl_ca,
-            },
-        )?;
+        check_tls(&STORE_TLS, self.connect_keys())?;
         check_positive(self.max_connections, "store.max_connections")?;
         check_nonzero(self.connect_timeout, "store.connect_timeout")?;
         check_nonzero(self.statement_timeout, "store.statement_timeout")?;

@@ -48,6 +48,17 @@ const SECRET_KEYS: &[SecretKey] = secret_keys![
     "http"."compat_tokens",
 ];
 
+/// Keys whose value is a file's path (the TLS client certificate and key): no `_file` form
+/// (the key already names a file), but a systemd credential of the key's name stands for the
+/// path (`LoadCredential=store.ssl_key:…` puts the key file at
+/// `$CREDENTIALS_DIRECTORY/store.ssl_key`, readable by the service user only).
+const CREDENTIAL_PATH_KEYS: &[SecretKey] = secret_keys![
+    "inbox"."ssl_cert",
+    "inbox"."ssl_key",
+    "store"."ssl_cert",
+    "store"."ssl_key",
+];
+
 /// Where one secret's value came from (`check-config` prints it; never the value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SecretSource {
@@ -96,7 +107,38 @@ pub(super) fn resolve(
         let source = resolve_one(k, table, credentials)?;
         sources.push((k.key, source));
     }
+    if let Some(dir) = credentials {
+        resolve_credential_paths(root, dir)?;
+    }
     Ok(sources)
+}
+
+/// Sets each [`CREDENTIAL_PATH_KEYS`] key with a credential to the credential's path; a key
+/// also set elsewhere is refused, as a secret given twice is.
+fn resolve_credential_paths(
+    root: &mut Map<String, Value>,
+    credentials: &Path,
+) -> Result<(), SettingsError> {
+    for k in CREDENTIAL_PATH_KEYS {
+        let path = credentials.join(k.key);
+        if !path.is_file() {
+            continue;
+        }
+        let Some(ValueKind::Table(table)) = root.get_mut(k.section).map(|v| &mut v.kind) else {
+            return Err(invalid(k.key, format!("[{}] is not a table", k.section)));
+        };
+        let literal = table.get(k.name).map(|v| text_of(v, k.key)).transpose()?;
+        if let Some((_, origin)) = literal.filter(|(text, _)| !text.is_empty()) {
+            let set = origin_source(k.section, k.name, origin.as_deref());
+            let credential = SecretSource::Credential(path);
+            return Err(invalid(
+                k.key,
+                format!("given twice, by {set} and by {credential}; keep one"),
+            ));
+        }
+        table.insert(k.name.into(), Value::new(None, path.display().to_string()));
+    }
+    Ok(())
 }
 
 /// One key: at most one of its literal value, its `_file` and its credential.

@@ -92,6 +92,45 @@ fn systemd_credentials_fill_secrets_by_their_key_name() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A client certificate and key loaded as systemd credentials: the keys name the
+/// credentials' files (checked at start like any other); set elsewhere too, refused.
+#[test]
+fn credentials_stand_for_the_client_certificate_and_key_paths() {
+    let dir = scratch("client_cert");
+    let cert = write(
+        &dir,
+        "store.ssl_cert",
+        "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n",
+    );
+    let key = write(
+        &dir,
+        "store.ssl_key",
+        "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n",
+    );
+    let creds = dir.display().to_string();
+    let s = load(&[("CREDENTIALS_DIRECTORY", &creds)]).expect("load");
+    assert_eq!(
+        (s.store.ssl_cert.as_str(), s.store.ssl_key.as_str()),
+        (cert.as_str(), key.as_str())
+    );
+    assert_eq!(s.inbox.ssl_key, "", "no credential, no key");
+    let e = load(&[
+        ("CREDENTIALS_DIRECTORY", &creds),
+        ("MSGX_STORE__SSL_KEY", "/etc/msgexchange/other.key"),
+    ])
+    .expect_err("twice")
+    .to_string();
+    assert!(
+        e.contains("`store.ssl_key`") && e.contains("MSGX_STORE__SSL_KEY"),
+        "{e}"
+    );
+    assert!(
+        e.contains("systemd credential") && e.contains("keep one"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn a_missing_or_empty_secret_file_fails_in_one_line_naming_the_key() {
     let dir = scratch("missing");

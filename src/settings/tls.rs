@@ -1,9 +1,29 @@
 //! The TLS and password keys of `[inbox]` and `[store]`, checked at start: a mode the driver
-//! knows, a CA file that can be read and holds a certificate, and nothing given twice (a key
+//! knows, a CA file that can be read and holds a certificate, a client certificate with its
+//! key (both or neither, each file readable and of its kind), and nothing given twice (a key
 //! and the same parameter in the URL would leave an operator guessing which one counts).
+//! [`ConnectKeys`] is the one view of these keys both the check and the connect options read.
 
 use super::secret::{Secret, SecretUrl};
 use super::{invalid, SettingsError};
+
+/// The connect keys one database section holds: what [`check_tls`] checks at start and what
+/// `msgx_core::db_options` applies to the driver's options (one view, so both read the same).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectKeys<'a> {
+    /// `url` (may carry the password and TLS parameters).
+    pub url: &'a SecretUrl,
+    /// `password` ("" = the URL's).
+    pub password: &'a Secret,
+    /// `ssl_mode` ("" = the URL's).
+    pub ssl_mode: &'a str,
+    /// `ssl_ca`: PEM file of the CA the server certificate must chain to.
+    pub ssl_ca: &'a str,
+    /// `ssl_cert`: PEM file of our client certificate (servers that require one).
+    pub ssl_cert: &'a str,
+    /// `ssl_key`: PEM file of the client certificate's private key.
+    pub ssl_key: &'a str,
+}
 
 /// What one database section accepts.
 pub(super) struct TlsRules {
@@ -11,22 +31,36 @@ pub(super) struct TlsRules {
     mode_key: &'static str,
     /// `store.ssl_ca`.
     ca_key: &'static str,
+    /// `store.ssl_cert`.
+    cert_key: &'static str,
+    /// `store.ssl_key`.
+    key_key: &'static str,
     /// `store.url`.
     url_key: &'static str,
     /// Every mode the driver knows (compared without case).
     modes: &'static [&'static str],
     /// The modes that check the server certificate against a CA.
     verifying: &'static [&'static str],
+    /// The mode that never uses TLS (a client certificate would never be sent).
+    plain: &'static str,
     /// URL query parameters that set the mode.
     mode_params: &'static [&'static str],
     /// URL query parameters that set the CA file.
     ca_params: &'static [&'static str],
+    /// URL query parameters that set the client certificate and its key (the drivers'
+    /// names; the same for both).
+    client_params: [&'static [&'static str]; 2],
 }
+
+/// `sslcert` / `sslkey` as both drivers read them from a URL.
+const CLIENT_PARAMS: [&[&str]; 2] = [&["sslcert", "ssl-cert"], &["sslkey", "ssl-key"]];
 
 /// PostgreSQL (`sslmode`, `sslrootcert`).
 pub(super) const STORE_TLS: TlsRules = TlsRules {
     mode_key: "store.ssl_mode",
     ca_key: "store.ssl_ca",
+    cert_key: "store.ssl_cert",
+    key_key: "store.ssl_key",
     url_key: "store.url",
     modes: &[
         "disable",
@@ -37,14 +71,18 @@ pub(super) const STORE_TLS: TlsRules = TlsRules {
         "verify-full",
     ],
     verifying: &["verify-ca", "verify-full"],
+    plain: "disable",
     mode_params: &["sslmode", "ssl-mode"],
     ca_params: &["sslrootcert", "ssl-root-cert", "ssl-ca"],
+    client_params: CLIENT_PARAMS,
 };
 
 /// MySQL / MariaDB (`ssl-mode`, `ssl-ca`).
 pub(super) const INBOX_TLS: TlsRules = TlsRules {
     mode_key: "inbox.ssl_mode",
     ca_key: "inbox.ssl_ca",
+    cert_key: "inbox.ssl_cert",
+    key_key: "inbox.ssl_key",
     url_key: "inbox.url",
     modes: &[
         "DISABLED",
@@ -54,20 +92,16 @@ pub(super) const INBOX_TLS: TlsRules = TlsRules {
         "VERIFY_IDENTITY",
     ],
     verifying: &["VERIFY_CA", "VERIFY_IDENTITY"],
+    plain: "DISABLED",
     mode_params: &["sslmode", "ssl-mode"],
     ca_params: &["sslca", "ssl-ca"],
+    client_params: CLIENT_PARAMS,
 };
 
-/// The section's values.
-pub(super) struct TlsKeys<'a> {
-    pub url: &'a str,
-    pub mode: &'a str,
-    pub ca: &'a str,
-}
-
-/// The mode is known and given once, the CA file readable and used by a verifying mode.
-pub(super) fn check_tls(rules: &TlsRules, keys: TlsKeys<'_>) -> Result<(), SettingsError> {
-    let params = query_params(keys.url);
+/// The mode is known and given once, the CA file readable and used by a verifying mode, the
+/// client certificate and key given together.
+pub(super) fn check_tls(rules: &TlsRules, keys: ConnectKeys<'_>) -> Result<(), SettingsError> {
+    let params = query_params(keys.url.expose());
     let url_param = |names: &[&str]| {
         params
             .iter()
@@ -75,15 +109,19 @@ pub(super) fn check_tls(rules: &TlsRules, keys: TlsKeys<'_>) -> Result<(), Setti
             .map(|(_, v)| *v)
     };
     let url_mode = url_param(rules.mode_params);
-    if !keys.mode.is_empty() {
+    if !keys.ssl_mode.is_empty() {
         if !rules
             .modes
             .iter()
-            .any(|m| m.eq_ignore_ascii_case(keys.mode))
+            .any(|m| m.eq_ignore_ascii_case(keys.ssl_mode))
         {
             return Err(invalid(
                 rules.mode_key,
-                format!("`{}` is not one of {}", keys.mode, rules.modes.join(" | ")),
+                format!(
+                    "`{}` is not one of {}",
+                    keys.ssl_mode,
+                    rules.modes.join(" | ")
+                ),
             ));
         }
         if url_mode.is_some() {
@@ -93,20 +131,32 @@ pub(super) fn check_tls(rules: &TlsRules, keys: TlsKeys<'_>) -> Result<(), Setti
             ));
         }
     }
-    if keys.ca.is_empty() {
-        return Ok(());
-    }
-    if url_param(rules.ca_params).is_some() {
-        return Err(invalid(
-            rules.ca_key,
-            format!("{} names a CA file too; keep one", rules.url_key),
-        ));
-    }
-    let mode = if keys.mode.is_empty() {
+    let mode = if keys.ssl_mode.is_empty() {
         url_mode.unwrap_or("")
     } else {
-        keys.mode
+        keys.ssl_mode
     };
+    for (key, value, names) in [
+        (rules.ca_key, keys.ssl_ca, rules.ca_params),
+        (rules.cert_key, keys.ssl_cert, rules.client_params[0]),
+        (rules.key_key, keys.ssl_key, rules.client_params[1]),
+    ] {
+        if !value.is_empty() && url_param(names).is_some() {
+            return Err(invalid(
+                key,
+                format!("{} names that file too; keep one", rules.url_key),
+            ));
+        }
+    }
+    check_ca(rules, keys.ssl_ca, mode)?;
+    check_client_cert(rules, &keys, mode)
+}
+
+/// A CA file only with a mode that checks the server's certificate.
+fn check_ca(rules: &TlsRules, ca: &str, mode: &str) -> Result<(), SettingsError> {
+    if ca.is_empty() {
+        return Ok(());
+    }
     if !rules.verifying.iter().any(|m| m.eq_ignore_ascii_case(mode)) {
         return Err(invalid(
             rules.ca_key,
@@ -117,18 +167,90 @@ pub(super) fn check_tls(rules: &TlsRules, keys: TlsKeys<'_>) -> Result<(), Setti
             ),
         ));
     }
-    check_ca_file(rules.ca_key, keys.ca)
+    check_pem(rules.ca_key, ca, Pem::Certificate)
 }
 
-/// Readable now and holding at least one PEM certificate (a typo fails the start, not the
-/// first reconnect hours later).
-fn check_ca_file(key: &'static str, path: &str) -> Result<(), SettingsError> {
+/// Both or neither, a mode that uses TLS, a certificate and an unencrypted private key the
+/// service can read now (a server that requires the certificate would refuse every
+/// connection otherwise, hours later at a reconnect).
+fn check_client_cert(
+    rules: &TlsRules,
+    keys: &ConnectKeys<'_>,
+    mode: &str,
+) -> Result<(), SettingsError> {
+    match (keys.ssl_cert.is_empty(), keys.ssl_key.is_empty()) {
+        (true, true) => return Ok(()),
+        (false, true) => {
+            return Err(invalid(
+                rules.key_key,
+                format!(
+                    "{} is set: a client certificate needs its private key (set both or neither)",
+                    rules.cert_key
+                ),
+            ))
+        }
+        (true, false) => {
+            return Err(invalid(
+                rules.cert_key,
+                format!(
+                    "{} is set: a private key needs its client certificate (set both or neither)",
+                    rules.key_key
+                ),
+            ))
+        }
+        (false, false) => {}
+    }
+    if mode.eq_ignore_ascii_case(rules.plain) {
+        return Err(invalid(
+            rules.cert_key,
+            format!(
+                "{} = {mode} never uses TLS, so the client certificate would never be sent",
+                rules.mode_key
+            ),
+        ));
+    }
+    check_pem(rules.cert_key, keys.ssl_cert, Pem::Certificate)?;
+    check_pem(rules.key_key, keys.ssl_key, Pem::PrivateKey)
+}
+
+/// What a PEM file must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pem {
+    Certificate,
+    PrivateKey,
+}
+
+/// Readable now and holding what it should (a typo fails the start, not the first reconnect
+/// hours later). A private key must be unencrypted: the driver has no passphrase key.
+fn check_pem(key: &'static str, path: &str, kind: Pem) -> Result<(), SettingsError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| invalid(key, format!("cannot read `{path}`: {e}")))?;
-    if text.contains("-----BEGIN CERTIFICATE-----") {
+    let (found, what) = match kind {
+        Pem::Certificate => (text.contains("-----BEGIN CERTIFICATE-----"), "certificate"),
+        Pem::PrivateKey => {
+            if text.contains("ENCRYPTED PRIVATE KEY") || text.contains("Proc-Type: 4,ENCRYPTED") {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "`{path}` is encrypted; the driver reads only unencrypted keys (protect \
+                         the file instead: mode 0600, or a systemd credential)"
+                    ),
+                ));
+            }
+            let found = [
+                "PRIVATE KEY-----",
+                "RSA PRIVATE KEY-----",
+                "EC PRIVATE KEY-----",
+            ]
+            .iter()
+            .any(|end| text.contains(&format!("-----BEGIN {end}")));
+            (found, "private key")
+        }
+    };
+    if found {
         Ok(())
     } else {
-        Err(invalid(key, format!("`{path}` holds no PEM certificate")))
+        Err(invalid(key, format!("`{path}` holds no PEM {what}")))
     }
 }
 
@@ -176,8 +298,29 @@ fn query_params(url: &str) -> Vec<(&str, &str)> {
 mod tests {
     use super::*;
 
-    fn keys<'a>(url: &'a str, mode: &'a str, ca: &'a str) -> TlsKeys<'a> {
-        TlsKeys { url, mode, ca }
+    fn check(rules: &TlsRules, url: &str, mode: &str, ca: &str) -> Result<(), SettingsError> {
+        check_client(rules, url, mode, ca, ["", ""])
+    }
+
+    fn check_client(
+        rules: &TlsRules,
+        url: &str,
+        mode: &str,
+        ca: &str,
+        [cert, key]: [&str; 2],
+    ) -> Result<(), SettingsError> {
+        let url: SecretUrl = url.into();
+        check_tls(
+            rules,
+            ConnectKeys {
+                url: &url,
+                password: &Secret::default(),
+                ssl_mode: mode,
+                ssl_ca: ca,
+                ssl_cert: cert,
+                ssl_key: key,
+            },
+        )
     }
 
     fn ca_file(name: &str, text: &str) -> String {
@@ -189,18 +332,20 @@ mod tests {
     #[test]
     fn modes_are_checked_and_given_once() {
         let url = "postgres://app@db/msgx";
-        assert!(check_tls(&STORE_TLS, keys(url, "", "")).is_ok());
-        assert!(check_tls(&STORE_TLS, keys(url, "verify-full", "")).is_ok());
-        assert!(check_tls(&INBOX_TLS, keys("mysql://a@h/d", "verify_identity", "")).is_ok());
-        let e = check_tls(&STORE_TLS, keys(url, "verify_full", "")).expect_err("unknown");
+        assert!(check(&STORE_TLS, url, "", "").is_ok());
+        assert!(check(&STORE_TLS, url, "verify-full", "").is_ok());
+        assert!(check(&INBOX_TLS, "mysql://a@h/d", "verify_identity", "").is_ok());
+        let e = check(&STORE_TLS, url, "verify_full", "").expect_err("unknown");
         assert!(e.to_string().contains("store.ssl_mode"), "{e}");
-        let e = check_tls(
+        let e = check(
             &STORE_TLS,
-            keys("postgres://a@h/d?sslmode=require", "verify-full", ""),
+            "postgres://a@h/d?sslmode=require",
+            "verify-full",
+            "",
         )
         .expect_err("twice");
         assert!(e.to_string().contains("keep one"), "{e}");
-        let e = check_tls(&INBOX_TLS, keys("mysql://a@h/d", "REQUIRE", "")).expect_err("pg word");
+        let e = check(&INBOX_TLS, "mysql://a@h/d", "REQUIRE", "").expect_err("pg word");
         assert!(e.to_string().contains("inbox.ssl_mode"), "{e}");
     }
 
@@ -212,16 +357,18 @@ mod tests {
         );
         let bad = ca_file("bad.pem", "not a certificate\n");
         let url = "postgres://app@db/msgx";
-        assert!(check_tls(&STORE_TLS, keys(url, "verify-ca", &good)).is_ok());
+        assert!(check(&STORE_TLS, url, "verify-ca", &good).is_ok());
         let from_url = "postgres://app@db/msgx?sslmode=verify-full";
-        assert!(check_tls(&STORE_TLS, keys(from_url, "", &good)).is_ok());
-        let e = check_tls(&STORE_TLS, keys(url, "require", &good)).expect_err("require");
+        assert!(check(&STORE_TLS, from_url, "", &good).is_ok());
+        let e = check(&STORE_TLS, url, "require", &good).expect_err("require");
         assert!(e.to_string().contains("store.ssl_ca"), "{e}");
-        let e = check_tls(&STORE_TLS, keys(url, "verify-full", &bad)).expect_err("no cert");
+        let e = check(&STORE_TLS, url, "verify-full", &bad).expect_err("no cert");
         assert!(e.to_string().contains("no PEM certificate"), "{e}");
-        let e = check_tls(
+        let e = check(
             &INBOX_TLS,
-            keys("mysql://a@h/d", "VERIFY_CA", "/nonexistent/ca.pem"),
+            "mysql://a@h/d",
+            "VERIFY_CA",
+            "/nonexistent/ca.pem",
         )
         .expect_err("missing");
         let line = e.to_string();
@@ -232,6 +379,81 @@ mod tests {
         assert_eq!(line.lines().count(), 1);
         let _ = std::fs::remove_file(good);
         let _ = std::fs::remove_file(bad);
+    }
+
+    #[test]
+    fn a_client_certificate_comes_with_its_key_and_tls() {
+        let cert = ca_file(
+            "client.crt",
+            "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n",
+        );
+        let key = ca_file(
+            "client.key",
+            "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n",
+        );
+        let rsa = ca_file(
+            "rsa.key",
+            "-----BEGIN RSA PRIVATE KEY-----\nAA==\n-----END RSA PRIVATE KEY-----\n",
+        );
+        let sealed = ca_file(
+            "sealed.key",
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nAA==\n-----END ENCRYPTED PRIVATE KEY-----\n",
+        );
+        let (pg, my) = ("postgres://app@db/msgx", "mysql://a@h/d");
+        assert!(check_client(&STORE_TLS, pg, "require", "", [&cert, &key]).is_ok());
+        assert!(check_client(&INBOX_TLS, my, "", "", [&cert, &rsa]).is_ok());
+        let line = |r: Result<(), SettingsError>| r.expect_err("refused").to_string();
+        let e = line(check_client(&STORE_TLS, pg, "", "", [&cert, ""]));
+        assert!(
+            e.contains("store.ssl_key") && e.contains("both or neither"),
+            "{e}"
+        );
+        let e = line(check_client(&INBOX_TLS, my, "", "", ["", &key]));
+        assert!(
+            e.contains("inbox.ssl_cert") && e.contains("both or neither"),
+            "{e}"
+        );
+        let e = line(check_client(&STORE_TLS, pg, "disable", "", [&cert, &key]));
+        assert!(
+            e.contains("store.ssl_cert") && e.contains("never uses TLS"),
+            "{e}"
+        );
+        let e = line(check_client(&INBOX_TLS, my, "", "", [&key, &key]));
+        assert!(
+            e.contains("inbox.ssl_cert") && e.contains("no PEM certificate"),
+            "{e}"
+        );
+        let e = line(check_client(&STORE_TLS, pg, "", "", [&cert, &cert]));
+        assert!(
+            e.contains("store.ssl_key") && e.contains("no PEM private key"),
+            "{e}"
+        );
+        let e = line(check_client(&STORE_TLS, pg, "", "", [&cert, &sealed]));
+        assert!(
+            e.contains("store.ssl_key") && e.contains("encrypted"),
+            "{e}"
+        );
+        let e = line(check_client(
+            &STORE_TLS,
+            pg,
+            "",
+            "",
+            [&cert, "/nonexistent/k"],
+        ));
+        assert!(
+            e.contains("store.ssl_key") && e.contains("cannot read"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1);
+        let twice = "mysql://a@h/d?ssl-cert=/etc/c.pem";
+        let e = line(check_client(&INBOX_TLS, twice, "", "", [&cert, &key]));
+        assert!(
+            e.contains("inbox.ssl_cert") && e.contains("keep one"),
+            "{e}"
+        );
+        for f in [cert, key, rsa, sealed] {
+            let _ = std::fs::remove_file(f);
+        }
     }
 
     #[test]

@@ -3,11 +3,10 @@
 //! opens the store as it is ([`Store::open`]): it never creates a database or a table, and a
 //! missing, older or newer schema is a clear error naming both versions.
 
-use std::str::FromStr;
-
-use sqlx::postgres::{PgConnectOptions, PgPool, PgSslMode};
+use sqlx::postgres::{PgConnectOptions, PgPool};
 
 use super::{Store, StoreError, MIGRATOR};
+use crate::db_options;
 use crate::settings::{redact_url, StoreSettings};
 
 /// The store's schema compared with this binary's migrations.
@@ -156,24 +155,15 @@ pub(super) fn session_options(settings: &StoreSettings) -> Result<PgConnectOptio
     ]))
 }
 
-/// `store.url` with `store.password` and the TLS keys (`ssl_mode`, `ssl_ca`): what every
-/// connection to the store is opened with (the pools, the lease session, `CREATE DATABASE`).
+/// `store.url` with `store.password` and the TLS keys (`ssl_mode`, `ssl_ca`, the client
+/// certificate `ssl_cert` / `ssl_key`), as [`db_options::connect_options`] applies them to both
+/// databases: what every connection to the store is opened with (the pools, the lease session,
+/// `CREATE DATABASE`).
 pub fn connect_options(settings: &StoreSettings) -> Result<PgConnectOptions, StoreError> {
-    let url_error = |source| StoreError::Url {
+    db_options::connect_options(settings.connect_keys()).map_err(|source| StoreError::Url {
         url: redact_url(&settings.url),
         source,
-    };
-    let mut options = PgConnectOptions::from_str(settings.url.expose()).map_err(url_error)?;
-    if !settings.password.is_empty() {
-        options = options.password(settings.password.expose());
-    }
-    if !settings.ssl_mode.is_empty() {
-        options = options.ssl_mode(PgSslMode::from_str(&settings.ssl_mode).map_err(url_error)?);
-    }
-    if !settings.ssl_ca.is_empty() {
-        options = options.ssl_root_cert(&settings.ssl_ca);
-    }
-    Ok(options)
+    })
 }
 
 /// What `msgexchange status` can say about a store whose schema is not this binary's (it
