@@ -3,12 +3,17 @@
 row, from the Prometheus query_range data of a scenario run (docs/img/scenario.json, written by
 the ignored test `scenario_for_pictures` in tests/observability.rs). Panels, legends, units and
 thresholds come from the dashboard itself; the scenario's moments are drawn as vertical lines.
+Writes docs/img/rendered.json: the SHA-256 of what the pictures were drawn from (dashboard,
+scenario, this script) and of each picture, which the unit test
+`rendered_docs::dashboard_pictures_are_current` compares with the files (a stale picture fails
+the test run). `scripts/render-docs.sh` runs this with every other generated section.
 
     pip install matplotlib
     cargo test -p msgx-actors --test observability -- --ignored scenario_for_pictures --nocapture
     python3 scripts/render_dashboards.py            # docs/img/scenario.json -> docs/img/*.png
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -36,6 +41,44 @@ def legend(fmt, metric, expr):
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: metric.get(m.group(1), ""), fmt).strip()
 
 
+def query(target):
+    """The scenario's key for a panel target: its expression with the dashboard's `instance`
+    variable set to "All", as `scenario_for_pictures` queried it."""
+    return target["expr"].replace("$instance", ".+")
+
+
+def panels_of(panels):
+    """Every panel, the ones inside collapsed rows too, in dashboard order."""
+    for p in panels:
+        if p.get("type") == "row":
+            yield from panels_of(p.get("panels", []))
+        else:
+            yield p
+
+
+def uncovered(dashboard, data):
+    """(panel title, expression) of every panel target the scenario has no data for."""
+    return [(p["title"], t["expr"]) for p in panels_of(dashboard["panels"])
+            for t in p.get("targets", []) if query(t) not in data["results"]]
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def write_manifest(out, sources, pictures):
+    """docs/img/rendered.json: what the pictures were drawn from and what they are."""
+    manifest = {
+        "rendered_by": "scripts/render-docs.sh",
+        "inputs": {os.path.relpath(p, ROOT): sha256(p) for p in sources},
+        "pictures": {os.path.basename(p): sha256(p) for p in pictures},
+    }
+    with open(os.path.join(out, "rendered.json"), "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def value(v):
     f = float(v)
     return f if math.isfinite(f) else math.nan
@@ -60,7 +103,7 @@ def draw_panel(ax, panel, data, t0, events):
     defaults = panel.get("fieldConfig", {}).get("defaults", {})
     unit = defaults.get("unit", "short")
     ymax, inf_seen, hidden = 0.0, False, 0
-    every = [(t, s) for t in panel.get("targets", []) for s in data["results"].get(t["expr"], [])]
+    every = [(t, s) for t in panel.get("targets", []) for s in data["results"].get(query(t), [])]
     for target, series in every:
         # Counters exist from zero for every label combination: with many series, the ones
         # that stayed at 0 all run would only crowd the legend.
@@ -128,6 +171,13 @@ def main():
     args = ap.parse_args()
     data = json.load(open(args.data))
     dashboard = json.load(open(args.dashboard))
+    missing = uncovered(dashboard, data)
+    if missing:
+        for title, expr in missing:
+            print(f"no data in {args.data} for panel {title!r}: {expr}", file=sys.stderr)
+        print("the dashboard asks what the scenario did not record: run it again (docs/dashboards.md, "
+              "'Reproducing the pictures'), then scripts/render-docs.sh", file=sys.stderr)
+        return 2
     t0, events = data["start"], [e for e in data["events"] if e["label"] != "end"]
     caption = "   ".join(f"{chr(65 + i)}: {e['label']}" for i, e in enumerate(events))
     os.makedirs(args.out, exist_ok=True)
@@ -147,6 +197,12 @@ def main():
         fig.savefig(path, dpi=90)
         plt.close(fig)
         written.append(path)
+    # A row the dashboard no longer has leaves no picture behind.
+    for name in os.listdir(args.out):
+        path = os.path.join(args.out, name)
+        if re.fullmatch(r"dashboard-.*\.png", name) and path not in written:
+            os.remove(path)
+    write_manifest(args.out, [args.dashboard, args.data, os.path.abspath(__file__)], written)
     for p in written:
         print(os.path.relpath(p, ROOT))
     return 0

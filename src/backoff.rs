@@ -1,5 +1,6 @@
 //! The one doubling-backoff rule every retrying part uses (pump heads, inbox marks, event
-//! sends): `initial · 2^(n−1)`, capped at `max`.
+//! sends, the supervisor's restarts, the start-up store connection): `initial · 2^(n−1)`,
+//! capped at `max`.
 
 use std::time::Duration;
 

@@ -169,6 +169,8 @@ impl Advance {
     }
 
     /// The evidence decision about the first hole it changed.
+    // Tests only: production reads every decision.
+    #[cfg(test)]
     pub fn front_evidence(&self) -> Option<EvidenceDecision> {
         self.evidence.first().map(|(_, d)| *d)
     }

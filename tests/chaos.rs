@@ -353,7 +353,11 @@ async fn verify_finds_straddling_duplicates_and_notes_allowed_exceptions() {
         seeded_at: now,
     };
     env.store
-        .seed_cutover(&stock, now + chrono::Duration::days(7))
+        .seed_cutover(
+            &stock,
+            now + chrono::Duration::days(7),
+            &common::seed::TEST_SEEDING,
+        )
         .await
         .expect("seed");
     env.set_w(ids[9]).await;

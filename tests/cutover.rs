@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::seed::Proc;
 use common::TestEnv;
-use msgx_actors::app::{apply_cutover, apply_cutover_approved, cutover_approval};
+use msgx_actors::app::{apply_cutover_approved, cutover_approval};
 use msgx_core::clock::Clock;
 use msgx_core::cutover::seed::Approval;
 use msgx_core::cutover::CutoverMode;
@@ -65,7 +65,16 @@ async fn each_mode_seeds_a_fresh_store() {
 
 /// The service's start-up cutover step on this env.
 async fn cutover(env: &TestEnv, mode: CutoverMode) -> anyhow::Result<Option<SeedOutcome>> {
-    apply_cutover(&env.store, &env.inbox, Some(mode), &env.clock, WATCH).await
+    let approval = Approval::default();
+    apply_cutover_approved(
+        &env.store,
+        &env.inbox,
+        Some(mode),
+        &approval,
+        &env.clock,
+        WATCH,
+    )
+    .await
 }
 
 #[tokio::test]

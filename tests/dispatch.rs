@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use actix::Actor;
 use common::dispatch::EXHAUST_FAST;
+use common::dispatch_round::Round;
 use common::kafka::{consume, inject_fatal_error, Received};
 use common::TestEnv;
 use msgx_actors::app::DispatchDeps;
 use msgx_actors::dispatcher::Dispatcher;
 use msgx_actors::messages::{DispatchNow, EventsQueued};
 use msgx_core::clock::Clock;
-use msgx_core::dispatch::{dispatch_once, flush, DispatchConfig, DispatchState};
+use msgx_core::dispatch::{flush, DispatchConfig, DispatchState};
 use msgx_core::kafka::EventProducer;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
@@ -122,38 +123,6 @@ async fn states(env: &TestEnv) -> BTreeMap<String, i64> {
     rows.into_iter().collect()
 }
 
-/// Rounds until nothing is PENDING, moving the injected clock past backoffs.
-async fn drain(
-    env: &TestEnv,
-    producer: &mut EventProducer,
-    cfg: &DispatchConfig,
-    state: &mut DispatchState,
-    limit: usize,
-) {
-    for _ in 0..limit {
-        let r = round(env, producer, cfg, state).await;
-        if r.selected == 0 && state.unwritten() == 0 {
-            let pending = states(env).await.get("PENDING").copied().unwrap_or(0);
-            if pending == 0 {
-                return;
-            }
-            env.clock.advance(Duration::from_secs(10));
-        }
-    }
-    panic!("not drained: {:?}", states(env).await);
-}
-
-async fn round(
-    env: &TestEnv,
-    p: &mut EventProducer,
-    cfg: &DispatchConfig,
-    state: &mut DispatchState,
-) -> msgx_core::dispatch::RoundReport {
-    dispatch_once(&env.store, p, &env.clock, cfg, state)
-        .await
-        .expect("round")
-}
-
 /// Per key, the first occurrence of each event id must ascend (duplicates allowed after).
 fn assert_per_key_order(records: &[Received]) {
     let mut seen: HashSet<i64> = HashSet::new();
@@ -246,14 +215,16 @@ impl Rig {
         assert_eq!(r.acked, n, "{r:?}");
     }
 
-    /// One dispatch round.
-    async fn round(&mut self) -> msgx_core::dispatch::RoundReport {
-        round(&self.env, &mut self.p, &self.d.cfg, &mut self.state).await
+    /// One dispatch round, as the dispatcher runs it.
+    async fn round(&mut self) -> Round {
+        let (p, cfg) = (&mut self.p, &self.d.cfg);
+        self.env.dispatch_round(p, cfg, &mut self.state).await
     }
 
-    /// [`drain`] with this rig's producer and state.
+    /// [`TestEnv::drain_events`] with this rig's producer and state.
     async fn drain(&mut self, limit: usize) {
-        drain(&self.env, &mut self.p, &self.d.cfg, &mut self.state, limit).await
+        let (p, cfg) = (&mut self.p, &self.d.cfg);
+        self.env.drain_events(p, cfg, &mut self.state, limit).await
     }
 
     /// [`rounds_until_stuck`] with this rig's producer and state.
@@ -554,7 +525,7 @@ async fn rounds_until_stuck(
     state: &mut DispatchState,
 ) {
     for _ in 0..100 {
-        let r = round(env, p, cfg, state).await;
+        let r = env.dispatch_round(p, cfg, state).await;
         if r.selected == 0 && state.unwritten() == 0 {
             return;
         }

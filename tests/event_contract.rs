@@ -10,15 +10,13 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::Command;
-use std::time::Duration;
 
 use common::contract::{self, Contract};
 use common::dispatch::EXHAUST_FAST;
 use common::kafka::{consume, Received};
 use common::msgs::{adft, fdel, flop, schedule};
 use common::TestEnv;
-use msgx_actors::app::DispatchDeps;
-use msgx_core::dispatch::{dispatch_once, DispatchState};
+use msgx_core::dispatch::DispatchState;
 use msgx_core::flight::EventType;
 use msgx_core::kafka::EventProducer;
 use rdkafka::mocking::MockCluster;
@@ -237,25 +235,6 @@ fn check_stored(contract: &Contract, events: &[(i64, String, String, Value)]) {
     assert!(has("SCHEDULE_APPLIED", &|p| p["request_id"].is_null()));
 }
 
-/// Rounds until nothing is PENDING, moving the injected clock past backoffs.
-async fn drain(env: &TestEnv, d: &DispatchDeps, p: &mut EventProducer, state: &mut DispatchState) {
-    for _ in 0..100 {
-        let r = dispatch_once(&env.store, p, &env.clock, &d.cfg, state)
-            .await
-            .expect("round");
-        if r.selected == 0 && state.unwritten() == 0 {
-            let pending: i64 = env
-                .scalar("SELECT count(*) FROM msg_event WHERE state = 'PENDING'")
-                .await;
-            if pending == 0 {
-                return;
-            }
-            env.clock.advance(Duration::from_secs(10));
-        }
-    }
-    panic!("events not drained");
-}
-
 /// One record against the contract: key = `ce_subject` = the stored key, headers valid against
 /// the document's header schema of its message (`suffix` "Dead" on the dead-letter topic),
 /// payload valid against the schema `ce_dataschema` names, and that names the stored type.
@@ -351,14 +330,12 @@ async fn pipeline_events_match_the_contract_on_a_real_broker() {
     // One round, then a "restart": its acks were never recorded, a new producer re-sends them.
     let mut p = EventProducer::new(&d.kafka, &d.bootstrap).expect("producer");
     let mut state = DispatchState::default();
-    dispatch_once(&env.store, &mut p, &env.clock, &d.cfg, &mut state)
-        .await
-        .expect("round");
+    env.dispatch_round(&mut p, &d.cfg, &mut state).await;
     assert!(state.unwritten() > 0);
     drop((p, state));
     let mut p = EventProducer::new(&d.kafka, &d.bootstrap).expect("producer");
     let mut state = DispatchState::default();
-    drain(&env, &d, &mut p, &mut state).await;
+    env.drain_events(&mut p, &d.cfg, &mut state, 100).await;
 
     let stored = by_event_id(&events);
     let got = consume(&broker.bootstrap, TOPIC, PARTITIONS, events.len() + 4);
@@ -406,7 +383,7 @@ async fn dead_letters_match_the_contract() {
         .expect("topic error");
     let mut p = EventProducer::new(&d.kafka, &d.bootstrap).expect("producer");
     let mut state = DispatchState::default();
-    drain(&env, &d, &mut p, &mut state).await;
+    env.drain_events(&mut p, &d.cfg, &mut state, 100).await;
     let stored = by_event_id(&events);
     let dead = consume(&bootstrap, DLQ, PARTITIONS, events.len());
     for r in &dead {

@@ -19,7 +19,7 @@ use msgx_core::clock::Clock;
 use msgx_core::inbox::evidence::EvidenceError;
 use msgx_core::inbox::Inbox;
 use msgx_core::poller::{poll_once, HoleEvidenceConfig, PollConfig, PollReport};
-use msgx_core::watermark::{Evidence, EvidenceDecision, Released};
+use msgx_core::watermark::{Advance, Evidence, EvidenceDecision, Released};
 use sqlx::Executor;
 
 const DELAY: Duration = Duration::from_secs(300);
@@ -32,6 +32,11 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// 100 ms `INNODB_TRX` stays cached after a read, so each round's list is fresh at once
 /// (a stale one is retried after 150 ms anyway).
 const ROUND_GAP: Duration = Duration::from_millis(300);
+
+/// The evidence decision about the first hole a round changed.
+fn front(a: &Advance) -> Option<EvidenceDecision> {
+    a.evidence.first().map(|(_, d)| *d)
+}
 
 /// One test's env, the server's transaction list to itself while the guard lives.
 async fn serial_env(tag: &str) -> (tokio::sync::MutexGuard<'static, ()>, TestEnv) {
@@ -61,7 +66,7 @@ fn assert_released_alone(
             last: hole
         })
     );
-    assert_eq!(r.advance.front_evidence(), Some(decision));
+    assert_eq!(front(&r.advance), Some(decision));
 }
 
 fn evidence_cfg(env: &TestEnv) -> PollConfig {
@@ -172,11 +177,7 @@ async fn rolled_back_insert_is_released_on_the_next_round_long_before_max_commit
         !r.poll_again_now(),
         "held: the next round waits a poll interval"
     );
-    assert_eq!(
-        r.advance.front_evidence(),
-        None,
-        "young: the timer holds it as well"
-    );
+    assert_eq!(front(&r.advance), None, "young: the timer holds it as well");
     assert_eq!(seen_db_at(&env).await, Some(seen), "the sighting is kept");
 
     tx.rollback().await.expect("rollback");
@@ -228,13 +229,13 @@ async fn open_transaction_holds_its_hole_past_max_commit_delay_until_it_commits(
         None,
         "NOT released at max_commit_delay"
     );
-    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::Held));
+    assert_eq!(front(&r.advance), Some(EvidenceDecision::Held));
     assert_eq!(r.advance.open_hole.expect("hole").age, DELAY);
 
     env.clock.advance(Duration::from_secs(600));
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.first_released(), None, "held at 15 min");
-    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::Held));
+    assert_eq!(front(&r.advance), Some(EvidenceDecision::Held));
     assert!(
         env.enqueued_ids().await.is_empty(),
         "nothing after the hole"
@@ -266,10 +267,7 @@ async fn open_transaction_that_never_ends_is_released_at_the_cap() {
     tokio::time::sleep(ROUND_GAP).await;
     let why = "held one second before the cap";
     let (before, r) = across_the_limit(&env, &env.inbox, cfg, CAP, why).await;
-    assert_eq!(
-        before.advance.front_evidence(),
-        Some(EvidenceDecision::Held)
-    );
+    assert_eq!(front(&before.advance), Some(EvidenceDecision::Held));
     assert_released_alone(
         &r,
         hole,
@@ -304,10 +302,7 @@ async fn evidence_off_is_the_plain_timer_rule() {
     tokio::time::sleep(ROUND_GAP).await;
     let why = "a rollback waits the full delay";
     let (before, r) = across_the_limit(&env, &env.inbox, cfg, DELAY, why).await;
-    assert_eq!(
-        (before.hole_evidence, before.advance.front_evidence()),
-        (None, None)
-    );
+    assert_eq!((before.hole_evidence, front(&before.advance)), (None, None));
     // Both holes were seen together: the rolled-back one and the still-open transaction's go
     // at max_commit_delay, in the same round (without evidence an open transaction's hole is
     // released by the timer all the same).
@@ -374,7 +369,7 @@ async fn account_without_process_privilege_falls_back_to_the_timer_rule() {
     let why = "the timer rule holds the full delay";
     let (_, r) = across_the_limit(&env, &inbox, cfg, DELAY, why).await;
     assert_eq!(r.advance.first_released().map(|h| h.first), Some(hole));
-    assert_eq!(r.advance.front_evidence(), None, "a plain timer release");
+    assert_eq!(front(&r.advance), None, "a plain timer release");
 
     inbox.pool().close().await;
     common::run_all(&admin, &[format!("DROP USER IF EXISTS '{user}'@'%'")]).await;
@@ -406,7 +401,7 @@ async fn a_session_time_zone_unlike_the_servers_does_not_release_an_open_transac
     );
     env.clock.advance(DELAY);
     let r = round_with(&env, &inbox, cfg).await;
-    assert_eq!(r.advance.front_evidence(), Some(EvidenceDecision::Held));
+    assert_eq!(front(&r.advance), Some(EvidenceDecision::Held));
 
     tx.commit().await.expect("commit");
     let r = round_with(&env, &inbox, cfg).await;
@@ -475,10 +470,7 @@ async fn a_frozen_transaction_list_is_never_taken_as_evidence() {
     // Thawed: the rollback is seen and the hole goes early, as usual.
     let (r, _) = poll_until_released(&env, &env.inbox, cfg, 20).await;
     assert_eq!(r.advance.first_released().map(|h| h.first), Some(hole));
-    assert_eq!(
-        r.advance.front_evidence(),
-        Some(EvidenceDecision::ReleasedEarly)
-    );
+    assert_eq!(front(&r.advance), Some(EvidenceDecision::ReleasedEarly));
     let r = env.poll(cfg).await;
     assert_eq!(r.advance.w, after);
     env.cleanup().await;

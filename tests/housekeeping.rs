@@ -543,6 +543,7 @@ async fn the_late_guard_works_after_old_events_are_gone() {
         .seed_cutover(
             &common::seed::watermark_only(CutoverMode::Id(10), 10, env.clock.now()),
             env.clock.now(),
+            &common::seed::TEST_SEEDING,
         )
         .await
         .expect("seed");

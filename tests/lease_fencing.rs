@@ -59,7 +59,11 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
     for _ in 0..3 {
         let _ = stamp(&store_a, 1, now).await;
         let _ = store_a
-            .seed_cutover(&seed::watermark_only(CutoverMode::Id(5), 5, now), now)
+            .seed_cutover(
+                &seed::watermark_only(CutoverMode::Id(5), 5, now),
+                now,
+                &seed::TEST_SEEDING,
+            )
             .await;
     }
     let stamped = stamp(&store_a, 1, now).await.expect_err("fenced");
@@ -73,7 +77,11 @@ async fn a_stale_instance_cannot_write_after_a_newer_one_took_the_lock() {
     assert!(failed.is_fenced(), "{failed}");
     drop(group);
     let seed = store_a
-        .seed_cutover(&seed::watermark_only(CutoverMode::Id(5), 5, now), now)
+        .seed_cutover(
+            &seed::watermark_only(CutoverMode::Id(5), 5, now),
+            now,
+            &seed::TEST_SEEDING,
+        )
         .await
         .expect_err("fenced");
     assert!(seed.is_fenced(), "{seed}");

@@ -417,28 +417,10 @@ pub async fn connect(settings: &Settings) -> anyhow::Result<(Inbox, Store)> {
 }
 
 /// Applies `pipeline.cutover_watermark` if configured (fresh store only): W, the skipped stock
-/// and its gaps (watched for `watch_window`, `late.watch_window`) in one transaction.
-pub async fn apply_cutover(
-    store: &Store,
-    inbox: &Inbox,
-    mode: Option<CutoverMode>,
-    clock: &dyn Clock,
-    watch_window: std::time::Duration,
-) -> anyhow::Result<Option<SeedOutcome>> {
-    apply_cutover_approved(
-        store,
-        inbox,
-        mode,
-        &Approval::default(),
-        clock,
-        watch_window,
-    )
-    .await
-}
-
-/// [`apply_cutover`] with who approved it and, if required, the approved plan
-/// (`pipeline.cutover_expect`, `cutover_by`, `cutover_ticket`): refused with one line when the
-/// inbox cannot honour the mode or no longer holds the approved stock.
+/// and its gaps (watched for `watch_window`, `late.watch_window`) in one transaction, with who
+/// approved it and, if required, the approved plan (`pipeline.cutover_expect`, `cutover_by`,
+/// `cutover_ticket`): refused with one line when the inbox cannot honour the mode or no longer
+/// holds the approved stock.
 pub async fn apply_cutover_approved(
     store: &Store,
     inbox: &Inbox,

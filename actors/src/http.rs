@@ -1,5 +1,6 @@
-//! The HTTP surface: `/metrics` (Prometheus), `/healthz` (process alive), `/readyz` (the last
-//! poll round succeeded), and `/admin/*` + `/cminmsgs/send` when any token is configured
+//! The HTTP surface: `/metrics` (Prometheus), `/healthz` (process alive), `/readyz` (this
+//! instance holds the lease, every child's mailbox is open and the last poll round succeeded:
+//! [`crate::health`]), and `/admin/*` + `/cminmsgs/send` when any token is configured
 //! ([`crate::admin`], [`crate::auth`]). Every route is in `docs/openapi.json` ([`ROUTES`]).
 //! Unknown paths get 404, wrong methods 405: nothing else is served.
 

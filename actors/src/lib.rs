@@ -40,3 +40,6 @@ pub mod upgrade_status;
 pub mod verify_cmd;
 pub mod wiring;
 pub mod work;
+
+#[cfg(test)]
+mod rendered_docs;

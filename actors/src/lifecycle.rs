@@ -18,6 +18,9 @@ use crate::supervisor::Supervisor;
 /// Longest pause between two lease attempts of a standby.
 const STANDBY_RETRY: Duration = Duration::from_millis(250);
 
+/// First pause between two start-up connection attempts (doubling from there).
+const CONNECT_RETRY_MIN: Duration = Duration::from_secs(1);
+
 /// Longest pause between two start-up connection attempts.
 const CONNECT_RETRY_MAX: Duration = Duration::from_secs(30);
 
@@ -38,10 +41,10 @@ pub async fn connect_store(
     health: &Health,
     stop: &mut (impl Future<Output = ()> + Unpin),
 ) -> anyhow::Result<Option<(Store, SchemaState)>> {
-    let mut wait = Duration::from_secs(1);
-    let mut attempt = 0u64;
+    let mut attempt = 0i32;
     loop {
-        attempt += 1;
+        attempt = attempt.saturating_add(1);
+        let wait = msgx_core::backoff::doubling(attempt, CONNECT_RETRY_MIN, CONNECT_RETRY_MAX);
         match Store::connect_unmigrated(&settings.store).await {
             Ok(connected) => return Ok(Some(connected)),
             Err(StoreError::Db(e)) => {
@@ -68,7 +71,6 @@ pub async fn connect_store(
             _ = tokio::time::sleep(wait) => {}
             _ = &mut *stop => return Ok(None),
         }
-        wait = (wait * 2).min(CONNECT_RETRY_MAX);
     }
 }
 

@@ -396,10 +396,10 @@ impl Handler<ShutdownPipeline> for Supervisor {
     }
 }
 
+/// The wait before rebuilding a child that failed `failures` times in a row before this one.
 fn backoff(failures: u32) -> Duration {
-    BACKOFF_MIN
-        .saturating_mul(2u32.saturating_pow(failures.min(16)))
-        .min(BACKOFF_MAX)
+    let nth = i32::try_from(failures.saturating_add(1)).unwrap_or(i32::MAX);
+    msgx_core::backoff::doubling(nth, BACKOFF_MIN, BACKOFF_MAX)
 }
 
 impl Actor for Supervisor {

@@ -43,6 +43,7 @@ pub fn input(
         batch,
         kafka: kafka.map(|bootstrap| KafkaCheck {
             bootstrap,
+            kafka: settings.kafka.clone(),
             topic: settings.kafka.topic.clone(),
             poll_timeout: Duration::from_secs(10),
         }),

@@ -14,7 +14,7 @@ use crate::messages::{
 /// The current receivers.
 #[derive(Default)]
 pub struct Receivers {
-    /// Told when W moves (the pump, once it exists; tests).
+    /// Told when W moves (the pump; tests add their own).
     pub watermark: Vec<Recipient<WatermarkMoved>>,
     /// Told which hole ids were released.
     pub holes: Vec<Recipient<HolesReleased>>,
@@ -35,7 +35,7 @@ pub struct Receivers {
 
 impl Receivers {
     /// Records (or replaces, after a restart) the shutdown receiver of `child`, under its name
-    /// ([`crate::child::start`] does, for every child it starts).
+    /// (the supervisor's `start` does, for every child it starts).
     pub fn set_shutdown(&mut self, child: Child, r: Recipient<Shutdown>) {
         self.shutdown.retain(|(name, _)| *name != child.name());
         self.shutdown.push((child.name(), r));

@@ -15,7 +15,9 @@
 //!    queued without waiting, then every ack awaited;
 //! 3. bare UPDATE: a scratch copy of `msg_event` (same columns and indexes), marked SENT
 //!    `dispatch.batch` ids per statement with `WHERE event_id = ANY($1)` (autocommit);
-//! 4. the real thing: `dispatch_once` until nothing is PENDING, each round timed;
+//! 4. the real thing: rounds as the `Dispatcher` actor runs them (`send_round` beside the
+//!    `write_outcome` of the rounds before, [`dispatch_round`]) until nothing is PENDING, each
+//!    round timed;
 //! 5. steady: the `Dispatcher` actor, events committed at `--steady-rate` per second in small
 //!    transactions, each followed by `EventsQueued`; commit → SENT read back from the rows
 //!    (`sent_at` is stamped after the ack, so it bounds commit → ack from above).
@@ -28,7 +30,7 @@ use anyhow::Context as _;
 use clap::Args;
 use futures::future::join_all;
 use msgx_core::clock::{SharedClock, SystemClock};
-use msgx_core::dispatch::{cloudevents, dispatch_once, txn, DispatchState};
+use msgx_core::dispatch::{cloudevents, txn, DispatchState};
 use msgx_core::kafka::producer::Outgoing;
 use msgx_core::kafka::EventProducer;
 use msgx_core::settings::{Delivery, Settings};
@@ -36,6 +38,7 @@ use msgx_core::store::events::PendingEvent;
 use msgx_core::store::Store;
 
 use super::databases::BenchDbs;
+use super::dispatch_round;
 use super::percentile;
 use super::report::{rate, Pacer};
 use msgx_actors::app::{kafka_bootstrap, DispatchDeps};
@@ -166,7 +169,7 @@ fn bare_producer(deps: &DispatchDeps) -> anyhow::Result<EventProducer> {
     Ok(EventProducer::new(&k, &deps.bootstrap)?)
 }
 
-/// Phase 4: `dispatch_once` until nothing is PENDING, each round timed.
+/// Phase 4: dispatcher rounds until nothing is PENDING, each round timed.
 async fn drain_backlog(store: &Store, deps: &DispatchDeps) -> anyhow::Result<Drained> {
     let mut producer = EventProducer::new(&deps.kafka, &deps.bootstrap)?;
     let clock = SystemClock;
@@ -182,7 +185,7 @@ async fn drain_backlog(store: &Store, deps: &DispatchDeps) -> anyhow::Result<Dra
     let mut state = DispatchState::default();
     loop {
         let t = Instant::now();
-        let r = dispatch_once(store, &mut producer, &clock, &deps.cfg, &mut state).await?;
+        let r = dispatch_round::round(store, &mut producer, &clock, &deps.cfg, &mut state).await?;
         if r.selected == 0 && state.unwritten() == 0 {
             sent += r.sent;
             break;
@@ -194,8 +197,11 @@ async fn drain_backlog(store: &Store, deps: &DispatchDeps) -> anyhow::Result<Dra
         );
         sent += r.sent;
         rounds.push(t.elapsed());
-        for (sum, s) in stages.iter_mut().zip(r.stages) {
-            *sum += s;
+        for (sum, s) in stages
+            .iter_mut()
+            .zip(r.stages.iter().chain([&r.write_took]))
+        {
+            *sum += *s;
         }
     }
     let took = start.elapsed();

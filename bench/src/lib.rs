@@ -30,6 +30,11 @@ mod bare;
 mod databases;
 mod discovery;
 mod dispatch;
+// The tests' dispatcher round (msgx-core only), so the bench measures what the tests drive;
+// the bench reads only some of what it reports.
+#[allow(dead_code)]
+#[path = "../../tests/common/dispatch_round.rs"]
+mod dispatch_round;
 mod e2e;
 mod inbox_load;
 mod inbox_stats;

@@ -69,6 +69,8 @@ impl XmlCodec {
     }
 
     /// A codec with the defaults: [`DEFAULT_MAX_BYTES`] and [`DEFAULT_FLOP_SUBTYPES`].
+    // Tests only: production never asks.
+    #[cfg(test)]
     pub fn with_defaults(tz: Tz) -> Self {
         Self::new(
             tz,

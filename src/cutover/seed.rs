@@ -50,13 +50,8 @@ pub async fn watermark_of(inbox: &Inbox, mode: CutoverMode) -> Result<i64, Inbox
     Ok(mode.watermark(range))
 }
 
-/// The visible stock at or below `w` (what `max` and `<id>` skip) and its gaps; None when no
-/// row is there.
-pub async fn read_stock(inbox: &Inbox, w: i64) -> Result<Option<StockSpan>, InboxError> {
-    Ok(scan_stock(inbox, w).await?.finish(w))
-}
-
-/// [`read_stock`] and the stock's token in one pass.
+/// The visible stock at or below `w` (what `max` and `<id>` skip) with its gaps (None when no
+/// row is there), and the stock's token, in one pass.
 async fn read_stock_and_token(
     inbox: &Inbox,
     w: i64,
@@ -145,7 +140,7 @@ pub async fn seed(
         expected: approval.expect.is_some(),
     };
     let outcome = store
-        .seed_cutover_audited(&stock, crate::clock::plus(now, watch_window), &audit)
+        .seed_cutover(&stock, crate::clock::plus(now, watch_window), &audit)
         .await?;
     log(&stock, outcome);
     Ok(outcome)

@@ -4,8 +4,7 @@
 //! Rounds add to it; a write takes all of it at once and, until that write is done, its events
 //! and held keys stay out of the next selections (an acked event is not sent again, no later
 //! event of a failed key overtakes the failed one). The dispatcher actor runs the write beside
-//! the next rounds, so a slow commit never holds the next sends; [`super::dispatch_once`]
-//! runs them side by side within one round.
+//! the next rounds, so a slow commit never holds the next sends.
 
 use crate::store::events::{Acked, SendFailure};
 use crate::store::{Store, StoreError};

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use futures::future::join_all;
 
 use super::cloudevents;
-use super::outcome::{write_outcome, DispatchState, Skips, Unrecorded};
+use super::outcome::{Skips, Unrecorded};
 use super::rules::{self, AfterFailure, RetryRules};
 use crate::clock::Clock;
 use crate::kafka::producer::Outgoing;
@@ -76,12 +76,8 @@ pub struct RoundReport {
     pub selected: usize,
     /// Acknowledged by the broker in this round (written as SENT by the next write).
     pub acked: usize,
-    /// Marked SENT by the write beside this round (earlier rounds' acks; `dispatch_once` only).
-    pub sent: u64,
     /// Failed sends that will be retried (or go to the DLQ next).
     pub failed: usize,
-    /// Marked DEAD by the write beside this round (`dispatch_once` only).
-    pub dead: u64,
     /// Events not attempted because an earlier event of their key failed in this round.
     pub held_back: usize,
     /// Dead-letter copies that failed (retried later).
@@ -96,9 +92,8 @@ pub struct RoundReport {
     pub dead_events: Vec<(i64, String)>,
     /// Per acknowledged event.
     pub timings: Vec<AckTiming>,
-    /// Where the round's time went: select, send (until the last ack), and (`dispatch_once`
-    /// only) writing the earlier outcome beside them.
-    pub stages: [std::time::Duration; 3],
+    /// Where the round's time went: select, send (until the last ack).
+    pub stages: [std::time::Duration; 2],
 }
 
 impl RoundReport {
@@ -165,6 +160,22 @@ pub(super) async fn send_one(
     }
 }
 
+/// Copies the exhausted events to the dead-letter topic, all at once, each with the
+/// dead-letter headers (the original topic, attempts, last error).
+pub(super) async fn send_dead_letters(
+    producer: &EventProducer,
+    clock: &dyn Clock,
+    exhausted: &[PendingEvent],
+    cfg: &DispatchConfig,
+) -> Vec<SendResult> {
+    join_all(exhausted.iter().map(|ev| {
+        let mut headers = cloudevents::attributes(ev, &cfg.ce_source);
+        headers.extend(cloudevents::dead_letter_extras(ev, &cfg.topic));
+        send_one(producer, clock, ev, &cfg.dlq_topic, headers)
+    }))
+    .await
+}
+
 /// Sends one key's events in order, stopping at the first failure (the rest are held back).
 async fn send_chain(
     producer: &EventProducer,
@@ -191,74 +202,25 @@ async fn send_chain(
     (out, 0)
 }
 
-/// One round: select and send this round's events (leaving out what `state` has not
-/// written) while the outcome waiting in `state` is written; this round's outcome is added to
-/// `state` for the next write. Store errors end the round; nothing is lost (whatever is not
-/// written as SENT is PENDING and goes again — a duplicate at worst).
-pub async fn dispatch_once(
-    store: &Store,
-    producer: &mut EventProducer,
-    clock: &dyn Clock,
-    cfg: &DispatchConfig,
-    state: &mut DispatchState,
-) -> Result<RoundReport, DispatchError> {
-    let writing = state.take_for_write();
-    let skips = state.skips();
-    let write = async {
-        let t = Instant::now();
-        let r = match &writing {
-            Some(u) => write_outcome(store, u).await,
-            None => Ok((0, 0)),
-        };
-        (r, t.elapsed())
-    };
-    let ((written, t_record), sent) =
-        futures::join!(write, send_round(store, producer, clock, cfg, &skips));
-    if let Some(u) = writing {
-        state.write_finished(u, written.is_ok());
-    }
-    let (mut report, fresh) = sent?;
-    state.add(fresh);
-    let (sent, dead) = written?;
-    report.sent = sent;
-    report.dead = dead;
-    report.stages[2] = t_record;
-    Ok(report)
-}
-
-/// The sending half of a round: selects the deliverable events (without `skips`), sends them
-/// and returns the report with the outcome to write; rebuilds the producer after a fatal
-/// error. The caller adds the outcome to its [`DispatchState`].
-pub async fn send_round(
-    store: &Store,
-    producer: &mut EventProducer,
-    clock: &dyn Clock,
-    cfg: &DispatchConfig,
-    skips: &Skips,
-) -> Result<(RoundReport, Unrecorded), DispatchError> {
-    if producer.transactional() {
-        // Never rebuilt here: a new transactional producer fences the current holder's, so
-        // only a dispatcher that confirmed the lease may build one (the supervisor's restart).
-        return super::txn::send_txn_round(store, producer, clock, cfg, skips).await;
-    }
-    let (mut report, fresh) = select_and_send(store, producer, clock, cfg, skips).await?;
-    if let Some(reason) = producer.fatal_error() {
-        producer.recreate()?;
-        report.producer_recreated = Some(reason);
-    }
-    Ok((report, fresh))
-}
-
-/// A round's selection: the deliverable events, when they were read, and the report begun.
+/// A round's selection: the deliverable events split into the exhausted ones (copied to the
+/// dead-letter topic) and the live ones (sent), when they were read, and the report begun.
 pub(super) struct Selected {
-    pub(super) batch: Vec<PendingEvent>,
+    pub(super) exhausted: Vec<PendingEvent>,
+    pub(super) live: Vec<PendingEvent>,
     pub(super) now: DateTime<Utc>,
     pub(super) report: RoundReport,
     pub(super) t0: Instant,
 }
 
-/// Reads the deliverable events (without `skips`).
-pub(super) async fn select(
+impl Selected {
+    /// Nothing to send: the round ends with its report.
+    pub(super) fn is_empty(&self) -> bool {
+        self.exhausted.is_empty() && self.live.is_empty()
+    }
+}
+
+/// Reads the deliverable events (without `skips`) and splits off the exhausted ones.
+pub(super) async fn select_split(
     store: &Store,
     clock: &dyn Clock,
     cfg: &DispatchConfig,
@@ -274,56 +236,44 @@ pub(super) async fn select(
         full: batch.len() as u32 >= cfg.batch,
         ..RoundReport::default()
     };
+    let (exhausted, live) = batch
+        .into_iter()
+        .partition(|e| rules::is_exhausted(e, &cfg.retry));
     report.stages[0] = t0.elapsed();
     Ok(Selected {
-        batch,
+        exhausted,
+        live,
         now,
         report,
         t0,
     })
 }
 
-/// Selects the deliverable events (without `skips`) and sends them; returns the report and
-/// the outcome to write.
-async fn select_and_send(
+/// An at-least-once round: selects the deliverable events (without `skips`) and sends them;
+/// returns the report and the outcome to write.
+pub(super) async fn select_and_send(
     store: &Store,
     producer: &EventProducer,
     clock: &dyn Clock,
     cfg: &DispatchConfig,
     skips: &Skips,
 ) -> Result<(RoundReport, Unrecorded), StoreError> {
-    let Selected {
-        batch,
-        now,
-        mut report,
-        t0,
-    } = select(store, clock, cfg, skips).await?;
-    let t_selected = report.stages[0];
-    let mut out = Unrecorded::default();
-    if batch.is_empty() {
-        return Ok((report, out));
+    let mut sel = select_split(store, clock, cfg, skips).await?;
+    if sel.is_empty() {
+        return Ok((sel.report, Unrecorded::default()));
     }
-    let (exhausted, live): (Vec<PendingEvent>, Vec<PendingEvent>) = batch
-        .into_iter()
-        .partition(|e| rules::is_exhausted(e, &cfg.retry));
-    let chains = rules::chains(live);
-
+    let chains = rules::chains(sel.live);
     let sends = join_all(chains.iter().map(|c| send_chain(producer, clock, c, cfg)));
-    let dead_letters = join_all(exhausted.iter().map(|ev| {
-        let mut headers = cloudevents::attributes(ev, &cfg.ce_source);
-        headers.extend(cloudevents::dead_letter_extras(ev, &cfg.topic));
-        send_one(producer, clock, ev, &cfg.dlq_topic, headers)
-    }));
+    let dead_letters = send_dead_letters(producer, clock, &sel.exhausted, cfg);
     let (chain_results, dlq_results) = futures::join!(sends, dead_letters);
 
     // The dangerous window of seed §4's last row: acked, not yet SENT.
     crate::failpoint::hit("dispatch_after_ack");
-    let t_sent = t0.elapsed();
-    collect_chain_results(&chains, chain_results, now, cfg, &mut report, &mut out);
-    collect_dead_letter_results(&exhausted, dlq_results, now, cfg, &mut report, &mut out);
-    report.stages[0] = t_selected;
-    report.stages[1] = t_sent - t_selected;
-    Ok((report, out))
+    let (report, mut out) = (&mut sel.report, Unrecorded::default());
+    report.stages[1] = sel.t0.elapsed() - report.stages[0];
+    collect_chain_results(&chains, chain_results, sel.now, cfg, report, &mut out);
+    collect_dead_letter_results(&sel.exhausted, dlq_results, sel.now, cfg, report, &mut out);
+    Ok((sel.report, out))
 }
 
 /// Files each chain's send results into the outcome to write (acks, failures with their next

@@ -18,8 +18,8 @@ use futures::future::join_all;
 use super::cloudevents;
 use super::outcome::{Skips, Unrecorded};
 use super::round::{
-    collect_dead_letter_results, select, send_one, AckTiming, DispatchConfig, DispatchError,
-    RoundReport, Selected, SendResult,
+    collect_dead_letter_results, select_split, send_dead_letters, send_one, AckTiming,
+    DispatchConfig, DispatchError, RoundReport, Selected, SendResult,
 };
 use super::rules::{self, AfterFailure};
 use crate::clock::Clock;
@@ -114,19 +114,18 @@ pub async fn send_txn_round(
     cfg: &DispatchConfig,
     skips: &Skips,
 ) -> Result<(RoundReport, Unrecorded), DispatchError> {
+    let sel = select_split(store, clock, cfg, skips).await?;
+    if sel.is_empty() {
+        return Ok((sel.report, Unrecorded::default()));
+    }
     let Selected {
-        batch,
+        exhausted,
+        live,
         now,
         mut report,
         t0,
-    } = select(store, clock, cfg, skips).await?;
+    } = sel;
     let mut out = Unrecorded::default();
-    if batch.is_empty() {
-        return Ok((report, out));
-    }
-    let (exhausted, live): (Vec<PendingEvent>, Vec<PendingEvent>) = batch
-        .into_iter()
-        .partition(|e| rules::is_exhausted(e, &cfg.retry));
     producer.begin_transaction()?;
     let sends_began = std::time::Instant::now();
     // Queued in event order (join_all polls each future, and so queues its record, in turn):
@@ -135,11 +134,7 @@ pub async fn send_txn_round(
         let headers = cloudevents::attributes(ev, &cfg.ce_source);
         send_one(producer, clock, ev, &cfg.topic, headers)
     }));
-    let dead_letters = join_all(exhausted.iter().map(|ev| {
-        let mut headers = cloudevents::attributes(ev, &cfg.ce_source);
-        headers.extend(cloudevents::dead_letter_extras(ev, &cfg.topic));
-        send_one(producer, clock, ev, &cfg.dlq_topic, headers)
-    }));
+    let dead_letters = send_dead_letters(producer, clock, &exhausted, cfg);
     let (results, dlq_results) = futures::join!(sends, dead_letters);
     let all_acked = results
         .iter()

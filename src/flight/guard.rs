@@ -63,6 +63,8 @@ impl Refused {
     }
 
     /// Refusals per `FLID`.
+    // Tests only: production never asks.
+    #[cfg(test)]
     pub fn by_flight(&self) -> &BTreeMap<String, Vec<String>> {
         &self.0
     }

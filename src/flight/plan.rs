@@ -22,6 +22,8 @@ pub struct Plan {
 impl Plan {
     /// True when the message changes nothing and raises nothing (the transaction then only
     /// records the terminal state).
+    // Tests only: production never asks.
+    #[cfg(test)]
     pub fn is_noop(&self) -> bool {
         self.changes.is_empty() && self.events.is_empty() && self.snapshot.is_none()
     }

@@ -8,7 +8,6 @@ pub mod mark;
 pub mod mark_lock;
 mod meta;
 pub mod names;
-mod presence;
 pub mod primary;
 pub mod survey;
 pub mod time;

@@ -1,9 +1,11 @@
 //! The Kafka adapter: producer configuration from `[kafka]`, the idempotent event producer,
-//! and the in-process mock cluster behind `kafka.brokers = "embedded"`.
+//! the `read_committed` consumer that reads our topics back (start-up recovery, `verify
+//! --kafka`), and the in-process mock cluster behind `kafka.brokers = "embedded"`.
 //!
 //! Like the store adapters this holds no decisions: which event goes when is
-//! [`crate::dispatch`]'s business.
+//! the dispatcher's business (`dispatch`).
 
+pub mod consumer;
 pub mod context;
 pub mod embedded;
 pub mod producer;

@@ -11,11 +11,10 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Headers;
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
+use super::consumer::{ce_id, read_committed, ConsumerError};
 use super::context::TracingContext;
-use super::producer::{security, ProducerError};
 use crate::settings::KafkaSettings;
 
 /// One committed record of ours (its `ce_id` header) and where it is.
@@ -32,12 +31,12 @@ pub struct Found {
 /// Why the topic could not be read to its end.
 #[derive(Debug, thiserror::Error)]
 pub enum RecoverError {
-    /// The consumer could not be built or assigned.
+    /// The consumer could not be assigned or read.
     #[error("kafka recovery consumer: {0}")]
     Consumer(#[from] KafkaError),
-    /// The consumer's configuration.
-    #[error(transparent)]
-    Config(#[from] ProducerError),
+    /// The consumer could not be built.
+    #[error("kafka recovery: {0}")]
+    Build(#[from] ConsumerError),
     /// The end was not reached in time.
     #[error("kafka recovery: {topic} not read to its end within {limit:?}")]
     Timeout {
@@ -46,30 +45,6 @@ pub enum RecoverError {
         /// The limit.
         limit: Duration,
     },
-}
-
-/// A `read_committed` consumer with `[kafka]`'s connection and security settings.
-fn consumer(
-    k: &KafkaSettings,
-    bootstrap: &str,
-) -> Result<BaseConsumer<TracingContext>, RecoverError> {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("client.id", format!("{}-recovery", k.client_id))
-        .set("group.id", format!("{}-recovery", k.transactional_id()))
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "true")
-        // A start offset below the log start (retention deleted it): read from the start.
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed");
-    security(&mut c, k);
-    for (key, value) in k
-        .extra_pairs()
-        .map_err(|e| ProducerError::Config(e.to_string()))?
-    {
-        c.set(key, value);
-    }
-    Ok(c.create_with_context(TracingContext)?)
 }
 
 /// Every record of `topic` after `after` (partition → last offset the store knows; absent:
@@ -81,7 +56,7 @@ pub fn committed_after(
     after: &HashMap<i32, i64>,
     limit: Duration,
 ) -> Result<Vec<Found>, RecoverError> {
-    let c = consumer(k, bootstrap)?;
+    let c = read_committed(k, bootstrap, "recovery")?;
     let md = c.fetch_metadata(Some(topic), limit)?;
     let partitions: Vec<i32> = md
         .topics()
@@ -157,14 +132,4 @@ fn position(c: &BaseConsumer<TracingContext>, topic: &str, p: i32) -> i64 {
                 .and_then(|e| e.offset().to_raw())
         })
         .unwrap_or(-1)
-}
-
-fn ce_id(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<i64> {
-    let headers = m.headers()?;
-    headers
-        .iter()
-        .find(|h| h.key == "ce_id")
-        .and_then(|h| h.value)
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| v.parse().ok())
 }

@@ -13,8 +13,9 @@ use super::{GroupTx, StoreError};
 use crate::flight::{FieldVersion, Flight, GuardedPlan, Plan, Refused, Tombstones};
 use crate::rows::ProcState;
 
-/// Advisory lock key of the pipeline lock ("msgp"): business transactions, and later operator
-/// replay and backfill confirmation, serialise on it.
+/// Advisory lock key of the pipeline lock ("msgp"): the pump's group transactions and the
+/// operator's replay, backfill recovery (`store::replay`) and approved skip (`ops::skip`)
+/// serialise on it.
 pub const PIPELINE_LOCK_KEY: i64 = 0x6d73_6770;
 
 /// What the business transaction committed.

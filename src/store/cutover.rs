@@ -38,30 +38,11 @@ impl Store {
     /// as LATE like any other (not left to the compensation scan's window). They are not
     /// `cutover_gap` ids (not in the skipped span). The seeding's `audit_log` row (who, ticket,
     /// mode, W, token) is written in the same transaction.
-    pub async fn seed_cutover_audited(
-        &self,
-        stock: &CutoverStock,
-        watch_until: DateTime<Utc>,
-        audit: &SeedAudit<'_>,
-    ) -> Result<SeedOutcome, StoreError> {
-        self.seed_with(stock, watch_until, Some(audit)).await
-    }
-
-    /// [`Store::seed_cutover_audited`] without the audit row (tests and tools that set a
-    /// store up; the service's seeding is always audited).
     pub async fn seed_cutover(
         &self,
         stock: &CutoverStock,
         watch_until: DateTime<Utc>,
-    ) -> Result<SeedOutcome, StoreError> {
-        self.seed_with(stock, watch_until, None).await
-    }
-
-    async fn seed_with(
-        &self,
-        stock: &CutoverStock,
-        watch_until: DateTime<Utc>,
-        audit: Option<&SeedAudit<'_>>,
+        audit: &SeedAudit<'_>,
     ) -> Result<SeedOutcome, StoreError> {
         let now = stock.seeded_at;
         let mut tx = self.pool().begin().await?;
@@ -114,9 +95,7 @@ impl Store {
             })
             .collect();
         insert_ranges(&mut tx, &watched).await?;
-        if let Some(audit) = audit {
-            insert_seed_audit(&mut tx, stock, audit).await?;
-        }
+        insert_seed_audit(&mut tx, stock, audit).await?;
         tx.commit().await?;
         Ok(SeedOutcome::Seeded { w: stock.w })
     }

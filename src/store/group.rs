@@ -240,7 +240,7 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// BEGIN and the pipeline lock (first, as replay and the backfill confirmation take it).
+    /// BEGIN and the pipeline lock (first, as replay, backfill recovery and approved skip take it).
     pub async fn begin_group(&self) -> Result<GroupTx, StoreError> {
         let mut tx = self.pool().begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")

@@ -1,4 +1,6 @@
-//! Our own PostgreSQL: schema by migrations at start-up, the discovery cursor and the queue.
+//! Our own PostgreSQL, the one store API: connecting (fenced by the lease epoch) and the schema
+//! (`schema`: migrations, the version guard), the discovery cursor and holes, the queue and its
+//! group transaction, events, marking, operator actions, cutover, retention and the lease.
 
 pub mod backfill;
 pub mod batch;

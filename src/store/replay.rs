@@ -7,7 +7,8 @@
 //! interleave with a business transaction), changes each row with ONE conditional statement
 //! that first locks the row (`FOR UPDATE`) — waiting for a backfill sweep that holds it while it
 //! writes the inbox mark — and records an `audit_log` row with the per-row results before it
-//! commits. The admin surface (HTTP, CLI) calls these later.
+//! commits. The operator operations (`ops::Ops`, behind the admin API and the CLI)
+//! call them.
 //!
 //! Replay needs the raw text (seed §9): the inbox row first, else our raw copy (`raw_copy`,
 //! issue 13 item 4). The caller that sees the inbox (`ops::Ops::replay`) passes the texts the

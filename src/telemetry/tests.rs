@@ -306,7 +306,7 @@ fn metrics_doc() -> String {
         "# Metrics\n\n\
          <!-- Generated from src/telemetry (defs), prometheus/alerts.yml and \
          grafana/dashboards/*.json; checked by the test telemetry::tests::metrics_doc_is_current. \
-         Regenerate: MSGX_WRITE_METRICS_DOC=1 cargo test -p msgx-core --lib metrics_doc -->\n\n\
+         Regenerate with every other generated section: scripts/render-docs.sh -->\n\n\
          Every series below is registered when the service starts (`telemetry::register`, \
          called by `install_metrics`): counters at 0 for every label combination listed, so \
          `increase()` sees the first event and no panel shows \"No data\"; gauges at their start \
@@ -369,7 +369,8 @@ fn metrics_doc() -> String {
 fn metrics_doc_is_current() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/metrics.md");
     let want = metrics_doc();
-    if std::env::var_os("MSGX_WRITE_METRICS_DOC").is_some() {
+    // scripts/render-docs.sh sets it (with every other generated section).
+    if std::env::var_os("MSGX_WRITE_DOCS").is_some() {
         std::fs::write(&path, &want).expect("write docs/metrics.md");
     }
     let got = std::fs::read_to_string(&path).unwrap_or_default();
@@ -386,8 +387,8 @@ fn metrics_doc_is_current() {
     );
     assert!(
         got == want,
-        "docs/metrics.md is stale (alerts, panels, help or labels changed): regenerate with \
-         MSGX_WRITE_METRICS_DOC=1 cargo test -p msgx-core --lib metrics_doc"
+        "docs/metrics.md is stale (alerts, panels, help or labels changed): regenerate it \
+         with scripts/render-docs.sh"
     );
 }
 

@@ -5,11 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Headers;
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::{Finding, VerifyError};
+use crate::kafka::consumer::{ce_id, read_committed};
+use crate::settings::KafkaSettings;
 use crate::store::Store;
 
 /// Where to read.
@@ -17,6 +19,8 @@ use crate::store::Store;
 pub struct KafkaCheck {
     /// `host:port[,…]`.
     pub bootstrap: String,
+    /// Connection and security settings (`[kafka]`).
+    pub kafka: KafkaSettings,
     /// The events topic.
     pub topic: String,
     /// Longest wait for one record.
@@ -32,16 +36,6 @@ pub(super) fn skipped() -> Finding {
     f
 }
 
-fn ce_id(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<i64> {
-    let headers = m.headers()?;
-    headers
-        .iter()
-        .find(|h| h.key == "ce_id")
-        .and_then(|h| h.value)
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| v.parse().ok())
-}
-
 pub(super) async fn run(
     store: &Store,
     k: &KafkaCheck,
@@ -49,13 +43,11 @@ pub(super) async fn run(
     _sent: u64,
 ) -> Result<Finding, VerifyError> {
     let mut f = Finding::new("kafka_readback", RULE);
-    let kerr = |e: rdkafka::error::KafkaError| VerifyError::Kafka(e.to_string());
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &k.bootstrap)
-        .set("group.id", "msgexchange-verify")
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(kerr)?;
+    let kerr = |e: KafkaError| VerifyError::Kafka(e.to_string());
+    // Read committed: a SENT event's record is committed (exactly-once: an aborted round's
+    // copy of the same event sits at another offset and is never read).
+    let consumer = read_committed(&k.kafka, &k.bootstrap, "verify")
+        .map_err(|e| VerifyError::Kafka(e.to_string()))?;
     let meta = consumer
         .fetch_metadata(Some(&k.topic), Duration::from_secs(10))
         .map_err(kerr)?;
@@ -97,9 +89,14 @@ pub(super) async fn run(
                     let next = loop {
                         match consumer.poll(Duration::from_millis(200)) {
                             Some(Ok(m)) => break Some((m.offset(), ce_id(&m))),
+                            // At the end for now: waited for up to the poll timeout.
+                            Some(Err(KafkaError::PartitionEOF(_))) | None
+                                if started.elapsed() > k.poll_timeout =>
+                            {
+                                break None
+                            }
+                            Some(Err(KafkaError::PartitionEOF(_))) | None => {}
                             Some(Err(e)) => return Err(kerr(e)),
-                            None if started.elapsed() > k.poll_timeout => break None,
-                            None => {}
                         }
                     };
                     match next {

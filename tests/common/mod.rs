@@ -5,6 +5,7 @@
 
 pub mod contract;
 pub mod dispatch;
+pub mod dispatch_round;
 pub mod drive;
 pub mod instance;
 pub mod kafka;

@@ -205,3 +205,12 @@ pub fn watermark_only(
         seeded_at,
     }
 }
+
+/// The `audit_log` row a test's cutover seeding records (`Store::seed_cutover`: the service's
+/// seeding is always audited, and so is a test's).
+pub const TEST_SEEDING: msgx_core::store::SeedAudit<'static> = msgx_core::store::SeedAudit {
+    by: "test",
+    ticket: "",
+    token: "",
+    expected: false,
+};

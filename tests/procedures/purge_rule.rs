@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use msgx_core::cutover::seed::Approval;
 use msgx_core::cutover::CutoverMode;
 use msgx_core::ops::{Advance, BoundaryWatch, PurgeReadiness, PurgeRequest, ReplayRequest};
 use msgx_core::pump::StepOutcome;
@@ -159,10 +160,11 @@ async fn skipped_cutover_stock_is_purgeable_only_where_marked() {
     // A stock row rolled back at the cutover: a gap, a hole like any other.
     env.delete_as_owner(&[stock[3]]).await;
     mark(&env, &[stock[0], stock[1], stock[4]]).await;
-    msgx_actors::app::apply_cutover(
+    msgx_actors::app::apply_cutover_approved(
         &env.store,
         &env.inbox,
         Some(CutoverMode::Max),
+        &Approval::default(),
         &env.clock,
         Duration::from_secs(3600),
     )

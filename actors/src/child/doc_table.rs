@@ -1,20 +1,17 @@
-//! docs/architecture.md's crate table and actor table, checked against the code. The actor
-//! table is rendered from [`Child::ALL`] and the actor modules: what each actor handles is read
-//! from its module's `Handler` impls; what it tells and which core step it calls is written
-//! here and must appear in the module. `MSGX_WRITE_ARCH_DOC=1 cargo test -p msgx-actors --lib
-//! architecture_doc` rewrites the actor table; the crate table is checked (every module of a
-//! crate is named in its row) and edited by hand.
+//! docs/architecture.md's actor table, rendered from [`Child::ALL`] and the actor modules: what
+//! each actor handles is read from its module's `Handler` impls; what it tells and which core
+//! step it calls is written here and must appear in the module. `scripts/render-docs.sh`
+//! rewrites it (with every other generated section, [`crate::rendered_docs`]).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::Child;
+use crate::rendered_docs::{doc_path, section, writing};
 use crate::supervisor::{Supervised, Supervisor};
 
-const ACTORS_BEGIN: &str = "<!-- actor-table: rendered from the code by `MSGX_WRITE_ARCH_DOC=1 cargo test -p msgx-actors --lib architecture_doc`; do not edit -->";
+const ACTORS_BEGIN: &str =
+    "<!-- actor-table: rendered from the code by `scripts/render-docs.sh`; do not edit -->";
 const ACTORS_END: &str = "<!-- /actor-table -->";
-const CRATES_BEGIN: &str =
-    "<!-- crate-table: every module is named in its crate's row (checked by `cargo test -p msgx-actors --lib architecture_doc`) -->";
-const CRATES_END: &str = "<!-- /crate-table -->";
 
 /// One actor's row.
 struct Row {
@@ -189,81 +186,31 @@ fn render() -> String {
     out
 }
 
-fn doc_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/architecture.md")
-}
-
-/// The text between `begin` and `end` (each on a line of its own), and its byte range.
-fn section<'a>(doc: &'a str, begin: &str, end: &str) -> (&'a str, std::ops::Range<usize>) {
-    let start = doc
-        .find(begin)
-        .unwrap_or_else(|| panic!("marker {begin} missing"))
-        + begin.len()
-        + 1;
-    let stop = doc[start..]
-        .find(end)
-        .unwrap_or_else(|| panic!("marker {end} missing"))
-        + start;
-    (&doc[start..stop], start..stop)
-}
-
-fn pub_mods(lib_rs: &Path) -> Vec<String> {
-    let text =
-        std::fs::read_to_string(lib_rs).unwrap_or_else(|e| panic!("{}: {e}", lib_rs.display()));
-    text.lines()
-        .filter_map(|l| l.strip_prefix("pub mod "))
-        .map(|m| m.trim_end_matches(';').to_string())
-        .collect()
-}
-
-/// One test for both tables: in write mode the actor table rewrites the file the crate table
-/// reads.
+/// One test for both tables of docs/architecture.md: in write mode the actor table rewrites
+/// the file the crate table reads.
 #[test]
 fn architecture_doc_tables_match_the_code() {
     actor_table_is_the_code();
-    crate_table_names_every_module();
+    crate::rendered_docs::crate_table_matches_the_modules();
 }
 
+/// docs/architecture.md's actor table is [`render`]'s (rewritten under `MSGX_WRITE_DOCS`).
 fn actor_table_is_the_code() {
-    let doc = std::fs::read_to_string(doc_path()).expect("docs/architecture.md");
+    let path = doc_path("docs/architecture.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/architecture.md");
     let rendered = render();
     let (current, range) = section(&doc, ACTORS_BEGIN, ACTORS_END);
     if current == rendered {
         return;
     }
-    if std::env::var_os("MSGX_WRITE_ARCH_DOC").is_some() {
+    if writing() {
         let mut new = doc.clone();
         new.replace_range(range, &rendered);
-        std::fs::write(doc_path(), new).expect("write docs/architecture.md");
+        std::fs::write(&path, new).expect("write docs/architecture.md");
         return;
     }
     panic!(
         "docs/architecture.md's actor table differs from the code; rewrite it with \
-         MSGX_WRITE_ARCH_DOC=1 cargo test -p msgx-actors --lib architecture_doc\n\
-         rendered:\n{rendered}"
+         scripts/render-docs.sh\nrendered:\n{rendered}"
     );
-}
-
-fn crate_table_names_every_module() {
-    let doc = std::fs::read_to_string(doc_path()).expect("docs/architecture.md");
-    let (table, _) = section(&doc, CRATES_BEGIN, CRATES_END);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for (krate, lib_rs) in [
-        ("msgx-core", root.join("src/lib.rs")),
-        ("msgx-actors", root.join("actors/src/lib.rs")),
-        ("msgx-bench", root.join("bench/src/lib.rs")),
-    ] {
-        let row = table
-            .lines()
-            .find(|l| l.starts_with(&format!("| `{krate}` |")))
-            .unwrap_or_else(|| panic!("no row for {krate}"));
-        let missing: Vec<String> = pub_mods(&lib_rs)
-            .into_iter()
-            .filter(|m| !row.contains(&format!("`{m}`")) && !row.contains(&format!("`{m}::")))
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "{krate}'s row does not name {missing:?}"
-        );
-    }
 }

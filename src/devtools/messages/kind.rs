@@ -80,6 +80,8 @@ impl MessageKind {
     }
 
     /// True for [`MessageKind::Malformed`].
+    // Tests only: production never asks.
+    #[cfg(test)]
     pub fn is_malformed(&self) -> bool {
         matches!(self, MessageKind::Malformed(_))
     }
@@ -88,6 +90,8 @@ impl MessageKind {
     /// [`FLOP_SUBTYPES`]: the well-formed kinds exhaustive tests render.
     ///
     /// [`FLOP_SUBTYPES`]: super::FLOP_SUBTYPES
+    // Tests only: production never asks.
+    #[cfg(test)]
     pub fn all_but_malformed() -> Vec<MessageKind> {
         let mut kinds = vec![
             MessageKind::SchdDnld,
