@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use super::common::http::{exchange, ANSWER_LIMIT};
+use super::common::http::{self, exchange, ANSWER_LIMIT};
 use super::common::TestEnv;
-use super::{call, fingerprint, seed_rows, serve, COMPAT, READ, TOKEN};
+use super::{fingerprint, seed_rows, serve, COMPAT, READ, TOKEN};
 
 #[actix_rt::test]
 async fn the_real_server_answers_garbage_and_keeps_serving() {
@@ -77,11 +77,11 @@ async fn schemathesis_fuzz_finds_no_5xx_and_no_change_without_a_valid_token() {
     super::common::service::wait_for(
         "the service to be ready",
         Duration::from_secs(60),
+        // A service still starting may refuse or reset a connection: not ready yet.
         || async {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
+            http::get(port, "/readyz")
                 .await
-                .is_ok()
-                && call(port, "GET", "/readyz", None, None).await.0 == 200
+                .is_ok_and(|r| http::status(&r) == 200)
         },
     )
     .await;
