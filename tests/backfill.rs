@@ -102,7 +102,7 @@ async fn processed(env: &TestEnv, texts: &[String], pump_extra: &[(&str, &str)])
         ids.push(env.insert_message(t).await);
     }
     env.poll(env.poll_cfg(1000)).await;
-    let mut pump = env.pump(pump_extra);
+    let mut pump = env.stepper(pump_extra);
     for _ in 0..10 * texts.len() + 10 {
         if pump.step().await.expect("step") == StepOutcome::Idle {
             break;
@@ -546,37 +546,7 @@ async fn rows_in_states(
 #[tokio::test]
 async fn replay_applies_to_replayable_rows_only_and_is_audited() {
     let env = TestEnv::new("bf_replay").await;
-    let ids = rows_in_states(
-        &env,
-        &[
-            ("DEAD", Some("EXHAUSTED")),
-            ("FAILED", Some("UNSUPPORTED")),
-            ("DEAD", Some("MALFORMED")),
-            ("SUCCEEDED", None),
-            ("DEAD", Some("CODEC_ERROR")),
-            ("FAILED", Some("INFRA")),
-        ],
-    )
-    .await;
-    // The FAILED rows look like real failed heads; the first DEAD row is marked already.
-    env.exec_with(
-        "UPDATE proc_state SET attempts = 3, processing_started_at = $2, next_attempt_at = $2, \
-                error_text = 'boom', terminal_at = NULL, terminal_reason = NULL, \
-                backfill_next_at = NULL WHERE msg_id = ANY($1)",
-        |q| q.bind(vec![ids[1], ids[5]]).bind(env.clock.now()),
-    )
-    .await;
-    env.exec("UPDATE proc_state SET processed_seq = nextval('proc_order_seq')")
-        .await;
-    let r = sweep_default(&env).await;
-    assert_eq!(r.marked, 4, "the four terminal rows are marked");
-    // One DEAD row's backfill abandoned earlier (recovered by the replay).
-    env.exec_for(
-        "UPDATE proc_state SET backfill_at = NULL, backfill_abandon_reason = 'MAX_ATTEMPTS', \
-         backfill_abandoned_at = now(), backfill_attempts = 20 WHERE msg_id = $1",
-        ids[4],
-    )
-    .await;
+    let ids = replayable_rows(&env).await;
 
     // Validation: who and why are mandatory, ids too.
     let now = env.clock.now();
@@ -642,40 +612,7 @@ async fn replay_applies_to_replayable_rows_only_and_is_audited() {
     );
 
     for id in [ids[0], ids[1], ids[4], ids[5]] {
-        let row: ResetRow = sqlx::query_as(
-            "SELECT state, attempts, processing_started_at, next_attempt_at, error_class, \
-                        error_text, processed_seq, terminal_reason, terminal_at \
-                 FROM proc_state WHERE msg_id = $1",
-        )
-        .bind(id)
-        .fetch_one(env.store.pool())
-        .await
-        .expect("row");
-        assert_eq!(
-            row,
-            (
-                "PENDING".into(),
-                0,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None,
-                None
-            )
-        );
-        let b = bf(&env, id).await;
-        assert_eq!(
-            (
-                b.backfill_next_at,
-                b.backfill_at,
-                b.backfill_attempts,
-                b.backfill_abandon_reason
-            ),
-            (None, None, 0, None),
-            "intent, confirmation, attempts and abandon cleared"
-        );
+        assert_reset_by_replay(&env, id).await;
     }
     // The mark stays: never revoked.
     assert_eq!(mark(&env, ids[0]).await.0.as_deref(), Some("PROCESSED"));
@@ -691,6 +628,89 @@ async fn replay_applies_to_replayable_rows_only_and_is_audited() {
         .expect("poison");
     assert!(!poisoned, "a replayed row is not poison");
 
+    assert_replay_audited(&env, &asked, now).await;
+    env.cleanup().await;
+}
+
+/// Six rows in replayable and refused states, the terminal ones marked, the FAILED ones like
+/// real failed heads, one DEAD row's backfill abandoned earlier (recovered by the replay).
+async fn replayable_rows(env: &TestEnv) -> Vec<i64> {
+    let ids = rows_in_states(
+        env,
+        &[
+            ("DEAD", Some("EXHAUSTED")),
+            ("FAILED", Some("UNSUPPORTED")),
+            ("DEAD", Some("MALFORMED")),
+            ("SUCCEEDED", None),
+            ("DEAD", Some("CODEC_ERROR")),
+            ("FAILED", Some("INFRA")),
+        ],
+    )
+    .await;
+    // The FAILED rows look like real failed heads; the first DEAD row is marked already.
+    env.exec_with(
+        "UPDATE proc_state SET attempts = 3, processing_started_at = $2, next_attempt_at = $2, \
+                error_text = 'boom', terminal_at = NULL, terminal_reason = NULL, \
+                backfill_next_at = NULL WHERE msg_id = ANY($1)",
+        |q| q.bind(vec![ids[1], ids[5]]).bind(env.clock.now()),
+    )
+    .await;
+    env.exec("UPDATE proc_state SET processed_seq = nextval('proc_order_seq')")
+        .await;
+    let r = sweep_default(env).await;
+    assert_eq!(r.marked, 4, "the four terminal rows are marked");
+    // One DEAD row's backfill abandoned earlier (recovered by the replay).
+    env.exec_for(
+        "UPDATE proc_state SET backfill_at = NULL, backfill_abandon_reason = 'MAX_ATTEMPTS', \
+         backfill_abandoned_at = now(), backfill_attempts = 20 WHERE msg_id = $1",
+        ids[4],
+    )
+    .await;
+    ids
+}
+
+/// A replayed row is PENDING again with every processing fact, intent, confirmation, attempt
+/// and abandon cleared.
+async fn assert_reset_by_replay(env: &TestEnv, id: i64) {
+    let row: ResetRow = sqlx::query_as(
+        "SELECT state, attempts, processing_started_at, next_attempt_at, error_class, \
+                    error_text, processed_seq, terminal_reason, terminal_at \
+             FROM proc_state WHERE msg_id = $1",
+    )
+    .bind(id)
+    .fetch_one(env.store.pool())
+    .await
+    .expect("row");
+    assert_eq!(
+        row,
+        (
+            "PENDING".into(),
+            0,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None
+        )
+    );
+    let b = bf(env, id).await;
+    assert_eq!(
+        (
+            b.backfill_next_at,
+            b.backfill_at,
+            b.backfill_attempts,
+            b.backfill_abandon_reason
+        ),
+        (None, None, 0, None),
+        "intent, confirmation, attempts and abandon cleared"
+    );
+}
+
+/// The one audit entry of the replay of `asked` at `now`: who, why, the distinct ids, and
+/// every row applied (with its previous state) or refused (with a reason).
+async fn assert_replay_audited(env: &TestEnv, asked: &[i64], now: chrono::DateTime<chrono::Utc>) {
     let audit = env.audit_entries().await.expect("audit");
     assert_eq!(audit.len(), 1, "invalid requests are not audited");
     let a = &audit[0];
@@ -700,7 +720,7 @@ async fn replay_applies_to_replayable_rows_only_and_is_audited() {
     );
     assert_eq!(a.reason, "codec fixed (CR-42)");
     assert_eq!(a.at, now);
-    let mut distinct = asked.clone();
+    let mut distinct = asked.to_vec();
     distinct.sort();
     distinct.dedup();
     assert_eq!(a.msg_ids, distinct);
@@ -717,7 +737,6 @@ async fn replay_applies_to_replayable_rows_only_and_is_audited() {
         a.result["rows"][0]["previous_backfill_at"].is_string(),
         "marked before the replay"
     );
-    env.cleanup().await;
 }
 
 #[tokio::test]
@@ -825,7 +844,7 @@ async fn a_replayed_marked_row_is_confirmed_as_already_marked_after_reprocessing
         .expect("replay");
     assert_eq!(rep.applied(), 1);
     // Reprocessed by a pump that knows the subtype now.
-    let mut pump = env.pump(&[(
+    let mut pump = env.stepper(&[(
         "MSGX_PROCESSING__FLOP_SUBTYPES",
         "UPDT,ARRE,DEPE,GATE,STND,CANC,DELY,ZZZZ",
     )]);

@@ -7,6 +7,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::http::{exchange as http_raw, get as http_get, ANSWER_LIMIT};
 use common::TestEnv;
 
 fn msgx(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
@@ -224,7 +225,7 @@ async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
     let missing = http_get(port, "/no/such/path").await.expect("404");
     assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
-    let garbage = http_raw(port, b"NOT HTTP AT ALL\r\n\r\n")
+    let garbage = http_raw(port, b"NOT HTTP AT ALL\r\n\r\n", ANSWER_LIMIT)
         .await
         .expect("400");
     assert!(garbage.starts_with("HTTP/1.1 400"), "{garbage}");
@@ -286,25 +287,6 @@ async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
     child.kill().expect("kill");
     child.wait().expect("reap");
     env.cleanup().await;
-}
-
-async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
-    http_raw(
-        port,
-        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-}
-
-async fn http_raw(port: u16, request: &[u8]) -> std::io::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(request).await?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
-        .await
-        .map_err(|_| std::io::Error::other("timeout"))??;
-    Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// A fresh PostgreSQL database with nothing in it; dropped by the caller.
@@ -525,6 +507,7 @@ async fn a_standby_admin_surface_answers_503_with_the_reason() {
         pb,
         b"POST /cminmsgs/send HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
           Content-Length: 13\r\nConnection: close\r\n\r\n{\"msg_id\": 1}",
+        ANSWER_LIMIT,
     )
     .await
     .expect("standby answers");
@@ -565,116 +548,13 @@ async fn migrate_up_to(pool: &sqlx::PgPool, version: i64) {
 async fn an_upgrade_from_the_earliest_schema_finishes_a_mixed_backlog() {
     let env = TestEnv::new("upgrade").await;
     let (url, pool) = empty_database("upgrade_store").await;
-    let mut ids = Vec::new();
-    for seqn in 1..=20 {
-        let text = match seqn {
-            11 => "<MSG><META>broken".to_string(),
-            12 => common::msgs::unknown_type(seqn),
-            _ => common::msgs::flop(seqn, &format!("CA{seqn:03}"), &[("GATE", "A1")]),
-        };
-        ids.push(env.insert_message(&text).await);
-    }
-    // Above W: rows after a hole (a rolled-back insert) the old version had seen.
-    let (tx, hole) = env.open_insert().await;
-    tx.rollback().await.expect("rollback");
-    for seqn in 21..=24 {
-        env.insert_message(&common::msgs::flop(seqn, "CA999", &[("STND", "12")]))
-            .await;
-    }
+    let (ids, hole) = upstream_backlog(&env).await;
 
-    migrate_up_to(&pool, 1).await;
-    let now = chrono::Utc::now();
-    let insert = |id: i64, state: &'static str, class: Option<&'static str>| {
-        let pool = pool.clone();
-        async move {
-            let terminal = matches!(state, "SUCCEEDED" | "DEAD");
-            sqlx::query(
-                "INSERT INTO proc_state (msg_id, state, enqueued_at, attempts, error_class, \
-                 next_attempt_at, terminal_reason, terminal_at, backfill_next_at, \
-                 processing_started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $3)",
-            )
-            .bind(id)
-            .bind(state)
-            .bind(now)
-            .bind(i32::from(state != "PENDING"))
-            .bind(class)
-            .bind((state == "FAILED").then_some(now))
-            .bind(class.filter(|_| terminal))
-            .bind(terminal.then_some(now))
-            .bind(terminal.then_some(now))
-            .execute(&pool)
-            .await
-            .expect("a v1 record");
-        }
-    };
-    for (i, id) in ids.iter().enumerate() {
-        match i + 1 {
-            1..=10 => insert(*id, "SUCCEEDED", None).await,
-            11 => insert(*id, "DEAD", Some("MALFORMED")).await,
-            12 => insert(*id, "FAILED", Some("UNSUPPORTED")).await,
-            _ => insert(*id, "PENDING", None).await,
-        }
-    }
-    sqlx::query("UPDATE inbox_cursor SET w = $1, hole_since = $2")
-        .bind(ids[19])
-        .bind(now)
-        .execute(&pool)
-        .await
-        .expect("W and the open hole");
+    v1_records(&pool, &ids).await;
+    v14_events(&pool, &ids).await;
 
-    migrate_up_to(&pool, 14).await;
-    for (id, state) in [(ids[0], "PENDING"), (ids[1], "DEAD"), (ids[2], "PENDING")] {
-        sqlx::query(
-            "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, state, created_at, \
-             dead_at, last_error) VALUES ($1, 'CA001', 'FLIGHT_UPDATED', \
-             '{\"flid\": \"CA001\"}', $2, $3, CASE WHEN $2 = 'DEAD' THEN $3 END, \
-             CASE WHEN $2 = 'DEAD' THEN 'broker refused the record' END)",
-        )
-        .bind(id)
-        .bind(state)
-        .bind(now)
-        .execute(&pool)
-        .await
-        .expect("a v14 event");
-    }
-
-    let port = common::service::free_port();
-    let mut svc = common::service::spawn_service(
-        &env,
-        &[
-            ("MSGX_STORE__URL", &url),
-            // An upgraded store, not a first start: no cutover seeding.
-            ("MSGX_PIPELINE__CUTOVER_WATERMARK", ""),
-            ("MSGX_PIPELINE__POLL_INTERVAL", "100ms"),
-            ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1s"),
-            ("MSGX_PROCESSING__HEAD_DEADLINE", "2s"),
-            ("MSGX_PROCESSING__MAX_ATTEMPTS", "2"),
-            ("MSGX_PROCESSING__RETRY_INITIAL", "200ms"),
-            ("MSGX_BACKFILL__PERIOD", "300ms"),
-        ],
-        port,
-    );
     let top = ids[19] + 5;
-    let settled = || async {
-        let open: i64 = sqlx::query_scalar(
-            "SELECT (SELECT count(*) FROM proc_state WHERE state IN ('PENDING','FAILED') \
-                       OR (backfill_at IS NULL AND backfill_abandon_reason IS NULL)) \
-                  + (SELECT count(*) FROM msg_event WHERE state = 'PENDING') \
-                  + (SELECT CASE WHEN w >= $1 THEN 0 ELSE 1 END FROM inbox_cursor)",
-        )
-        .bind(top)
-        .fetch_one(&pool)
-        .await
-        .unwrap_or(1);
-        open == 0
-    };
-    common::service::wait_for(
-        "the upgraded pipeline to settle",
-        Duration::from_secs(60),
-        settled,
-    )
-    .await;
-    common::service::kill9(&mut svc);
+    run_until_settled(&env, &url, &pool, top).await;
 
     let records: Vec<(i64, String)> =
         sqlx::query_as("SELECT msg_id, state FROM proc_state ORDER BY msg_id")
@@ -715,6 +595,130 @@ async fn an_upgrade_from_the_earliest_schema_finishes_a_mixed_backlog() {
     pool.close().await;
     drop_empty_database("upgrade_store").await;
     env.cleanup().await;
+}
+
+/// The upstream inbox of the upgrade: 20 messages (one malformed, one of an unknown type), a
+/// rolled-back insert (a hole) and 4 more above it; the 20 ids and the hole.
+async fn upstream_backlog(env: &TestEnv) -> (Vec<i64>, i64) {
+    let mut ids = Vec::new();
+    for seqn in 1..=20 {
+        let text = match seqn {
+            11 => "<MSG><META>broken".to_string(),
+            12 => common::msgs::unknown_type(seqn),
+            _ => common::msgs::flop(seqn, &format!("CA{seqn:03}"), &[("GATE", "A1")]),
+        };
+        ids.push(env.insert_message(&text).await);
+    }
+    // Above W: rows after a hole (a rolled-back insert) the old version had seen.
+    let (tx, hole) = env.open_insert().await;
+    tx.rollback().await.expect("rollback");
+    for seqn in 21..=24 {
+        env.insert_message(&common::msgs::flop(seqn, "CA999", &[("STND", "12")]))
+            .await;
+    }
+    (ids, hole)
+}
+
+/// Records written at schema version 1: 10 SUCCEEDED unmarked, one DEAD, one FAILED, the rest
+/// PENDING; W at the last of the 20 with an open hole.
+async fn v1_records(pool: &sqlx::PgPool, ids: &[i64]) {
+    migrate_up_to(pool, 1).await;
+    let now = chrono::Utc::now();
+    let insert = |id: i64, state: &'static str, class: Option<&'static str>| async move {
+        let terminal = matches!(state, "SUCCEEDED" | "DEAD");
+        sqlx::query(
+            "INSERT INTO proc_state (msg_id, state, enqueued_at, attempts, error_class, \
+                 next_attempt_at, terminal_reason, terminal_at, backfill_next_at, \
+                 processing_started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $3)",
+        )
+        .bind(id)
+        .bind(state)
+        .bind(now)
+        .bind(i32::from(state != "PENDING"))
+        .bind(class)
+        .bind((state == "FAILED").then_some(now))
+        .bind(class.filter(|_| terminal))
+        .bind(terminal.then_some(now))
+        .bind(terminal.then_some(now))
+        .execute(pool)
+        .await
+        .expect("a v1 record");
+    };
+    for (i, id) in ids.iter().enumerate() {
+        match i + 1 {
+            1..=10 => insert(*id, "SUCCEEDED", None).await,
+            11 => insert(*id, "DEAD", Some("MALFORMED")).await,
+            12 => insert(*id, "FAILED", Some("UNSUPPORTED")).await,
+            _ => insert(*id, "PENDING", None).await,
+        }
+    }
+    sqlx::query("UPDATE inbox_cursor SET w = $1, hole_since = $2")
+        .bind(ids[19])
+        .bind(now)
+        .execute(pool)
+        .await
+        .expect("W and the open hole");
+}
+
+/// Events written at the previous release's schema (14): PENDING and DEAD.
+async fn v14_events(pool: &sqlx::PgPool, ids: &[i64]) {
+    migrate_up_to(pool, 14).await;
+    let now = chrono::Utc::now();
+    for (id, state) in [(ids[0], "PENDING"), (ids[1], "DEAD"), (ids[2], "PENDING")] {
+        sqlx::query(
+            "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, state, created_at, \
+             dead_at, last_error) VALUES ($1, 'CA001', 'FLIGHT_UPDATED', \
+             '{\"flid\": \"CA001\"}', $2, $3, CASE WHEN $2 = 'DEAD' THEN $3 END, \
+             CASE WHEN $2 = 'DEAD' THEN 'broker refused the record' END)",
+        )
+        .bind(id)
+        .bind(state)
+        .bind(now)
+        .execute(pool)
+        .await
+        .expect("a v14 event");
+    }
+}
+
+/// The current binary on the upgraded store until nothing is open: every record finished and
+/// marked, no PENDING event, W at `top`. The service is killed afterwards.
+async fn run_until_settled(env: &TestEnv, url: &str, pool: &sqlx::PgPool, top: i64) {
+    let port = common::service::free_port();
+    let mut svc = common::service::spawn_service(
+        env,
+        &[
+            ("MSGX_STORE__URL", url),
+            // An upgraded store, not a first start: no cutover seeding.
+            ("MSGX_PIPELINE__CUTOVER_WATERMARK", ""),
+            ("MSGX_PIPELINE__POLL_INTERVAL", "100ms"),
+            ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "1s"),
+            ("MSGX_PROCESSING__HEAD_DEADLINE", "2s"),
+            ("MSGX_PROCESSING__MAX_ATTEMPTS", "2"),
+            ("MSGX_PROCESSING__RETRY_INITIAL", "200ms"),
+            ("MSGX_BACKFILL__PERIOD", "300ms"),
+        ],
+        port,
+    );
+    let settled = || async {
+        let open: i64 = sqlx::query_scalar(
+            "SELECT (SELECT count(*) FROM proc_state WHERE state IN ('PENDING','FAILED') \
+                       OR (backfill_at IS NULL AND backfill_abandon_reason IS NULL)) \
+                  + (SELECT count(*) FROM msg_event WHERE state = 'PENDING') \
+                  + (SELECT CASE WHEN w >= $1 THEN 0 ELSE 1 END FROM inbox_cursor)",
+        )
+        .bind(top)
+        .fetch_one(pool)
+        .await
+        .unwrap_or(1);
+        open == 0
+    };
+    common::service::wait_for(
+        "the upgraded pipeline to settle",
+        Duration::from_secs(60),
+        settled,
+    )
+    .await;
+    common::service::kill9(&mut svc);
 }
 
 /// Issue 30, defaults that fail closed: without `kafka.brokers` `run` refuses (exit 2, one line;

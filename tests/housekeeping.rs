@@ -682,28 +682,7 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
         d.housekeeping = HousekeepingDeps::from_settings(&settings)
     });
     // Upstream: 40 messages a second for as long as the test runs.
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let owner = env.owner.clone();
-    let tz = env.tz;
-    let feeder = tokio::spawn(async move {
-        let mut seq = 100_000i64;
-        let mut tick = tokio::time::interval(Duration::from_millis(25));
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop_rx.changed() => return seq,
-            }
-            seq += 1;
-            let text = flop(seq, &format!("L{}", seq % 40), &[("GATE", "G1")]);
-            let _ = sqlx::query(
-                "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (?, ?)",
-            )
-            .bind(msgx_core::inbox::time::utc_to_local(Utc::now(), tz))
-            .bind(text)
-            .execute(&owner)
-            .await;
-        }
-    });
+    let (stop_tx, feeder) = feed_upstream(&env);
 
     // Phase A: the pipeline alone.
     tokio::time::sleep(Duration::from_secs(3)).await; // warm-up
@@ -777,6 +756,39 @@ async fn a_large_archive_job_does_not_stretch_the_sweep_period() {
         .await;
     assert!(unfinished < 100, "{unfinished} unfinished after the run");
     env.cleanup().await;
+}
+
+/// Upstream: 40 messages a second until told to stop; the stop and the last sequence number
+/// written.
+fn feed_upstream(
+    env: &TestEnv,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<i64>,
+) {
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let owner = env.owner.clone();
+    let tz = env.tz;
+    let feeder = tokio::spawn(async move {
+        let mut seq = 100_000i64;
+        let mut tick = tokio::time::interval(Duration::from_millis(25));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop_rx.changed() => return seq,
+            }
+            seq += 1;
+            let text = flop(seq, &format!("L{}", seq % 40), &[("GATE", "G1")]);
+            let _ = sqlx::query(
+                "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (?, ?)",
+            )
+            .bind(msgx_core::inbox::time::utc_to_local(Utc::now(), tz))
+            .bind(text)
+            .execute(&owner)
+            .await;
+        }
+    });
+    (stop_tx, feeder)
 }
 
 /// Dead tuples of `table` as the statistics show them, once they show at least `min` (the

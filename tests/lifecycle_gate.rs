@@ -14,15 +14,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use common::drive::Stepper;
 use common::msgs::{flop, unknown_type};
 use common::{audit, TestEnv};
 use msgx_core::backfill::{sweep_once, SweepConfig};
+use msgx_core::clock::SharedClock;
 use msgx_core::inbox::Inbox;
 use msgx_core::pump::{PumpCore, StepOutcome};
+use msgx_core::settings::Settings;
 use msgx_core::store::replay::{recover_abandoned, AdminReport, RowOutcome};
 use msgx_core::store::Store;
 use rand::{Rng, SeedableRng};
 use sqlx::Executor;
+use tokio::task::JoinHandle;
 
 const REPLAYS: usize = 200;
 
@@ -99,10 +103,62 @@ fn check_rows(rows: &[Row]) {
 #[actix_rt::test]
 async fn replay_backfill_and_poison_never_interleave_on_a_row() {
     let env = TestEnv::new("gate").await;
-    // 48 rows. 38 messages of an unknown type cycle FAILED → poison DEAD(EXHAUSTED) → marked
-    // → replayed; 5 good ones SUCCEED and 5 malformed ones die (both refused by replay); 2 of
-    // the unknown ones are purged by the DB owner after discovery (DEAD MALFORMED, then
-    // MISSING_ROW; recovered now and then).
+    let (ids, purged) = seed_the_race(&env).await;
+    // The knobs of the racers below: one attempt before poison, small backfill batches.
+    let settings = env.settings(&[
+        ("MSGX_PROCESSING__MAX_ATTEMPTS", "1"),
+        ("MSGX_BACKFILL__BATCH", "8"),
+        ("MSGX_BACKFILL__MAX_ATTEMPTS", "3"),
+    ]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let clock = common::shared(&env.clock);
+    let pump = pump(&env, &settings, clock.clone(), stop.clone()).await;
+    let poisoner = poisoner(&env, ids.clone(), clock.clone(), stop.clone()).await;
+    let sweeper = sweeper(&env, &settings, clock.clone(), stop.clone()).await;
+    let monitor = monitor(&env, stop.clone());
+    let (replays, recoveries) = operate(&env, &ids, &purged, &clock).await;
+    stop.store(true, Ordering::SeqCst);
+    let steps = pump.await.expect("pump");
+    let escalated = poisoner.await.expect("poisoner");
+    let (marked, already, orphans) = sweeper.await.expect("sweeper");
+    let (ever_marked, rounds) = monitor.await.expect("monitor");
+    let applied: usize = replays.iter().map(|(_, r)| r.applied()).sum();
+    eprintln!(
+        "gate: {steps} pump steps, {escalated} racing escalations, {marked} marked + {already} \
+         already marked, {} replays ({applied} rows applied), {recoveries} recoveries, \
+         {rounds} monitor rounds",
+        replays.len()
+    );
+    assert!(
+        applied > 50,
+        "replays must really race the others ({applied})"
+    );
+    assert!(
+        already > 0,
+        "replayed marked rows came back as already marked"
+    );
+    assert!(marked > 0);
+
+    assert!(
+        orphans.is_empty(),
+        "rows found marked that no sweep had confirmed (a mark written after a replay): {orphans:?}"
+    );
+
+    // 1. Row states.
+    let end = rows(&env.store).await;
+    check_rows(&end);
+
+    let confirmed_at_replay = check_audit(&env, &replays).await;
+    check_marks(&env, &ever_marked, &end, &confirmed_at_replay).await;
+    quiesce_and_check(&env, &settings, &purged).await;
+    env.cleanup().await;
+}
+
+/// 48 rows. 38 messages of an unknown type cycle FAILED → poison DEAD(EXHAUSTED) → marked →
+/// replayed; 5 good ones SUCCEED and 5 malformed ones die (both refused by replay); 2 of the
+/// unknown ones are purged by the DB owner after discovery (DEAD MALFORMED, then MISSING_ROW;
+/// recovered now and then). Returns every id and the purged ones.
+async fn seed_the_race(env: &TestEnv) -> (Vec<i64>, Vec<i64>) {
     let mut ids = Vec::new();
     for i in 0..48 {
         let text = match i % 9 {
@@ -142,138 +198,155 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
             .expect("instrumentation");
     }
 
-    // The knobs of the racers below: one attempt before poison, small backfill batches.
-    let settings = env.settings(&[
-        ("MSGX_PROCESSING__MAX_ATTEMPTS", "1"),
-        ("MSGX_BACKFILL__BATCH", "8"),
-        ("MSGX_BACKFILL__MAX_ATTEMPTS", "3"),
-    ]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let clock = common::shared(&env.clock);
+    (ids, purged)
+}
 
-    // The pump: processing and poison escalation, one head at a time.
-    let pump = {
-        let mut core = PumpCore::new(
-            env.inbox.clone(),
-            own_store(&env, 2).await,
-            msgx_actors::app::codec(&settings.processing, env.tz),
-            clock.clone(),
-            msgx_actors::app::pump_config(&settings.processing, &settings.retention, env.tz),
-        );
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut steps = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                match core.step().await.expect("pump step") {
-                    StepOutcome::Idle => tokio::time::sleep(Duration::from_millis(1)).await,
-                    _ => steps += 1,
-                }
+/// The pump: processing and poison escalation, one head at a time; its step count.
+async fn pump(
+    env: &TestEnv,
+    settings: &Settings,
+    clock: SharedClock,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<u64> {
+    let mut core = Stepper::new(PumpCore::new(
+        env.inbox.clone(),
+        own_store(env, 2).await,
+        msgx_actors::app::codec(&settings.processing, env.tz),
+        clock,
+        msgx_actors::app::pump_config(&settings.processing, &settings.retention, env.tz),
+    ));
+    tokio::spawn(async move {
+        let mut steps = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            match core.step().await.expect("pump step") {
+                StepOutcome::Idle => tokio::time::sleep(Duration::from_millis(1)).await,
+                _ => steps += 1,
             }
-            steps
-        })
-    };
-    // A second escalator racing the pump and the operator with the pump's own statement.
-    let poisoner = {
-        let store = own_store(&env, 1).await;
-        let (stop, ids, clock) = (stop.clone(), ids.clone(), clock.clone());
-        tokio::spawn(async move {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-            let mut escalated = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                let id = ids[rng.random_range(0..ids.len())];
-                let now = clock.now();
-                if store
-                    .poison(
-                        id,
-                        1,
-                        now - chrono::Duration::hours(1),
-                        "racing escalation",
-                        now,
-                    )
-                    .await
-                    .expect("poison")
-                {
-                    escalated += 1;
-                }
-                tokio::time::sleep(Duration::from_micros(500)).await;
-            }
-            escalated
-        })
-    };
-    // The backfill sweeper, with its own inbox pool.
-    let sweeper = {
-        let store = own_store(&env, 2).await;
-        let inbox = Inbox::new(&settings.inbox, &env.names, env.tz).expect("inbox");
-        let cfg = SweepConfig::new(&settings.backfill, &env.names);
-        let (stop, clock) = (stop.clone(), clock.clone());
-        tokio::spawn(async move {
-            let (mut marked, mut already) = (0u64, 0u64);
-            // Marks are written only by sweeps, each confirmed in the same transaction: a row
-            // found marked must have been confirmed by an earlier sweep. A mark written for a
-            // row that a replay took back meanwhile would be an orphan, found here later.
-            let mut marked_by_sweeps: BTreeSet<i64> = BTreeSet::new();
-            let mut orphans: BTreeSet<i64> = BTreeSet::new();
-            let mut last_confirm = 0i64;
-            while !stop.load(Ordering::SeqCst) {
-                let r = sweep_once(&inbox, &store, clock.as_ref(), &cfg)
-                    .await
-                    .expect("sweep");
-                marked += r.marked;
-                already += r.already_marked;
-                let found: BTreeSet<i64> = r.already.iter().map(|a| a.0).collect();
-                orphans.extend(found.iter().filter(|id| !marked_by_sweeps.contains(id)));
-                // What the sweep really committed (not what it meant to): the confirm log.
-                let committed: Vec<(i64, i64)> =
-                    sqlx::query_as("SELECT id, msg_id FROM confirm_log WHERE id > $1 ORDER BY id")
-                        .bind(last_confirm)
-                        .fetch_all(store.pool())
-                        .await
-                        .expect("confirm log");
-                for (id, msg_id) in committed {
-                    last_confirm = id;
-                    if !found.contains(&msg_id) {
-                        marked_by_sweeps.insert(msg_id);
-                    }
-                }
-                if r.selected == 0 {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
-            (marked, already, orphans)
-        })
-    };
-    // The monitor: marks only ever go from empty to a value, and never change.
-    let monitor = {
-        let owner = env.owner.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut seen: BTreeMap<i64, String> = BTreeMap::new();
-            let mut rounds = 0u64;
-            while !stop.load(Ordering::SeqCst) {
-                let now: Vec<(i64, Option<String>)> =
-                    sqlx::query_as("SELECT CMINMSGS_ID, CMINMSGS_STATUS FROM CMINMSGS")
-                        .fetch_all(&owner)
-                        .await
-                        .expect("marks");
-                for (id, status) in now {
-                    match (seen.get(&id), status) {
-                        (Some(before), Some(after)) => assert_eq!(before, &after, "mark changed"),
-                        (Some(before), None) => panic!("mark {before} of {id} was removed"),
-                        (None, Some(v)) if !v.trim().is_empty() => {
-                            seen.insert(id, v);
-                        }
-                        _ => {}
-                    }
-                }
-                rounds += 1;
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-            (seen, rounds)
-        })
-    };
+        }
+        steps
+    })
+}
 
-    // The operator: 200 replays of random handfuls, recovering abandoned rows now and then.
-    let operator_store = own_store(&env, 2).await;
+/// A second escalator racing the pump and the operator with the pump's own statement; how
+/// many rows it escalated.
+async fn poisoner(
+    env: &TestEnv,
+    ids: Vec<i64>,
+    clock: SharedClock,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<u64> {
+    let store = own_store(env, 1).await;
+    tokio::spawn(async move {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut escalated = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            let id = ids[rng.random_range(0..ids.len())];
+            let now = clock.now();
+            if store
+                .poison(
+                    id,
+                    1,
+                    now - chrono::Duration::hours(1),
+                    "racing escalation",
+                    now,
+                )
+                .await
+                .expect("poison")
+            {
+                escalated += 1;
+            }
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        escalated
+    })
+}
+
+/// The backfill sweeper, with its own inbox pool: (marked, already marked, orphans).
+async fn sweeper(
+    env: &TestEnv,
+    settings: &Settings,
+    clock: SharedClock,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<(u64, u64, BTreeSet<i64>)> {
+    let store = own_store(env, 2).await;
+    let inbox = Inbox::new(&settings.inbox, &env.names, env.tz).expect("inbox");
+    let cfg = SweepConfig::new(&settings.backfill, &env.names);
+    tokio::spawn(async move {
+        let (mut marked, mut already) = (0u64, 0u64);
+        // Marks are written only by sweeps, each confirmed in the same transaction: a row
+        // found marked must have been confirmed by an earlier sweep. A mark written for a
+        // row that a replay took back meanwhile would be an orphan, found here later.
+        let mut marked_by_sweeps: BTreeSet<i64> = BTreeSet::new();
+        let mut orphans: BTreeSet<i64> = BTreeSet::new();
+        let mut last_confirm = 0i64;
+        while !stop.load(Ordering::SeqCst) {
+            let r = sweep_once(&inbox, &store, clock.as_ref(), &cfg)
+                .await
+                .expect("sweep");
+            marked += r.marked;
+            already += r.already_marked;
+            let found: BTreeSet<i64> = r.already.iter().map(|a| a.0).collect();
+            orphans.extend(found.iter().filter(|id| !marked_by_sweeps.contains(id)));
+            // What the sweep really committed (not what it meant to): the confirm log.
+            let committed: Vec<(i64, i64)> =
+                sqlx::query_as("SELECT id, msg_id FROM confirm_log WHERE id > $1 ORDER BY id")
+                    .bind(last_confirm)
+                    .fetch_all(store.pool())
+                    .await
+                    .expect("confirm log");
+            for (id, msg_id) in committed {
+                last_confirm = id;
+                if !found.contains(&msg_id) {
+                    marked_by_sweeps.insert(msg_id);
+                }
+            }
+            if r.selected == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        (marked, already, orphans)
+    })
+}
+
+/// The monitor: marks only ever go from empty to a value, and never change; every mark it
+/// saw and its rounds.
+fn monitor(env: &TestEnv, stop: Arc<AtomicBool>) -> JoinHandle<(BTreeMap<i64, String>, u64)> {
+    let owner = env.owner.clone();
+    tokio::spawn(async move {
+        let mut seen: BTreeMap<i64, String> = BTreeMap::new();
+        let mut rounds = 0u64;
+        while !stop.load(Ordering::SeqCst) {
+            let now: Vec<(i64, Option<String>)> =
+                sqlx::query_as("SELECT CMINMSGS_ID, CMINMSGS_STATUS FROM CMINMSGS")
+                    .fetch_all(&owner)
+                    .await
+                    .expect("marks");
+            for (id, status) in now {
+                match (seen.get(&id), status) {
+                    (Some(before), Some(after)) => assert_eq!(before, &after, "mark changed"),
+                    (Some(before), None) => panic!("mark {before} of {id} was removed"),
+                    (None, Some(v)) if !v.trim().is_empty() => {
+                        seen.insert(id, v);
+                    }
+                    _ => {}
+                }
+            }
+            rounds += 1;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        (seen, rounds)
+    })
+}
+
+/// The operator: 200 replays of random handfuls, recovering abandoned rows now and then; each
+/// replay's pick and report, and the recoveries.
+async fn operate(
+    env: &TestEnv,
+    ids: &[i64],
+    purged: &[i64],
+    clock: &SharedClock,
+) -> (Vec<(Vec<i64>, AdminReport)>, usize) {
+    let operator_store = own_store(env, 2).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut replays: Vec<(Vec<i64>, AdminReport)> = Vec::new();
     let mut recoveries = 0;
@@ -290,7 +363,7 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
         } else {
             Vec::new()
         };
-        let from = if console.is_empty() { &ids } else { &console };
+        let from = if console.is_empty() { ids } else { &console };
         let n = rng.random_range(1..=5);
         let pick: Vec<i64> = (0..n)
             .map(|_| from[rng.random_range(0..from.len())])
@@ -309,7 +382,7 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
         if i % 20 == 0 {
             recover_abandoned(
                 &operator_store,
-                &purged,
+                purged,
                 audit("ops@airport", "recheck"),
                 false,
                 clock.now(),
@@ -320,38 +393,12 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..4))).await;
     }
-    stop.store(true, Ordering::SeqCst);
-    let steps = pump.await.expect("pump");
-    let escalated = poisoner.await.expect("poisoner");
-    let (marked, already, orphans) = sweeper.await.expect("sweeper");
-    let (ever_marked, rounds) = monitor.await.expect("monitor");
-    let applied: usize = replays.iter().map(|(_, r)| r.applied()).sum();
-    eprintln!(
-        "gate: {steps} pump steps, {escalated} racing escalations, {marked} marked + {already} \
-         already marked, {} replays ({applied} rows applied), {recoveries} recoveries, \
-         {rounds} monitor rounds",
-        replays.len()
-    );
-    assert!(
-        applied > 50,
-        "replays must really race the others ({applied})"
-    );
-    assert!(
-        already > 0,
-        "replayed marked rows came back as already marked"
-    );
-    assert!(marked > 0);
+    (replays, recoveries)
+}
 
-    assert!(
-        orphans.is_empty(),
-        "rows found marked that no sweep had confirmed (a mark written after a replay): {orphans:?}"
-    );
-
-    // 1. Row states.
-    let end = rows(&env.store).await;
-    check_rows(&end);
-
-    // 2. Every replay is in the audit log, applied or refused with a reason, as reported.
+/// Check 2: every replay is in the audit log, applied or refused with a reason, as reported.
+/// Returns the rows a replay found confirmed (marked).
+async fn check_audit(env: &TestEnv, replays: &[(Vec<i64>, AdminReport)]) -> BTreeSet<i64> {
     let audit: Vec<_> = env
         .audit_entries()
         .await
@@ -361,7 +408,7 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
         .collect();
     assert_eq!(audit.len(), replays.len(), "one audit row per replay");
     let mut confirmed_at_replay: BTreeSet<i64> = BTreeSet::new();
-    for (a, (pick, report)) in audit.iter().zip(&replays) {
+    for (a, (pick, report)) in audit.iter().zip(replays) {
         assert_eq!((a.id, a.actor.as_str()), (report.audit_id, "ops@airport"));
         let distinct: BTreeSet<i64> = pick.iter().copied().collect();
         assert_eq!(a.msg_ids, distinct.iter().copied().collect::<Vec<_>>());
@@ -388,10 +435,19 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
             }
         }
     }
+    confirmed_at_replay
+}
 
+/// Checks 3 and 4: marks never removed and only on terminal rows (or rows a replay found marked).
+async fn check_marks(
+    env: &TestEnv,
+    ever_marked: &BTreeMap<i64, String>,
+    end: &[Row],
+    confirmed_at_replay: &BTreeSet<i64>,
+) {
     // 3. Marks were never removed (the monitor), and are still there.
-    let marks = inbox_marks(&env).await;
-    for (id, v) in &ever_marked {
+    let marks = inbox_marks(env).await;
+    for (id, v) in ever_marked {
         assert_eq!(
             marks.get(id).cloned().flatten().as_deref(),
             Some(v.as_str())
@@ -400,7 +456,7 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
     // 4. A mark exists only for rows that are terminal — or that were confirmed marked when a
     // replay took them back (the audit says so): marks are written only while the row is
     // terminal and locked by the sweeper.
-    for r in &end {
+    for r in end {
         let marked = marks.get(&r.msg_id).is_some_and(nonblank);
         if marked && matches!(r.state.as_str(), "PENDING" | "FAILED") {
             assert!(
@@ -414,16 +470,18 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
             assert!(marked, "row {} confirmed but not marked", r.msg_id);
         }
     }
+}
 
-    // 5. Quiesce: the pump and the sweeper finish the work; then every row is terminal and
-    // confirmed (or abandoned for its missing inbox row), every existing inbox row marked.
-    let mut core = env.pump(&[("MSGX_PROCESSING__MAX_ATTEMPTS", "1")]);
+/// Check 5, quiesce: the pump and the sweeper finish the work; then every row is terminal and
+/// confirmed (or abandoned for its missing inbox row), every existing inbox row marked.
+async fn quiesce_and_check(env: &TestEnv, settings: &Settings, purged: &[i64]) {
+    let mut core = env.stepper(&[("MSGX_PROCESSING__MAX_ATTEMPTS", "1")]);
     while core.step().await.expect("step") != StepOutcome::Idle {}
     env.sweep_until_idle(&SweepConfig::new(&settings.backfill, &env.names))
         .await;
     let end = rows(&env.store).await;
     check_rows(&end);
-    let marks = inbox_marks(&env).await;
+    let marks = inbox_marks(env).await;
     for r in &end {
         assert!(matches!(r.state.as_str(), "SUCCEEDED" | "DEAD"), "{r:?}");
         if purged.contains(&r.msg_id) {
@@ -437,5 +495,4 @@ async fn replay_backfill_and_poison_never_interleave_on_a_row() {
             assert_eq!(r.backfill_attempts, 0, "no transient failures here");
         }
     }
-    env.cleanup().await;
 }

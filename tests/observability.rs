@@ -50,17 +50,14 @@ fn urlencode(s: &str) -> String {
 
 /// `GET path` on 127.0.0.1:port: (status code, body).
 async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    let text = common::instance::http_exchange(port, &request, Duration::from_secs(10)).await?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no header end"))?;
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other("no status"))?;
-    Ok((code, body.to_string()))
+    let text = common::http::get(port, path).await?;
+    if !text.contains("\r\n\r\n") {
+        return Err(std::io::Error::other("no header end"));
+    }
+    Ok((
+        common::http::status(&text),
+        common::http::body(&text).to_string(),
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -506,7 +506,7 @@ async fn schedule_response_with_our_rqid_is_recorded() {
     let answer = env.insert_message(&resp(2, &sent.rqid)).await;
     let again = env.insert_message(&resp(3, &sent.rqid)).await;
     env.poll(env.poll_cfg(100)).await;
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
     for _ in 0..3 {
         pump.step().await.expect("step");
     }

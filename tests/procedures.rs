@@ -108,7 +108,7 @@ async fn survey_counts_a_known_inbox() {
     env.discover(ids[6]).await;
     // Two processed (one message per step): the backlog is the other five plus what comes
     // above W.
-    let mut core = env.pump(&[("MSGX_PROCESSING__GROUP_MAX", "1")]);
+    let mut core = env.stepper(&[("MSGX_PROCESSING__GROUP_MAX", "1")]);
     for _ in 0..2 {
         assert!(matches!(
             core.step().await.expect("step"),
@@ -149,33 +149,7 @@ async fn survey_counts_a_known_inbox() {
         ]
     );
 
-    // An id range: every inbox row in it, whatever its state.
-    let s = env
-        .ops()
-        .survey(&SurveyRequest {
-            from_id: Some(ids[0]),
-            to_id: Some(ids[3]),
-            ..Default::default()
-        })
-        .await
-        .expect("survey");
-    assert_eq!((s.scope.as_str(), s.count), ("ids", 4));
-    assert_eq!(s.by_type[0].msg_type, "FLOP");
-    assert_eq!(s.by_type[0].count, 3);
-    // A receive-time range [utc(3), utc(6)): rows 3, 4, 5.
-    let s = env
-        .ops()
-        .survey(&SurveyRequest {
-            received_from: Some(utc(3)),
-            received_to: Some(utc(6)),
-            ..Default::default()
-        })
-        .await
-        .expect("survey");
-    assert_eq!(
-        (s.count, s.first_id, s.last_id),
-        (3, Some(ids[3]), Some(ids[5]))
-    );
+    survey_ranges(&env, &ids).await;
     // A purged unfinished row is counted as missing, not surveyed.
     env.delete_as_owner(&[ids[2]]).await;
     let s = env
@@ -216,6 +190,38 @@ async fn survey_counts_a_known_inbox() {
         assert_eq!(s.count, 0, "{nothing:?}");
     }
     env.cleanup().await;
+}
+
+/// An id range surveys every inbox row in it, whatever its state; a receive-time range
+/// `[utc(3), utc(6))` rows 3, 4, 5.
+async fn survey_ranges(env: &TestEnv, ids: &[i64]) {
+    // An id range: every inbox row in it, whatever its state.
+    let s = env
+        .ops()
+        .survey(&SurveyRequest {
+            from_id: Some(ids[0]),
+            to_id: Some(ids[3]),
+            ..Default::default()
+        })
+        .await
+        .expect("survey");
+    assert_eq!((s.scope.as_str(), s.count), ("ids", 4));
+    assert_eq!(s.by_type[0].msg_type, "FLOP");
+    assert_eq!(s.by_type[0].count, 3);
+    // A receive-time range [utc(3), utc(6)): rows 3, 4, 5.
+    let s = env
+        .ops()
+        .survey(&SurveyRequest {
+            received_from: Some(utc(3)),
+            received_to: Some(utc(6)),
+            ..Default::default()
+        })
+        .await
+        .expect("survey");
+    assert_eq!(
+        (s.count, s.first_id, s.last_id),
+        (3, Some(ids[3]), Some(ids[5]))
+    );
 }
 
 fn skip_req(from: i64, to: i64) -> SkipRequest {
@@ -294,7 +300,7 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
     let ids = insert(&env, 0, &texts).await;
     let (first, last) = (ids[0], ids[n - 1]);
     env.discover(last).await;
-    let mut core = env.pump(&[]);
+    let mut core = env.stepper(&[]);
     for _ in 0..2 {
         core.step().await.expect("step");
     }
@@ -353,36 +359,7 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
         (ids[1], last)
     );
 
-    // Only the unfinished rows became SKIPPED(APPROVED_SKIP); the processed one is untouched.
-    for (id, state, reason) in states(&env).await {
-        if id == first {
-            assert_eq!((state.as_str(), reason), ("SUCCEEDED", None));
-        } else {
-            assert_eq!(
-                (state.as_str(), reason.as_deref()),
-                ("SKIPPED", Some(APPROVED_SKIP)),
-                "{id}"
-            );
-        }
-    }
-    // One audit row per batch: approver, reason, ticket, the ids.
-    let audit = env.audit_entries().await.expect("audit");
-    assert_eq!(audit.len(), 2);
-    let mut audited: Vec<i64> = Vec::new();
-    for (a, b) in audit.iter().zip(&report.batches) {
-        assert_eq!(a.id, b.audit_id);
-        assert_eq!(a.action, "APPROVED_SKIP");
-        assert_eq!(a.actor, "owner-wang");
-        assert_eq!(a.reason, "test traffic, agreed with the owner");
-        assert_eq!(a.ticket.as_deref(), Some("CHG-42"));
-        assert_eq!(a.result["applied"], json!(b.rows));
-        audited.extend(&a.msg_ids);
-    }
-    assert_eq!(audited, ids[1..].to_vec());
-    assert_eq!(
-        audit[0].result["rows"][0]["previous_state"],
-        json!("FAILED")
-    );
+    skipped_and_audited(&env, &ids, &report).await;
 
     // Again: nothing left to skip, nothing audited.
     let again = env
@@ -416,12 +393,140 @@ async fn skip_goes_through_the_gate_is_audited_and_swept() {
     env.cleanup().await;
 }
 
+/// Only the unfinished rows became SKIPPED(APPROVED_SKIP), the processed first one untouched;
+/// one audit row per batch: approver, reason, ticket, the ids.
+async fn skipped_and_audited(env: &TestEnv, ids: &[i64], report: &msgx_core::ops::SkipReport) {
+    let first = ids[0];
+    // Only the unfinished rows became SKIPPED(APPROVED_SKIP); the processed one is untouched.
+    for (id, state, reason) in states(env).await {
+        if id == first {
+            assert_eq!((state.as_str(), reason), ("SUCCEEDED", None));
+        } else {
+            assert_eq!(
+                (state.as_str(), reason.as_deref()),
+                ("SKIPPED", Some(APPROVED_SKIP)),
+                "{id}"
+            );
+        }
+    }
+    // One audit row per batch: approver, reason, ticket, the ids.
+    let audit = env.audit_entries().await.expect("audit");
+    assert_eq!(audit.len(), 2);
+    let mut audited: Vec<i64> = Vec::new();
+    for (a, b) in audit.iter().zip(&report.batches) {
+        assert_eq!(a.id, b.audit_id);
+        assert_eq!(a.action, "APPROVED_SKIP");
+        assert_eq!(a.actor, "owner-wang");
+        assert_eq!(a.reason, "test traffic, agreed with the owner");
+        assert_eq!(a.ticket.as_deref(), Some("CHG-42"));
+        assert_eq!(a.result["applied"], json!(b.rows));
+        audited.extend(&a.msg_ids);
+    }
+    assert_eq!(audited, ids[1..].to_vec());
+    assert_eq!(
+        audit[0].result["rows"][0]["previous_state"],
+        json!("FAILED")
+    );
+}
+
 #[tokio::test]
 async fn purge_readiness_names_every_reason() {
     let env = TestEnv::new("proc_purge").await;
-    let ids = insert_flops(&env, "F", 11).await;
+    let (ids, beyond) = rows_for_every_reason(&env).await;
+
+    let r = env
+        .ops()
+        .purge_readiness(&PurgeRequest::default())
+        .await
+        .expect("purge");
+    assert!(!r.ready);
+    assert_eq!(
+        (r.to_id, r.w, r.rows, r.marked),
+        (Some(beyond), ids[10], 12, 2)
+    );
+    assert_eq!(
+        (r.boundary_id, r.boundary_received_at),
+        (Some(ids[1]), Some(utc(1)))
+    );
+    let got: Vec<(String, u64, Vec<i64>)> = r
+        .unmarked
+        .iter()
+        .map(|u| (u.reason.clone(), u.count, u.sample_ids.clone()))
+        .collect();
+    let want: Vec<(String, u64, Vec<i64>)> = vec![
+        ("pending".into(), 2, vec![ids[3], ids[9]]),
+        ("failed".into(), 1, vec![ids[4]]),
+        ("awaiting_sweep".into(), 1, vec![ids[2]]),
+        ("abandoned_missing_row".into(), 1, vec![ids[5]]),
+        ("abandoned_max_attempts".into(), 1, vec![ids[6]]),
+        ("confirmed_mark_gone".into(), 1, vec![ids[10]]),
+        ("released_hole".into(), 1, vec![ids[7]]),
+        ("never_enqueued".into(), 1, vec![ids[8]]),
+        ("beyond_watermark".into(), 1, vec![beyond]),
+    ];
+    assert_eq!(got, want);
+
+    ready_up_to_the_boundary(&env, &ids).await;
+    env.cleanup().await;
+}
+
+/// Up to the boundary it is ready, by id and by receive time; with both bounds the range ends
+/// at the lower; an id of 0 is refused.
+async fn ready_up_to_the_boundary(env: &TestEnv, ids: &[i64]) {
+    // Up to the boundary it is ready, by id and by receive time.
+    let r = env
+        .ops()
+        .purge_readiness(&PurgeRequest {
+            to_id: Some(ids[1]),
+            ..Default::default()
+        })
+        .await
+        .expect("purge");
+    assert!(r.ready && r.unmarked.is_empty());
+    assert_eq!((r.rows, r.boundary_id), (2, Some(ids[1])));
+    let r = env
+        .ops()
+        .purge_readiness(&PurgeRequest {
+            received_before: Some(utc(3)),
+            ..Default::default()
+        })
+        .await
+        .expect("purge");
+    assert_eq!(
+        (r.to_id, r.rows, r.marked, r.ready),
+        (Some(ids[2]), 3, 2, false)
+    );
+    // Both bounds: the range ends at the lower of the two, whichever it is.
+    for (to_id, before) in [(ids[1], utc(3)), (ids[2], utc(2))] {
+        let r = env
+            .ops()
+            .purge_readiness(&PurgeRequest {
+                to_id: Some(to_id),
+                received_before: Some(before),
+            })
+            .await
+            .expect("purge");
+        assert_eq!((r.to_id, r.rows), (Some(ids[1]), 2), "{to_id} {before}");
+    }
+    assert!(matches!(
+        env.ops()
+            .purge_readiness(&PurgeRequest {
+                to_id: Some(0),
+                ..Default::default()
+            })
+            .await,
+        Err(OpsError::Invalid(_))
+    ));
+}
+
+/// Twelve inbox rows, each unmarked one for a different reason: PENDING, FAILED, awaiting the
+/// sweep, abandoned (missing row, max attempts), confirmed with its mark gone, a late arrival
+/// in a released hole, never enqueued, beyond W; the first two marked. The 11 ids below W and
+/// the one beyond.
+async fn rows_for_every_reason(env: &TestEnv) -> (Vec<i64>, i64) {
+    let ids = insert_flops(env, "F", 11).await;
     env.discover(ids[10]).await;
-    let beyond = insert(&env, 11, &[flop(12, "F12", &[])]).await[0];
+    let beyond = insert(env, 11, &[flop(12, "F12", &[])]).await[0];
     let now = env.clock.now();
     let pg = env.store.pool();
     let set = |sql: &'static str, id: i64| async move {
@@ -480,84 +585,7 @@ async fn purge_readiness_names_every_reason() {
     .await
     .expect("watch");
     // ids[9] stays PENDING; ids[10] confirmed but its mark is gone.
-
-    let r = env
-        .ops()
-        .purge_readiness(&PurgeRequest::default())
-        .await
-        .expect("purge");
-    assert!(!r.ready);
-    assert_eq!(
-        (r.to_id, r.w, r.rows, r.marked),
-        (Some(beyond), ids[10], 12, 2)
-    );
-    assert_eq!(
-        (r.boundary_id, r.boundary_received_at),
-        (Some(ids[1]), Some(utc(1)))
-    );
-    let got: Vec<(String, u64, Vec<i64>)> = r
-        .unmarked
-        .iter()
-        .map(|u| (u.reason.clone(), u.count, u.sample_ids.clone()))
-        .collect();
-    let want: Vec<(String, u64, Vec<i64>)> = vec![
-        ("pending".into(), 2, vec![ids[3], ids[9]]),
-        ("failed".into(), 1, vec![ids[4]]),
-        ("awaiting_sweep".into(), 1, vec![ids[2]]),
-        ("abandoned_missing_row".into(), 1, vec![ids[5]]),
-        ("abandoned_max_attempts".into(), 1, vec![ids[6]]),
-        ("confirmed_mark_gone".into(), 1, vec![ids[10]]),
-        ("released_hole".into(), 1, vec![ids[7]]),
-        ("never_enqueued".into(), 1, vec![ids[8]]),
-        ("beyond_watermark".into(), 1, vec![beyond]),
-    ];
-    assert_eq!(got, want);
-
-    // Up to the boundary it is ready, by id and by receive time.
-    let r = env
-        .ops()
-        .purge_readiness(&PurgeRequest {
-            to_id: Some(ids[1]),
-            ..Default::default()
-        })
-        .await
-        .expect("purge");
-    assert!(r.ready && r.unmarked.is_empty());
-    assert_eq!((r.rows, r.boundary_id), (2, Some(ids[1])));
-    let r = env
-        .ops()
-        .purge_readiness(&PurgeRequest {
-            received_before: Some(utc(3)),
-            ..Default::default()
-        })
-        .await
-        .expect("purge");
-    assert_eq!(
-        (r.to_id, r.rows, r.marked, r.ready),
-        (Some(ids[2]), 3, 2, false)
-    );
-    // Both bounds: the range ends at the lower of the two, whichever it is.
-    for (to_id, before) in [(ids[1], utc(3)), (ids[2], utc(2))] {
-        let r = env
-            .ops()
-            .purge_readiness(&PurgeRequest {
-                to_id: Some(to_id),
-                received_before: Some(before),
-            })
-            .await
-            .expect("purge");
-        assert_eq!((r.to_id, r.rows), (Some(ids[1]), 2), "{to_id} {before}");
-    }
-    assert!(matches!(
-        env.ops()
-            .purge_readiness(&PurgeRequest {
-                to_id: Some(0),
-                ..Default::default()
-            })
-            .await,
-        Err(OpsError::Invalid(_))
-    ));
-    env.cleanup().await;
+    (ids, beyond)
 }
 
 fn state(env: &TestEnv) -> AdminState {

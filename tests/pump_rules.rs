@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::drive::Stepper;
 use common::msgs::{fdel, flop, unknown_type};
 use common::proxied::{ProxiedInbox, QUICK_INBOX};
 use common::proxy::Proxy;
@@ -50,7 +51,7 @@ async fn failed_head_blocks_everything_until_due_then_poison_by_deadline() {
     let bad = env.insert_message(&unknown_type(1)).await;
     let good = env.insert_message(&flop(2, "F1", &[("GATE", "A1")])).await;
     env.poll(env.poll_cfg(100)).await;
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
 
     let (id, o) = outcome(pump.step().await.expect("step"));
     assert_eq!(id, bad);
@@ -97,7 +98,7 @@ async fn poison_by_attempts() {
     let env = TestEnv::new("pump_attempts").await;
     let bad = env.insert_message(&unknown_type(1)).await;
     env.poll(env.poll_cfg(100)).await;
-    let mut pump = env.pump(&[("MSGX_PROCESSING__MAX_ATTEMPTS", "3")]);
+    let mut pump = env.stepper(&[("MSGX_PROCESSING__MAX_ATTEMPTS", "3")]);
     for _ in 0..3 {
         let (_, o) = outcome(pump.step().await.expect("step"));
         assert!(matches!(o, Outcome::Failed { .. }));
@@ -119,7 +120,7 @@ async fn compat_row_beyond_w_waits_until_w_catches_up() {
         ..Proc::pending(c, chrono::Utc::now())
     };
     compat.insert(&env).await;
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
     assert_eq!(
         pump.step().await.expect("step"),
         StepOutcome::Idle,
@@ -155,7 +156,7 @@ async fn duplicate_malformed_unsupported_and_missing_rows() {
     env.poll(env.poll_cfg(100)).await;
     env.delete_as_owner(&[purged]).await;
 
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
     let mut seen = Vec::new();
     for _ in 0..5 {
         seen.push(outcome(pump.step().await.expect("step")));
@@ -214,7 +215,7 @@ async fn inbox_cut_during_raw_read_is_infra_never_dead() {
         inbox: via_proxy,
         ..
     } = env.inbox_via_proxy(QUICK_INBOX).await;
-    let mut pump = env.pump_with_inbox(via_proxy, &[]);
+    let mut pump = Stepper::new(env.pump_with_inbox(via_proxy, &[]));
 
     proxy.cut();
     let (_, o) = outcome(pump.step().await.expect("step"));
@@ -242,7 +243,7 @@ async fn business_transaction_failing_half_way_leaves_nothing_and_is_retried() {
         ))
         .await;
     env.poll(env.poll_cfg(100)).await;
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
     let (_, o) = outcome(pump.step().await.expect("step"));
     assert!(
         matches!(o, Outcome::Failed { class: ErrorClass::Infra, ref detail, .. } if detail.contains("injected")),
@@ -302,7 +303,7 @@ async fn flight_rules_through_the_store_merge_cascade_and_redelete() {
         env.insert_message(&fdel(8, "M")).await,
     ];
     env.poll(env.poll_cfg(100)).await;
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
     for _ in ids {
         let (_, o) = outcome(pump.step().await.expect("step"));
         assert_eq!(o.label(), "succeeded", "{o:?}");
@@ -339,7 +340,7 @@ async fn flight_rules_through_the_store_merge_cascade_and_redelete() {
 
 /// A message that binds its identity, fails INFRA on every business attempt (an injected
 /// trigger) and is escalated to DEAD(EXHAUSTED): a DEAD record that held an identity.
-async fn dead_holder(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore) -> i64 {
+async fn dead_holder(env: &TestEnv, pump: &mut Stepper) -> i64 {
     boom_trigger(env).await;
     let a = env
         .insert_message(&flop(42, "BOOM", &[("GATE", "A1")]))
@@ -384,7 +385,7 @@ async fn replay_dead(env: &TestEnv, id: i64) {
 #[tokio::test]
 async fn dead_record_releases_its_identity_resend_then_replay() {
     let env = TestEnv::new("ident_resend").await;
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
     let a = dead_holder(&env, &mut pump).await;
     let b = env
         .insert_message(&flop(42, "BOOM", &[("GATE", "B2")]))
@@ -416,7 +417,7 @@ async fn dead_record_releases_its_identity_resend_then_replay() {
 #[tokio::test]
 async fn dead_record_releases_its_identity_replay_then_resend() {
     let env = TestEnv::new("ident_replay").await;
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
     let a = dead_holder(&env, &mut pump).await;
     replay_dead(&env, a).await;
     let (id, o) = outcome(pump.step().await.expect("step"));
@@ -550,7 +551,7 @@ async fn run_inbox(spec: &[Gen], group_max: &str) -> (Snapshot, u64) {
     for id in purge {
         env.delete_as_owner(&[id]).await;
     }
-    let mut pump = env.pump(&[
+    let mut pump = env.stepper(&[
         ("MSGX_PROCESSING__GROUP_MAX", group_max),
         ("MSGX_PROCESSING__MAX_ATTEMPTS", "3"),
         ("MSGX_PROCESSING__READ_AHEAD", "16"),
@@ -603,7 +604,7 @@ async fn run_inbox(spec: &[Gen], group_max: &str) -> (Snapshot, u64) {
     };
     common::contract::check_stored_events(&env.store).await;
     env.cleanup().await;
-    (snap, pump.stages().groups)
+    (snap, pump.core().stages().groups)
 }
 
 /// Group commit changes nothing but the number of commits: on the same random inbox (with
@@ -649,7 +650,7 @@ async fn backlog_gauges_are_exact_when_small_and_the_id_span_when_large() {
     let small = env.store.backlog_gauges().await.expect("gauges");
     assert_eq!(small.unfinished, 3);
     assert!(small.oldest.is_some());
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
     while pump.step().await.expect("step") != StepOutcome::Idle {}
     let none = env.store.backlog_gauges().await.expect("gauges");
     assert_eq!((none.unfinished, none.oldest), (0, None));
@@ -688,7 +689,7 @@ async fn event_backlog_is_exact_when_small_and_the_id_span_when_large() {
             .await;
     }
     env.poll(env.poll_cfg(100)).await;
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
     while pump.step().await.expect("step") != StepOutcome::Idle {}
     let pool = env.store.pool();
     let now = chrono::Utc::now();
@@ -746,15 +747,15 @@ async fn event_backlog_is_exact_when_small_and_the_id_span_when_large() {
 }
 
 /// A pump core over `store` (e.g. one with short session timeouts).
-fn pump_on(env: &TestEnv, store: Store) -> msgx_core::pump::PumpCore {
+fn pump_on(env: &TestEnv, store: Store) -> Stepper {
     let settings = env.settings(&[]);
-    msgx_core::pump::PumpCore::new(
+    Stepper::new(msgx_core::pump::PumpCore::new(
         env.inbox.clone(),
         store,
         msgx_actors::app::codec(&settings.processing, env.tz),
         common::shared(&env.clock),
         msgx_actors::app::pump_config(&settings.processing, &settings.retention, env.tz),
-    )
+    ))
 }
 
 /// `(attempts, processing_started_at)` of a message.
@@ -781,7 +782,7 @@ async fn boom_trigger(env: &TestEnv) {
 }
 
 /// One step; a store error (a pooled connection the cut left broken) is retried.
-async fn step_ok(pump: &mut msgx_core::pump::PumpCore) -> StepOutcome {
+async fn step_ok(pump: &mut Stepper) -> StepOutcome {
     for _ in 0..20 {
         match pump.step().await {
             Ok(step) => return step,
@@ -795,7 +796,7 @@ async fn step_ok(pump: &mut msgx_core::pump::PumpCore) -> StepOutcome {
 /// member fails once (transient) and is due again later. Asserts it backs off (FAILED,
 /// `Waiting`), is not poisoned (DEAD EXHAUSTED) by time it never spent at the head, and that
 /// its stamps count only its real attempt.
-async fn after_the_failed_group(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore, ids: &[i64]) {
+async fn after_the_failed_group(env: &TestEnv, pump: &mut Stepper, ids: &[i64]) {
     let (a, b) = (ids[0], ids[1]);
     env.clock.advance(Duration::from_secs(3600));
     let attempt_at = env.clock.now();
@@ -951,7 +952,7 @@ async fn a_group_commits_as_soon_as_its_ready_heads_are_done() {
             .await;
     }
     env.poll(env.poll_cfg(1000)).await;
-    let mut pump = env.pump(&[
+    let mut pump = env.stepper(&[
         ("MSGX_PROCESSING__GROUP_MAX", "256"),
         ("MSGX_PROCESSING__GROUP_MAX_WAIT", "1h"),
     ]);

@@ -66,6 +66,11 @@ impl From<PollReport> for RoundSummary {
 #[rtype(result = "Result<Vec<StepOutcome>, WorkError>")]
 pub struct Step;
 
+/// Refresh the backlog gauges now (the pump's own five-second timer sends it).
+#[derive(Debug, Clone, Copy, Default, Message)]
+#[rtype(result = "()")]
+pub struct RefreshBacklog;
+
 /// Run one sweep now (the sweeper's own timer sends it; tests may).
 #[derive(Debug, Clone, Copy, Default, Message)]
 #[rtype(result = "Result<SweepReport, WorkError>")]

@@ -9,9 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{
-    Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, Message, WrapFuture,
-};
+use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, WrapFuture};
 use msgx_core::backlog;
 use msgx_core::clock::SharedClock;
 use msgx_core::pump::drain::DrainEstimator;
@@ -21,17 +19,14 @@ use msgx_core::telemetry;
 use tokio::sync::Mutex;
 
 use crate::child::Child;
-use crate::messages::{EventsQueued, Step, TerminalCommitted, WatermarkMoved, WorkError};
+use crate::messages::{
+    EventsQueued, RefreshBacklog, Step, TerminalCommitted, WatermarkMoved, WorkError,
+};
 use crate::next_run::NextRun;
 use crate::wiring::Wiring;
 
 /// Default window of the processing rate (`processing.drain_rate_window`).
 pub const DEFAULT_DRAIN_WINDOW: Duration = Duration::from_secs(300);
-
-/// Refresh backlog metrics.
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "()")]
-struct RefreshBacklog;
 
 /// The pump actor.
 pub struct Pump {

@@ -24,7 +24,8 @@
 //!    each a relaxed commit, then that transaction: one synchronous commit, two relaxed
 //!    ones), plus one round trip and one pool
 //!    acquire (the store pool's: no ping before checkout);
-//! 3. the real thing: `PumpCore::step()` (SystemClock, groups as configured) until Idle; every outcome must be
+//! 3. the real thing: `PumpCore::step_group()` (SystemClock, groups as configured) until Idle;
+//!    every outcome must be
 //!    SUCCEEDED, in MSG_ID order. Short bare probes run before it and after every tenth (pump
 //!    paused), so the ratio is time-matched although the disk's flush time drifts on a shared
 //!    machine;

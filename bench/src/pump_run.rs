@@ -1,5 +1,5 @@
-//! Phase 3 of `bench pump`, the real thing: `PumpCore::step()` with the service's codec and
-//! knobs until Idle, every step timed, RSS sampled every 10 % of progress. Every outcome must
+//! Phase 3 of `bench pump`, the real thing: `PumpCore::step_group()` (the `Pump` actor's call)
+//! with the service's codec and knobs until Idle, every group timed, RSS sampled every 10 % of progress. Every outcome must
 //! be SUCCEEDED (the backlog is well-formed); anything else stops the bench loudly.
 //!
 //! The disk's flush time drifts on a shared machine (other builds and tests), so short bare
@@ -61,7 +61,8 @@ pub(super) struct Tenth {
     pub(super) messages: u64,
     /// Its wall time.
     pub(super) elapsed: Duration,
-    /// Sum of `step()` wall time minus `took`: the head query (and the head decision).
+    /// Sum of `step_group()` wall time minus `took` (the whole group's wall time counts on its
+    /// first message): the head query (and the head decision).
     pub(super) head: Duration,
     /// Sum of `took` (stamp to terminal state).
     pub(super) took: Duration,
@@ -95,7 +96,8 @@ pub(super) struct PumpRun {
     pub(super) messages: u64,
     /// `StepOutcome::Processed.took` of every message, ascending.
     pub(super) took: Vec<Duration>,
-    /// Wall time of every processing `step()` call, in MSG_ID order.
+    /// Wall time per message, in MSG_ID order: a group's on its first message, zero on the
+    /// others.
     pub(super) steps: Vec<Duration>,
     /// Outcome labels and counts.
     pub(super) outcomes: BTreeMap<&'static str, u64>,
@@ -197,7 +199,7 @@ impl PumpRun {
 struct Tally {
     /// `took` of every message.
     took: Vec<Duration>,
-    /// Wall time of every `step()`.
+    /// Wall time per message (a group's on its first).
     steps: Vec<Duration>,
     outcomes: BTreeMap<&'static str, u64>,
     changes: u64,
@@ -242,31 +244,36 @@ impl Tally {
     }
 }
 
-/// One `PumpCore::step()`: None when Idle, else the message, its outcome, its `took` and the
-/// step's wall time.
-async fn step_once(
+/// One `PumpCore::step_group()`: each message of the group with its outcome, its `took` and
+/// its share of the group's wall time (all of it on the first message, none on the others:
+/// they were done in the same call); empty when Idle.
+async fn group_once(
     core: &mut PumpCore,
     expected_id: i64,
-) -> anyhow::Result<Option<(i64, Outcome, Duration, Duration)>> {
-    let step_started = Instant::now();
-    let step = core
-        .step()
+) -> anyhow::Result<Vec<(i64, Outcome, Duration, Duration)>> {
+    let group_started = Instant::now();
+    let group = core
+        .step_group()
         .await
-        .with_context(|| format!("pump step at message {expected_id}"))?;
-    let wall = step_started.elapsed();
-    match step {
-        StepOutcome::Idle => Ok(None),
-        StepOutcome::Processed {
-            msg_id,
-            outcome,
-            took,
-            ..
-        } => Ok(Some((msg_id, outcome, took, wall))),
-        other => anyhow::bail!(
-            "pump step at message {expected_id} did not process a message: {other:?} \
-             (every message of the well-formed backlog must succeed)"
-        ),
+        .with_context(|| format!("pump group at message {expected_id}"))?;
+    let mut wall = group_started.elapsed();
+    let mut done = Vec::with_capacity(group.len());
+    for step in group {
+        match step {
+            StepOutcome::Idle => break,
+            StepOutcome::Processed {
+                msg_id,
+                outcome,
+                took,
+                ..
+            } => done.push((msg_id, outcome, took, std::mem::take(&mut wall))),
+            other => anyhow::bail!(
+                "pump group at message {expected_id} did not process a message: {other:?} \
+                 (every message of the well-formed backlog must succeed)"
+            ),
+        }
     }
+    Ok(done)
 }
 
 /// The progress of the run between its tenths.
@@ -281,6 +288,14 @@ struct Tenths {
 }
 
 impl Tenths {
+    /// Counts one processed message in the current tenth.
+    fn count(&mut self, took_one: Duration, wall: Duration) {
+        let tenth = &mut self.current;
+        tenth.messages += 1;
+        tenth.head += wall.saturating_sub(took_one);
+        tenth.took += took_one;
+    }
+
     /// Closes the current tenth: RSS, the bare probe (pump paused, its WAL counted apart) and
     /// a progress line on stderr.
     async fn close(
@@ -343,7 +358,7 @@ fn pump_core(
     ))
 }
 
-/// `PumpCore::step()` until Idle.
+/// `PumpCore::step_group()` until Idle.
 pub(super) async fn pump_phase(
     inbox: &Inbox,
     store: &Store,
@@ -375,17 +390,18 @@ pub(super) async fn pump_phase(
         paused: Duration::ZERO,
         probe_wal: 0,
     };
-    while let Some((msg_id, outcome, took_one, wall)) =
-        step_once(&mut core, tally.expected_id).await?
-    {
-        tally.record(msg_id, outcome, took_one, wall)?;
-        let tenth = &mut tenths.current;
-        tenth.messages += 1;
-        tenth.head += wall.saturating_sub(took_one);
-        tenth.took += took_one;
-        let done = tally.steps.len() as u64;
-        if tenths.done.len() < 9 && done * 10 >= (tenths.done.len() as u64 + 1) * total {
-            tenths.close(&probe, store, msg_id, started).await?;
+    loop {
+        let group = group_once(&mut core, tally.expected_id).await?;
+        if group.is_empty() {
+            break;
+        }
+        for (msg_id, outcome, took_one, wall) in group {
+            tally.record(msg_id, outcome, took_one, wall)?;
+            tenths.count(took_one, wall);
+            let done = tally.steps.len() as u64;
+            if tenths.done.len() < 9 && done * 10 >= (tenths.done.len() as u64 + 1) * total {
+                tenths.close(&probe, store, msg_id, started).await?;
+            }
         }
     }
     // The pump's own time: the probes between the tenths do not count.

@@ -228,24 +228,8 @@ impl Drop for Instance {
     }
 }
 
-/// A plain HTTP/1.1 GET; the whole response.
-pub async fn http_get(port: u16, path: &str) -> std::io::Result<String> {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    http_exchange(port, &request, Duration::from_secs(3)).await
-}
-
-/// Sends one raw HTTP request to 127.0.0.1:port on a fresh connection and reads until the
-/// server closes it (a timeout after `limit`); the whole response, as text.
-pub async fn http_exchange(port: u16, request: &str, limit: Duration) -> std::io::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(request.as_bytes()).await?;
-    let mut buf = Vec::new();
-    tokio::time::timeout(limit, s.read_to_end(&mut buf))
-        .await
-        .map_err(|_| std::io::Error::other("timeout"))??;
-    Ok(String::from_utf8_lossy(&buf).into_owned())
-}
+// The one HTTP client (`common::http`), under the name the instance tests use.
+pub use super::http::get as http_get;
 
 /// Knobs of one `msgexchange dev simulate-upstream` run.
 #[derive(Debug, Clone, Copy)]

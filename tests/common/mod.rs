@@ -7,6 +7,7 @@ pub mod contract;
 pub mod dispatch;
 pub mod dispatch_round;
 pub mod drive;
+pub mod http;
 pub mod instance;
 pub mod kafka;
 pub mod msgs;

@@ -211,7 +211,7 @@ async fn a_row_purged_before_its_mark_is_a_verify_violation() {
     let env = TestEnv::new("purge_red_line").await;
     let ids = env.insert_rows(3).await;
     env.discover(ids[2]).await;
-    let mut pump = env.pump(&[]);
+    let mut pump = env.stepper(&[]);
     for _ in 0..20 {
         if matches!(
             pump.step().await.expect("step"),

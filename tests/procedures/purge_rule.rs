@@ -53,7 +53,7 @@ async fn inbox_marked(env: &TestEnv, id: i64) -> bool {
 }
 
 /// Steps the pump until it is idle; returns the ids it processed.
-async fn drain(pump: &mut msgx_core::pump::PumpCore) -> Vec<i64> {
+async fn drain(pump: &mut super::common::drive::Stepper) -> Vec<i64> {
     let mut done = Vec::new();
     for _ in 0..20 {
         match pump.step().await.expect("step") {
@@ -77,7 +77,7 @@ async fn a_replayed_row_that_keeps_its_mark_holds_the_purge() {
     let dead = dead_and_marked(&env, false, "A1").await;
     let good = insert(&env, 1, &[flop(2, "RC2", &[])]).await[0];
     env.discover(good).await;
-    drain(&mut env.pump(&[])).await;
+    drain(&mut env.stepper(&[])).await;
     env.sweep_all().await;
     let r = readiness(&env).await;
     assert!(r.ready, "{}", r.render());
@@ -98,7 +98,7 @@ async fn a_replayed_row_that_keeps_its_mark_holds_the_purge() {
     assert!(r.render().contains("marked_pending"), "{}", r.render());
 
     // The pump (UPDT supported now) processes it: terminal, but not yet confirmed.
-    let done = drain(&mut env.pump(&[])).await;
+    let done = drain(&mut env.stepper(&[])).await;
     assert_eq!(done, vec![dead]);
     assert_eq!(env.state_of(dead).await.0, "SUCCEEDED");
     let r = readiness(&env).await;
@@ -142,7 +142,7 @@ async fn a_mark_by_someone_else_on_a_pending_row_holds_the_purge() {
     );
     // Once we processed them and the sweep confirmed the (foreign) marks, they are purgeable.
     env.discover(beyond).await;
-    drain(&mut env.pump(&[])).await;
+    drain(&mut env.stepper(&[])).await;
     env.sweep_all().await;
     let r = readiness(&env).await;
     assert!(r.ready, "{}", r.render());
@@ -172,7 +172,7 @@ async fn skipped_cutover_stock_is_purgeable_only_where_marked() {
     .expect("cutover");
     let ours = insert(&env, 5, &[flop(6, "N6", &[])]).await[0];
     env.discover(ours).await;
-    drain(&mut env.pump(&[])).await;
+    drain(&mut env.stepper(&[])).await;
     env.sweep_all().await;
 
     let r = readiness(&env).await;
@@ -224,7 +224,7 @@ async fn the_boundary_gauge_moves_down_after_a_replay() {
     let ids = insert(&env, 0, &texts).await;
     let (g1, bad, g3) = (ids[0], ids[1], ids[2]);
     env.discover(g3).await;
-    let mut pump = env.pump(&[("MSGX_PROCESSING__MAX_ATTEMPTS", "1")]);
+    let mut pump = env.stepper(&[("MSGX_PROCESSING__MAX_ATTEMPTS", "1")]);
     assert_eq!(drain(&mut pump).await, vec![g1, bad, bad, g3]);
     assert_eq!(env.state_of(bad).await.0, "DEAD");
     env.sweep_all().await;

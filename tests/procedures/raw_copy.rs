@@ -27,7 +27,7 @@ fn on(raw_copy: bool) -> &'static str {
 pub(super) async fn dead_and_marked(env: &TestEnv, raw_copy: bool, gate: &str) -> i64 {
     let id = insert(env, 0, &[flop(1, "RC1", &[("GATE", gate)])]).await[0];
     env.discover(id).await;
-    let mut pump = env.pump(&[
+    let mut pump = env.stepper(&[
         ("MSGX_PROCESSING__FLOP_SUBTYPES", "ARRE"),
         ("MSGX_PROCESSING__MAX_ATTEMPTS", "1"),
         ("MSGX_RETENTION__RAW_COPY", on(raw_copy)),
@@ -95,7 +95,7 @@ async fn audited_row(env: &TestEnv, id: i64) -> serde_json::Value {
 
 /// The pump, now able to decode the message, processes the replayed row: SUCCEEDED.
 async fn process_replayed(env: &TestEnv, id: i64) {
-    let mut pump = env.pump(&[("MSGX_RETENTION__RAW_COPY", "true")]);
+    let mut pump = env.stepper(&[("MSGX_RETENTION__RAW_COPY", "true")]);
     match pump.step().await.expect("step") {
         StepOutcome::Processed {
             msg_id,
@@ -182,7 +182,7 @@ async fn a_replay_takes_its_own_copy_so_a_purge_after_it_loses_nothing() {
     assert_eq!(copies(&env).await, 1, "the replay copied the inbox text");
     purge_inbox_row(&env, id).await;
 
-    let mut pump = env.pump(&[("MSGX_RETENTION__RAW_COPY", "false")]);
+    let mut pump = env.stepper(&[("MSGX_RETENTION__RAW_COPY", "false")]);
     match pump.step().await.expect("step") {
         StepOutcome::Processed {
             msg_id,
@@ -326,7 +326,7 @@ async fn a_message_of_several_megabytes_round_trips() {
     assert!(text.len() > 6_000_000);
     let id = insert(&env, 0, std::slice::from_ref(&text)).await[0];
     env.discover(id).await;
-    let mut pump = env.pump(&[
+    let mut pump = env.stepper(&[
         ("MSGX_RETENTION__RAW_COPY", "true"),
         ("MSGX_PROCESSING__MAX_MESSAGE_BYTES", "16777216"),
     ]);

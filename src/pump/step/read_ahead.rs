@@ -1,0 +1,183 @@
+//! Read-ahead: the raw texts of a group's members, read in one inbox round trip outside any
+//! transaction together with the candidates behind them (a purged row's text from our raw
+//! copy), then decoded — and compressed for our own copy when `retention.raw_copy` is on. A
+//! member whose text or decode fails is prepared as DEAD or FAILED here, without I/O.
+
+use super::{Member, PumpCore};
+use crate::codec::{CodecError, DecodedMessage};
+use crate::inbox::RawMessage;
+use crate::pump::outcome::ErrorClass;
+use crate::pump::stages::Stage;
+use crate::store::{HeadRow, PendingCopy, StoreError, StoredCopy};
+use crate::telemetry;
+
+/// What the work outside PostgreSQL (raw read, decode) made of a member.
+pub(super) enum Prepared {
+    /// A terminal state without business work (DEAD).
+    Dead(ErrorClass, String),
+    /// FAILED with backoff; the group ends here.
+    Fail(ErrorClass, String),
+    /// Decoded: bind the identity, then the business work.
+    Decoded(Box<DecodedMessage>),
+}
+
+impl PumpCore {
+    /// Makes sure the raw texts of the members are buffered: one inbox round trip for the
+    /// members not buffered yet and the candidates after them (up to `read_ahead`). Outside
+    /// any PostgreSQL transaction; a failure is kept and fails the first member it left out.
+    pub(super) async fn read_ahead(&mut self, candidates: &[HeadRow], members: &[Member]) {
+        self.ahead_error = None;
+        let Some(missing) = members
+            .iter()
+            .map(|m| m.row.head.msg_id)
+            .find(|id| !self.ahead.contains_key(id))
+        else {
+            return;
+        };
+        if missing == members[0].row.head.msg_id {
+            self.ahead.clear();
+        }
+        let want = (self.cfg.read_ahead as usize).max(members.len());
+        let ids: Vec<i64> = candidates
+            .iter()
+            .map(|r| r.head.msg_id)
+            .filter(|id| *id >= missing)
+            .take(want)
+            .collect();
+        match self
+            .inbox
+            .raw_messages(&ids, self.cfg.max_message_bytes)
+            .await
+        {
+            Ok(texts) => {
+                let gone: Vec<i64> = texts
+                    .iter()
+                    .filter(|(_, raw)| *raw == RawMessage::Missing)
+                    .map(|(id, _)| *id)
+                    .collect();
+                self.ahead.extend(texts);
+                if !gone.is_empty() {
+                    self.read_copies(&gone).await;
+                }
+            }
+            Err(e) => self.ahead_error = Some(e.to_string()),
+        }
+    }
+
+    /// Inbox rows that are gone (the DB owner purged them): their text from our raw copy
+    /// where one exists (a replay after the purge). A copy that does not read back leaves the
+    /// row `Missing`; a store failure fails the members like an inbox failure (INFRA), never
+    /// "missing".
+    async fn read_copies(&mut self, gone: &[i64]) {
+        match self
+            .store
+            .raw_copies(gone, self.cfg.max_message_bytes)
+            .await
+        {
+            Ok(copies) => {
+                for (id, copy) in copies {
+                    match copy {
+                        StoredCopy::Found(raw) => {
+                            if let RawMessage::Text(text) = &raw {
+                                telemetry::raw_copy_read(id, text.len() as u64);
+                            }
+                            self.ahead.insert(id, raw);
+                        }
+                        StoredCopy::Corrupt(error) => telemetry::raw_copy_corrupt(id, &error),
+                    }
+                }
+            }
+            Err(e) => {
+                for id in gone {
+                    self.ahead.remove(id);
+                }
+                self.ahead_error = Some(format!("reading raw copies: {e}"));
+            }
+        }
+    }
+
+    /// Raw texts and decoding first (no I/O: read ahead), up to the first member that fails
+    /// there (the group ends with it); then the copies of their texts, when kept.
+    pub(super) fn prepare_stage(
+        &mut self,
+        members: &[Member],
+    ) -> Result<(Vec<Prepared>, Vec<PendingCopy>), StoreError> {
+        let mut timer = self.stages.time(Stage::Decode);
+        let mut prepared = Vec::with_capacity(members.len());
+        for m in members {
+            let p = self.prepare(m.row.head.msg_id);
+            let stop = matches!(p, Prepared::Fail(..));
+            prepared.push(p);
+            if stop {
+                break;
+            }
+        }
+        timer.calls(prepared.len() as u64);
+        drop(timer);
+        // The compressing counts toward the copies' one call (their write, at the finish).
+        let mut timer = self.cfg.raw_copy.then(|| self.stages.time(Stage::RawCopy));
+        if let Some(t) = timer.as_mut() {
+            t.calls(0);
+        }
+        let copies = self.copies_of(&members[..prepared.len()])?;
+        Ok((prepared, copies))
+    }
+
+    /// Raw text and decode of a member (no I/O: the text was read ahead).
+    fn prepare(&self, msg_id: i64) -> Prepared {
+        let raw = match self.ahead.get(&msg_id) {
+            Some(raw) => raw,
+            None => {
+                let detail = self
+                    .ahead_error
+                    .clone()
+                    .unwrap_or_else(|| "raw message not read".into());
+                return Prepared::Fail(ErrorClass::Infra, detail);
+            }
+        };
+        let text = match raw {
+            RawMessage::Text(text) => text,
+            RawMessage::Missing => {
+                return Prepared::Dead(
+                    ErrorClass::Malformed,
+                    "inbox row missing when reading the raw message".into(),
+                )
+            }
+            RawMessage::Empty => {
+                return Prepared::Dead(
+                    ErrorClass::Malformed,
+                    "inbox row has no message text".into(),
+                )
+            }
+            RawMessage::TooLarge(len) => {
+                let detail = format!(
+                    "message of {len} bytes exceeds processing.max_message_bytes {}",
+                    self.cfg.max_message_bytes
+                );
+                return Prepared::Dead(ErrorClass::Malformed, detail);
+            }
+        };
+        match self.codec.decode(text) {
+            Ok(msg) => Prepared::Decoded(Box::new(msg)),
+            Err(CodecError::Malformed(d)) => Prepared::Dead(ErrorClass::Malformed, d),
+            Err(CodecError::Unsupported(d)) => Prepared::Fail(ErrorClass::Unsupported, d),
+            Err(CodecError::Codec(d)) => Prepared::Fail(ErrorClass::CodecError, d),
+        }
+    }
+
+    /// The copies of the members' raw texts (compressed here, outside the transaction), when
+    /// `raw_copy` is on.
+    fn copies_of(&self, members: &[Member]) -> Result<Vec<PendingCopy>, StoreError> {
+        let mut copies = Vec::new();
+        if !self.cfg.raw_copy {
+            return Ok(copies);
+        }
+        for m in members {
+            let id = m.row.head.msg_id;
+            if let Some(RawMessage::Text(text)) = self.ahead.get(&id) {
+                copies.extend(PendingCopy::of(id, text)?);
+            }
+        }
+        Ok(copies)
+    }
+}
