@@ -18,7 +18,7 @@ use crate::clock::SharedClock;
 use crate::codec::{Codec, CodecError, DecodedMessage};
 use crate::flight::{self, GuardedPlan, Refused};
 use crate::inbox::{Inbox, RawMessage};
-use crate::late::Source;
+use crate::rows::Source;
 use crate::store::batch::{self, PlannedWrite};
 use crate::store::{
     BusinessResult, GroupLoad, GroupTx, HeadRow, PendingCopy, Stamp, Store, StoreError, StoredCopy,
