@@ -203,9 +203,9 @@ async fn inbox_over(w: &TlsWorld, mode: &str, ca: Option<&str>) -> Result<bool, 
         extra.push(("MSGX_INBOX__SSL_CA", ca));
     }
     let settings = w.settings(&extra)?;
-    let tz = settings.inbox_timezone().map_err(|e| e.to_string())?;
-    let names = settings.inbox_names().map_err(|e| e.to_string())?;
-    let inbox = Inbox::new(&settings.inbox, &names, tz).map_err(|e| e.to_string())?;
+    let tz = settings.inbox_timezone();
+    let names = settings.inbox_names();
+    let inbox = Inbox::new(&settings.inbox, names, tz).map_err(|e| e.to_string())?;
     inbox.max_id().await.map_err(|e| e.to_string())?;
     let cipher: (String, String) = sqlx::query_as("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
         .fetch_one(inbox.pool())

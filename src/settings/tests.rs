@@ -13,7 +13,23 @@ fn default_file_is_valid() {
     let s = load(&[]).expect("defaults load");
     assert_eq!(s.pipeline.max_commit_delay, Duration::from_secs(300));
     assert_eq!(s.inbox.table, "CMINMSGS");
-    assert!(s.cutover().expect("cutover").is_none());
+    assert!(s.cutover().is_none());
+}
+
+/// The loader keeps what validation parsed: callers read typed values, never the text again.
+#[test]
+fn the_loader_keeps_the_parsed_values() {
+    let s = load(&[
+        ("MSGX_INBOX__TABLE", "INBOX2"),
+        ("MSGX_INBOX__TIMEZONE", "Europe/Berlin"),
+        ("MSGX_PIPELINE__CUTOVER_WATERMARK", "max"),
+    ])
+    .expect("valid");
+    assert_eq!(s.inbox_names().table.as_str(), "INBOX2");
+    assert_eq!(s.outbox_names().table.as_str(), "COUTMSGS");
+    assert_eq!(s.inbox_timezone(), chrono_tz::Europe::Berlin);
+    assert_eq!(s.cutover(), Some(CutoverMode::Max));
+    assert!(s.cutover_expect().is_none());
 }
 
 #[test]
@@ -271,7 +287,7 @@ fn a_cutover_expectation_needs_its_mode_and_w() {
         ("MSGX_PIPELINE__CUTOVER_EXPECT", ok),
     ])
     .expect("max with an approved plan");
-    assert_eq!(s.cutover_expect().expect("valid").map(|e| e.w), Some(10));
+    assert_eq!(s.cutover_expect().map(|e| e.w), Some(10));
     for (mode, expect, why) in [
         ("", ok, "pipeline.cutover_watermark is not"),
         ("11", ok, "expects W = 10"),
