@@ -172,11 +172,6 @@ impl Settings {
         Ok(self)
     }
 
-    /// Everything resolved at load.
-    pub fn resolved(&self) -> &Resolved {
-        &self.resolved
-    }
-
     /// The inbox zone (`inbox.timezone`).
     pub fn inbox_timezone(&self) -> chrono_tz::Tz {
         self.resolved.tz
