@@ -263,24 +263,24 @@ mod tests {
     /// One conversion each way, for every name the migrations allow.
     #[test]
     fn names_round_trip() {
-        for s in ProcState::ALL {
-            assert_eq!(ProcState::try_from(s.as_str()), Ok(*s));
-        }
-        for s in EventState::ALL {
-            assert_eq!(EventState::try_from(s.as_str()), Ok(*s));
-        }
-        for c in ErrorClass::ALL {
-            assert_eq!(ErrorClass::try_from(c.as_str()), Ok(*c));
-        }
-        for s in Source::ALL {
-            assert_eq!(Source::try_from(s.as_str()), Ok(*s));
-        }
-        for r in AbandonReason::ALL {
-            assert_eq!(AbandonReason::try_from(r.as_str()), Ok(*r));
-        }
-        for r in RawSource::ALL {
-            assert_eq!(RawSource::try_from(r.as_str()), Ok(*r));
-        }
+        assert!(ProcState::ALL
+            .iter()
+            .all(|s| ProcState::try_from(s.as_str()) == Ok(*s)));
+        assert!(EventState::ALL
+            .iter()
+            .all(|s| EventState::try_from(s.as_str()) == Ok(*s)));
+        assert!(ErrorClass::ALL
+            .iter()
+            .all(|c| ErrorClass::try_from(c.as_str()) == Ok(*c)));
+        assert!(Source::ALL
+            .iter()
+            .all(|s| Source::try_from(s.as_str()) == Ok(*s)));
+        assert!(AbandonReason::ALL
+            .iter()
+            .all(|r| AbandonReason::try_from(r.as_str()) == Ok(*r)));
+        assert!(RawSource::ALL
+            .iter()
+            .all(|r| RawSource::try_from(r.as_str()) == Ok(*r)));
         assert_eq!(
             ProcState::try_from("pending").unwrap_err().to_string(),
             "`pending` is not a known proc_state.state"

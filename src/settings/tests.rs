@@ -16,28 +16,14 @@ fn default_file_is_valid() {
     assert!(s.cutover().is_none());
 }
 
-/// The loader keeps what validation parsed: callers read typed values, never the text again.
-#[test]
-fn the_loader_keeps_the_parsed_values() {
-    let s = load(&[
-        ("MSGX_INBOX__TABLE", "INBOX2"),
-        ("MSGX_INBOX__TIMEZONE", "Europe/Berlin"),
-        ("MSGX_PIPELINE__CUTOVER_WATERMARK", "max"),
-    ])
-    .expect("valid");
-    assert_eq!(s.inbox_names().table.as_str(), "INBOX2");
-    assert_eq!(s.outbox_names().table.as_str(), "COUTMSGS");
-    assert_eq!(s.inbox_timezone(), chrono_tz::Europe::Berlin);
-    assert_eq!(s.cutover(), Some(CutoverMode::Max));
-    assert!(s.cutover_expect().is_none());
-}
-
 #[test]
 fn env_overrides_with_double_underscore() {
     let s = load(&[
         ("MSGX_PIPELINE__MAX_COMMIT_DELAY", "7m"),
         ("MSGX_PIPELINE__CLAIM_BATCH", "17"),
         ("MSGX_INBOX__TABLE", "INBOX2"),
+        ("MSGX_INBOX__TIMEZONE", "Europe/Berlin"),
+        ("MSGX_PIPELINE__CUTOVER_WATERMARK", "max"),
         ("MSGX_KAFKA__BROKERS", "k1:9092,k2:9092"),
     ])
     .expect("load");
@@ -45,6 +31,12 @@ fn env_overrides_with_double_underscore() {
     assert_eq!(s.pipeline.claim_batch, 17);
     assert_eq!(s.inbox.table, "INBOX2");
     assert_eq!(s.kafka.brokers, "k1:9092,k2:9092");
+    // The loader keeps what validation parsed: callers read typed values, never the text.
+    assert_eq!(s.inbox_names().table.as_str(), "INBOX2");
+    assert_eq!(s.outbox_names().table.as_str(), "COUTMSGS");
+    assert_eq!(s.inbox_timezone(), chrono_tz::Europe::Berlin);
+    assert_eq!(s.cutover(), Some(CutoverMode::Max));
+    assert!(s.cutover_expect().is_none());
 }
 
 fn err_of(env: &[(&str, &str)]) -> String {
