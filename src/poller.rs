@@ -31,6 +31,7 @@ use chrono::{DateTime, Utc};
 use crate::clock::Clock;
 use crate::inbox::evidence::EvidenceError;
 use crate::inbox::{Inbox, InboxError, InboxRow};
+use crate::settings::{LateSettings, PipelineSettings};
 use crate::store::{EnqueueRow, RoundWrite, Store, StoreError, StoredCursor};
 use crate::telemetry;
 use crate::watermark::{
@@ -74,19 +75,22 @@ pub struct PollConfig {
     pub probe_head: bool,
 }
 
-impl Default for PollConfig {
-    /// The shipped defaults (`config/default.toml`): 1000 rows, 20 pages ahead, 5 min, asynchronous enqueue
-    /// commit, 7 days of late watch, no transaction evidence, rounds at least 20 ms apart.
-    fn default() -> Self {
+impl PollConfig {
+    /// The knobs as configured: `[pipeline]` for the round, `[late]` for what a released hole
+    /// hands the watch (and the evidence rule). The actor adjusts `sight_ahead` and
+    /// `probe_head` per round.
+    pub fn from_settings(p: &PipelineSettings, late: &LateSettings) -> Self {
         Self {
-            claim_batch: 1000,
-            sight_ahead: 20,
-            max_commit_delay: Duration::from_secs(300),
-            async_commit: true,
-            watch_window: Duration::from_secs(7 * 24 * 3600),
-            hole_evidence: None,
-            compensation_window: 100_000,
-            min_gap: Duration::from_millis(20),
+            claim_batch: p.claim_batch,
+            sight_ahead: p.hole_sight_ahead,
+            max_commit_delay: p.max_commit_delay,
+            async_commit: p.async_enqueue_commit,
+            watch_window: late.watch_window,
+            hole_evidence: late.hole_evidence.then_some(HoleEvidenceConfig {
+                cap: late.hole_evidence_cap,
+            }),
+            compensation_window: late.compensation_window,
+            min_gap: p.min_poll_gap,
             probe_head: false,
         }
     }

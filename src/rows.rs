@@ -1,5 +1,6 @@
-//! What our rows hold, typed: the states of `PROC_STATE` and `MSG_EVENT`, the error classes
-//! and the head row the pump decides on. Below both the store (which reads and writes them)
+//! What our rows hold, typed: the states of `PROC_STATE` and `MSG_EVENT`, the error classes,
+//! a row's source and backfill abandon reason, a replay's raw-text source, and the head row the
+//! pump decides on (the cutover record is in [`stock`]). Below both the store (which reads and writes them)
 //! and the pump (which decides on them), so neither reaches into the other for a type.
 //!
 //! The names are strings only at the SQL edge: each type converts one way with `as_str` (and
@@ -8,6 +9,8 @@
 //! migrations 0001 (`proc_state.state`) and 0002 (`msg_event.state`).
 
 use chrono::{DateTime, Utc};
+
+pub mod stock;
 
 /// A stored name that is not one of the type's names (a manual edit, or a newer schema).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,29 +22,38 @@ pub struct UnknownName {
     pub name: String,
 }
 
-/// One enum stored as `TEXT`: `as_str`, `TryFrom<&str>`, `Display`, and sqlx's
-/// `Type`/`Encode`/`Decode` (and arrays) for PostgreSQL through those two.
+/// The rest of a text enum, around strum's derives (`VariantArray`, and `IntoStaticStr`, which
+/// spells each name once from the variant): `ALL`, `as_str`, `names`,
+/// `TryFrom<&str>` with [`UnknownName`] (naming `$what`), `Display`, `Serialize`, and sqlx's
+/// `Type`/`Encode`/`Decode` (and arrays) for PostgreSQL as `TEXT` through those two.
 macro_rules! text_enum {
-    ($ty:ident, $what:literal, { $($variant:ident => $name:literal),+ $(,)? }) => {
+    ($ty:ident, $what:literal) => {
         impl $ty {
             /// Every value, in declaration order.
-            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+            pub const ALL: &'static [$ty] = <$ty as strum::VariantArray>::VARIANTS;
 
             /// The stored and exported name.
             pub fn as_str(self) -> &'static str {
-                match self {
-                    $($ty::$variant => $name),+
-                }
+                self.into()
+            }
+
+            /// Every name, in declaration order (a metric's label values).
+            pub fn names() -> Vec<&'static str> {
+                Self::ALL.iter().map(|v| v.as_str()).collect()
             }
         }
 
         impl TryFrom<&str> for $ty {
-            type Error = UnknownName;
-            fn try_from(name: &str) -> Result<Self, UnknownName> {
-                match name {
-                    $($name => Ok($ty::$variant),)+
-                    _ => Err(UnknownName { what: $what, name: name.to_string() }),
-                }
+            type Error = $crate::rows::UnknownName;
+            fn try_from(name: &str) -> Result<Self, $crate::rows::UnknownName> {
+                Self::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == name)
+                    .ok_or_else(|| $crate::rows::UnknownName {
+                        what: $what,
+                        name: name.to_string(),
+                    })
             }
         }
 
@@ -91,9 +103,11 @@ macro_rules! text_enum {
         }
     };
 }
+pub(crate) use text_enum;
 
 /// `proc_state.state` (migration 0001).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum ProcState {
     /// Enqueued, not yet processed (or replayed).
     Pending,
@@ -107,13 +121,7 @@ pub enum ProcState {
     Dead,
 }
 
-text_enum!(ProcState, "proc_state.state", {
-    Pending => "PENDING",
-    Failed => "FAILED",
-    Succeeded => "SUCCEEDED",
-    Skipped => "SKIPPED",
-    Dead => "DEAD",
-});
+text_enum!(ProcState, "proc_state.state");
 
 impl ProcState {
     /// PENDING or FAILED: the pump still owes it an outcome.
@@ -128,7 +136,8 @@ impl ProcState {
 }
 
 /// `msg_event.state` (migration 0002).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum EventState {
     /// Waiting for (another) send.
     Pending,
@@ -138,14 +147,11 @@ pub enum EventState {
     Dead,
 }
 
-text_enum!(EventState, "msg_event.state", {
-    Pending => "PENDING",
-    Sent => "SENT",
-    Dead => "DEAD",
-});
+text_enum!(EventState, "msg_event.state");
 
 /// Error classes and skip reasons recorded on `PROC_STATE.ERROR_CLASS` (SPEC §2, §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorClass {
     /// Not a valid message, or its inbox row/text is gone: DEAD, not replayable.
     Malformed,
@@ -163,15 +169,53 @@ pub enum ErrorClass {
     Duplicate,
 }
 
-text_enum!(ErrorClass, "proc_state.error_class", {
-    Malformed => "MALFORMED",
-    Protocol => "PROTOCOL",
-    Unsupported => "UNSUPPORTED",
-    CodecError => "CODEC_ERROR",
-    Infra => "INFRA",
-    Exhausted => "EXHAUSTED",
-    Duplicate => "DUPLICATE",
-});
+text_enum!(ErrorClass, "proc_state.error_class");
+
+/// Where a `PROC_STATE` row came from (`proc_state.source`, migration 0001).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+pub enum Source {
+    /// Discovered by the poller, in id order.
+    Poll,
+    /// Registered by the compat HTTP entry (waits for W).
+    Compat,
+    /// A released hole id found in the inbox later: processed with the ordering guard.
+    Late,
+}
+
+text_enum!(Source, "proc_state.source");
+
+impl Source {
+    /// True for rows processed out of id order, under the ordering guard.
+    pub fn is_late(self) -> bool {
+        self == Source::Late
+    }
+}
+
+/// Why a row's backfill was given up (`proc_state.backfill_abandon_reason`; also the `reason`
+/// label of `msgx_backfill_abandoned_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+pub enum AbandonReason {
+    /// The inbox row does not exist: abandoned at once.
+    MissingRow,
+    /// Transient failures reached `backfill.max_attempts`.
+    MaxAttempts,
+}
+
+text_enum!(AbandonReason, "proc_state.backfill_abandon_reason");
+
+/// Where a replayed row's raw text will come from (API, audit, logs, metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum RawSource {
+    /// The inbox row still holds it.
+    Inbox,
+    /// The inbox row is gone; our raw copy holds it.
+    RawCopy,
+}
+
+text_enum!(RawSource, "replay source");
 
 /// Terminal states written by one statement (non-business).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,19 +263,73 @@ mod tests {
     /// One conversion each way, for every name the migrations allow.
     #[test]
     fn names_round_trip() {
-        for s in ProcState::ALL {
-            assert_eq!(ProcState::try_from(s.as_str()), Ok(*s));
-        }
-        for s in EventState::ALL {
-            assert_eq!(EventState::try_from(s.as_str()), Ok(*s));
-        }
-        for c in ErrorClass::ALL {
-            assert_eq!(ErrorClass::try_from(c.as_str()), Ok(*c));
-        }
+        assert!(ProcState::ALL
+            .iter()
+            .all(|s| ProcState::try_from(s.as_str()) == Ok(*s)));
+        assert!(EventState::ALL
+            .iter()
+            .all(|s| EventState::try_from(s.as_str()) == Ok(*s)));
+        assert!(ErrorClass::ALL
+            .iter()
+            .all(|c| ErrorClass::try_from(c.as_str()) == Ok(*c)));
+        assert!(Source::ALL
+            .iter()
+            .all(|s| Source::try_from(s.as_str()) == Ok(*s)));
+        assert!(AbandonReason::ALL
+            .iter()
+            .all(|r| AbandonReason::try_from(r.as_str()) == Ok(*r)));
+        assert!(RawSource::ALL
+            .iter()
+            .all(|r| RawSource::try_from(r.as_str()) == Ok(*r)));
         assert_eq!(
             ProcState::try_from("pending").unwrap_err().to_string(),
             "`pending` is not a known proc_state.state"
         );
+        assert!(Source::try_from("late").is_err());
+    }
+
+    /// The names are the migrations' and the API's, byte for byte (the derive spells them from
+    /// the variants).
+    #[test]
+    fn stored_names_are_unchanged() {
+        let cases = [
+            (ProcState::names(), "PENDING,FAILED,SUCCEEDED,SKIPPED,DEAD"),
+            (EventState::names(), "PENDING,SENT,DEAD"),
+            (
+                ErrorClass::names(),
+                "MALFORMED,PROTOCOL,UNSUPPORTED,CODEC_ERROR,INFRA,EXHAUSTED,DUPLICATE",
+            ),
+            (Source::names(), "POLL,COMPAT,LATE"),
+            (AbandonReason::names(), "MISSING_ROW,MAX_ATTEMPTS"),
+            (RawSource::names(), "inbox,raw_copy"),
+        ];
+        for (names, want) in cases {
+            assert_eq!(names.join(","), want);
+        }
+        assert_eq!(ProcState::Failed.to_string(), "FAILED");
+    }
+
+    /// The vocabulary is a leaf (telemetry names it, so it names nothing of the crate).
+    #[test]
+    fn rows_import_nothing_of_the_crate() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        for file in [root.join("rows.rs"), root.join("rows/stock.rs")] {
+            let text = std::fs::read_to_string(&file).expect("readable");
+            let needle = concat!("crate", "::");
+            for line in text.lines().filter(|l| l.contains(needle)) {
+                assert!(
+                    line.contains(concat!("$crate", "::rows::UnknownName")),
+                    "{}: {line}",
+                    file.display()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn only_late_rows_are_guarded() {
+        assert!(Source::Late.is_late());
+        assert!(!Source::Poll.is_late() && !Source::Compat.is_late());
     }
 
     #[test]

@@ -67,6 +67,40 @@ pub struct Settings {
     /// How long our own records are kept (the housekeeping actor), and raw-text retention: the
     /// DB owner's (`r_keep`) and our own copy (`raw_copy`).
     pub retention: RetentionSettings,
+    /// The keys validation parsed into types, kept so no caller parses them again (read
+    /// through [`Settings::inbox_names`] and its siblings). Not a configuration key.
+    #[serde(skip)]
+    resolved: Resolved,
+}
+
+/// The values [`Settings::validate`] parses out of text keys, resolved once at load.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// `inbox.table` and its columns, as checked identifiers.
+    pub names: InboxNames,
+    /// `inbox.out_table` and `outbound.*_column`.
+    pub outbox: OutboxNames,
+    /// `inbox.timezone`: the airport zone of the inbox's local times.
+    pub tz: chrono_tz::Tz,
+    /// `pipeline.cutover_watermark`; None when not configured.
+    pub cutover: Option<CutoverMode>,
+    /// `pipeline.cutover_expect`; None when not configured.
+    pub cutover_expect: Option<CutoverExpect>,
+}
+
+impl Default for Resolved {
+    /// Only what serde needs to build a [`Settings`] (the field is not a key): the loader
+    /// replaces it with what validation parsed before anyone reads it.
+    fn default() -> Self {
+        Self {
+            names: InboxNames::defaults(),
+            outbox: OutboxNames::new("COUTMSGS")
+                .unwrap_or_else(|_| unreachable!("a valid identifier")),
+            tz: chrono_tz::Tz::UTC,
+            cutover: None,
+            cutover_expect: None,
+        }
+    }
 }
 
 mod databases;
@@ -102,20 +136,20 @@ pub use tls::ConnectKeys;
 impl Settings {
     /// Checks what serde cannot: ranges, names, zones, URLs. Each section checks its own
     /// keys; then the rules between sections. Durations were bounded while parsing
-    /// ([`duration`]).
-    pub fn validate(&self) -> Result<(), SettingsError> {
+    /// ([`duration`]). Returns the keys it parsed into types (the loader keeps them).
+    pub fn validate(&self) -> Result<Resolved, SettingsError> {
         self.inbox.validate()?;
-        self.inbox_timezone()?;
-        self.inbox_names()?;
-        self.outbox_names()?;
+        let tz = self.parse_timezone()?;
+        let names = self.parse_inbox_names()?;
+        let outbox = self.parse_outbox_names()?;
         self.store.validate()?;
         self.kafka.validate()?;
         self.dispatch.validate()?;
         self.outbound.validate()?;
         self.retention.validate()?;
         self.pipeline.validate()?;
-        self.cutover()?;
-        self.cutover_expect()?;
+        let cutover = self.parse_cutover()?;
+        let cutover_expect = self.parse_cutover_expect(cutover)?;
         self.backfill.validate()?;
         self.late.validate()?;
         self.processing.validate()?;
@@ -123,7 +157,45 @@ impl Settings {
         self.log.validate()?;
         self.lease.validate()?;
         self.supervisor.validate()?;
-        self.validate_between_sections()
+        self.validate_between_sections()?;
+        Ok(Resolved {
+            names,
+            outbox,
+            tz,
+            cutover,
+            cutover_expect,
+        })
+    }
+
+    /// Validates and keeps the parsed values: what the loader does last.
+    pub(crate) fn resolve(mut self) -> Result<Self, SettingsError> {
+        self.resolved = self.validate()?;
+        Ok(self)
+    }
+
+    /// The inbox zone (`inbox.timezone`).
+    pub fn inbox_timezone(&self) -> chrono_tz::Tz {
+        self.resolved.tz
+    }
+
+    /// The inbox identifiers (`inbox.table`, `inbox.*_column`).
+    pub fn inbox_names(&self) -> &InboxNames {
+        &self.resolved.names
+    }
+
+    /// The outbound table (`inbox.out_table`, `outbound.*_column`).
+    pub fn outbox_names(&self) -> &OutboxNames {
+        &self.resolved.outbox
+    }
+
+    /// The cutover mode (`pipeline.cutover_watermark`), `None` when not configured.
+    pub fn cutover(&self) -> Option<CutoverMode> {
+        self.resolved.cutover
+    }
+
+    /// The approved plan (`pipeline.cutover_expect`), `None` when not configured.
+    pub fn cutover_expect(&self) -> Option<&CutoverExpect> {
+        self.resolved.cutover_expect.as_ref()
     }
 
     /// The rules that tie keys of two sections together.
@@ -183,7 +255,7 @@ impl Settings {
     }
 
     /// The inbox zone as a parsed tz.
-    pub fn inbox_timezone(&self) -> Result<chrono_tz::Tz, SettingsError> {
+    fn parse_timezone(&self) -> Result<chrono_tz::Tz, SettingsError> {
         self.inbox.timezone.parse::<chrono_tz::Tz>().map_err(|_| {
             invalid(
                 "inbox.timezone",
@@ -193,7 +265,7 @@ impl Settings {
     }
 
     /// Validated inbox identifiers.
-    pub fn inbox_names(&self) -> Result<InboxNames, SettingsError> {
+    fn parse_inbox_names(&self) -> Result<InboxNames, SettingsError> {
         let i = &self.inbox;
         InboxNames::new(
             &i.table,
@@ -207,7 +279,7 @@ impl Settings {
     }
 
     /// Validated outbound table name.
-    pub fn outbox_names(&self) -> Result<OutboxNames, SettingsError> {
+    fn parse_outbox_names(&self) -> Result<OutboxNames, SettingsError> {
         let o = &self.outbound;
         OutboxNames::with_columns(
             &self.inbox.out_table,
@@ -219,21 +291,24 @@ impl Settings {
     }
 
     /// The parsed cutover mode, `None` when not configured.
-    pub fn cutover(&self) -> Result<Option<CutoverMode>, SettingsError> {
+    fn parse_cutover(&self) -> Result<Option<CutoverMode>, SettingsError> {
         CutoverMode::parse(&self.pipeline.cutover_watermark)
             .map_err(|reason| invalid("pipeline.cutover_watermark", reason))
     }
 
     /// The approved plan (`pipeline.cutover_expect`), `None` when not configured; refused
     /// without a cutover mode, or with an `<id>` that is not its W.
-    pub fn cutover_expect(&self) -> Result<Option<CutoverExpect>, SettingsError> {
+    fn parse_cutover_expect(
+        &self,
+        cutover: Option<CutoverMode>,
+    ) -> Result<Option<CutoverExpect>, SettingsError> {
         const KEY: &str = "pipeline.cutover_expect";
         let Some(expect) = CutoverExpect::parse(&self.pipeline.cutover_expect)
             .map_err(|reason| invalid(KEY, reason))?
         else {
             return Ok(None);
         };
-        let Some(mode) = self.cutover()? else {
+        let Some(mode) = cutover else {
             return Err(invalid(
                 KEY,
                 "is set but pipeline.cutover_watermark is not: the expectation guards a \

@@ -462,7 +462,7 @@ fn approval(env: &TestEnv, mode: &str, expect: &str) -> Approval {
         ("MSGX_PIPELINE__CUTOVER_BY", "alice"),
         ("MSGX_PIPELINE__CUTOVER_TICKET", "CHG-29"),
     ]);
-    cutover_approval(&settings).expect("approval")
+    cutover_approval(&settings)
 }
 
 /// Ids below the first stock row are holes like any other: a row in flight there at the
@@ -493,7 +493,7 @@ async fn ids_below_the_first_stock_row_are_watched_like_any_hole() {
     .execute(&env.owner)
     .await
     .expect("late commit");
-    let cfg = msgx_core::late::DetectConfig::from_settings(&env.settings(&[])).expect("cfg");
+    let cfg = msgx_core::late::DetectConfig::from_settings(&env.settings(&[]));
     let r = msgx_core::late::detect_once(&env.inbox, &env.store, &env.clock, &cfg)
         .await
         .expect("detect");

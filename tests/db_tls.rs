@@ -220,9 +220,9 @@ async fn inbox_over(w: &TlsWorld, mode: &str, ca: Option<&str>) -> Result<bool, 
 /// [`inbox_over`] as `user` with these keys.
 async fn inbox_as(w: &TlsWorld, user: &str, keys: &[(&str, &str)]) -> Result<bool, String> {
     let settings = w.settings(user, keys)?;
-    let tz = settings.inbox_timezone().map_err(|e| e.to_string())?;
-    let names = settings.inbox_names().map_err(|e| e.to_string())?;
-    let inbox = Inbox::new(&settings.inbox, &names, tz).map_err(|e| e.to_string())?;
+    let tz = settings.inbox_timezone();
+    let names = settings.inbox_names();
+    let inbox = Inbox::new(&settings.inbox, names, tz).map_err(|e| e.to_string())?;
     inbox.max_id().await.map_err(|e| e.to_string())?;
     let cipher: (String, String) = sqlx::query_as("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
         .fetch_one(inbox.pool())

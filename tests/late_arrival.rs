@@ -92,7 +92,7 @@ async fn release_hole(env: &TestEnv) -> (i64, i64) {
 }
 
 fn detect_cfg(env: &TestEnv, extra: &[(&str, &str)]) -> DetectConfig {
-    DetectConfig::from_settings(&env.settings(extra)).expect("detect config")
+    DetectConfig::from_settings(&env.settings(extra))
 }
 
 async fn detect(env: &TestEnv, cfg: &DetectConfig) -> DetectReport {
@@ -408,7 +408,7 @@ async fn an_unreachable_inbox_keeps_the_watch_intact() {
     )
     .await;
 
-    let cfg = DetectConfig::from_settings(&settings).expect("cfg");
+    let cfg = DetectConfig::from_settings(&settings);
     proxy.cut();
     // Even past its window: an id is never closed without a successful check.
     env.clock.advance(Duration::from_secs(8 * 24 * 3600));

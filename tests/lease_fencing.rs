@@ -241,12 +241,8 @@ async fn inbox_sessions_carry_the_configured_timeouts() {
         ("MSGX_INBOX__WRITE_TIMEOUT", "19s"),
         ("MSGX_INBOX__QUERY_TIMEOUT", "4500ms"),
     ]);
-    let inbox = msgx_core::inbox::Inbox::new(
-        &s.inbox,
-        &s.inbox_names().expect("names"),
-        s.inbox_timezone().expect("tz"),
-    )
-    .expect("inbox");
+    let inbox =
+        msgx_core::inbox::Inbox::new(&s.inbox, s.inbox_names(), s.inbox_timezone()).expect("inbox");
     let got: (u64, u64, u64) = sqlx::query_as(
         "SELECT @@SESSION.net_read_timeout, @@SESSION.net_write_timeout, \
          @@SESSION.innodb_lock_wait_timeout",

@@ -18,7 +18,7 @@ use msgx_actors::messages::RequestTick;
 use msgx_actors::schedule_requester::ScheduleRequester;
 use msgx_core::clock::Clock;
 use msgx_core::outbound::track::TrackRow;
-use msgx_core::outbound::{self, daily_step, DailyOutcome, Origin, Outbound, SentVia};
+use msgx_core::outbound::{self, daily_step, DailyOutcome, Origin, Outbound, SentVia, TrackState};
 
 /// `DATE_CREATED, CLOB_MSG` (ours) and `DATE_SENT, ACK_DATE_RECV, ACK_RESEND_TIMES, ERROR`
 /// (the downstream adapter's) of one COUTMSGS row.
@@ -165,7 +165,7 @@ async fn crash_then_rerun(tag: &str, failpoint: &str, rows_after_crash: usize, e
     let left = tracks(&ob).await;
     assert_eq!(left.len(), 1);
     let leftover = &left[0];
-    assert_eq!(leftover.state, "REGISTERED");
+    assert_eq!(leftover.state, TrackState::Registered);
     assert_eq!(
         leftover.floor_id, 3,
         "MAX(COUTMSGS_ID) read before registering"
@@ -193,7 +193,7 @@ async fn crash_then_rerun(tag: &str, failpoint: &str, rows_after_crash: usize, e
     for row in &rows {
         let ids = rows_with(&env, &row.rqid).await;
         assert_eq!(ids.len(), 1, "exactly one COUTMSGS row for {}", row.rqid);
-        assert_eq!(row.state, "SENT");
+        assert_eq!(row.state, TrackState::Sent);
         assert_eq!(row.out_id, Some(ids[0]), "SENT with its outbound row id");
         assert!(ids[0] > row.floor_id);
     }
@@ -344,7 +344,7 @@ async fn reconciler_never_looks_below_the_floor() {
     assert_eq!((second.via, second.out_id), (SentVia::ReconcileFound, 6));
     assert_eq!(rows_with(&env, &reg2.rqid).await, vec![6]);
     for row in tracks(&ob).await {
-        assert_eq!(row.state, "SENT");
+        assert_eq!(row.state, TrackState::Sent);
     }
     assert_eq!(coutmsgs_count(&env).await, 7);
 
@@ -410,7 +410,7 @@ async fn daily_requester_asks_once_per_day() {
     let r = common::pipeline::ask(&first, RequestTick).await;
     assert!(
         matches!(&r.outcome, DailyOutcome::AlreadyRequested { date, rqid, state }
-            if *date == day(2026, 11, 30) && *rqid == sent.rqid && state == "SENT"),
+            if *date == day(2026, 11, 30) && *rqid == sent.rqid && *state == TrackState::Sent),
         "{r:?}"
     );
 
@@ -429,7 +429,7 @@ async fn daily_requester_asks_once_per_day() {
     );
     let rows = tracks(&ob).await;
     assert_eq!(rows.len(), 1);
-    assert_eq!(rows[0].origin, "DAILY");
+    assert_eq!(rows[0].origin, Origin::Daily);
     assert_eq!(rows_with(&env, &sent.rqid).await, vec![sent.out_id]);
     assert_eq!(coutmsgs_count(&env).await, 1);
 
@@ -439,7 +439,7 @@ async fn daily_requester_asks_once_per_day() {
     let r = common::pipeline::ask(&third, RequestTick).await;
     assert!(
         matches!(&r.outcome, DailyOutcome::AlreadyRequested { date, state, .. }
-            if *date == day(2026, 12, 1) && state == "SENT"),
+            if *date == day(2026, 12, 1) && *state == TrackState::Sent),
         "the start step asked already: {r:?}"
     );
     let r = common::pipeline::ask(&first, RequestTick).await;
@@ -452,7 +452,7 @@ async fn daily_requester_asks_once_per_day() {
         rows.iter().map(|r| r.target_date).collect::<Vec<_>>(),
         vec![day(2026, 11, 30), day(2026, 12, 1)]
     );
-    assert!(rows.iter().all(|r| r.state == "SENT"));
+    assert!(rows.iter().all(|r| r.state == TrackState::Sent));
     assert_eq!(coutmsgs_count(&env).await, 2);
     env.cleanup().await;
 }
@@ -481,7 +481,7 @@ async fn daily_requester_off_never_asks_but_reconciles() {
     }
     let rows = tracks(&ob).await;
     assert_eq!(rows.len(), 1, "only the leftover");
-    assert_eq!(rows[0].origin, "MANUAL");
+    assert_eq!(rows[0].origin, Origin::Manual);
     assert_eq!(coutmsgs_count(&env).await, 1);
     env.cleanup().await;
 }

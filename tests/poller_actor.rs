@@ -331,7 +331,7 @@ async fn discovery_follows_the_traffic_and_idles_at_the_poll_interval() {
         inbox,
         env.store.clone(),
         common::shared(&env.clock),
-        msgx_actors::app::poll_config(&settings.pipeline),
+        msgx_core::poller::PollConfig::from_settings(&settings.pipeline, &settings.late),
         interval,
         wiring,
         Health::default(),

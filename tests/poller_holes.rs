@@ -212,7 +212,7 @@ async fn a_fifty_million_id_jump_is_one_range_released_in_one_quick_round_and_wa
         .await
         .expect("late row");
     let settings = env.settings(&[]);
-    let dcfg = msgx_core::late::DetectConfig::from_settings(&settings).expect("cfg");
+    let dcfg = msgx_core::late::DetectConfig::from_settings(&settings);
     let started = std::time::Instant::now();
     let d = msgx_core::late::detect_once(&env.inbox, &env.store, &env.clock, &dcfg)
         .await

@@ -17,7 +17,7 @@ use msgx_core::inbox::Inbox;
 use msgx_core::kafka::{EmbeddedCluster, EventProducer};
 use msgx_core::late::DetectConfig;
 use msgx_core::outbound::Outbound;
-use msgx_core::poller::{HoleEvidenceConfig, PollConfig};
+use msgx_core::poller::PollConfig;
 use msgx_core::pump::{HeadRules, PumpConfig, PumpCore};
 use msgx_core::settings::{
     redact_url, KafkaSettings, LateSettings, PipelineSettings, ProcessingSettings,
@@ -127,10 +127,10 @@ impl PipelineDeps {
             pipeline: settings.pipeline.clone(),
             processing: settings.processing.clone(),
             retention: settings.retention.clone(),
-            tz: settings.inbox_timezone()?,
+            tz: settings.inbox_timezone(),
             late: settings.late.clone(),
-            late_check: DetectConfig::from_settings(settings)?,
-            backfill: SweepConfig::new(&settings.backfill, &settings.inbox_names()?),
+            late_check: DetectConfig::from_settings(settings),
+            backfill: SweepConfig::new(&settings.backfill, settings.inbox_names()),
             backfill_period: settings.backfill.period,
             health: Health::default(),
             wiring: Wiring::default(),
@@ -185,22 +185,6 @@ impl DispatchDeps {
     }
 }
 
-/// The poll knobs from the settings (`watch_window` and `compensation_window` from the late
-/// settings where they are at hand; their defaults, 7 days and 100,000 ids, otherwise).
-pub fn poll_config(p: &PipelineSettings) -> PollConfig {
-    PollConfig {
-        claim_batch: p.claim_batch,
-        sight_ahead: p.hole_sight_ahead,
-        max_commit_delay: p.max_commit_delay,
-        async_commit: p.async_enqueue_commit,
-        watch_window: std::time::Duration::from_secs(7 * 24 * 3600),
-        hole_evidence: None,
-        compensation_window: 100_000,
-        min_gap: p.min_poll_gap,
-        probe_head: false,
-    }
-}
-
 /// The pump knobs from the settings.
 pub fn pump_config(
     p: &ProcessingSettings,
@@ -234,7 +218,8 @@ pub fn codec(p: &ProcessingSettings, tz: chrono_tz::Tz) -> Arc<dyn Codec> {
 /// [`Child::ALL`] the deps provide, in that order.
 pub fn start_pipeline(deps: PipelineDeps) -> Addr<Supervisor> {
     let children = Child::ALL
-        .into_iter()
+        .iter()
+        .copied()
         .filter_map(|child| factory(child, &deps))
         .collect();
     let PipelineDeps {
@@ -378,15 +363,7 @@ fn pump(d: &PipelineDeps) -> ChildFactory {
 
 /// Takes `PollNow` from tests; reports to `/readyz`.
 fn inbox_poller(d: &PipelineDeps) -> ChildFactory {
-    let late = &d.late;
-    let cfg = PollConfig {
-        watch_window: late.watch_window,
-        compensation_window: late.compensation_window,
-        hole_evidence: late.hole_evidence.then_some(HoleEvidenceConfig {
-            cap: late.hole_evidence_cap,
-        }),
-        ..poll_config(&d.pipeline)
-    };
+    let cfg = PollConfig::from_settings(&d.pipeline, &d.late);
     let (inbox, store, clock) = (d.inbox.clone(), d.store.clone(), d.clock.clone());
     let (interval, health) = (d.pipeline.poll_interval, d.health.clone());
     ChildFactory::of(
@@ -410,8 +387,8 @@ pub async fn connect(settings: &Settings) -> anyhow::Result<(Inbox, Store)> {
     })?;
     let inbox = Inbox::new(
         &settings.inbox,
-        &settings.inbox_names()?,
-        settings.inbox_timezone()?,
+        settings.inbox_names(),
+        settings.inbox_timezone(),
     )?;
     Ok((inbox, store))
 }
@@ -438,13 +415,13 @@ pub async fn apply_cutover_approved(
 }
 
 /// `pipeline.cutover_expect`, `cutover_by` and `cutover_ticket` (validated).
-pub fn cutover_approval(settings: &Settings) -> anyhow::Result<Approval> {
+pub fn cutover_approval(settings: &Settings) -> Approval {
     let p = &settings.pipeline;
-    Ok(Approval {
-        expect: settings.cutover_expect()?,
+    Approval {
+        expect: settings.cutover_expect().cloned(),
         by: p.cutover_by.clone(),
         ticket: p.cutover_ticket.clone(),
-    })
+    }
 }
 
 /// Installs the Prometheus recorder with our histogram buckets.
@@ -480,7 +457,7 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         return Ok(());
     };
     let clock: SharedClock = Arc::new(SystemClock);
-    let cutover = settings.cutover()?;
+    let cutover = settings.cutover();
     crate::first_start::require_cutover_choice(&store, &inbox, cutover)
         .await
         .context("checking whether the inbox holds history (first start on a fresh store)")?;
@@ -488,7 +465,7 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         &store,
         &inbox,
         cutover,
-        &cutover_approval(&settings)?,
+        &cutover_approval(&settings),
         clock.as_ref(),
         settings.late.watch_window,
     )
@@ -560,8 +537,8 @@ async fn take_the_lease(
     };
     let inbox = Inbox::new(
         &settings.inbox,
-        &settings.inbox_names()?,
-        settings.inbox_timezone()?,
+        settings.inbox_names(),
+        settings.inbox_timezone(),
     )?;
     if settings.late.hole_evidence {
         // Evidence read from a replica would release holes whose rows are still coming.

@@ -165,18 +165,14 @@ fn config_sources(cli: &Cli) -> String {
 /// `dev inbox-fixture`.
 pub async fn inbox_fixture(settings: &Settings) -> anyhow::Result<()> {
     let options = msgx_core::inbox::connect_options(&settings.inbox)?;
-    fixture::create_inbox_fixture_with(
-        options,
-        &settings.inbox_names()?,
-        &settings.outbox_names()?,
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "creating the inbox fixture at {}",
-            redact_url(&settings.inbox.url)
-        )
-    })?;
+    fixture::create_inbox_fixture_with(options, settings.inbox_names(), settings.outbox_names())
+        .await
+        .with_context(|| {
+            format!(
+                "creating the inbox fixture at {}",
+                redact_url(&settings.inbox.url)
+            )
+        })?;
     println!(
         "inbox fixture ready: {} and {} in {}",
         settings.inbox.table,
@@ -189,7 +185,7 @@ pub async fn inbox_fixture(settings: &Settings) -> anyhow::Result<()> {
 /// Creates the inbox tables (configured names) in the inbox at `url`, as the DB owner (the
 /// bench creates them in its own inbox database).
 pub async fn create_inbox_fixture_at(url: &str, settings: &Settings) -> anyhow::Result<()> {
-    fixture::create_inbox_fixture(url, &settings.inbox_names()?, &settings.outbox_names()?)
+    fixture::create_inbox_fixture(url, settings.inbox_names(), settings.outbox_names())
         .await
         .with_context(|| format!("creating the inbox fixture at {}", redact_url(url)))
 }
@@ -231,8 +227,8 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
     });
     let report = simulator::simulate(
         &pool,
-        &settings.inbox_names()?,
-        settings.inbox_timezone()?,
+        settings.inbox_names(),
+        settings.inbox_timezone(),
         &cfg,
         stop_rx,
     )

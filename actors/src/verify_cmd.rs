@@ -37,7 +37,7 @@ pub fn input(
 ) -> anyhow::Result<VerifyInput> {
     Ok(VerifyInput {
         inbox,
-        names: settings.inbox_names()?,
+        names: settings.inbox_names().clone(),
         store,
         mark_value: settings.backfill.mark_value.clone(),
         batch,
@@ -58,8 +58,8 @@ pub async fn run(settings: &Settings, args: &VerifyArgs) -> anyhow::Result<Repor
         .context("verify: cannot open the store")?;
     let inbox = Inbox::new(
         &settings.inbox,
-        &settings.inbox_names()?,
-        settings.inbox_timezone()?,
+        settings.inbox_names(),
+        settings.inbox_timezone(),
     )?;
     let kafka = if args.kafka {
         anyhow::ensure!(

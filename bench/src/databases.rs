@@ -124,8 +124,8 @@ impl BenchDbs {
         inbox_settings.url = url.to_string().into();
         msgx_core::inbox::Inbox::new(
             &inbox_settings,
-            &settings.inbox_names()?,
-            settings.inbox_timezone()?,
+            settings.inbox_names(),
+            settings.inbox_timezone(),
         )
         .context("building the bench inbox adapter")
     }

@@ -166,8 +166,7 @@ fn start_poller(
 ) -> actix::Addr<InboxPoller> {
     let cfg = msgx_core::poller::PollConfig {
         max_commit_delay: args.max_commit_delay,
-        watch_window: settings.late.watch_window,
-        ..msgx_actors::app::poll_config(&settings.pipeline)
+        ..msgx_core::poller::PollConfig::from_settings(&settings.pipeline, &settings.late)
     };
     let clock: SharedClock = Arc::new(SystemClock);
     InboxPoller::new(
@@ -189,7 +188,7 @@ fn spawn_writers(
     args: &DiscoveryBenchArgs,
     pool: &sqlx::MySqlPool,
 ) -> anyhow::Result<Writers> {
-    let names = settings.inbox_names()?;
+    let names = settings.inbox_names();
     let commits: Commits = Arc::default();
     let started = Instant::now();
     let start_wall = Utc::now();

@@ -128,8 +128,8 @@ async fn load_backlog(
         unknown_type: 0.0,
         ..Mix::default()
     };
-    let (names, tz) = (settings.inbox_names()?, settings.inbox_timezone()?);
-    let loaded = load_messages(&dbs.inbox_url, &names, tz, args.messages, args.seed, mix).await?;
+    let (names, tz) = (settings.inbox_names(), settings.inbox_timezone());
+    let loaded = load_messages(&dbs.inbox_url, names, tz, args.messages, args.seed, mix).await?;
     println!(
         "bench e2e: {} messages (seed {}, simulator mix without unknown types), {:.1} MiB, \
          loaded in {:.1}s; databases {} and {}",
@@ -179,8 +179,8 @@ async fn phases(
         .await?;
     let offer = Offer {
         owner: &owner,
-        names: &settings.inbox_names()?,
-        tz: settings.inbox_timezone()?,
+        names: settings.inbox_names(),
+        tz: settings.inbox_timezone(),
         length: args.steady,
     };
     let mut result = Ok(());

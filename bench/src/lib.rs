@@ -115,8 +115,8 @@ async fn run(
     dbs: &BenchDbs,
 ) -> anyhow::Result<()> {
     let async_commit = settings.pipeline.async_enqueue_commit;
-    let names = settings.inbox_names()?;
-    let tz = settings.inbox_timezone()?;
+    let names = settings.inbox_names();
+    let tz = settings.inbox_timezone();
     println!(
         "bench enqueue: {} rows, claim_batch {claim_batch}, async_enqueue_commit={async_commit}, msg_bytes {}",
         args.rows, args.msg_bytes
@@ -129,7 +129,7 @@ async fn run(
 
     // 1. The inbox, as the DB owner and upstream would have it.
     dbs.inbox_fixture(settings).await?;
-    let load = load_inbox(&dbs.inbox_url, &names, tz, args.rows, args.msg_bytes).await?;
+    let load = load_inbox(&dbs.inbox_url, names, tz, args.rows, args.msg_bytes).await?;
     println!(
         "  inbox load            : {} rows in {:.1}s ({:.0} rows/s, ids {}..={})",
         args.rows,
@@ -188,7 +188,7 @@ async fn measure(
     checkpoint(pool).await;
     let cfg = PollConfig {
         claim_batch,
-        ..msgx_actors::app::poll_config(&settings.pipeline)
+        ..PollConfig::from_settings(&settings.pipeline, &settings.late)
     };
     let poll = poll_phase(inbox, store, cfg, load).await?;
     // Measured again after the poller: the two bracket it, so drift during the run shows.

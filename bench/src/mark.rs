@@ -118,8 +118,8 @@ async fn run(
     steady_rows: u64,
     dbs: &BenchDbs,
 ) -> anyhow::Result<()> {
-    let names = settings.inbox_names()?;
-    let tz = settings.inbox_timezone()?;
+    let names = settings.inbox_names();
+    let tz = settings.inbox_timezone();
     println!(
         "bench mark: {} terminal rows, batch {batch}, mark_value {}, msg_bytes {}",
         args.rows, settings.backfill.mark_value, args.msg_bytes
@@ -131,7 +131,7 @@ async fn run(
     );
     dbs.inbox_fixture(settings).await?;
     let total = args.rows + 2 * steady_rows;
-    let loaded = load_inbox(&dbs.inbox_url, &names, tz, total, args.msg_bytes).await?;
+    let loaded = load_inbox(&dbs.inbox_url, names, tz, total, args.msg_bytes).await?;
     println!(
         "  inbox load            : {total} rows in {:.1}s (ids {}..={}; the last {} for the steady phase)",
         loaded.elapsed.as_secs_f64(),
@@ -144,13 +144,13 @@ async fn run(
     let inbox = dbs.inbox(settings)?;
     let mut backfill = settings.backfill.clone();
     backfill.batch = batch;
-    let cfg = SweepConfig::new(&backfill, &names);
+    let cfg = SweepConfig::new(&backfill, names);
 
     let ctx = Ctx {
         inbox: &inbox,
         store: &store,
         cfg: &cfg,
-        names: &names,
+        names,
         inbox_url: &dbs.inbox_url,
         tz,
         args,

@@ -120,8 +120,8 @@ pub async fn pump(settings: &Settings, args: &PumpBenchArgs) -> anyhow::Result<(
 
 /// Everything between creating and dropping the databases.
 async fn run(settings: &Settings, args: &PumpBenchArgs, dbs: &BenchDbs) -> anyhow::Result<()> {
-    let names = settings.inbox_names()?;
-    let tz = settings.inbox_timezone()?;
+    let names = settings.inbox_names();
+    let tz = settings.inbox_timezone();
     eprintln!(
         "bench pump: {} messages, seed {}, databases {} and {}",
         args.messages,
@@ -132,7 +132,7 @@ async fn run(settings: &Settings, args: &PumpBenchArgs, dbs: &BenchDbs) -> anyho
     dbs.inbox_fixture(settings).await?;
     let loaded = load_messages(
         &dbs.inbox_url,
-        &names,
+        names,
         tz,
         args.messages,
         args.seed,
@@ -203,7 +203,7 @@ async fn measure(
          for the disk flush, as the pump's must",
         server.synchronous_commit
     );
-    let enqueue = enqueue_all(inbox, store, &settings.pipeline, loaded)
+    let enqueue = enqueue_all(inbox, store, settings, loaded)
         .await
         .context("enqueueing the backlog")?;
     eprintln!(
@@ -271,7 +271,7 @@ async fn measure_with_tables(
     let mut copy_run = None;
     if args.raw_copy == RawCopyRuns::Both {
         let again = pump_run::reset_store(store).await?;
-        enqueue_all(inbox, store, &settings.pipeline, loaded)
+        enqueue_all(inbox, store, settings, loaded)
             .await
             .context("enqueueing the backlog again")?;
         eprintln!(

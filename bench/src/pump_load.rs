@@ -18,8 +18,8 @@ use msgx_core::devtools::messages::{Generator, MessageKind, Mix};
 use msgx_core::inbox::names::InboxNames;
 use msgx_core::inbox::time::utc_to_local;
 use msgx_core::inbox::Inbox;
-use msgx_core::poller::poll_once;
-use msgx_core::settings::PipelineSettings;
+use msgx_core::poller::{poll_once, PollConfig};
+use msgx_core::settings::Settings;
 use msgx_core::store::Store;
 use sqlx::mysql::MySqlConnection;
 
@@ -227,10 +227,10 @@ pub(crate) struct Enqueued {
 pub(crate) async fn enqueue_all(
     inbox: &Inbox,
     store: &Store,
-    pipeline: &PipelineSettings,
+    settings: &Settings,
     loaded: &Loaded,
 ) -> anyhow::Result<Enqueued> {
-    let cfg = msgx_actors::app::poll_config(pipeline);
+    let cfg = PollConfig::from_settings(&settings.pipeline, &settings.late);
     let clock = SystemClock;
     let started = Instant::now();
     let mut rounds = 0u32;

@@ -346,7 +346,7 @@ fn pump_core(
     settings: &Settings,
     raw_copy: bool,
 ) -> anyhow::Result<(PumpCore, u32)> {
-    let tz = settings.inbox_timezone()?;
+    let tz = settings.inbox_timezone();
     let mut cfg = msgx_actors::app::pump_config(&settings.processing, &settings.retention, tz);
     cfg.raw_copy = raw_copy;
     let codec = msgx_actors::app::codec(&settings.processing, tz);

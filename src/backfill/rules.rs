@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::inbox::mark::MarkState;
+use crate::rows::{ProcState, Source};
 
 /// Knobs of the rules (from `backfill.*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,9 +112,9 @@ impl MissingKind {
 
     /// POLL and LATE rows were read from the inbox by discovery. A COMPAT row that SUCCEEDED
     /// had its text read and applied by the pump. Any other row may never have existed.
-    pub fn of(source: &str, state: &str) -> Self {
+    pub fn of(source: Source, state: ProcState) -> Self {
         match (source, state) {
-            ("POLL" | "LATE", _) | (_, "SUCCEEDED") => Self::PurgedBeforeMark,
+            (Source::Poll | Source::Late, _) | (_, ProcState::Succeeded) => Self::PurgedBeforeMark,
             _ => Self::NeverSeen,
         }
     }
@@ -246,18 +247,21 @@ mod tests {
     #[test]
     fn backfill_missing_kind_tells_read_rows_from_never_seen() {
         assert_eq!(
-            MissingKind::of("POLL", "DEAD"),
+            MissingKind::of(Source::Poll, ProcState::Dead),
             MissingKind::PurgedBeforeMark
         );
         assert_eq!(
-            MissingKind::of("LATE", "SKIPPED"),
+            MissingKind::of(Source::Late, ProcState::Skipped),
             MissingKind::PurgedBeforeMark
         );
         assert_eq!(
-            MissingKind::of("COMPAT", "SUCCEEDED"),
+            MissingKind::of(Source::Compat, ProcState::Succeeded),
             MissingKind::PurgedBeforeMark
         );
-        assert_eq!(MissingKind::of("COMPAT", "DEAD"), MissingKind::NeverSeen);
+        assert_eq!(
+            MissingKind::of(Source::Compat, ProcState::Dead),
+            MissingKind::NeverSeen
+        );
         assert_eq!(MissingKind::NeverSeen.as_str(), "never_seen");
         assert_eq!(MissingKind::PurgedBeforeMark.as_str(), "purged_before_mark");
     }

@@ -14,8 +14,9 @@ use crate::inbox::mark::MarkSql;
 use crate::inbox::mark_lock::LockAvoidance;
 use crate::inbox::names::InboxNames;
 use crate::inbox::{Inbox, InboxError};
+use crate::rows::AbandonReason;
 use crate::settings::BackfillSettings;
-use crate::store::backfill::{AbandonReason, BackfillRow, LockedRows, SweepTx, SweepWrite};
+use crate::store::backfill::{BackfillRow, LockedRows, SweepTx, SweepWrite};
 use crate::store::{Store, StoreError};
 use crate::telemetry;
 use crate::telemetry::ids::IdSummary;
@@ -566,7 +567,7 @@ fn missing(rows: &[BackfillRow], ids: &[i64], report: &mut SweepReport, write: &
     let by_id: HashMap<i64, &BackfillRow> = rows.iter().map(|r| (r.msg_id, r)).collect();
     for &id in ids {
         let kind = by_id.get(&id).map_or(MissingKind::NeverSeen, |r| {
-            MissingKind::of(&r.source, &r.state)
+            MissingKind::of(r.source, r.state)
         });
         report.missing.push((id, kind));
         write

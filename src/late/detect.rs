@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use crate::clock::Clock;
 use crate::inbox::names::InboxNames;
 use crate::inbox::{Inbox, InboxError};
-use crate::settings::{Settings, SettingsError};
+use crate::settings::Settings;
 use crate::store::late_watch::split_range;
 use crate::store::{Store, StoreError};
 use crate::telemetry;
@@ -28,14 +28,14 @@ pub struct DetectConfig {
 impl DetectConfig {
     /// From the settings: `late.batch`, the inbox names, `inbox.query_timeout`, the
     /// compensation scan's window and period.
-    pub fn from_settings(settings: &Settings) -> Result<Self, SettingsError> {
-        Ok(Self {
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
             batch: settings.late.batch,
-            names: settings.inbox_names()?,
+            names: settings.inbox_names().clone(),
             query_timeout: settings.inbox.query_timeout,
             compensation_window: settings.late.compensation_window,
             compensation_period: settings.late.compensation_period,
-        })
+        }
     }
 
     /// The compensation scan's knobs.

@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{Ops, OpsError};
 use crate::inbox::RawMessage;
-use crate::rows::{ErrorClass, ProcState};
+use crate::rows::{ErrorClass, ProcState, RawSource};
 use crate::store::replay::{
-    self, AdminReport, Audit, Expect, RawSource, RowOutcome, REPLAYABLE_CLASSES, REPLAYABLE_STATES,
+    self, AdminReport, Audit, Expect, RowOutcome, REPLAYABLE_CLASSES, REPLAYABLE_STATES,
 };
 
 /// Most ids one request may name or select (one transaction holds the pipeline lock for all).

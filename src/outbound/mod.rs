@@ -32,7 +32,7 @@ pub use send::{
     daily_step, deliver, reconcile, register_schedule, request_schedule, DailyOutcome, DailyReport,
     OutboundError, Registered, Sent,
 };
-pub use track::{Origin, SentVia};
+pub use track::{Origin, SentVia, TrackState};
 
 /// A failed insert may still land (a lost `COMMIT` acknowledgement): the reconciler leaves
 /// such a request alone this long after the failure before it looks and writes.
@@ -59,7 +59,7 @@ impl OutboundConfig {
         Ok(Self {
             sender: settings.outbound.sender.clone(),
             receiver: settings.outbound.receiver.clone(),
-            tz: settings.inbox_timezone()?,
+            tz: settings.inbox_timezone(),
             daily_at: settings.outbound.schedule_time()?,
             failure_grace: DEFAULT_FAILURE_GRACE,
         })
@@ -102,7 +102,7 @@ impl Outbound {
         Ok(Self::new(
             store,
             inbox,
-            &settings.outbox_names()?,
+            settings.outbox_names(),
             settings.inbox.query_timeout,
             OutboundConfig::from_settings(settings)?,
         ))

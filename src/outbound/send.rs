@@ -13,7 +13,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 
 use super::coutmsgs::CoutError;
 use super::request::{self, ScheduleRequest, KIND_SCHEDULE};
-use super::track::{NewTrack, Origin, RegisterError, ReqTrack, SentVia, TrackRow};
+use super::track::{NewTrack, Origin, RegisterError, ReqTrack, SentVia, TrackRow, TrackState};
 use super::Outbound;
 use crate::{failpoint, telemetry};
 
@@ -35,8 +35,8 @@ pub enum OutboundError {
         date: NaiveDate,
         /// Its request id.
         rqid: String,
-        /// `REGISTERED` or `SENT`.
-        state: String,
+        /// REGISTERED or SENT.
+        state: TrackState,
     },
     /// The insert failed or its outcome is unknown: the request stays REGISTERED and the
     /// reconciler completes it later (after `OutboundConfig::failure_grace`).
@@ -271,8 +271,8 @@ pub enum DailyOutcome {
         date: NaiveDate,
         /// Its request id.
         rqid: String,
-        /// `REGISTERED` or `SENT`.
-        state: String,
+        /// REGISTERED or SENT.
+        state: TrackState,
     },
     /// Asked now.
     Requested(Sent),

@@ -8,8 +8,11 @@
 use chrono::{DateTime, NaiveDate, Utc};
 use sqlx::{PgPool, Postgres, Transaction};
 
-/// Who asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use crate::rows::text_enum;
+
+/// Who asked (`req_track.origin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum Origin {
     /// The schedule requester's daily request: unique per (kind, date).
     Daily,
@@ -17,18 +20,11 @@ pub enum Origin {
     Manual,
 }
 
-impl Origin {
-    /// The stored value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::Daily => "DAILY",
-            Origin::Manual => "MANUAL",
-        }
-    }
-}
+text_enum!(Origin, "req_track.origin");
 
-/// How a request reached SENT.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a request reached SENT (`req_track.sent_via`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum SentVia {
     /// The normal path: registered, inserted, confirmed.
     Send,
@@ -38,25 +34,19 @@ pub enum SentVia {
     ReconcileWritten,
 }
 
-impl SentVia {
-    /// The stored value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SentVia::Send => "SEND",
-            SentVia::ReconcileFound => "RECONCILE_FOUND",
-            SentVia::ReconcileWritten => "RECONCILE_WRITTEN",
-        }
-    }
+text_enum!(SentVia, "req_track.sent_via");
 
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "SEND" => Some(SentVia::Send),
-            "RECONCILE_FOUND" => Some(SentVia::ReconcileFound),
-            "RECONCILE_WRITTEN" => Some(SentVia::ReconcileWritten),
-            _ => None,
-        }
-    }
+/// Where a request is (`req_track.state`, migration 0005).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
+pub enum TrackState {
+    /// Registered before its `COUTMSGS` insert; the reconciler completes it after a crash.
+    Registered,
+    /// Its `COUTMSGS` row exists (`out_id`).
+    Sent,
 }
+
+text_enum!(TrackState, "req_track.state");
 
 /// One `REQ_TRACK` row.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -65,8 +55,8 @@ pub struct TrackRow {
     pub id: i64,
     /// `SCHD`.
     pub kind: String,
-    /// `DAILY` / `MANUAL`.
-    pub origin: String,
+    /// Who asked.
+    pub origin: Origin,
     /// The day asked about.
     pub target_date: NaiveDate,
     /// `META/RQID`.
@@ -75,8 +65,8 @@ pub struct TrackRow {
     pub floor_id: i64,
     /// The exact message text.
     pub message: String,
-    /// `REGISTERED` / `SENT`.
-    pub state: String,
+    /// REGISTERED, then SENT.
+    pub state: TrackState,
     /// When registered.
     pub registered_at: DateTime<Utc>,
     /// When SENT.
@@ -84,7 +74,7 @@ pub struct TrackRow {
     /// `COUTMSGS_ID` once SENT.
     pub out_id: Option<i64>,
     /// How SENT was reached.
-    pub sent_via: Option<String>,
+    pub sent_via: Option<SentVia>,
     /// Last failed delivery attempt (the insert may still land: the reconciler waits).
     pub failed_at: Option<DateTime<Utc>>,
     /// Its error.
@@ -96,12 +86,12 @@ pub struct TrackRow {
 impl TrackRow {
     /// True once SENT.
     pub fn is_sent(&self) -> bool {
-        self.state == "SENT"
+        self.state == TrackState::Sent
     }
 
     /// How it was sent, when SENT.
     pub fn via(&self) -> Option<SentVia> {
-        self.sent_via.as_deref().and_then(SentVia::parse)
+        self.sent_via
     }
 }
 

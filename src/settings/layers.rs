@@ -45,8 +45,7 @@ fn load_layers(
     let settings: Settings = config::Value::new(None, config::ValueKind::Table(root))
         .try_deserialize()
         .map_err(load)?;
-    settings.validate()?;
-    Ok((settings, sources))
+    Ok((settings.resolve()?, sources))
 }
 
 /// systemd's `$CREDENTIALS_DIRECTORY` (`LoadCredential=`), from `env` or the process.

@@ -1,11 +1,14 @@
-//! Secrets in the configuration: a type that never prints its value. `Debug`, `Display` and
-//! `Serialize` (what `check-config` prints) show only the redacted form; the value itself is
-//! read with an explicit [`Secret::expose`] where it is used (a connection, a token check).
-//! What is redacted is decided by the field's type, not by a list of key names.
+//! Secrets in the configuration: a type that never prints its value. The value is held in the
+//! `secrecy` crate's [`SecretString`] (zeroed when dropped, read only through
+//! `ExposeSecret`); this wrapper adds how each kind is *shown*: `Debug`, `Display` and
+//! `Serialize` (what `check-config` prints) give only the redacted form, by the field's
+//! type, not by a list of key names. The value itself is read with an explicit
+//! [`Secret::expose`] where it is used (a connection, a token check).
 
 use std::fmt;
 use std::marker::PhantomData;
 
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// How a secret of one kind is shown.
@@ -51,7 +54,9 @@ impl Redaction for SecretPairs {
 
 /// A configured secret; see the module docs.
 pub struct Secret<R: Redaction = Whole> {
-    raw: String,
+    /// The value, zeroed on drop.
+    raw: SecretString,
+    /// How it is shown.
     kind: PhantomData<R>,
 }
 
@@ -61,23 +66,26 @@ pub type SecretUrl = Secret<UrlPassword>;
 impl<R: Redaction> Secret<R> {
     /// The value itself, for the one place that needs it. Never log it.
     pub fn expose(&self) -> &str {
-        &self.raw
+        self.raw.expose_secret()
     }
 
     /// True when unset.
     pub fn is_empty(&self) -> bool {
-        self.raw.is_empty()
+        self.expose().is_empty()
     }
 
     /// The printable form.
     pub fn redacted(&self) -> String {
-        R::redact(&self.raw)
+        R::redact(self.expose())
     }
 }
 
 impl<R: Redaction> Clone for Secret<R> {
     fn clone(&self) -> Self {
-        self.raw.clone().into()
+        Secret {
+            raw: self.raw.clone(),
+            kind: PhantomData,
+        }
     }
 }
 
@@ -89,7 +97,7 @@ impl<R: Redaction> Default for Secret<R> {
 
 impl<R: Redaction> PartialEq for Secret<R> {
     fn eq(&self, other: &Self) -> bool {
-        self.raw == other.raw
+        self.expose() == other.expose()
     }
 }
 
@@ -98,7 +106,7 @@ impl<R: Redaction> Eq for Secret<R> {}
 impl<R: Redaction> From<String> for Secret<R> {
     fn from(raw: String) -> Self {
         Secret {
-            raw,
+            raw: raw.into(),
             kind: PhantomData,
         }
     }
@@ -155,7 +163,7 @@ impl UrlText for String {
 
 impl UrlText for SecretUrl {
     fn url_text(&self) -> &str {
-        &self.raw
+        self.expose()
     }
 }
 

@@ -14,6 +14,7 @@ use sqlx::postgres::PgHasArrayType;
 use sqlx::{Encode, Postgres, Transaction, Type};
 
 use super::{truncate, Store, StoreError};
+use crate::rows::{AbandonReason, ProcState, Source};
 
 /// Terminal states: the only rows ever marked.
 const TERMINAL: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD')";
@@ -23,34 +24,15 @@ const UNMARKED: &str = "state IN ('SUCCEEDED', 'SKIPPED', 'DEAD') \
 /// Longest `backfill_error` kept.
 const BACKFILL_ERROR_MAX: usize = 1000;
 
-/// Why a row's backfill was given up (`PROC_STATE.BACKFILL_ABANDON_REASON`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AbandonReason {
-    /// The inbox row does not exist: abandoned at once.
-    MissingRow,
-    /// Transient failures reached `backfill.max_attempts`.
-    MaxAttempts,
-}
-
-impl AbandonReason {
-    /// The stored and exported name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::MissingRow => crate::telemetry::ABANDON_MISSING_ROW,
-            Self::MaxAttempts => crate::telemetry::ABANDON_MAX_ATTEMPTS,
-        }
-    }
-}
-
 /// One row of a sweep batch, locked by the sweep transaction.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct BackfillRow {
     /// MSG_ID = inbox id.
     pub msg_id: i64,
     /// SUCCEEDED / SKIPPED / DEAD.
-    pub state: String,
-    /// POLL / COMPAT / LATE: how we learned of the row (tells "never seen" from "purged").
-    pub source: String,
+    pub state: ProcState,
+    /// How we learned of the row (tells "never seen" from "purged").
+    pub source: Source,
     /// Transient failures so far.
     pub backfill_attempts: i32,
     /// Since when another inbox session has held the row (`backfill_lock`), if it did at the

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use super::late_watch::{insert_ranges, WatchRange};
 use super::replay::{insert_audit, AuditRow};
 use super::{SeedOutcome, Store, StoreError};
-use crate::cutover::{CutoverStock, StockSpan};
+use crate::rows::stock::{CutoverStock, StockSpan};
 
 /// `audit_log.action` of a cutover seeding.
 pub const ACTION_CUTOVER: &str = "CUTOVER";

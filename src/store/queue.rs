@@ -4,8 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use super::{truncate, GroupTx, Store, StoreError};
-use crate::late::Source;
-use crate::rows::{ErrorClass, Head, ProcState, SingleTerminal};
+use crate::rows::{ErrorClass, Head, ProcState, SingleTerminal, Source};
 
 /// The head with what the metrics need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,8 +117,8 @@ pub(super) fn bounded_count(counted: i64, first: Option<i64>, last: Option<i64>)
 pub(super) fn head_row(
     (msg_id, state, attempts, next, started, since, source): HeadTuple,
 ) -> Result<HeadRow, StoreError> {
-    let source = Source::from_db(&source)
-        .ok_or_else(|| StoreError::Corrupt(format!("proc_state {msg_id}: source {source:?}")))?;
+    let source = Source::try_from(source.as_str())
+        .map_err(|_| StoreError::Corrupt(format!("proc_state {msg_id}: source {source:?}")))?;
     Ok(HeadRow {
         head: Head {
             msg_id,

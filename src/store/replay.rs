@@ -31,7 +31,7 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::{Store, StoreError, PIPELINE_LOCK_KEY};
-use crate::rows::{ErrorClass, ProcState};
+use crate::rows::{ErrorClass, ProcState, RawSource};
 
 /// Error classes a replay accepts (SPEC §2).
 pub const REPLAYABLE_CLASSES: &[ErrorClass] = &[
@@ -66,25 +66,6 @@ pub enum AdminError {
 impl From<sqlx::Error> for AdminError {
     fn from(e: sqlx::Error) -> Self {
         Self::Store(StoreError::Db(e))
-    }
-}
-
-/// Where a replayed row's raw text will come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RawSource {
-    /// The inbox row still holds it.
-    Inbox,
-    /// The inbox row is gone; our raw copy holds it.
-    RawCopy,
-}
-
-impl RawSource {
-    /// `inbox` / `raw_copy` (API, audit, logs, metric label).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Inbox => "inbox",
-            Self::RawCopy => "raw_copy",
-        }
     }
 }
 
@@ -727,17 +708,4 @@ pub struct AuditEntry {
     pub result: serde_json::Value,
     /// The operator's ticket, if given.
     pub ticket: Option<String>,
-}
-
-#[cfg(test)]
-mod source_label_tests {
-    use super::RawSource;
-
-    /// Every `source` label a replay emits is registered at start-up.
-    #[test]
-    fn raw_sources_are_registered_label_values() {
-        for s in [RawSource::Inbox, RawSource::RawCopy] {
-            assert!(crate::telemetry::REPLAY_SOURCES.contains(&s.as_str()));
-        }
-    }
 }

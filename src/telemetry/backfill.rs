@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use metrics::{counter, gauge, histogram};
 
 use super::Def;
+use crate::rows::AbandonReason;
 
 /// Terminal rows not yet marked in the inbox (and not abandoned).
 pub const BACKFILL_PENDING: &str = "msgx_backfill_pending";
@@ -30,10 +31,6 @@ pub const BACKFILL_SWEEP_SECONDS: &str = "msgx_backfill_sweep_duration_seconds";
 
 /// `result` of [`BACKFILL_MARKED_TOTAL`].
 pub const MARK_RESULTS: &[&str] = &["marked", "already_marked"];
-/// `reason` of [`BACKFILL_ABANDONED_TOTAL`]: the inbox row is gone (`AbandonReason::MissingRow`).
-pub const ABANDON_MISSING_ROW: &str = "MISSING_ROW";
-/// `reason`: the mark failed `backfill.max_attempts` times (`AbandonReason::MaxAttempts`).
-pub const ABANDON_MAX_ATTEMPTS: &str = "MAX_ATTEMPTS";
 /// `kind` of a MISSING_ROW abandon: we never saw the row (`MissingKind::NeverSeen`).
 pub const KIND_NEVER_SEEN: &str = "never_seen";
 /// `kind`: the row vanished after we read it (`MissingKind::PurgedBeforeMark`).
@@ -47,9 +44,9 @@ pub const KIND_TRANSIENT: &str = "transient";
 pub fn abandoned_combos() -> Vec<Vec<&'static str>> {
     let mut all: Vec<Vec<&'static str>> = MISSING_KINDS
         .iter()
-        .map(|k| vec![ABANDON_MISSING_ROW, *k])
+        .map(|k| vec![AbandonReason::MissingRow.as_str(), *k])
         .collect();
-    all.push(vec![ABANDON_MAX_ATTEMPTS, KIND_TRANSIENT]);
+    all.push(vec![AbandonReason::MaxAttempts.as_str(), KIND_TRANSIENT]);
     all
 }
 

@@ -5,6 +5,7 @@
 use metrics::counter;
 
 use super::Def;
+use crate::rows::RawSource;
 
 /// Copies written (committed with the message's outcome).
 pub const RAW_COPY_WRITTEN_TOTAL: &str = "msgx_raw_copy_written_total";
@@ -20,9 +21,6 @@ pub const RAW_COPY_CORRUPT_TOTAL: &str = "msgx_raw_copy_corrupt_total";
 pub const RAW_COPY_PURGED_TOTAL: &str = "msgx_raw_copy_purged_total";
 /// Replayed messages by the raw-text source found for them (`inbox`, `raw_copy`).
 pub const REPLAY_SOURCE_TOTAL: &str = "msgx_replay_source_total";
-
-/// `source` of [`REPLAY_SOURCE_TOTAL`]: where a replay found the raw text.
-pub const REPLAY_SOURCES: &[&str] = &["inbox", "raw_copy"];
 
 /// The series of this file.
 pub(super) fn defs() -> Vec<Def> {
@@ -62,7 +60,7 @@ pub(super) fn defs() -> Vec<Def> {
             "messages",
             "Replayed messages by the raw-text source found for them",
         )
-        .label("source", REPLAY_SOURCES),
+        .label("source", &RawSource::names()),
     ]
 }
 

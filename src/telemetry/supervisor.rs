@@ -6,40 +6,49 @@ use metrics::{counter, gauge};
 
 use super::Def;
 
-/// Restarts of a child actor by the supervisor, by `child` (one of [`CHILDREN`]).
+/// Restarts of a child actor by the supervisor, by `child` (a [`Child`]).
 pub const ACTOR_RESTARTS_TOTAL: &str = "msgx_actor_restarts_total";
 /// Child restarts within `supervisor.restart_window` (the restart intensity's count).
 pub const SUPERVISOR_RESTARTS_IN_WINDOW: &str = "msgx_supervisor_restarts_in_window";
 /// 1 once the supervisor gave up (restart intensity exceeded; the process exits).
 pub const SUPERVISOR_GAVE_UP: &str = "msgx_supervisor_gave_up";
 
-/// The inbox poller (discovery).
-pub const CHILD_INBOX_POLLER: &str = "inbox_poller";
-/// The pump (processing).
-pub const CHILD_PUMP: &str = "pump";
-/// The dispatcher (Kafka delivery).
-pub const CHILD_DISPATCHER: &str = "dispatcher";
-/// The late detector.
-pub const CHILD_LATE_DETECTOR: &str = "late_detector";
-/// The backfill sweeper (inbox marks).
-pub const CHILD_BACKFILL_SWEEPER: &str = "backfill_sweeper";
-/// The purge-boundary watch.
-pub const CHILD_PURGE_WATCH: &str = "purge_watch";
-/// The schedule requester (outbound).
-pub const CHILD_SCHEDULE_REQUESTER: &str = "schedule_requester";
-/// The housekeeper (retention).
-pub const CHILD_HOUSEKEEPER: &str = "housekeeper";
-/// Every supervised child (`ChildFactory::name` of the service's children).
-pub const CHILDREN: &[&str] = &[
-    CHILD_INBOX_POLLER,
-    CHILD_PUMP,
-    CHILD_DISPATCHER,
-    CHILD_LATE_DETECTOR,
-    CHILD_BACKFILL_SWEEPER,
-    CHILD_PURGE_WATCH,
-    CHILD_SCHEDULE_REQUESTER,
-    CHILD_HOUSEKEEPER,
-];
+/// A child actor of the service's supervisor: the `child` label of
+/// [`ACTOR_RESTARTS_TOTAL`], and the actor table (`msgx_actors::child`, which says what each
+/// one does). Declared in start order: receivers first, so the poller's first round can report
+/// to them; graceful shutdown runs it backwards (the poller stops discovering, the pump
+/// finishes its group, the dispatcher writes SENT for what the broker acknowledged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::VariantArray, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
+pub enum Child {
+    /// Watches released holes for late commits; runs the compensation scan.
+    LateDetector,
+    /// Writes the inbox marks.
+    BackfillSweeper,
+    /// Delivers events to Kafka.
+    Dispatcher,
+    /// Asks upstream for the daily schedule.
+    ScheduleRequester,
+    /// Keeps the purge boundary gauge current.
+    PurgeWatch,
+    /// Retention and vacuum of our tables.
+    Housekeeper,
+    /// The single FIFO head: processing.
+    Pump,
+    /// Discovery: moves W.
+    InboxPoller,
+}
+
+impl Child {
+    /// Every child, in start order.
+    pub const ALL: &'static [Child] = <Child as strum::VariantArray>::VARIANTS;
+
+    /// The child's name in metrics, logs, `/readyz` and the shutdown registry; also the name of
+    /// its module (`actors/src/<name>.rs`).
+    pub fn name(self) -> &'static str {
+        self.into()
+    }
+}
 
 /// The series of this file.
 pub(super) fn defs() -> Vec<Def> {
@@ -49,7 +58,10 @@ pub(super) fn defs() -> Vec<Def> {
             "restarts",
             "Child actors restarted by the supervisor, by child",
         )
-        .label("child", CHILDREN),
+        .label(
+            "child",
+            &Child::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
+        ),
         Def::gauge(
             SUPERVISOR_RESTARTS_IN_WINDOW,
             "restarts",

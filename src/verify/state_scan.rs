@@ -11,18 +11,18 @@ use sqlx::Row;
 
 use super::{Finding, VerifyError, VerifyInput};
 use crate::backfill::MissingKind;
-use crate::rows::ProcState;
+use crate::rows::{AbandonReason, ProcState, Source};
 
 /// `(msg_id, state, source, processed_seq, confirmed (backfill_at set), intent
 /// (backfill_next_at set), abandon reason, last backfill error set)`.
 type StateRow = (
     i64,
     ProcState,
-    String,
+    Source,
     Option<i64>,
     bool,
     bool,
-    Option<String>,
+    Option<AbandonReason>,
     bool,
 );
 
@@ -31,13 +31,13 @@ type StateRow = (
 /// seed's red line (§6, marks before purge) — unless an operator replayed it (audited
 /// `REPLAY`): a replay takes its own raw copy, so the purge lost nothing.
 fn judge_present(f: &mut Finding, r: &StateRow, in_inbox: bool, replayed: &HashSet<i64>) {
-    let (id, state, is_marked, abandon) = (r.0, r.1, r.4, r.6.as_deref());
+    let (id, state, is_marked, abandon) = (r.0, r.1, r.4, r.6);
     f.checked += 1;
     if in_inbox {
         return;
     }
-    if abandon == Some("MISSING_ROW") {
-        match MissingKind::of(&r.2, state.as_str()) {
+    if abandon == Some(AbandonReason::MissingRow) {
+        match MissingKind::of(r.2, state) {
             MissingKind::NeverSeen => f.note("abandoned MISSING_ROW (never_seen)", id),
             MissingKind::PurgedBeforeMark if replayed.contains(&id) => {
                 f.note("replayed, then purged (processed from our raw copy)", id)
@@ -59,10 +59,10 @@ fn judge_fifo(
     operated: &HashSet<i64>,
     last_seq: &mut Option<(i64, i64)>,
 ) {
-    let (id, source) = (r.0, &r.2);
+    let (id, source) = (r.0, r.2);
     let Some(seq) = r.3 else { return };
     f.checked += 1;
-    if source == "LATE" {
+    if source.is_late() {
         f.note("LATE rows", id);
     } else if operated.contains(&id) {
         f.note("rows an operator replayed", id);
@@ -76,7 +76,7 @@ fn judge_fifo(
 
 /// A terminal row is marked (and the inbox carries our mark), or pending marking with a reason.
 fn judge_marked(f: &mut Finding, r: &StateRow, row: Option<&Option<String>>, mark_value: &str) {
-    let (id, is_marked, intent, abandon, errored) = (r.0, r.4, r.5, r.6.as_deref(), r.7);
+    let (id, is_marked, intent, abandon, errored) = (r.0, r.4, r.5, r.6, r.7);
     if !r.1.is_terminal() {
         return;
     }
@@ -88,10 +88,9 @@ fn judge_marked(f: &mut Finding, r: &StateRow, row: Option<&Option<String>>, mar
             f.violation(id);
         }
     } else if let Some(reason) = abandon {
-        let what = if reason == "MISSING_ROW" {
-            "abandoned MISSING_ROW"
-        } else {
-            "abandoned MAX_ATTEMPTS"
+        let what = match reason {
+            AbandonReason::MissingRow => "abandoned MISSING_ROW",
+            AbandonReason::MaxAttempts => "abandoned MAX_ATTEMPTS",
         };
         f.note(what, id);
     } else if intent || errored {

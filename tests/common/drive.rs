@@ -29,9 +29,7 @@ impl TestEnv {
 
     /// One compensation scan below W, its config from the settings with these overrides.
     pub async fn compensation_scan(&self, extra: &[(&str, &str)]) -> ScanReport {
-        let scan = DetectConfig::from_settings(&self.settings(extra))
-            .expect("late config")
-            .scan();
+        let scan = DetectConfig::from_settings(&self.settings(extra)).scan();
         compensation_scan(&self.inbox, &self.store, &self.clock, &scan)
             .await
             .expect("compensation scan")

@@ -29,7 +29,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use msgx_core::clock::ManualClock;
 use msgx_core::devtools::fixture;
-use msgx_core::inbox::names::{InboxNames, OutboxNames};
+use msgx_core::inbox::names::InboxNames;
 use msgx_core::inbox::Inbox;
 use msgx_core::ops::ReplayRequest;
 use msgx_core::poller::{poll_once, PollConfig, PollReport};
@@ -107,12 +107,15 @@ pub struct TestEnv {
     pub inbox: Inbox,
     /// A pool acting as upstream and as the DB owner.
     pub owner: MySqlPool,
-    /// Inbox names (defaults).
+    /// Inbox names (the shipped defaults, resolved by the loader).
     pub names: InboxNames,
-    /// Airport zone.
+    /// Airport zone (`inbox.timezone` as shipped).
     pub tz: Tz,
     /// Injected clock.
     pub clock: ManualClock,
+    /// The settings of this env without overrides: the one source of the defaults the
+    /// helpers start from (the binary's loader and `config/default.toml`).
+    pub base: Settings,
 }
 
 impl TestEnv {
@@ -134,19 +137,17 @@ impl TestEnv {
         .await;
         admin.close().await;
 
-        let names = InboxNames::defaults();
-        let outbox = OutboxNames::new("COUTMSGS").expect("name");
+        let base = Self::settings_for(&pg_url, &my_url, &[]);
+        let (names, tz) = (base.inbox_names().clone(), base.inbox_timezone());
         let my_admin = mysql_admin().await.expect("mariadb reachable");
         run_all(&my_admin, &[format!("DROP DATABASE IF EXISTS `{db}`")]).await;
         my_admin.close().await;
-        fixture::create_inbox_fixture(&my_url, &names, &outbox)
+        fixture::create_inbox_fixture(&my_url, &names, base.outbox_names())
             .await
             .expect("inbox fixture");
 
-        let settings = Self::settings_for(&pg_url, &my_url, &[]);
-        let store = Store::connect(&settings.store).await.expect("store");
-        let tz: Tz = "Asia/Shanghai".parse().expect("tz");
-        let inbox = Inbox::new(&settings.inbox, &names, tz).expect("inbox");
+        let store = Store::connect(&base.store).await.expect("store");
+        let inbox = Inbox::new(&base.inbox, &names, tz).expect("inbox");
         let owner = MySqlPoolOptions::new()
             .max_connections(8)
             .connect(&my_url)
@@ -167,6 +168,7 @@ impl TestEnv {
             names,
             tz,
             clock,
+            base,
         }
     }
 
@@ -204,18 +206,13 @@ impl TestEnv {
         ]
     }
 
-    /// Default poll knobs with this claim batch.
+    /// The configured poll knobs with this claim batch, the enqueue committed synchronously
+    /// (as the harness's rounds always ran).
     pub fn poll_cfg(&self, claim_batch: u32) -> PollConfig {
         PollConfig {
             claim_batch,
-            sight_ahead: 20,
-            max_commit_delay: std::time::Duration::from_secs(300),
             async_commit: false,
-            watch_window: std::time::Duration::from_secs(7 * 24 * 3600),
-            hole_evidence: None,
-            compensation_window: 100_000,
-            min_gap: std::time::Duration::from_millis(20),
-            probe_head: false,
+            ..PollConfig::from_settings(&self.base.pipeline, &self.base.late)
         }
     }
 

@@ -201,7 +201,7 @@ async fn skipped_cutover_stock_is_purgeable_only_where_marked() {
         vec![("watched_hole".into(), 1, vec![[stock[3], stock[3]]])]
     );
     env.clock.advance(Duration::from_secs(3601));
-    let cfg = msgx_core::late::DetectConfig::from_settings(&env.settings(&[])).expect("cfg");
+    let cfg = msgx_core::late::DetectConfig::from_settings(&env.settings(&[]));
     msgx_core::late::detect_once(&env.inbox, &env.store, &env.clock, &cfg)
         .await
         .expect("detect");

@@ -52,7 +52,8 @@ fn rows() -> Vec<Row> {
     };
     const NONE: (&str, &[&str]) = ("—", &[]);
     let mut rows: Vec<Row> = Child::ALL
-        .into_iter()
+        .iter()
+        .copied()
         .map(|child| match child {
             Child::LateDetector => row::<LateDetector>(
                 child,

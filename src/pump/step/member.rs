@@ -7,7 +7,7 @@ use super::route::type_label;
 use super::{Member, PumpCore};
 use crate::codec::DecodedMessage;
 use crate::flight::{self, GuardedPlan, Refused};
-use crate::late::Source;
+use crate::rows::Source;
 use crate::pump::outcome::{ErrorClass, Outcome, SingleTerminal};
 use crate::pump::rules::backoff;
 use crate::pump::stages::Stage;
