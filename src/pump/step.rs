@@ -94,6 +94,10 @@ pub struct PumpCore {
     ahead: BTreeMap<i64, RawMessage>,
     /// Why the last read-ahead failed (members whose text it did not bring fail with it).
     ahead_error: Option<String>,
+    /// That failure was a store outage ([`crate::outage`]): not the message's fault.
+    ahead_outage: bool,
+    /// Raw reads failed by an outage in a row: the backoff of [`PumpCore::outage`].
+    outages: i32,
     /// Committed outcomes not yet returned by `step` (one at a time).
     done: VecDeque<StepOutcome>,
     /// Time spent per stage by the real steps (benches read it).
@@ -171,6 +175,8 @@ enum Prepared {
     Dead(ErrorClass, String),
     /// FAILED with backoff; the group ends here.
     Fail(ErrorClass, String),
+    /// FAILED(INFRA) by a store outage, not charged ([`PumpCore::outage`]); the group ends.
+    Outage(String),
     /// Decoded: bind the identity, then the business work.
     Decoded(Box<DecodedMessage>),
 }
@@ -192,6 +198,8 @@ impl PumpCore {
             cfg,
             ahead: BTreeMap::new(),
             ahead_error: None,
+            ahead_outage: false,
+            outages: 0,
             done: VecDeque::new(),
             stages: StageLog::default(),
             group_cap: cfg.group_max,
@@ -363,6 +371,7 @@ impl PumpCore {
     /// any PostgreSQL transaction; a failure is kept and fails the first member it left out.
     async fn read_ahead(&mut self, candidates: &[HeadRow], members: &[Member]) {
         self.ahead_error = None;
+        self.ahead_outage = false;
         let Some(missing) = members
             .iter()
             .map(|m| m.row.head.msg_id)
@@ -386,6 +395,7 @@ impl PumpCore {
             .await
         {
             Ok(texts) => {
+                self.outages = 0;
                 let gone: Vec<i64> = texts
                     .iter()
                     .filter(|(_, raw)| *raw == RawMessage::Missing)
@@ -396,7 +406,10 @@ impl PumpCore {
                     self.read_copies(&gone).await;
                 }
             }
-            Err(e) => self.ahead_error = Some(e.to_string()),
+            Err(e) => {
+                self.ahead_outage = e.is_outage();
+                self.ahead_error = Some(e.to_string());
+            }
         }
     }
 
@@ -427,6 +440,7 @@ impl PumpCore {
                 for id in gone {
                     self.ahead.remove(id);
                 }
+                self.ahead_outage = e.is_outage();
                 self.ahead_error = Some(format!("reading raw copies: {e}"));
             }
         }
@@ -502,7 +516,7 @@ impl PumpCore {
         let mut prepared = Vec::with_capacity(members.len());
         for m in members {
             let p = self.prepare(m.row.head.msg_id);
-            let stop = matches!(p, Prepared::Fail(..));
+            let stop = matches!(p, Prepared::Fail(..) | Prepared::Outage(_));
             prepared.push(p);
             if stop {
                 break;
@@ -878,6 +892,7 @@ impl PumpCore {
             Prepared::Fail(class, detail) => {
                 return self.fail(tx, msg_id, m.attempts, class, detail).await
             }
+            Prepared::Outage(detail) => return self.outage(tx, m, detail).await,
             Prepared::Decoded(msg) => msg,
         };
         let msg_type = type_label(&msg);
@@ -916,6 +931,9 @@ impl PumpCore {
                     .ahead_error
                     .clone()
                     .unwrap_or_else(|| "raw message not read".into());
+                if self.ahead_outage {
+                    return Prepared::Outage(detail);
+                }
                 return Prepared::Fail(ErrorClass::Infra, detail);
             }
         };
@@ -1027,6 +1045,43 @@ impl PumpCore {
         tx.mark_failed(msg_id, class, &detail, next, now).await?;
         Ok(Outcome::Failed {
             class,
+            detail,
+            next_attempt_at: next,
+        })
+    }
+}
+
+impl PumpCore {
+    /// The head's raw text could not be read because a store is out (SPEC §4: FAILED(INFRA)
+    /// with backoff). The failure is not the message's: its attempt is not charged and its
+    /// head deadline does not age while the store is out (`processing_started_at` cleared:
+    /// it starts again at the next attempt). Counting either would poison good heads one after
+    /// another during an outage — the next head fails the same way, so nothing is unblocked —
+    /// while `head_deadline` exists to unblock the FIFO from a message that fails by itself.
+    /// The backoff doubles per outage failure in a row (kept here: it belongs to the outage,
+    /// not to the row).
+    async fn outage(
+        &mut self,
+        tx: &mut GroupTx,
+        m: &Member,
+        detail: String,
+    ) -> Result<Outcome, StoreError> {
+        self.ahead.clear();
+        self.outages = self.outages.saturating_add(1);
+        let now = self.clock.now();
+        let next = crate::clock::plus(now, backoff(self.outages, &self.cfg.rules));
+        let head = m.row.head;
+        tx.mark_failed_uncharged(head.msg_id, &detail, next, now, head.attempts)
+            .await?;
+        tracing::warn!(
+            msg_id = head.msg_id,
+            attempts = head.attempts,
+            outages = self.outages,
+            error = %detail,
+            "store outage reading the head's raw text: FAILED(INFRA), attempt not charged"
+        );
+        Ok(Outcome::Failed {
+            class: ErrorClass::Infra,
             detail,
             next_attempt_at: next,
         })
