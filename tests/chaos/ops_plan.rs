@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use msgx_core::settings::Delivery;
+
 use super::ops_msgs::Msg;
 
 /// A cutover mode of `pipeline.cutover_watermark`.
@@ -195,6 +197,10 @@ pub struct Plan {
     pub cutover: Option<Cutover>,
     /// The events topic is missing at first (DEAD events, requeued by a [`Step::Requeue`]).
     pub dispatch_outage: bool,
+    /// `kafka.delivery` of the sequence (absent in older plan files: at-least-once); it picks
+    /// the broker too (`ops_broker`).
+    #[serde(default)]
+    pub delivery: Delivery,
     pub steps: Vec<Step>,
 }
 
@@ -309,7 +315,12 @@ pub fn load(path: &Path) -> Plan {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "sequence seed {}:", self.seed)?;
+        writeln!(
+            f,
+            "sequence seed {} ({}):",
+            self.seed,
+            self.delivery.as_str()
+        )?;
         if let Some(c) = &self.cutover {
             writeln!(
                 f,
