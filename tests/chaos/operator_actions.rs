@@ -120,6 +120,8 @@ struct Outcome {
     line: String,
     duplicates: usize,
     violations: Vec<String>,
+    /// The delivery mode it ran in.
+    delivery: Delivery,
 }
 
 /// `MSGX_TEST_DELIVERY`, when set, runs every plan in that mode (e.g. a regression file in the
@@ -177,7 +179,8 @@ async fn operator_actions_against_a_live_pipeline() {
         };
         eprintln!("ops: known open {kind} ({how}): waits for {fix}");
     }
-    let uses = |d: Delivery| plans.iter().any(|(_, p)| p.delivery == d);
+    // The mode a plan runs in is its defused plan's (a known-open kind may change it).
+    let uses = |d: Delivery| plans.iter().any(|(_, p)| p.defused().0.delivery == d);
     let tansu = uses(Delivery::AtLeastOnce).then(Tansu::start);
     let mock = uses(Delivery::ExactlyOnce).then(Broker::mock);
     let broker_of = |d: Delivery| match (d, &tansu, &mock) {
@@ -191,7 +194,7 @@ async fn operator_actions_against_a_live_pipeline() {
     let started = Instant::now();
     let outcomes: Vec<Outcome> = futures::stream::iter(plans)
         .map(|(tag, plan)| {
-            let broker = broker_of(plan.delivery);
+            let broker = broker_of(plan.defused().0.delivery);
             run_caught(tag, plan, broker)
         })
         .buffer_unordered(concurrency)
@@ -230,7 +233,7 @@ fn report(outcomes: &[Outcome], took: Duration, concurrency: usize) {
         eprintln!(
             "ops: {:>11} {:>13} {:>6.1}s {:>2} violations {:>3} duplicates  {}",
             o.tag,
-            o.plan.delivery.as_str(),
+            o.delivery.as_str(),
             o.secs,
             o.violations.len(),
             o.duplicates,
@@ -255,7 +258,7 @@ fn report(outcomes: &[Outcome], took: Duration, concurrency: usize) {
     let modes: Vec<String> = [Delivery::AtLeastOnce, Delivery::ExactlyOnce]
         .into_iter()
         .map(|d| {
-            let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.plan.delivery == d).collect();
+            let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.delivery == d).collect();
             let dups: usize = of.iter().map(|o| o.duplicates).sum();
             let bad = of.iter().filter(|o| !o.violations.is_empty()).count();
             format!(
@@ -322,6 +325,7 @@ fn violation_kind(v: &str) -> &'static str {
 async fn run_caught(tag: String, plan: Plan, broker: Broker) -> Outcome {
     let start = Instant::now();
     let (run, defused) = plan.defused();
+    let delivery = run.delivery;
     eprintln!(
         "ops: {tag} (seed {}, {}) starts ({} steps; defused: {defused:?})",
         plan.seed,
@@ -365,6 +369,7 @@ async fn run_caught(tag: String, plan: Plan, broker: Broker) -> Outcome {
         line,
         duplicates,
         violations,
+        delivery,
     }
 }
 

@@ -392,9 +392,10 @@ async fn check_events(
         ));
     }
     if dups > 0 && model.exactly_once {
+        let copies = duplicate_copies(env, kafka).await;
         model.violation(format!(
             "{dups} duplicate records on the topic in exactly-once mode (0 expected whatever \
-             the faults)"
+             the faults): {copies}"
         ));
     } else if dups > 0 && !model.duplicates_allowed {
         model.violation(format!(
@@ -402,4 +403,33 @@ async fn check_events(
              store cut (at-least-once allows them only there)"
         ));
     }
+}
+
+/// Each event read more than once: its copies (partition/offset) and where it was recorded
+/// SENT, for a look at what the duplicate came from.
+async fn duplicate_copies(env: &TestEnv, kafka: &[Received]) -> String {
+    let mut by_id: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for r in kafka.iter().filter(|r| ours(&r.key)) {
+        by_id
+            .entry(r.ce_id())
+            .or_default()
+            .push(format!("{}/{}", r.partition, r.offset));
+    }
+    by_id.retain(|_, at| at.len() > 1);
+    let ids: Vec<i64> = by_id.keys().copied().collect();
+    let sent: Vec<(i64, Option<i32>, Option<i64>)> = sqlx::query_as(
+        "SELECT event_id, kafka_partition, kafka_offset FROM msg_event WHERE event_id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_all(env.store.pool())
+    .await
+    .unwrap_or_default();
+    by_id
+        .into_iter()
+        .map(|(id, at)| {
+            let s = sent.iter().find(|s| s.0 == id).map(|s| (s.1, s.2));
+            format!("event {id} read at {at:?}, SENT at {s:?}")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }

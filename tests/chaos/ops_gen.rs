@@ -307,6 +307,10 @@ fn a_seed_makes_the_same_plan_and_the_ci_seeds_cover_every_action() {
     ] {
         assert!(kinds.contains(k), "{k} missing from the CI seeds");
     }
+    for mode in [Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
+        let n = plans.iter().filter(|p| p.delivery == mode).count();
+        assert!(n >= 10, "{n} CI seeds in {mode:?}");
+    }
     for p in &plans {
         assert!(
             p.steps.iter().any(|s| matches!(s, Step::Overlap { .. })),
