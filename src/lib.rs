@@ -17,6 +17,7 @@
 //! - [`clock`]: the injectable clock.
 //! - [`ops`]: operator operations shared by the admin API and the CLI (status, inspect,
 //!   audited replay/recovery/requeue, the compat entry).
+//! - [`outage`]: which store failures are an outage (not charged to the head message).
 //! - [`outbound`]: requests to upstream via COUTMSGS, tracked in REQ_TRACK (never twice).
 //! - [`retention`]: the housekeeping job (PROC_STATE → PROC_STATE_HST, expiring our tables).
 //! - [`failpoint`]: named crash points for kill-style crash tests (`MSGEXCHANGE_FAILPOINT`).
@@ -38,6 +39,7 @@ pub mod inbox;
 pub mod kafka;
 pub mod late;
 pub mod ops;
+pub mod outage;
 pub mod outbound;
 pub mod poller;
 pub mod pump;

@@ -1,6 +1,6 @@
 //! The pump step against real MariaDB + PostgreSQL with the injected clock: FIFO blocking by a
 //! FAILED head, poison escalation, compat rows beyond W, outcome classes, INFRA on a cut
-//! inbox connection, and an injected half-way failure of the business transaction.
+//! inbox connection (an outage never poisons a good head), and an injected half-way failure of the business transaction.
 
 mod common;
 
@@ -230,6 +230,120 @@ async fn inbox_cut_during_raw_read_is_infra_never_dead() {
     let (_, o) = outcome(pump.step().await.expect("step"));
     assert_eq!(o.label(), "succeeded", "{o:?}");
     env.cleanup().await;
+}
+
+/// Issue 29 (soak plan `issue29-soak-infra-poison-366283449`): an inbox outage longer than
+/// `max_attempts` retries and than `head_deadline` leaves a good head FAILED(INFRA), its
+/// attempts not charged and its deadline not aging (SPEC §4: a store outage is INFRA with
+/// backoff), the backoff doubling; once the inbox is back it succeeds. A head that had run
+/// before (a crash charged it one attempt) keeps that attempt; its deadline starts again at
+/// the next attempt.
+#[tokio::test]
+async fn inbox_outage_never_poisons_a_good_head() {
+    let env = TestEnv::new("pump_outage").await;
+    let a = env.insert_message(&flop(1, "F1", &[("GATE", "A1")])).await;
+    let b = env.insert_message(&flop(2, "F2", &[("GATE", "B1")])).await;
+    env.poll(env.poll_cfg(100)).await;
+    let ProxiedInbox {
+        proxy,
+        inbox: via_proxy,
+        ..
+    } = env.inbox_via_proxy(QUICK_INBOX).await;
+    let rules = [
+        ("MSGX_PROCESSING__MAX_ATTEMPTS", "3"),
+        ("MSGX_PROCESSING__HEAD_DEADLINE", "30s"),
+        ("MSGX_PROCESSING__RETRY_INITIAL", "5s"),
+        ("MSGX_PROCESSING__RETRY_MAX", "5m"),
+    ];
+    let mut pump = env.pump_with_inbox(via_proxy.clone(), &rules);
+
+    proxy.cut();
+    let delays = outage_failures(&env, &mut pump, a, 5).await;
+    assert_eq!(
+        delays,
+        [5, 10, 20, 40, 80],
+        "the backoff doubles per outage failure"
+    );
+    assert_eq!(
+        stamp_of(&env, a).await,
+        (0, None),
+        "no attempt charged, no deadline started"
+    );
+    proxy.restore();
+    back_after_outage(&env, &mut pump, a).await;
+
+    // b ran once before (a crash after its stamp): that attempt stays, the deadline restarts.
+    let long_ago = env.clock.now() - chrono::Duration::hours(1);
+    sqlx::query("UPDATE proc_state SET attempts = 1, processing_started_at = $2 WHERE msg_id = $1")
+        .bind(b)
+        .bind(long_ago)
+        .execute(env.store.pool())
+        .await
+        .expect("crashed attempt");
+    // A fresh pump: the first one read b's text ahead with a's.
+    let mut pump = env.pump_with_inbox(via_proxy, &rules);
+    proxy.cut();
+    outage_failures(&env, &mut pump, b, 4).await;
+    assert_eq!(
+        stamp_of(&env, b).await,
+        (1, None),
+        "only the crashed attempt counts; the deadline starts again at the next attempt"
+    );
+    proxy.restore();
+    back_after_outage(&env, &mut pump, b).await;
+    env.cleanup().await;
+}
+
+/// The inbox is back: `head` succeeds (a pooled connection the cut left broken may fail it
+/// INFRA once more first).
+async fn back_after_outage(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore, head: i64) {
+    for _ in 0..3 {
+        env.clock.advance(Duration::from_secs(600));
+        let (id, o) = outcome(step_ok(pump).await);
+        assert_eq!(id, head, "{o:?}");
+        if o.label() == "succeeded" {
+            return;
+        }
+        assert_eq!(kind(&o), ("failed", Some(ErrorClass::Infra)), "{o:?}");
+    }
+    panic!("{head} did not succeed once the inbox was back");
+}
+
+/// `n` pump steps during an inbox outage, each once the head is due (10 min later: past the
+/// backoff and `head_deadline`): every one FAILED(INFRA) on `head`, none poisons. The delays
+/// of the backoff, in seconds.
+async fn outage_failures(
+    env: &TestEnv,
+    pump: &mut msgx_core::pump::PumpCore,
+    head: i64,
+    n: usize,
+) -> Vec<i64> {
+    let mut delays = Vec::new();
+    for _ in 0..n {
+        env.clock.advance(Duration::from_secs(600));
+        let now = env.clock.now();
+        let step = step_ok(pump).await;
+        let StepOutcome::Processed {
+            msg_id,
+            outcome:
+                Outcome::Failed {
+                    class: ErrorClass::Infra,
+                    next_attempt_at,
+                    ..
+                },
+            ..
+        } = step
+        else {
+            panic!("an outage fails the head INFRA, it never poisons it: {step:?}");
+        };
+        assert_eq!(msg_id, head);
+        assert_eq!(
+            env.state_of(head).await,
+            ("FAILED".into(), Some("INFRA".into()))
+        );
+        delays.push((next_attempt_at - now).num_seconds());
+    }
+    delays
 }
 
 #[tokio::test]

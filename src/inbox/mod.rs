@@ -42,6 +42,17 @@ pub enum InboxError {
     Db(#[from] sqlx::Error),
 }
 
+impl InboxError {
+    /// True when the inbox was unreachable or did not answer in time ([`crate::outage`]).
+    pub fn is_outage(&self) -> bool {
+        match self {
+            Self::Timeout(_) => true,
+            Self::Url { .. } => false,
+            Self::Db(e) => crate::outage::is_outage(e),
+        }
+    }
+}
+
 /// One inbox row as discovery sees it: never the message text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InboxRow {

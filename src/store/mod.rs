@@ -98,6 +98,11 @@ impl StoreError {
             _ => false,
         }
     }
+
+    /// True when PostgreSQL was unreachable or the connection broke ([`crate::outage`]).
+    pub fn is_outage(&self) -> bool {
+        matches!(self, StoreError::Db(e) if crate::outage::is_outage(e))
+    }
 }
 
 /// `s` cut to at most `max` bytes, at a character boundary: error texts are for people;

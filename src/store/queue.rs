@@ -142,16 +142,55 @@ impl GroupTx {
         next_attempt_at: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
+        self.failed(msg_id, class, detail, [next_attempt_at, now], None)
+            .await
+    }
+
+    /// FAILED(INFRA) after a store outage, not charged to the message (SPEC §4): `attempts`
+    /// back to `attempts_before` (its value before this attempt's stamp) and no
+    /// `processing_started_at`, so the head deadline starts again at the next attempt (see
+    /// `PumpCore::outage`).
+    pub async fn mark_failed_uncharged(
+        &mut self,
+        msg_id: i64,
+        detail: &str,
+        next_attempt_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+        attempts_before: i32,
+    ) -> Result<bool, StoreError> {
+        let times = [next_attempt_at, now];
+        self.failed(
+            msg_id,
+            ErrorClass::Infra,
+            detail,
+            times,
+            Some(attempts_before),
+        )
+        .await
+    }
+
+    /// FAILED, due at `next` (`[next, now]`); with `restore`, `attempts` set to it and
+    /// `processing_started_at` cleared as well.
+    async fn failed(
+        &mut self,
+        msg_id: i64,
+        class: ErrorClass,
+        detail: &str,
+        [next, now]: [DateTime<Utc>; 2],
+        restore: Option<i32>,
+    ) -> Result<bool, StoreError> {
         let done = sqlx::query(&format!(
             "UPDATE proc_state SET state = 'FAILED', error_class = $2, error_text = $3, \
-                    next_attempt_at = $4, updated_at = $5 \
+                    next_attempt_at = $4, updated_at = $5, attempts = COALESCE($6, attempts), \
+                    processing_started_at = CASE WHEN $6 IS NULL THEN processing_started_at END \
              WHERE msg_id = $1 AND {UNFINISHED}"
         ))
         .bind(msg_id)
         .bind(class)
         .bind(truncate(detail, ERROR_TEXT_MAX))
-        .bind(next_attempt_at)
+        .bind(next)
         .bind(now)
+        .bind(restore)
         .execute(&mut *self.tx)
         .await?;
         Ok(done.rows_affected() == 1)

@@ -12,10 +12,18 @@
 //! model ([`super::ops_reference`]) against PostgreSQL, the inbox marks and the topic
 //! ([`super::ops_check`]).
 //!
+//! Each plan names its `kafka.delivery` (issue 31 item 3; drawn from the seed, about half in
+//! each mode, and kept in the plan file). At-least-once sequences deliver to tansu and report
+//! their duplicates (allowed only after a crash, kill or store cut); exactly-once sequences
+//! deliver to librdkafka's mock cluster and must show 0 duplicates whatever the faults —
+//! "exactly once in the log", since neither broker hides aborted records from
+//! `read_committed` ([`ops_broker`] says why the mock cluster and what the check can see).
+//!
 //! CI runs every plan in `tests/chaos/regressions/` and the seeds `1..=CI_SEEDS`, three at a
 //! time. `MSGEXCHANGE_OPS_PLAN=<file>` runs one plan file, `MSGEXCHANGE_OPS_SEED=<n>` one
 //! seed, `MSGEXCHANGE_OPS_SEQUENCES=<n>` n random seeds (a soak); `MSGEXCHANGE_OPS_CONCURRENCY`
-//! sets how many run at once; `MSGEXCHANGE_OPS_OPEN=1` runs the [`KNOWN_OPEN`] kinds as planned.
+//! sets how many run at once; `MSGEXCHANGE_OPS_OPEN=1` runs the [`KNOWN_OPEN`] kinds as planned;
+//! `MSGX_TEST_DELIVERY=exactly-once|at-least-once` runs every plan in that mode.
 //! A failing plan is written to `/tmp/msgx-chaos/plan-<tag>.json`: copy it into
 //! `tests/chaos/regressions/` to keep it.
 
@@ -31,16 +39,20 @@ use super::ops_gen::generate;
 use super::ops_model::{Exit, Model};
 use super::ops_plan::{runs_open, Plan, Step, StoreKind, KNOWN_OPEN};
 use crate::common::instance::{
-    cli, log_dir, off_runtime, proxied, service_env, set_var, settled_above, simulator, CliOut,
+    cli, log_dir, off_runtime, proxied, service_env_in, set_var, settled_above, simulator, CliOut,
     Instance, SimOpts,
 };
 use crate::common::kafka::{consume, Received};
 use crate::common::proxy::Proxy;
 use crate::common::seed::{self, Proc};
-use crate::common::tansu::{Tansu, TansuAdmin};
+use crate::common::tansu::Tansu;
 use crate::common::TestEnv;
+use msgx_core::settings::Delivery;
+use ops_broker::Broker;
 use ops_cutover::Start;
 
+#[path = "ops_broker.rs"]
+mod ops_broker;
 #[path = "ops_cutover.rs"]
 mod ops_cutover;
 #[path = "ops_steps.rs"]
@@ -73,8 +85,8 @@ struct Seq {
     plan: Plan,
     tag: String,
     env: TestEnv,
-    bootstrap: String,
-    admin: TansuAdmin,
+    /// The broker of the plan's delivery mode.
+    broker: Broker,
     topic: String,
     pg_proxy: Arc<Proxy>,
     my_proxy: Arc<Proxy>,
@@ -108,6 +120,20 @@ struct Outcome {
     line: String,
     duplicates: usize,
     violations: Vec<String>,
+    /// The delivery mode it ran in.
+    delivery: Delivery,
+}
+
+/// `MSGX_TEST_DELIVERY`, when set, runs every plan in that mode (e.g. a regression file in the
+/// other mode); otherwise each plan's own `delivery` holds.
+fn forced_delivery(mut plans: Vec<(String, Plan)>) -> Vec<(String, Plan)> {
+    if std::env::var("MSGX_TEST_DELIVERY").is_ok() {
+        let mode = crate::common::instance::delivery_from_env();
+        for (_, p) in &mut plans {
+            p.delivery = mode;
+        }
+    }
+    plans
 }
 
 /// The plans to run, each with a tag naming it.
@@ -140,7 +166,7 @@ fn plans() -> Vec<(String, Plan)> {
 
 #[tokio::test]
 async fn operator_actions_against_a_live_pipeline() {
-    let plans = plans();
+    let plans = forced_delivery(plans());
     let concurrency: usize = std::env::var("MSGEXCHANGE_OPS_CONCURRENCY")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -153,10 +179,24 @@ async fn operator_actions_against_a_live_pipeline() {
         };
         eprintln!("ops: known open {kind} ({how}): waits for {fix}");
     }
-    let broker = Tansu::start();
+    // The mode a plan runs in is its defused plan's (a known-open kind may change it).
+    let uses = |d: Delivery| plans.iter().any(|(_, p)| p.defused().0.delivery == d);
+    let tansu = uses(Delivery::AtLeastOnce).then(Tansu::start);
+    let mock = uses(Delivery::ExactlyOnce).then(Broker::mock);
+    let broker_of = |d: Delivery| match (d, &tansu, &mock) {
+        (Delivery::ExactlyOnce, _, Some(m)) => m.clone(),
+        (_, Some(t), _) => Broker::Tansu {
+            bootstrap: t.bootstrap.clone(),
+            admin: t.admin(),
+        },
+        _ => unreachable!("a broker is started for every mode a plan uses"),
+    };
     let started = Instant::now();
     let outcomes: Vec<Outcome> = futures::stream::iter(plans)
-        .map(|(tag, plan)| run_caught(tag, plan, broker.bootstrap.clone(), broker.admin()))
+        .map(|(tag, plan)| {
+            let broker = broker_of(plan.defused().0.delivery);
+            run_caught(tag, plan, broker)
+        })
         .buffer_unordered(concurrency)
         .collect()
         .await;
@@ -191,8 +231,9 @@ fn report(outcomes: &[Outcome], took: Duration, concurrency: usize) {
     let mut kinds: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for o in &sorted {
         eprintln!(
-            "ops: {:>11} {:>6.1}s {:>2} violations {:>3} duplicates  {}",
+            "ops: {:>11} {:>13} {:>6.1}s {:>2} violations {:>3} duplicates  {}",
             o.tag,
+            o.delivery.as_str(),
             o.secs,
             o.violations.len(),
             o.duplicates,
@@ -214,12 +255,25 @@ fn report(outcomes: &[Outcome], took: Duration, concurrency: usize) {
     }
     let violations: usize = outcomes.iter().map(|o| o.violations.len()).sum();
     let failed = outcomes.iter().filter(|o| !o.violations.is_empty()).count();
-    let dups: usize = outcomes.iter().map(|o| o.duplicates).sum();
+    let modes: Vec<String> = [Delivery::AtLeastOnce, Delivery::ExactlyOnce]
+        .into_iter()
+        .map(|d| {
+            let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.delivery == d).collect();
+            let dups: usize = of.iter().map(|o| o.duplicates).sum();
+            let bad = of.iter().filter(|o| !o.violations.is_empty()).count();
+            format!(
+                "{}: {} sequences, {bad} failed, {dups} duplicate records",
+                d.as_str(),
+                of.len()
+            )
+        })
+        .collect();
     eprintln!(
         "ops summary: {} sequences in {:.1}s ({concurrency} at a time), {violations} violations \
-         in {failed} sequences, {dups} duplicate records on the topics; actions: {}",
+         in {failed} sequences ({}); actions: {}",
         outcomes.len(),
         took.as_secs_f64(),
+        modes.join("; "),
         totals
             .iter()
             .map(|(k, (n, idle))| match idle {
@@ -268,15 +322,17 @@ fn violation_kind(v: &str) -> &'static str {
 }
 
 /// Runs one sequence; a panic inside it becomes a violation of that sequence.
-async fn run_caught(tag: String, plan: Plan, bootstrap: String, admin: TansuAdmin) -> Outcome {
+async fn run_caught(tag: String, plan: Plan, broker: Broker) -> Outcome {
     let start = Instant::now();
     let (run, defused) = plan.defused();
+    let delivery = run.delivery;
     eprintln!(
-        "ops: {tag} (seed {}) starts ({} steps; defused: {defused:?})",
+        "ops: {tag} (seed {}, {}) starts ({} steps; defused: {defused:?})",
         plan.seed,
+        plan.delivery.as_str(),
         run.steps.len()
     );
-    let result = std::panic::AssertUnwindSafe(run_sequence(tag.clone(), run, bootstrap, admin))
+    let result = std::panic::AssertUnwindSafe(run_sequence(tag.clone(), run, broker))
         .catch_unwind()
         .await;
     let (actions, idle, line, duplicates, violations) = match result {
@@ -313,11 +369,12 @@ async fn run_caught(tag: String, plan: Plan, bootstrap: String, admin: TansuAdmi
         line,
         duplicates,
         violations,
+        delivery,
     }
 }
 
-async fn run_sequence(tag: String, plan: Plan, bootstrap: String, admin: TansuAdmin) -> Model {
-    let mut seq = Seq::new(tag, plan, bootstrap, admin).await;
+async fn run_sequence(tag: String, plan: Plan, broker: Broker) -> Model {
+    let mut seq = Seq::new(tag, plan, broker).await;
     match seq.cutover().await {
         Start::Abort => {
             let Seq { env, model, .. } = seq;
@@ -342,12 +399,12 @@ async fn run_sequence(tag: String, plan: Plan, bootstrap: String, admin: TansuAd
 }
 
 impl Seq {
-    async fn new(tag: String, plan: Plan, bootstrap: String, admin: TansuAdmin) -> Self {
+    async fn new(tag: String, plan: Plan, broker: Broker) -> Self {
         let env = TestEnv::new(&format!("ops{tag}")).await;
         let topic = format!("msgx.ops{tag}.{}.events", plan.seed);
         let dlq = format!("msgx.ops{tag}.{}.dlq", plan.seed);
         let (a, t, d, outage) = (
-            admin.clone(),
+            broker.clone(),
             topic.clone(),
             dlq.clone(),
             plan.dispatch_outage,
@@ -378,13 +435,20 @@ impl Seq {
             }
             v
         };
-        let vars = tune(service_env(
+        let vars = tune(service_env_in(
             &env,
             &proxied(&env.pg_url, "127.0.0.1:5432", pg_proxy.port),
             &proxied(&env.my_url, "127.0.0.1:3306", my_proxy.port),
-            &bootstrap,
+            broker.bootstrap(),
+            plan.delivery,
         ));
-        let direct = tune(service_env(&env, &env.pg_url, &env.my_url, &bootstrap));
+        let direct = tune(service_env_in(
+            &env,
+            &env.pg_url,
+            &env.my_url,
+            broker.bootstrap(),
+            plan.delivery,
+        ));
         let mut model = Model::default();
         let kinds = plan.kinds();
         model.foreign_writers = kinds.iter().any(|k| *k == "write" || *k == "duplicate");
@@ -393,13 +457,12 @@ impl Seq {
                 .iter()
                 .any(|k| matches!(*k, "kill9" | "takeover" | "cut_pg"));
         model.requeued_by_hand = plan.dispatch_outage;
-        model.store_cut = kinds.iter().any(|k| matches!(*k, "cut_pg" | "cut_mysql"));
+        model.exactly_once = plan.delivery == Delivery::ExactlyOnce;
         Self {
             plan,
             tag,
             env,
-            bootstrap,
-            admin,
+            broker,
             topic,
             pg_proxy,
             my_proxy,
@@ -678,7 +741,7 @@ impl Seq {
         if n == 0 {
             return Vec::new();
         }
-        let (b, t) = (self.bootstrap.clone(), self.topic.clone());
+        let (b, t) = (self.broker.bootstrap().to_string(), self.topic.clone());
         off_runtime(move || consume(&b, &t, 3, n as usize)).await
     }
 }

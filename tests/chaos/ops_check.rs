@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::ops_model::Model;
-use super::ops_reference::{predict, End, Timing, Written};
+use super::ops_reference::{predict, End, FlightEnd, Timing, Written};
 use crate::common::kafka::Received;
 use crate::common::TestEnv;
 
@@ -78,18 +78,6 @@ pub async fn check(
                 model.owner_deleted.contains(id)
                     && r.state == "DEAD"
                     && r.class.as_deref() == Some("MALFORMED")
-            })
-            .map(|r| *r.0)
-            .collect(),
-        poisoned: recs
-            .iter()
-            .filter(|(id, r)| {
-                model.store_cut
-                    && r.state == "DEAD"
-                    && r.class.as_deref() == Some("EXHAUSTED")
-                    && written
-                        .iter()
-                        .any(|w| w.id == **id && w.msg.identity().is_some())
             })
             .map(|r| *r.0)
             .collect(),
@@ -246,20 +234,51 @@ fn ours(flid: &str) -> bool {
     }
 }
 
-async fn check_flights(
-    model: &mut Model,
-    env: &TestEnv,
-    expected: &BTreeMap<String, BTreeMap<String, String>>,
-) {
-    let rows: Vec<(String, Option<String>, Option<String>)> = env
-        .rows("SELECT flid, fields->>'GATE', fields->>'STND' FROM flight_state ORDER BY flid")
+/// A `flight_state` row: flid, master, fields, versions, created by, updated by.
+type FlightRow = (
+    String,
+    Option<String>,
+    serde_json::Value,
+    serde_json::Value,
+    i64,
+    i64,
+);
+
+/// Every column of our flights against the model: fields (all of them), each field's version
+/// (message row and send time), the master, and the messages that created and last wrote it.
+async fn check_flights(model: &mut Model, env: &TestEnv, expected: &BTreeMap<String, FlightEnd>) {
+    let rows: Vec<FlightRow> = env
+        .rows(
+            "SELECT flid, master_flid, fields, versions, created_by_msg, updated_by_msg \
+             FROM flight_state ORDER BY flid",
+        )
         .await;
-    let mut got: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-    for (flid, gate, stnd) in rows.into_iter().filter(|r| ours(&r.0)) {
-        let f = got.entry(flid).or_default();
-        f.extend(gate.map(|g| ("GATE".to_string(), g)));
-        f.extend(stnd.map(|s| ("STND".to_string(), s)));
-    }
+    let got: BTreeMap<String, FlightEnd> = rows
+        .into_iter()
+        .filter(|r| ours(&r.0))
+        .map(|(flid, master, fields, versions, created_by, updated_by)| {
+            let fields = fields
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().map_or(v.to_string(), String::from)))
+                .collect();
+            let versions = versions
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), stored_version(v)))
+                .collect();
+            let end = FlightEnd {
+                fields,
+                versions,
+                master,
+                created_by,
+                updated_by,
+            };
+            (flid, end)
+        })
+        .collect();
     if &got != expected {
         let diff: Vec<String> = expected
             .keys()
@@ -274,6 +293,20 @@ async fn check_flights(
             diff.join("; ")
         ));
     }
+}
+
+/// A stored field version `{"at": …, "msg_id": …}` as (row, send time as UTC RFC 3339).
+fn stored_version(v: &serde_json::Value) -> (i64, String) {
+    let at = v["at"]
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| {
+            t.with_timezone(&chrono::Utc)
+                .format("%Y-%m-%dT%H:%M:%SZ")
+                .to_string()
+        })
+        .unwrap_or_else(|| format!("unreadable {v}"));
+    (v["msg_id"].as_i64().unwrap_or(-1), at)
 }
 
 async fn check_events(
@@ -358,10 +391,45 @@ async fn check_events(
             "per-key order on the topic (first sightings): {topic_order:?}, model {model_order:?}"
         ));
     }
-    if dups > 0 && !model.duplicates_allowed {
+    if dups > 0 && model.exactly_once {
+        let copies = duplicate_copies(env, kafka).await;
+        model.violation(format!(
+            "{dups} duplicate records on the topic in exactly-once mode (0 expected whatever \
+             the faults): {copies}"
+        ));
+    } else if dups > 0 && !model.duplicates_allowed {
         model.violation(format!(
             "{dups} duplicate records on the topic in a sequence without a crash, kill or \
              store cut (at-least-once allows them only there)"
         ));
     }
+}
+
+/// Each event read more than once: its copies (partition/offset) and where it was recorded
+/// SENT, for a look at what the duplicate came from.
+async fn duplicate_copies(env: &TestEnv, kafka: &[Received]) -> String {
+    let mut by_id: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for r in kafka.iter().filter(|r| ours(&r.key)) {
+        by_id
+            .entry(r.ce_id())
+            .or_default()
+            .push(format!("{}/{}", r.partition, r.offset));
+    }
+    by_id.retain(|_, at| at.len() > 1);
+    let ids: Vec<i64> = by_id.keys().copied().collect();
+    let sent: Vec<(i64, Option<i32>, Option<i64>)> = sqlx::query_as(
+        "SELECT event_id, kafka_partition, kafka_offset FROM msg_event WHERE event_id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_all(env.store.pool())
+    .await
+    .unwrap_or_default();
+    by_id
+        .into_iter()
+        .map(|(id, at)| {
+            let s = sent.iter().find(|s| s.0 == id).map(|s| (s.1, s.2));
+            format!("event {id} read at {at:?}, SENT at {s:?}")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }

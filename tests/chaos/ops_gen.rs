@@ -3,6 +3,7 @@
 //! writer holding a commit, a store's connection cut, or a burst of writes. A plan that failed
 //! is kept as its JSON file, so changing this generator never changes an old regression.
 
+use msgx_core::settings::Delivery;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -66,7 +67,19 @@ pub fn generate(seed: u64) -> Plan {
         note: String::new(),
         cutover,
         dispatch_outage,
+        delivery: delivery_of(seed),
         steps,
+    }
+}
+
+/// The delivery mode of a seed: about half the seeds each, by a hash of the seed that draws
+/// nothing from the generator's stream (the steps of a seed stay what they were) and does not
+/// follow the featured kind (`seed % FEATURED.len()`).
+pub fn delivery_of(seed: u64) -> Delivery {
+    if seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 63 == 1 {
+        Delivery::ExactlyOnce
+    } else {
+        Delivery::AtLeastOnce
     }
 }
 
@@ -293,6 +306,10 @@ fn a_seed_makes_the_same_plan_and_the_ci_seeds_cover_every_action() {
         "purge_during_held_commit",
     ] {
         assert!(kinds.contains(k), "{k} missing from the CI seeds");
+    }
+    for mode in [Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
+        let n = plans.iter().filter(|p| p.delivery == mode).count();
+        assert!(n >= 10, "{n} CI seeds in {mode:?}");
     }
     for p in &plans {
         assert!(

@@ -45,10 +45,10 @@ pub struct Model {
     pub foreign_writers: bool,
     /// Duplicate records of our events on the topic.
     pub kafka_duplicates: usize,
-    /// The sequence cut a store's connection (a FAILED(INFRA) head may be poisoned).
-    pub store_cut: bool,
     /// The sequence crashed, killed or cut a store: at-least-once may duplicate.
     pub duplicates_allowed: bool,
+    /// `kafka.delivery = exactly-once`: no duplicate in the log, whatever the faults.
+    pub exactly_once: bool,
     /// Events went DEAD and were requeued by hand: their first sighting may follow later
     /// events of their key (docs/consuming-events.md).
     pub requeued_by_hand: bool,

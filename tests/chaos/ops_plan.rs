@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use msgx_core::settings::Delivery;
+
 use super::ops_msgs::Msg;
 
 /// A cutover mode of `pipeline.cutover_watermark`.
@@ -195,13 +197,22 @@ pub struct Plan {
     pub cutover: Option<Cutover>,
     /// The events topic is missing at first (DEAD events, requeued by a [`Step::Requeue`]).
     pub dispatch_outage: bool,
+    /// `kafka.delivery` of the sequence (absent in older plan files: at-least-once); it picks
+    /// the broker too (`ops_broker`).
+    #[serde(default)]
+    pub delivery: Delivery,
     pub steps: Vec<Step>,
 }
 
 /// Kinds of sequence today's main code fails, each waiting for a fix in another branch. CI
 /// defuses them ([`Plan::defused`]); `MSGEXCHANGE_OPS_OPEN=1` runs them as planned (empty: the
 /// purge, owner-lock and cutover fixes of issue 29 are merged; a new kind waiting for a fix goes here).
-pub const KNOWN_OPEN: &[(&str, &str)] = &[];
+pub const KNOWN_OPEN: &[(&str, &str)] = &[(
+    "takeover_exactly_once",
+    "issue 31: a standby takeover in exactly-once mode left 1 duplicate record on the topic in \
+     2 of 17 soak sequences (plans issue31-soak-eo-takeover-*.json); cause not found yet. \
+     Defused: such a plan runs in at-least-once mode",
+)];
 
 /// True when sequences of this kind run as planned.
 pub fn runs_open(kind: &str) -> bool {
@@ -224,12 +235,16 @@ impl Plan {
         ) {
             k.push("cutover_above_head");
         }
+        if self.delivery == Delivery::ExactlyOnce && k.contains(&"takeover") {
+            k.push("takeover_exactly_once");
+        }
         k
     }
 
     /// The plan with its [`KNOWN_OPEN`] parts defused (unless they run open): a cutover above
     /// the head becomes `max`, an owner's lock becomes plain writes, a purge overlapping a held
-    /// commit waits for the commit. Also the list of what was defused.
+    /// commit waits for the commit, an exactly-once plan with a takeover runs at-least-once.
+    /// Also the list of what was defused.
     pub fn defused(&self) -> (Plan, Vec<&'static str>) {
         let mut p = self.clone();
         let mut done = Vec::new();
@@ -238,6 +253,10 @@ impl Plan {
                 c.mode = Mode::Max;
                 done.push("cutover_above_head");
             }
+        }
+        if self.kinds().contains(&"takeover_exactly_once") && !runs_open("takeover_exactly_once") {
+            p.delivery = Delivery::AtLeastOnce;
+            done.push("takeover_exactly_once");
         }
         for s in &mut p.steps {
             let kind = s.kind();
@@ -309,7 +328,12 @@ pub fn load(path: &Path) -> Plan {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "sequence seed {}:", self.seed)?;
+        writeln!(
+            f,
+            "sequence seed {} ({}):",
+            self.seed,
+            self.delivery.as_str()
+        )?;
         if let Some(c) = &self.cutover {
             writeln!(
                 f,

@@ -392,7 +392,7 @@ impl Seq {
                 count("SELECT count(*) FROM msg_event WHERE state = 'DEAD'").await > 0
             })
             .await;
-        let (a, t) = (self.admin.clone(), self.topic.clone());
+        let (a, t) = (self.broker.clone(), self.topic.clone());
         off_runtime(move || a.create_topic(&t, 3)).await;
         if !dead {
             self.model.idle("requeue");

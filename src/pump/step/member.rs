@@ -1,6 +1,7 @@
 //! Members that write on their own inside the group's transaction: business work with a
 //! load of its own (a `LATE` row, applied with the ordering guard), a business duplicate
-//! (SKIPPED), a terminal state without business work (DEAD), or FAILED with its backoff.
+//! (SKIPPED), a terminal state without business work (DEAD), or FAILED with its backoff
+//! (charged, or not when a store outage kept its raw text from us).
 
 use super::read_ahead::Prepared;
 use super::route::type_label;
@@ -30,6 +31,7 @@ impl PumpCore {
             Prepared::Fail(class, detail) => {
                 return self.fail(tx, msg_id, m.attempts, class, detail).await
             }
+            Prepared::Outage(detail) => return self.outage(tx, m, detail).await,
             Prepared::Decoded(msg) => msg,
         };
         let msg_type = type_label(&msg);
@@ -163,6 +165,43 @@ impl PumpCore {
         tx.mark_failed(msg_id, class, &detail, next, now).await?;
         Ok(Outcome::Failed {
             class,
+            detail,
+            next_attempt_at: next,
+        })
+    }
+}
+
+impl PumpCore {
+    /// The head's raw text could not be read because a store is out (SPEC §4: FAILED(INFRA)
+    /// with backoff). The failure is not the message's: its attempt is not charged and its
+    /// head deadline does not age while the store is out (`processing_started_at` cleared:
+    /// it starts again at the next attempt). Counting either would poison good heads one after
+    /// another during an outage — the next head fails the same way, so nothing is unblocked —
+    /// while `head_deadline` exists to unblock the FIFO from a message that fails by itself.
+    /// The backoff doubles per outage failure in a row (kept here: it belongs to the outage,
+    /// not to the row).
+    pub(super) async fn outage(
+        &mut self,
+        tx: &mut GroupTx,
+        m: &Member,
+        detail: String,
+    ) -> Result<Outcome, StoreError> {
+        self.ahead.clear();
+        self.outages = self.outages.saturating_add(1);
+        let now = self.clock.now();
+        let next = crate::clock::plus(now, backoff(self.outages, &self.cfg.rules));
+        let head = m.row.head;
+        tx.mark_failed_uncharged(head.msg_id, &detail, next, now, head.attempts)
+            .await?;
+        tracing::warn!(
+            msg_id = head.msg_id,
+            attempts = head.attempts,
+            outages = self.outages,
+            error = %detail,
+            "store outage reading the head's raw text: FAILED(INFRA), attempt not charged"
+        );
+        Ok(Outcome::Failed {
+            class: ErrorClass::Infra,
             detail,
             next_attempt_at: next,
         })

@@ -103,6 +103,10 @@ pub struct PumpCore {
     ahead: BTreeMap<i64, RawMessage>,
     /// Why the last read-ahead failed (members whose text it did not bring fail with it).
     ahead_error: Option<String>,
+    /// That failure was a store outage ([`crate::outage`]): not the message's fault.
+    ahead_outage: bool,
+    /// Raw reads failed by an outage in a row: the backoff of [`PumpCore::outage`].
+    outages: i32,
     /// Time spent per stage by the real steps (benches read it).
     stages: StageLog,
     /// Most members of the next group (≤ `group_max`): what the last group fitted into
@@ -136,6 +140,8 @@ impl PumpCore {
             cfg,
             ahead: BTreeMap::new(),
             ahead_error: None,
+            ahead_outage: false,
+            outages: 0,
             stages: StageLog::default(),
             group_cap: cfg.group_max,
             unreturned: Vec::new(),

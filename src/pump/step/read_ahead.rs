@@ -17,6 +17,8 @@ pub(super) enum Prepared {
     Dead(ErrorClass, String),
     /// FAILED with backoff; the group ends here.
     Fail(ErrorClass, String),
+    /// FAILED(INFRA) by a store outage, not charged ([`PumpCore::outage`]); the group ends.
+    Outage(String),
     /// Decoded: bind the identity, then the business work.
     Decoded(Box<DecodedMessage>),
 }
@@ -27,6 +29,7 @@ impl PumpCore {
     /// any PostgreSQL transaction; a failure is kept and fails the first member it left out.
     pub(super) async fn read_ahead(&mut self, candidates: &[HeadRow], members: &[Member]) {
         self.ahead_error = None;
+        self.ahead_outage = false;
         let Some(missing) = members
             .iter()
             .map(|m| m.row.head.msg_id)
@@ -50,6 +53,7 @@ impl PumpCore {
             .await
         {
             Ok(texts) => {
+                self.outages = 0;
                 let gone: Vec<i64> = texts
                     .iter()
                     .filter(|(_, raw)| *raw == RawMessage::Missing)
@@ -60,7 +64,10 @@ impl PumpCore {
                     self.read_copies(&gone).await;
                 }
             }
-            Err(e) => self.ahead_error = Some(e.to_string()),
+            Err(e) => {
+                self.ahead_outage = e.is_outage();
+                self.ahead_error = Some(e.to_string());
+            }
         }
     }
 
@@ -91,6 +98,7 @@ impl PumpCore {
                 for id in gone {
                     self.ahead.remove(id);
                 }
+                self.ahead_outage = e.is_outage();
                 self.ahead_error = Some(format!("reading raw copies: {e}"));
             }
         }
@@ -106,7 +114,7 @@ impl PumpCore {
         let mut prepared = Vec::with_capacity(members.len());
         for m in members {
             let p = self.prepare(m.row.head.msg_id);
-            let stop = matches!(p, Prepared::Fail(..));
+            let stop = matches!(p, Prepared::Fail(..) | Prepared::Outage(_));
             prepared.push(p);
             if stop {
                 break;
@@ -132,6 +140,9 @@ impl PumpCore {
                     .ahead_error
                     .clone()
                     .unwrap_or_else(|| "raw message not read".into());
+                if self.ahead_outage {
+                    return Prepared::Outage(detail);
+                }
                 return Prepared::Fail(ErrorClass::Infra, detail);
             }
         };
