@@ -255,7 +255,7 @@ async fn inbox_outage_never_poisons_a_good_head() {
         ("MSGX_PROCESSING__RETRY_INITIAL", "5s"),
         ("MSGX_PROCESSING__RETRY_MAX", "5m"),
     ];
-    let mut pump = env.pump_with_inbox(via_proxy.clone(), &rules);
+    let mut pump = Stepper::new(env.pump_with_inbox(via_proxy.clone(), &rules));
 
     proxy.cut();
     let delays = outage_failures(&env, &mut pump, a, 5).await;
@@ -281,7 +281,7 @@ async fn inbox_outage_never_poisons_a_good_head() {
         .await
         .expect("crashed attempt");
     // A fresh pump: the first one read b's text ahead with a's.
-    let mut pump = env.pump_with_inbox(via_proxy, &rules);
+    let mut pump = Stepper::new(env.pump_with_inbox(via_proxy, &rules));
     proxy.cut();
     outage_failures(&env, &mut pump, b, 4).await;
     assert_eq!(
@@ -296,7 +296,7 @@ async fn inbox_outage_never_poisons_a_good_head() {
 
 /// The inbox is back: `head` succeeds (a pooled connection the cut left broken may fail it
 /// INFRA once more first).
-async fn back_after_outage(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore, head: i64) {
+async fn back_after_outage(env: &TestEnv, pump: &mut Stepper, head: i64) {
     for _ in 0..3 {
         env.clock.advance(Duration::from_secs(600));
         let (id, o) = outcome(step_ok(pump).await);
@@ -312,12 +312,7 @@ async fn back_after_outage(env: &TestEnv, pump: &mut msgx_core::pump::PumpCore, 
 /// `n` pump steps during an inbox outage, each once the head is due (10 min later: past the
 /// backoff and `head_deadline`): every one FAILED(INFRA) on `head`, none poisons. The delays
 /// of the backoff, in seconds.
-async fn outage_failures(
-    env: &TestEnv,
-    pump: &mut msgx_core::pump::PumpCore,
-    head: i64,
-    n: usize,
-) -> Vec<i64> {
+async fn outage_failures(env: &TestEnv, pump: &mut Stepper, head: i64, n: usize) -> Vec<i64> {
     let mut delays = Vec::new();
     for _ in 0..n {
         env.clock.advance(Duration::from_secs(600));

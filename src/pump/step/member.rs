@@ -8,10 +8,10 @@ use super::route::type_label;
 use super::{Member, PumpCore};
 use crate::codec::DecodedMessage;
 use crate::flight::{self, GuardedPlan, Refused};
-use crate::rows::Source;
 use crate::pump::outcome::{ErrorClass, Outcome, SingleTerminal};
 use crate::pump::rules::backoff;
 use crate::pump::stages::Stage;
+use crate::rows::Source;
 use crate::store::{BusinessResult, GroupTx, StoreError};
 use crate::telemetry;
 
