@@ -50,7 +50,9 @@ fn urlencode(s: &str) -> String {
 
 /// `GET path` on 127.0.0.1:port: (status code, body).
 async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let text = common::http::get(port, path).await?;
+    // HTTP/1.0: Prometheus (Go's server) then answers unchunked, so the body is the JSON itself.
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    let text = common::http::exchange(port, request, common::http::ANSWER_LIMIT).await?;
     if !text.contains("\r\n\r\n") {
         return Err(std::io::Error::other("no header end"));
     }
