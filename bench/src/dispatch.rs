@@ -503,12 +503,7 @@ pub(crate) async fn bare_latency_probe(
     let producer = bare_producer(deps)?;
     let payload = vec![b'x'; payload_bytes];
     let topic = deps.cfg.topic.clone();
-    let headers = || {
-        cloudevents::to_headers(&[
-            ("ce_type", "bench.probe".to_string()),
-            ("ce_source", deps.cfg.ce_source.clone()),
-        ])
-    };
+    let headers = || probe_headers(deps);
     // Warm up: a new idempotent producer fetches metadata and its producer id before its first
     // ack (hundreds of ms); timed from its first record, that start-up was the probe's p99.
     let warm = Outgoing {
@@ -552,8 +547,16 @@ pub(crate) async fn bare_latency_probe(
     Ok(lat)
 }
 
+/// The headers of a probe record (bare produce and bare transaction probes alike).
+pub(crate) fn probe_headers(deps: &DispatchDeps) -> rdkafka::message::OwnedHeaders {
+    cloudevents::to_headers(&[
+        ("ce_type", "bench.probe".to_string()),
+        ("ce_source", deps.cfg.ce_source.clone()),
+    ])
+}
+
 /// A delivery future's result as acked, or the error saying which send (`what`) failed.
-fn acked<T, E: std::fmt::Display, M, C>(
+pub(crate) fn acked<T, E: std::fmt::Display, M, C>(
     delivery: Result<Result<T, (E, M)>, C>,
     what: &str,
 ) -> anyhow::Result<()> {
