@@ -47,49 +47,91 @@ use rand::Rng;
 const TOPIC: &str = "msgx.flight-events";
 const DLQ: &str = "msgx.flight-events.dlq";
 
+/// One chaos run: its stores, broker, proxies and the instances it started (by name).
+struct Chaos {
+    env: TestEnv,
+    broker: Tansu,
+    pg_proxy: Proxy,
+    my_proxy: Proxy,
+    /// The service's environment through the proxies (the ones that get cut).
+    vars: Vec<(String, String)>,
+    /// The same without the proxies, for the final instance and `verify`.
+    direct: Vec<(String, String)>,
+    /// Every instance started, for the panic check of their logs.
+    names: Vec<String>,
+}
+
 #[tokio::test]
 async fn chaos_nothing_lost_nothing_reordered() {
     let rounds: usize = std::env::var("MSGEXCHANGE_CHAOS_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let env = TestEnv::new("chaos").await;
-    let broker = Tansu::start();
-    broker.create_topic(TOPIC, 3);
-    broker.create_topic(DLQ, 3);
-    let pg_proxy = Proxy::start("127.0.0.1:5432").await;
-    let my_proxy = Proxy::start("127.0.0.1:3306").await;
-    let vars = service_env(
-        &env,
-        &proxied(&env.pg_url, "127.0.0.1:5432", pg_proxy.port),
-        &proxied(&env.my_url, "127.0.0.1:3306", my_proxy.port),
-        &broker.bootstrap,
-    );
-    let direct = service_env(&env, &env.pg_url, &env.my_url, &broker.bootstrap);
+    let mut c = Chaos::start().await;
     let seed: u64 = rand::rng().random_range(1..1_000_000);
-    let per_round = 400u64;
-    let mut rng = rand::rng();
-    let mut n = 0usize;
-    let mut names: Vec<String> = Vec::new();
-    let mut name = |what: &str| {
-        n += 1;
-        names.push(format!("{what}-{n}"));
-        format!("{what}-{n}")
-    };
-
     for round in 0..rounds {
         // Upstream writes throughout; the second run with the same seed repeats identities
         // (business duplicates → SKIPPED).
-        let mut sim = simulator(&env, SimOpts::chaos(per_round, seed + round as u64));
+        let mut sim = simulator(&c.env, SimOpts::chaos(400, seed + round as u64));
+        c.failpoints().await;
+        c.random_kills().await;
+        let b = c.takeover().await;
+        let b = c.store_outages(b).await;
+        let holder = c.kill_the_holder(b).await;
+        wait_child(&mut sim).await;
+        c.graceful_shutdown(holder).await;
+    }
+    // One duplicate run: the first round's seed again.
+    let mut dup = simulator(&c.env, SimOpts::chaos(100, seed));
+    wait_child(&mut dup).await;
+    c.settle_and_check().await;
+    c.no_panics();
+    c.env.cleanup().await;
+}
 
-        // 1. The failpoints of seed §4: each instance aborts at its point once it gets there.
+impl Chaos {
+    async fn start() -> Chaos {
+        let env = TestEnv::new("chaos").await;
+        let broker = Tansu::start();
+        broker.create_topic(TOPIC, 3);
+        broker.create_topic(DLQ, 3);
+        let pg_proxy = Proxy::start("127.0.0.1:5432").await;
+        let my_proxy = Proxy::start("127.0.0.1:3306").await;
+        let vars = service_env(
+            &env,
+            &proxied(&env.pg_url, "127.0.0.1:5432", pg_proxy.port),
+            &proxied(&env.my_url, "127.0.0.1:3306", my_proxy.port),
+            &broker.bootstrap,
+        );
+        let direct = service_env(&env, &env.pg_url, &env.my_url, &broker.bootstrap);
+        Chaos {
+            env,
+            broker,
+            pg_proxy,
+            my_proxy,
+            vars,
+            direct,
+            names: Vec::new(),
+        }
+    }
+
+    /// An instance name of its own (`<what>-<n>`), remembered for the log check.
+    fn name(&mut self, what: &str) -> String {
+        let name = format!("{what}-{}", self.names.len() + 1);
+        self.names.push(name.clone());
+        name
+    }
+
+    /// 1. The failpoints of seed §4: each instance aborts at its point once it gets there.
+    async fn failpoints(&mut self) {
         for fp in [
             "poll_before_enqueue_commit",
             "pump_after_business_commit",
             "backfill_after_inbox_mark",
             "dispatch_after_ack",
         ] {
-            let mut i = Instance::spawn(&vars, &name(fp), &[("MSGEXCHANGE_FAILPOINT", fp)]);
+            let name = self.name(fp);
+            let mut i = Instance::spawn(&self.vars, &name, &[("MSGEXCHANGE_FAILPOINT", fp)]);
             match i.exited_within(Duration::from_secs(20)).await {
                 Some(status) => assert!(!status.success(), "{fp}: aborted, not exited 0"),
                 None => {
@@ -97,19 +139,27 @@ async fn chaos_nothing_lost_nothing_reordered() {
                 }
             }
         }
+    }
 
-        // 2. kill -9 at random moments.
+    /// 2. kill -9 at random moments.
+    async fn random_kills(&mut self) {
         for _ in 0..3 {
-            let i = Instance::spawn(&vars, &name("random"), &[]);
-            tokio::time::sleep(Duration::from_millis(rng.random_range(300..3000))).await;
+            let name = self.name("random");
+            let i = Instance::spawn(&self.vars, &name, &[]);
+            let ms = rand::rng().random_range(300..3000);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
             i.kill9();
         }
+    }
 
-        // 3. Hot standby and split brain: A active, B waits (not ready, lease 0). A freezes past
-        //    its lease; B takes over; A thaws, finds itself fenced and stops non-zero.
-        let mut a = Instance::spawn(&vars, &name("active"), &[]);
+    /// 3. Hot standby and split brain: A active, B waits (not ready, lease 0). A freezes past
+    ///    its lease; B takes over; A thaws, finds itself fenced and stops non-zero. B returned.
+    async fn takeover(&mut self) -> Instance {
+        let name = self.name("active");
+        let mut a = Instance::spawn(&self.vars, &name, &[]);
         a.wait_ready(Duration::from_secs(30)).await;
-        let b = Instance::spawn(&vars, &name("standby"), &[]);
+        let name = self.name("standby");
+        let b = Instance::spawn(&self.vars, &name, &[]);
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(!b.ready().await, "the standby is not ready");
         assert!(
@@ -131,17 +181,19 @@ async fn chaos_nothing_lost_nothing_reordered() {
             status.is_some_and(|s| !s.success()),
             "the thawed old holder stops non-zero: {status:?}"
         );
+        b
+    }
 
-        // 4. Store outages: each store's connection cut for a few seconds; B lives through both.
+    /// 4. Store outages: each store's connection cut for a few seconds; B lives through both.
+    async fn store_outages(&mut self, mut b: Instance) -> Instance {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        my_proxy.cut();
+        self.my_proxy.cut();
         tokio::time::sleep(Duration::from_secs(3)).await;
-        my_proxy.restore();
+        self.my_proxy.restore();
         tokio::time::sleep(Duration::from_secs(1)).await;
-        pg_proxy.cut();
+        self.pg_proxy.cut();
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        pg_proxy.restore();
-        let mut b = b;
+        self.pg_proxy.restore();
         b.wait_ready(Duration::from_secs(30)).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(
@@ -149,9 +201,13 @@ async fn chaos_nothing_lost_nothing_reordered() {
             "the service lives through store outages shorter than half its lease"
         );
         assert!(b.metrics().await.contains("msgx_instance_lease_held 1"));
+        b
+    }
 
-        // 5. kill -9 of the active: a fresh standby takes over at once (the session is gone).
-        let c = Instance::spawn(&vars, &name("standby"), &[]);
+    /// 5. kill -9 of the active: a fresh standby takes over at once (the session is gone).
+    async fn kill_the_holder(&mut self, mut b: Instance) -> Instance {
+        let name = self.name("standby");
+        let c = Instance::spawn(&self.vars, &name, &[]);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(
             b.child.try_wait().expect("b").is_none() && !c.ready().await,
@@ -164,10 +220,11 @@ async fn chaos_nothing_lost_nothing_reordered() {
             "chaos: standby ready {:?} after kill -9 of the active",
             killed.elapsed()
         );
+        c
+    }
 
-        // 6. Graceful shutdown: SIGTERM → exit 0 within the grace, lease released.
-        wait_child(&mut sim).await;
-        let mut c = c;
+    /// 6. Graceful shutdown: SIGTERM → exit 0 within the grace, lease released.
+    async fn graceful_shutdown(&mut self, mut c: Instance) {
         c.signal("-TERM");
         let term = Instant::now();
         let status = c.exited_within(Duration::from_secs(10)).await;
@@ -176,75 +233,85 @@ async fn chaos_nothing_lost_nothing_reordered() {
             status.is_some_and(|s| s.success()),
             "SIGTERM exits 0 within shutdown_grace: {status:?}"
         );
-        let released: bool = env
+        let released: bool = self
+            .env
             .scalar("SELECT backend_pid IS NULL AND expires_at <= now() FROM instance_lease")
             .await;
         assert!(released, "the lease was released at shutdown");
     }
-    // One duplicate run: the first round's seed again.
-    let mut dup = simulator(&env, SimOpts::chaos(100, seed));
-    wait_child(&mut dup).await;
 
-    // Settle with one clean instance, then check everything.
-    let last = Instance::spawn(&direct, &name("final"), &[]);
-    let start = Instant::now();
-    while !settled(&env).await {
+    /// Settle with one clean instance, then check everything: `verify --kafka`, the business
+    /// duplicates, every event seen by a consumer, per-key order.
+    async fn settle_and_check(&mut self) {
+        let name = self.name("final");
+        let last = Instance::spawn(&self.direct, &name, &[]);
+        let start = Instant::now();
+        while !settled(&self.env).await {
+            assert!(
+                start.elapsed() < Duration::from_secs(90),
+                "did not settle (log dir {})",
+                log_dir().display()
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let (code, out) = verify(&self.direct, &["--kafka"]);
+        assert_eq!(code, Some(0), "verify:\n{out}");
+        let skipped: i64 = self
+            .env
+            .scalar("SELECT count(*) FROM proc_state WHERE terminal_reason = 'DUPLICATE'")
+            .await;
         assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "did not settle (log dir {})",
-            log_dir().display()
+            skipped > 0,
+            "the duplicate run produced business duplicates"
         );
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.every_event_consumed().await;
+        last.kill9();
     }
-    let (code, out) = verify(&direct, &["--kafka"]);
-    assert_eq!(code, Some(0), "verify:\n{out}");
-    let skipped: i64 = env
-        .scalar("SELECT count(*) FROM proc_state WHERE terminal_reason = 'DUPLICATE'")
-        .await;
-    assert!(
-        skipped > 0,
-        "the duplicate run produced business duplicates"
-    );
 
-    let ids: Vec<i64> = env
-        .column("SELECT event_id FROM msg_event ORDER BY event_id")
-        .await;
-    assert!(!ids.is_empty(), "the run raised events");
-    let got = consume(&broker.bootstrap, TOPIC, 3, ids.len());
-    let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
-    let missing: Vec<i64> = ids
-        .iter()
-        .filter(|i| !unique.contains(i))
-        .copied()
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "events never seen by a consumer: {missing:?}"
-    );
-    assert_per_key_order(&got);
-    eprintln!(
-        "chaos: {} events, {} records read ({} duplicates), {} messages",
-        ids.len(),
-        got.len(),
-        got.len() - unique.len(),
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM proc_state")
-            .fetch_one(env.store.pool())
-            .await
-            .unwrap_or(0)
-    );
-    last.kill9();
-    // Every exit was a documented one: an abort at a failpoint, exit 1 on a lost lease, exit 0
-    // on SIGTERM, kill -9 — never a panic on the way out.
-    for name in &names {
-        let path = log_dir().join(format!("{name}.log"));
-        let log = std::fs::read_to_string(&path).unwrap_or_default();
+    /// Every event of `msg_event` read back from the topic, in order per key.
+    async fn every_event_consumed(&self) {
+        let ids: Vec<i64> = self
+            .env
+            .column("SELECT event_id FROM msg_event ORDER BY event_id")
+            .await;
+        assert!(!ids.is_empty(), "the run raised events");
+        let got = consume(&self.broker.bootstrap, TOPIC, 3, ids.len());
+        let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
+        let missing: Vec<i64> = ids
+            .iter()
+            .filter(|i| !unique.contains(i))
+            .copied()
+            .collect();
         assert!(
-            !log.contains("panicked"),
-            "instance {name} panicked ({}):\n{log}",
-            path.display()
+            missing.is_empty(),
+            "events never seen by a consumer: {missing:?}"
+        );
+        assert_per_key_order(&got);
+        eprintln!(
+            "chaos: {} events, {} records read ({} duplicates), {} messages",
+            ids.len(),
+            got.len(),
+            got.len() - unique.len(),
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM proc_state")
+                .fetch_one(self.env.store.pool())
+                .await
+                .unwrap_or(0)
         );
     }
-    env.cleanup().await;
+
+    /// Every exit was a documented one: an abort at a failpoint, exit 1 on a lost lease, exit 0
+    /// on SIGTERM, kill -9 — never a panic on the way out.
+    fn no_panics(&self) {
+        for name in &self.names {
+            let path = log_dir().join(format!("{name}.log"));
+            let log = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(
+                !log.contains("panicked"),
+                "instance {name} panicked ({}):\n{log}",
+                path.display()
+            );
+        }
+    }
 }
 
 /// `verify --json` findings by invariant name.

@@ -386,16 +386,7 @@ async fn identity_dedup_and_enqueued_hold_across_the_archive() {
     assert!(ids(&env, "proc_state")
         .await
         .is_disjoint(&ids(&env, "proc_state_hst").await));
-    let verify = msgx_core::verify::verify(&msgx_core::verify::VerifyInput {
-        inbox: env.inbox.clone(),
-        names: env.names.clone(),
-        store: env.store.clone(),
-        mark_value: env.settings(&window).backfill.mark_value.clone(),
-        batch: 100,
-        kafka: None,
-    })
-    .await
-    .expect("verify");
+    let verify = env.verify().await;
     assert!(verify.ok(), "{:#?}", verify.lines());
     // Inspect shows an archived record, marked as such.
     let view = env

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::secret::{redact_url, Secret, SecretUrl};
-use super::tls::{check_password_once, check_tls, ConnectKeys, INBOX_TLS, STORE_TLS};
+use super::secret::{Secret, SecretUrl};
+use super::tls::{check_connect, ConnectKeys, INBOX_TLS, STORE_TLS};
 use super::{check_nonzero, check_positive, duration, invalid, SettingsError};
 
 /// `connect_keys()` of a section with the shared connect keys (the same field names in both).
@@ -85,9 +85,7 @@ impl InboxSettings {
     /// [`Settings::inbox_timezone`](super::Settings::inbox_timezone) and
     /// [`Settings::inbox_names`](super::Settings::inbox_names).
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
-        check_url(&self.url, "inbox.url", &["mysql://", "mariadb://"])?;
-        check_password_once(&self.url, &self.password, "inbox.password", "inbox.url")?;
-        check_tls(&INBOX_TLS, self.connect_keys())?;
+        check_connect(&INBOX_TLS, self.connect_keys())?;
         check_positive(self.max_connections, "inbox.max_connections")?;
         check_nonzero(self.connect_timeout, "inbox.connect_timeout")?;
         check_nonzero(self.query_timeout, "inbox.query_timeout")?;
@@ -153,9 +151,7 @@ pub struct StoreSettings {
 impl StoreSettings {
     /// URL scheme, pool and the session timeouts.
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
-        check_url(&self.url, "store.url", &["postgres://", "postgresql://"])?;
-        check_password_once(&self.url, &self.password, "store.password", "store.url")?;
-        check_tls(&STORE_TLS, self.connect_keys())?;
+        check_connect(&STORE_TLS, self.connect_keys())?;
         check_positive(self.max_connections, "store.max_connections")?;
         check_nonzero(self.connect_timeout, "store.connect_timeout")?;
         check_nonzero(self.statement_timeout, "store.statement_timeout")?;
@@ -171,21 +167,5 @@ impl StoreSettings {
             ));
         }
         Ok(())
-    }
-}
-
-fn check_url(url: &SecretUrl, key: &'static str, schemes: &[&str]) -> Result<(), SettingsError> {
-    let raw = url.expose();
-    if schemes.iter().any(|s| raw.starts_with(s)) && raw.len() > 12 {
-        Ok(())
-    } else {
-        Err(invalid(
-            key,
-            format!(
-                "`{}` must start with {}",
-                redact_url(url),
-                schemes.join(" or ")
-            ),
-        ))
     }
 }

@@ -4,7 +4,7 @@
 //! and the same parameter in the URL would leave an operator guessing which one counts).
 //! [`ConnectKeys`] is the one view of these keys both the check and the connect options read.
 
-use super::secret::{Secret, SecretUrl};
+use super::secret::{redact_url, Secret, SecretUrl};
 use super::{invalid, SettingsError};
 
 /// The connect keys one database section holds: what [`check_tls`] checks at start and what
@@ -37,6 +37,10 @@ pub(super) struct TlsRules {
     key_key: &'static str,
     /// `store.url`.
     url_key: &'static str,
+    /// `store.password`.
+    password_key: &'static str,
+    /// The URL schemes the driver takes.
+    schemes: &'static [&'static str],
     /// Every mode the driver knows (compared without case).
     modes: &'static [&'static str],
     /// The modes that check the server certificate against a CA.
@@ -62,6 +66,8 @@ pub(super) const STORE_TLS: TlsRules = TlsRules {
     cert_key: "store.ssl_cert",
     key_key: "store.ssl_key",
     url_key: "store.url",
+    password_key: "store.password",
+    schemes: &["postgres://", "postgresql://"],
     modes: &[
         "disable",
         "allow",
@@ -84,6 +90,8 @@ pub(super) const INBOX_TLS: TlsRules = TlsRules {
     cert_key: "inbox.ssl_cert",
     key_key: "inbox.ssl_key",
     url_key: "inbox.url",
+    password_key: "inbox.password",
+    schemes: &["mysql://", "mariadb://"],
     modes: &[
         "DISABLED",
         "PREFERRED",
@@ -100,7 +108,7 @@ pub(super) const INBOX_TLS: TlsRules = TlsRules {
 
 /// The mode is known and given once, the CA file readable and used by a verifying mode, the
 /// client certificate and key given together.
-pub(super) fn check_tls(rules: &TlsRules, keys: ConnectKeys<'_>) -> Result<(), SettingsError> {
+fn check_tls(rules: &TlsRules, keys: ConnectKeys<'_>) -> Result<(), SettingsError> {
     let params = query_params(keys.url.expose());
     let url_param = |names: &[&str]| {
         params
@@ -254,18 +262,40 @@ fn check_pem(key: &'static str, path: &str, kind: Pem) -> Result<(), SettingsErr
     }
 }
 
+/// The URL's scheme, the password given once, and the TLS keys of one section.
+pub(super) fn check_connect(rules: &TlsRules, keys: ConnectKeys<'_>) -> Result<(), SettingsError> {
+    check_url(keys.url, rules.url_key, rules.schemes)?;
+    check_password_once(keys.url, keys.password, rules)?;
+    check_tls(rules, keys)
+}
+
+fn check_url(url: &SecretUrl, key: &'static str, schemes: &[&str]) -> Result<(), SettingsError> {
+    let raw = url.expose();
+    if schemes.iter().any(|s| raw.starts_with(s)) && raw.len() > 12 {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            format!(
+                "`{}` must start with {}",
+                redact_url(url),
+                schemes.join(" or ")
+            ),
+        ))
+    }
+}
+
 /// A password key next to a URL that carries one too is refused: which one wins would be a
 /// guess.
-pub(super) fn check_password_once(
+fn check_password_once(
     url: &SecretUrl,
     password: &Secret,
-    key: &'static str,
-    url_key: &'static str,
+    rules: &TlsRules,
 ) -> Result<(), SettingsError> {
     if !password.is_empty() && url_has_password(url.expose()) {
         return Err(invalid(
-            key,
-            format!("{url_key} carries a password too; keep one"),
+            rules.password_key,
+            format!("{} carries a password too; keep one", rules.url_key),
         ));
     }
     Ok(())
@@ -461,11 +491,9 @@ mod tests {
         let pw: Secret = "0012345678".into();
         let with: SecretUrl = "postgres://app:pw@db/msgx".into();
         let without: SecretUrl = "postgres://app@db/msgx?x=a:b@c".into();
-        assert!(check_password_once(&without, &pw, "store.password", "store.url").is_ok());
-        assert!(
-            check_password_once(&with, &Secret::default(), "store.password", "store.url").is_ok()
-        );
-        let e = check_password_once(&with, &pw, "store.password", "store.url").expect_err("twice");
+        assert!(check_password_once(&without, &pw, &STORE_TLS).is_ok());
+        assert!(check_password_once(&with, &Secret::default(), &STORE_TLS).is_ok());
+        let e = check_password_once(&with, &pw, &STORE_TLS).expect_err("twice");
         assert!(e.to_string().contains("store.password"), "{e}");
     }
 }

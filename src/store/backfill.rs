@@ -195,19 +195,8 @@ impl SweepTx {
             .execute(&mut *self.tx)
             .await?;
         }
-        self.update_each(
-            &format!(
-                "UPDATE proc_state p SET backfill_attempts = p.backfill_attempts + 1, \
-                        backfill_next_at = u.next_at, backfill_error = u.err, updated_at = $4 \
-                 FROM UNNEST($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, next_at, err) \
-                 WHERE p.msg_id = u.id AND p.{TERMINAL} \
-                   AND p.backfill_at IS NULL AND p.backfill_abandon_reason IS NULL"
-            ),
-            &write.backed_off,
-            |next_at| *next_at,
-            now,
-        )
-        .await?;
+        self.update_each(&next_try(true), &write.backed_off, |at| *at, now)
+            .await?;
         self.update_each(
             &format!(
                 "UPDATE proc_state p SET backfill_abandon_reason = u.reason, \
@@ -226,19 +215,8 @@ impl SweepTx {
         )
         .await?;
         // Held: the next try, no attempt counted.
-        self.update_each(
-            &format!(
-                "UPDATE proc_state p SET backfill_next_at = u.next_at, backfill_error = u.err, \
-                        updated_at = $4 \
-                 FROM UNNEST($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, next_at, err) \
-                 WHERE p.msg_id = u.id AND p.{TERMINAL} \
-                   AND p.backfill_at IS NULL AND p.backfill_abandon_reason IS NULL"
-            ),
-            &write.locked,
-            |next_at| *next_at,
-            now,
-        )
-        .await?;
+        self.update_each(&next_try(false), &write.locked, |at| *at, now)
+            .await?;
         let locked = self.track_locks(write, now).await?;
         self.tx.commit().await?;
         Ok(locked)
@@ -308,4 +286,21 @@ impl SweepTx {
             .await?;
         Ok(())
     }
+}
+
+/// Sets the next try of unconfirmed terminal rows (`$1` ids, `$2` when, `$3` error, `$4` now),
+/// counting an attempt or not (a row held by the owner's lock is not charged).
+fn next_try(count_attempt: bool) -> String {
+    let attempts = if count_attempt {
+        "backfill_attempts = p.backfill_attempts + 1, "
+    } else {
+        ""
+    };
+    format!(
+        "UPDATE proc_state p SET {attempts}backfill_next_at = u.next_at, backfill_error = u.err, \
+                updated_at = $4 \
+         FROM UNNEST($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, next_at, err) \
+         WHERE p.msg_id = u.id AND p.{TERMINAL} \
+           AND p.backfill_at IS NULL AND p.backfill_abandon_reason IS NULL"
+    )
 }

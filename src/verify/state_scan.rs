@@ -117,20 +117,8 @@ pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>,
         "terminal rows are marked in the inbox, or pending marking with a reason",
     );
     // Rows an operator acted on (replay, recovery) were processed again, out of order on purpose.
-    let operated: HashSet<i64> =
-        sqlx::query_scalar("SELECT DISTINCT unnest(msg_ids) FROM audit_log")
-            .fetch_all(input.store.pool())
-            .await?
-            .into_iter()
-            .collect();
-    let replayed: HashSet<i64> =
-        sqlx::query_scalar("SELECT DISTINCT unnest(msg_ids) FROM audit_log WHERE action = $1")
-            .bind(crate::store::replay::ACTION_REPLAY)
-            .fetch_all(input.store.pool())
-            .await?
-            .into_iter()
-            .collect();
-    let n = &input.names;
+    let operated = audited_ids(input, None).await?;
+    let replayed = audited_ids(input, Some(crate::store::replay::ACTION_REPLAY)).await?;
     let mut after = i64::MIN;
     let mut last_seq: Option<(i64, i64)> = None;
     loop {
@@ -146,22 +134,7 @@ pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>,
         .await?;
         let Some(last) = rows.last() else { break };
         after = last.0;
-        let list = rows
-            .iter()
-            .map(|r| r.0.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        let inbox: HashMap<i64, Option<String>> = sqlx::query(&format!(
-            "SELECT {id}, CAST({st} AS CHAR) FROM {t} WHERE {id} IN ({list})",
-            id = n.id,
-            st = n.status,
-            t = n.table
-        ))
-        .fetch_all(input.inbox.pool())
-        .await?
-        .iter()
-        .map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<Option<String>, _>(1)?)))
-        .collect::<Result<_, sqlx::Error>>()?;
+        let inbox = inbox_marks(input, &rows).await?;
         for r in rows {
             let row = inbox.get(&r.0);
             judge_present(&mut present, &r, row.is_some(), &replayed);
@@ -182,4 +155,44 @@ pub(super) async fn run(input: &VerifyInput, batch: i64) -> Result<Vec<Finding>,
     marked.scope = format!("{read}; judged: the {} terminal rows", marked.checked);
     present.scope = read;
     Ok(vec![present, fifo, marked])
+}
+
+/// The ids named by audited operator actions (of one `action`, or of any).
+async fn audited_ids(
+    input: &VerifyInput,
+    action: Option<&str>,
+) -> Result<HashSet<i64>, VerifyError> {
+    Ok(sqlx::query_scalar(
+        "SELECT DISTINCT unnest(msg_ids) FROM audit_log WHERE $1::text IS NULL OR action = $1",
+    )
+    .bind(action)
+    .fetch_all(input.store.pool())
+    .await?
+    .into_iter()
+    .collect())
+}
+
+/// The inbox's status column of each of `rows` that still has its inbox row.
+async fn inbox_marks(
+    input: &VerifyInput,
+    rows: &[StateRow],
+) -> Result<HashMap<i64, Option<String>>, VerifyError> {
+    let n = &input.names;
+    let list = rows
+        .iter()
+        .map(|r| r.0.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let found = sqlx::query(&format!(
+        "SELECT {id}, CAST({st} AS CHAR) FROM {t} WHERE {id} IN ({list})",
+        id = n.id,
+        st = n.status,
+        t = n.table
+    ))
+    .fetch_all(input.inbox.pool())
+    .await?;
+    Ok(found
+        .iter()
+        .map(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<Option<String>, _>(1)?)))
+        .collect::<Result<_, sqlx::Error>>()?)
 }

@@ -179,22 +179,22 @@ async fn operator_actions_against_a_live_pipeline() {
         };
         eprintln!("ops: known open {kind} ({how}): waits for {fix}");
     }
-    // The mode a plan runs in is its defused plan's (a known-open kind may change it).
-    let uses = |d: Delivery| plans.iter().any(|(_, p)| p.defused().0.delivery == d);
-    let tansu = uses(Delivery::AtLeastOnce).then(Tansu::start);
-    let mock = uses(Delivery::ExactlyOnce).then(Broker::mock);
-    let broker_of = |d: Delivery| match (d, &tansu, &mock) {
-        (Delivery::ExactlyOnce, _, Some(m)) => m.clone(),
-        (_, Some(t), _) => Broker::Tansu {
+    // The broker a plan runs on is its defused plan's (a known-open kind may change it).
+    let on_tansu = |p: &Plan| p.defused().0.on_tansu();
+    let tansu = plans.iter().any(|(_, p)| on_tansu(p)).then(Tansu::start);
+    let mock = plans.iter().any(|(_, p)| !on_tansu(p)).then(Broker::mock);
+    let broker_of = |p: &Plan| match (on_tansu(p), &tansu, &mock) {
+        (true, Some(t), _) => Broker::Tansu {
             bootstrap: t.bootstrap.clone(),
             admin: t.admin(),
         },
-        _ => unreachable!("a broker is started for every mode a plan uses"),
+        (false, _, Some(m)) => m.clone(),
+        _ => unreachable!("a broker is started for every plan"),
     };
     let started = Instant::now();
     let outcomes: Vec<Outcome> = futures::stream::iter(plans)
         .map(|(tag, plan)| {
-            let broker = broker_of(plan.defused().0.delivery);
+            let broker = broker_of(&plan);
             run_caught(tag, plan, broker)
         })
         .buffer_unordered(concurrency)

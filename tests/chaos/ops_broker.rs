@@ -1,15 +1,19 @@
-//! The broker a sequence delivers to, by its delivery mode (issue 31 item 3).
+//! The broker a sequence delivers to (issue 31 item 3), chosen by [`super::ops_plan::Plan::on_tansu`].
 //!
-//! - at-least-once: tansu, the real broker of the chaos suite.
-//! - exactly-once: librdkafka's mock cluster. tansu 0.6 answers PRODUCER_FENCED after a topic
-//!   is recreated (`scripts/tansu_fenced_repro.py`), which ends a transactional producer in a
-//!   dispatch-outage plan for a reason of the broker's. The mock cluster fences by producer
-//!   epoch like Kafka. Neither hides an aborted transaction's records from `read_committed`
-//!   (`scripts/tansu_txn_repro.py`; the mock writes no control records), so what the end check
-//!   demands in this mode — 0 duplicates — is "exactly once in the log": a record of a
-//!   transaction cut by a kill or a fence stays in the log and the recovery counts it as
-//!   delivered (as `tests/exactly_once.rs` checks); a round aborted and sent again would show
-//!   as a duplicate here although a real broker hides it, and is reported for a look.
+//! - tansu, the real broker of the chaos suite: every at-least-once sequence, and every
+//!   exactly-once sequence with a standby takeover. tansu fences a zombie producer as Kafka
+//!   does (its produce and commit after a newer producer of the same `transactional.id`
+//!   initialised are refused, PRODUCER_FENCED); librdkafka's mock cluster does not — it gives
+//!   the newer producer a new producer id and accepts the thawed holder's records and commit
+//!   (`scripts/tansu_txn_repro.py`), which showed as a duplicate after a takeover.
+//! - librdkafka's mock cluster: the other exactly-once sequences.
+//!
+//! Neither hides an aborted transaction's records from `read_committed`
+//! (`scripts/tansu_txn_repro.py`; the mock writes no control records), so what the end check
+//! demands in exactly-once mode — 0 duplicates — is "exactly once in the log": a record of a
+//! transaction cut by a kill or a fence stays in the log and the recovery counts it as
+//! delivered (as `tests/exactly_once.rs` checks); a round aborted and sent again would show as
+//! a duplicate here although a real broker hides it, and is reported for a look.
 
 use std::sync::mpsc;
 

@@ -206,13 +206,10 @@ pub struct Plan {
 
 /// Kinds of sequence today's main code fails, each waiting for a fix in another branch. CI
 /// defuses them ([`Plan::defused`]); `MSGEXCHANGE_OPS_OPEN=1` runs them as planned (empty: the
-/// purge, owner-lock and cutover fixes of issue 29 are merged; a new kind waiting for a fix goes here).
-pub const KNOWN_OPEN: &[(&str, &str)] = &[(
-    "takeover_exactly_once",
-    "issue 31: a standby takeover in exactly-once mode left 1 duplicate record on the topic in \
-     2 of 17 soak sequences (plans issue31-soak-eo-takeover-*.json); cause not found yet. \
-     Defused: such a plan runs in at-least-once mode",
-)];
+/// purge, owner-lock and cutover fixes of issue 29 are merged, and the exactly-once takeover
+/// runs on a broker that fences a zombie producer, [`Plan::on_tansu`]; a new kind waiting for a
+/// fix goes here).
+pub const KNOWN_OPEN: &[(&str, &str)] = &[];
 
 /// True when sequences of this kind run as planned.
 pub fn runs_open(kind: &str) -> bool {
@@ -235,16 +232,20 @@ impl Plan {
         ) {
             k.push("cutover_above_head");
         }
-        if self.delivery == Delivery::ExactlyOnce && k.contains(&"takeover") {
-            k.push("takeover_exactly_once");
-        }
         k
+    }
+
+    /// Whether the sequence runs on tansu rather than the mock cluster (`ops_broker`): every
+    /// at-least-once plan, and an exactly-once plan with a takeover — the mock cluster hands a
+    /// second producer of one `transactional.id` a new producer id instead of bumping the
+    /// epoch, so the frozen holder, thawed, still appends and commits (`scripts/tansu_txn_repro.py`).
+    pub fn on_tansu(&self) -> bool {
+        self.delivery == Delivery::AtLeastOnce || self.kinds().contains(&"takeover")
     }
 
     /// The plan with its [`KNOWN_OPEN`] parts defused (unless they run open): a cutover above
     /// the head becomes `max`, an owner's lock becomes plain writes, a purge overlapping a held
-    /// commit waits for the commit, an exactly-once plan with a takeover runs at-least-once.
-    /// Also the list of what was defused.
+    /// commit waits for the commit. Also the list of what was defused.
     pub fn defused(&self) -> (Plan, Vec<&'static str>) {
         let mut p = self.clone();
         let mut done = Vec::new();
@@ -253,10 +254,6 @@ impl Plan {
                 c.mode = Mode::Max;
                 done.push("cutover_above_head");
             }
-        }
-        if self.kinds().contains(&"takeover_exactly_once") && !runs_open("takeover_exactly_once") {
-            p.delivery = Delivery::AtLeastOnce;
-            done.push("takeover_exactly_once");
         }
         for s in &mut p.steps {
             let kind = s.kind();

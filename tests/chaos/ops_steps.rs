@@ -457,6 +457,13 @@ impl Seq {
     /// is fenced and exits 1.
     pub(super) async fn takeover(&mut self) {
         let mut a = self.active.take().expect("an active instance");
+        // A store cut just before may have ended A's lease session: until A renews from a live
+        // session, the lease is rightly takeable (src/store/lease.rs) and B taking it is no
+        // fault. B is judged only once A holds the lease for certain.
+        if !self.lease_renewed_from_live_session().await {
+            self.model
+                .violation(format!("{} did not renew its lease within 15s", a.name));
+        }
         let name = self.name("standby");
         let b = Instance::spawn(&self.vars, &name, &[]);
         tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -476,5 +483,25 @@ impl Seq {
         self.model.exited(&a.name, Exit::Fenced, st);
         eprintln!("ops: seed {} standby took over in {took:?}", self.plan.seed);
         self.active = Some(b);
+    }
+
+    /// The lease row was renewed after this call began, by a session that still exists.
+    async fn lease_renewed_from_live_session(&self) -> bool {
+        let since: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+            .fetch_one(self.env.store.pool())
+            .await
+            .expect("PostgreSQL clock");
+        self.wait_until(Duration::from_secs(15), || async move {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT renewed_at > $1 AND EXISTS (SELECT 1 FROM pg_stat_activity a \
+                     WHERE a.pid = instance_lease.backend_pid) \
+                 FROM instance_lease WHERE id = 1",
+            )
+            .bind(since)
+            .fetch_one(self.env.store.pool())
+            .await
+            .unwrap_or(false)
+        })
+        .await
     }
 }

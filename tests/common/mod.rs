@@ -177,6 +177,20 @@ impl TestEnv {
         Self::settings_for(&self.pg_url, &self.my_url, extra)
     }
 
+    /// `verify` over this environment's stores (no Kafka), as `msgexchange verify` runs it.
+    pub async fn verify(&self) -> msgx_core::verify::Report {
+        msgx_core::verify::verify(&msgx_core::verify::VerifyInput {
+            inbox: self.inbox.clone(),
+            names: self.names.clone(),
+            store: self.store.clone(),
+            mark_value: self.settings(&[]).backfill.mark_value.clone(),
+            batch: 100,
+            kafka: None,
+        })
+        .await
+        .expect("verify")
+    }
+
     fn settings_for(pg_url: &str, my_url: &str, extra: &[(&str, &str)]) -> Settings {
         let mut env = vec![
             ("MSGX_STORE__URL", pg_url),

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use msgx_core::ops::{BoundaryWatch, PurgeReadiness, PurgeRequest};
-use msgx_core::verify::{verify, VerifyInput};
 
 use super::common::service::{free_port, kill9, spawn_service, wait_for};
 use super::common::TestEnv;
@@ -193,17 +192,6 @@ async fn a_held_upstream_commit_holds_the_boundary_until_it_is_processed() {
     env.cleanup().await;
 }
 
-fn verify_input(env: &TestEnv) -> VerifyInput {
-    VerifyInput {
-        inbox: env.inbox.clone(),
-        names: env.names.clone(),
-        store: env.store.clone(),
-        mark_value: env.settings(&[]).backfill.mark_value.clone(),
-        batch: 100,
-        kafka: None,
-    }
-}
-
 /// The seed's red line: a row we read, purged before we marked it, is a `verify` violation
 /// (exit non-zero), not a note.
 #[tokio::test]
@@ -234,7 +222,7 @@ async fn a_row_purged_before_its_mark_is_a_verify_violation() {
             .await
             .expect("record");
     assert_eq!(abandon.as_deref(), Some("MISSING_ROW"));
-    let report = verify(&verify_input(&env)).await.expect("verify");
+    let report = env.verify().await;
     assert!(!report.ok(), "{:#?}", report.lines());
     let present = report
         .findings

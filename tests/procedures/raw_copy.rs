@@ -193,16 +193,7 @@ async fn a_replay_takes_its_own_copy_so_a_purge_after_it_loses_nothing() {
     }
     assert_eq!(gate_of(&env, "RC1").await.as_deref(), Some("D4"));
     env.sweep_all().await;
-    let verify = msgx_core::verify::verify(&msgx_core::verify::VerifyInput {
-        inbox: env.inbox.clone(),
-        names: env.names.clone(),
-        store: env.store.clone(),
-        mark_value: env.settings(&[]).backfill.mark_value.clone(),
-        batch: 100,
-        kafka: None,
-    })
-    .await
-    .expect("verify");
+    let verify = env.verify().await;
     let present = verify
         .findings
         .iter()
