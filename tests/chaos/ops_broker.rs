@@ -6,7 +6,11 @@
 //!   initialised are refused, PRODUCER_FENCED); librdkafka's mock cluster does not — it gives
 //!   the newer producer a new producer id and accepts the thawed holder's records and commit
 //!   (`scripts/tansu_txn_repro.py`), which showed as a duplicate after a takeover.
-//! - librdkafka's mock cluster: the other exactly-once sequences.
+//! - librdkafka's mock cluster: the other exactly-once sequences. They stayed there because
+//!   tansu 0.6 answers PRODUCER_FENCED to a producer whose topic was deleted and created again
+//!   (`scripts/tansu_fenced_repro.py`); the dispatch outage here only creates a missing topic,
+//!   which a transactional producer on tansu lived through in one probe (2026-12-04) and in the
+//!   takeover plans with an outage, but the rest were not moved without a soak of their own.
 //!
 //! Neither hides an aborted transaction's records from `read_committed`
 //! (`scripts/tansu_txn_repro.py`; the mock writes no control records), so what the end check

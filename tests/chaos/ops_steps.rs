@@ -487,10 +487,8 @@ impl Seq {
 
     /// The lease row was renewed after this call began, by a session that still exists.
     async fn lease_renewed_from_live_session(&self) -> bool {
-        let since: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
-            .fetch_one(self.env.store.pool())
-            .await
-            .expect("PostgreSQL clock");
+        let since: chrono::DateTime<chrono::Utc> =
+            self.env.scalar("SELECT clock_timestamp()").await;
         self.wait_until(Duration::from_secs(15), || async move {
             sqlx::query_scalar::<_, bool>(
                 "SELECT renewed_at > $1 AND EXISTS (SELECT 1 FROM pg_stat_activity a \
