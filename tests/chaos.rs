@@ -14,7 +14,7 @@
 //! kept in `chaos/regressions/`), messages (`ops_msgs`), reference model (`ops_reference`)
 //! and end check (`ops_check`).
 
-mod common;
+use msgx_testkit as common;
 #[path = "chaos/operator_actions.rs"]
 mod operator_actions;
 #[path = "chaos/ops_check.rs"]

@@ -2,7 +2,7 @@
 //! `check-config` never prints a password; the dev fixture creates the inbox tables; the HTTP
 //! surface answers /metrics with the poller's metrics and refuses what it does not serve.
 
-mod common;
+use msgx_testkit as common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Cutover seeding (seed §5.1): explicit, one-time, fresh store only, SEEDED_AT with W.
 
-mod common;
+use msgx_testkit as common;
 
 use std::time::Duration;
 

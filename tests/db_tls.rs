@@ -11,7 +11,7 @@
 //! and the client certificate, or the accounts refuse it).
 //! Without the set-up the tests skip, except under `CI=true`, where they fail.
 
-mod common;
+use msgx_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

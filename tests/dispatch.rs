@@ -3,7 +3,7 @@
 //! holds, the CloudEvents headers de-duplicate, injected broker errors only delay, exhausted
 //! events land on the dead-letter topic, a fatal producer error rebuilds the producer.
 
-mod common;
+use msgx_testkit as common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};

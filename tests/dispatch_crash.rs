@@ -2,7 +2,7 @@
 //! SENT. The real binary is aborted exactly there (`MSGEXCHANGE_FAILPOINT=dispatch_after_ack`, an
 //! abort like `kill -9`); the next run re-sends: duplicates are allowed, loss is not.
 
-mod common;
+use msgx_testkit as common;
 
 use std::collections::HashSet;
 use std::time::Duration;

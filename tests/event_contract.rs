@@ -6,7 +6,7 @@
 //! document describes, `ce_dataschema` included; the consumer example of
 //! `docs/consuming-events.md` de-duplicates the at-least-once stream.
 
-mod common;
+use msgx_testkit as common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::Command;

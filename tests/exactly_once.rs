@@ -13,7 +13,7 @@
 //! record of a transaction cut by the kill stays in the log; the recovery reads it as
 //! delivered, so "exactly once in the log" is what these tests check.
 
-mod common;
+use msgx_testkit as common;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

@@ -10,7 +10,7 @@
 //! server can delay an early release by a round or two; the tests poll a few rounds (the
 //! manual clock never moves meanwhile, so a release can only come from the evidence).
 
-mod common;
+use msgx_testkit as common;
 
 use std::time::Duration;
 

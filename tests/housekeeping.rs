@@ -4,7 +4,7 @@
 //! batches, the late-arrival guard works after old events are gone, and a large archive job
 //! beside the pump and the sweeper does not stretch the sweep period.
 
-mod common;
+use msgx_testkit as common;
 
 use msgx_core::cutover::CutoverMode;
 

@@ -4,7 +4,7 @@
 //! older or unset one applied, refusals recorded and counted); the watch survives a restart,
 //! expires, and is kept intact when the inbox cannot be read.
 
-mod common;
+use msgx_testkit as common;
 
 use std::sync::OnceLock;
 use std::time::Duration;

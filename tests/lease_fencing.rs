@@ -3,7 +3,7 @@
 //! it attempts fails (SQLSTATE MXFEN) and changes nothing; the newer one writes; tools without
 //! a lease are not fenced.
 
-mod common;
+use msgx_testkit as common;
 
 use msgx_core::cutover::CutoverMode;
 

@@ -6,7 +6,7 @@
 //! recovering abandoned rows — while a monitor watches the inbox marks. Afterwards every row
 //! must be consistent, and every replay accounted for in the audit log.
 
-mod common;
+use msgx_testkit as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -16,7 +16,7 @@
 //! dumping Prometheus `query_range` data of every panel for `scripts/render_dashboards.py`
 //! (docs/dashboards.md says how to rerun it).
 
-mod common;
+use msgx_testkit as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! at all when off, reconciling leftovers at start; a SCHD/RESP with our RQID is recorded on
 //! the request; bad outbound config stops the binary with one line naming the key.
 
-mod common;
+use msgx_testkit as common;
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;

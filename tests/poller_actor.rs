@@ -3,7 +3,7 @@
 //! rolled-back ids are released and reported to the late detector's receiver, W moves are
 //! announced; a crashed child is rebuilt and resumes from PostgreSQL.
 
-mod common;
+use msgx_testkit as common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! still open, holes from rollbacks, the one-hole-per-round rule, idempotent rounds, and rows
 //! whose content must not stop discovery.
 
-mod common;
+use msgx_testkit as common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! `kill -9` of the real binary; an unreadable inbox keeps W; W never passes an existing row
 //! that is not enqueued, whatever instant the process dies at.
 
-mod common;
+use msgx_testkit as common;
 
 use std::time::Duration;
 

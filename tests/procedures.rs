@@ -5,7 +5,7 @@
 //! both stores (`procedures/purge_rule.rs`); the raw copy keeps the replay window after a purge
 //! (`procedures/raw_copy.rs`).
 
-mod common;
+use msgx_testkit as common;
 #[path = "procedures/purge_ids.rs"]
 mod purge_ids;
 #[path = "procedures/purge_rule.rs"]

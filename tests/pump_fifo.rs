@@ -4,7 +4,7 @@
 //! real binary killed in the middle of a business transaction reprocesses that message
 //! exactly once in effect.
 
-mod common;
+use msgx_testkit as common;
 
 use std::time::{Duration, Instant};
 

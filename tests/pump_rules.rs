@@ -2,7 +2,7 @@
 //! FAILED head, poison escalation, compat rows beyond W, outcome classes, INFRA on a cut
 //! inbox connection (an outage never poisons a good head), and an injected half-way failure of the business transaction.
 
-mod common;
+use msgx_testkit as common;
 
 use std::time::Duration;
 

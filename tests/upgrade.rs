@@ -7,7 +7,7 @@
 //! with upstream writing into the inbox and events going to Kafka throughout: at the end every
 //! inbox row is processed once, in order, marked, and its events are on the topic.
 
-mod common;
+use msgx_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

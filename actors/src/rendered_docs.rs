@@ -58,30 +58,41 @@ struct Crate {
     path: &'static str,
     /// Its `src` directory, from the repository root.
     src: &'static str,
+    /// Its root file in `src` (`lib.rs`, or `mod.rs` for the tests' harness in tests/common).
+    root: &'static str,
 }
 
-const CRATES: [Crate; 3] = [
+const CRATES: [Crate; 4] = [
     Crate {
         name: "msgx-core",
         path: "msgx_core",
         src: "src",
+        root: "lib.rs",
     },
     Crate {
         name: "msgx-actors",
         path: "msgx_actors",
         src: "actors/src",
+        root: "lib.rs",
     },
     Crate {
         name: "msgx-bench",
         path: "msgx_bench",
         src: "bench/src",
+        root: "lib.rs",
+    },
+    Crate {
+        name: "msgx-testkit",
+        path: "msgx_testkit",
+        src: "tests/common",
+        root: "mod.rs",
     },
 ];
 
-/// The top-level modules of a crate (`mod` and `pub mod` in its `lib.rs`), without its test
+/// The top-level modules of a crate (`mod` and `pub mod` in its root file), without its test
 /// modules (`#[cfg(test)]`).
 fn modules(c: &Crate) -> Vec<String> {
-    let lib = std::fs::read_to_string(doc_path(c.src).join("lib.rs")).expect("lib.rs");
+    let lib = std::fs::read_to_string(doc_path(c.src).join(c.root)).expect("crate root");
     let mut out = Vec::new();
     let mut test_only = false;
     for line in lib.lines().map(str::trim) {

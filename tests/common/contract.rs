@@ -11,10 +11,8 @@ use serde_json::{json, Value};
 
 /// The repository root.
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
+    // This crate is tests/common.
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// `docs/asyncapi.yaml` as JSON.

@@ -87,9 +87,28 @@ pub const HARNESS_VARS: &[&str] = &[
     "MSGX_TEST_DELIVERY",
 ];
 
+/// The `msgexchange` binary cargo built for the running test. `CARGO_BIN_EXE_msgexchange` is set
+/// only while compiling a test of the binary's own package, not this harness crate, so it is
+/// found the way cargo lays it out: a test runs from `target/<profile>/deps/`, the binary sits
+/// in `target/<profile>/`.
+pub fn msgexchange_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("a test binary runs from target/<profile>/deps");
+    let bin = profile_dir.join(format!("msgexchange{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "{} not found: run the tests through cargo test",
+        bin.display()
+    );
+    bin
+}
+
 /// A command for the `msgexchange` binary without the harness's knobs.
 pub fn msgexchange() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    let mut cmd = Command::new(msgexchange_path());
     for k in HARNESS_VARS {
         cmd.env_remove(k);
     }

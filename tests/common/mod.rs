@@ -1,7 +1,6 @@
 //! Test harness: every test gets its own PostgreSQL database and its own MariaDB database
 //! (real servers, no fakes), so tests run in parallel. Databases are named `msgxt_*`;
 //! `scripts/test.sh` drops leftovers before a run.
-#![allow(dead_code)]
 
 pub mod contract;
 pub mod dispatch;
@@ -21,7 +20,6 @@ pub mod service;
 pub mod sql;
 pub mod tansu;
 
-use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -88,7 +86,7 @@ pub fn setting_name(var: &str) -> String {
 
 /// The repo's default config file.
 pub fn default_toml() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/default.toml")
+    contract::root().join("config/default.toml")
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);

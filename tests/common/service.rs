@@ -17,7 +17,7 @@ pub fn spawn_service_logging(
     port: u16,
     log: Stdio,
 ) -> Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    let mut cmd = Command::new(super::instance::msgexchange_path());
     cmd.arg("run")
         .envs(env.binary_env())
         .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
