@@ -248,7 +248,7 @@ fn print_run(run: &PumpRun) {
     steps.sort_unstable();
     let head: Duration = run.tenths.iter().map(|t| t.head).sum();
     println!(
-        "  pump (PumpCore::step) : {:.1} msgs/s, {} messages in {:.1}s; per message (took) p50 {} \
+        "  pump (step_group)    : {:.1} msgs/s, {} messages in {:.1}s; per message (took) p50 {} \
          p99 {} max {}; whole step p50 {} p99 {}; head query (step - took) mean {}",
         rate(run.messages, run.elapsed),
         run.messages,
