@@ -44,10 +44,9 @@ struct Tally {
     wrong_offset: usize,
 }
 
-fn mock_cluster() -> (
-    MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-    String,
-) {
+type Cluster = MockCluster<'static, rdkafka::producer::DefaultProducerContext>;
+
+fn mock_cluster() -> (Cluster, String) {
     let cluster = MockCluster::new(1).expect("mock cluster");
     for t in [TOPIC, DLQ] {
         cluster.create_topic(t, 3, 1).expect("topic");
@@ -74,6 +73,17 @@ fn vars(env: &TestEnv, bootstrap: &str, delivery: Delivery) -> Vec<(String, Stri
     set_var(&mut v, "MSGX_DISPATCH__BATCH", "10");
     set_var(&mut v, "MSGX_LOG__LEVEL", "info");
     v
+}
+
+/// What each test starts from: its env with the backlog in the inbox, the mock cluster (the
+/// caller holds it: dropping it stops the broker), its bootstrap address and the service's
+/// variables for `delivery`.
+async fn drain(tag: &str, delivery: Delivery) -> (TestEnv, Cluster, String, Vec<(String, String)>) {
+    let env = TestEnv::new(tag).await;
+    let (cluster, bootstrap) = mock_cluster();
+    backlog(&env).await;
+    let vars = vars(&env, &bootstrap, delivery);
+    (env, cluster, bootstrap, vars)
 }
 
 /// Alternates instances that abort at the commit → SENT window with instances killed at a
@@ -169,10 +179,7 @@ fn out_of_order(records: &[Received]) -> Vec<String> {
 
 #[tokio::test]
 async fn exactly_once_survives_repeated_kills_during_a_drain() {
-    let env = TestEnv::new("eo_kill").await;
-    let (_cluster, bootstrap) = mock_cluster();
-    backlog(&env).await;
-    let v = vars(&env, &bootstrap, Delivery::ExactlyOnce);
+    let (env, _cluster, bootstrap, v) = drain("eo_kill", Delivery::ExactlyOnce).await;
     drain_with_kills(&env, &v, "eo-kill").await;
     let t = tally(&env, &bootstrap).await;
     eprintln!("exactly-once under kills: {t:?}");
@@ -190,10 +197,7 @@ async fn exactly_once_survives_repeated_kills_during_a_drain() {
 
 #[tokio::test]
 async fn at_least_once_under_the_same_kills_reports_its_duplicates() {
-    let env = TestEnv::new("alo_kill").await;
-    let (_cluster, bootstrap) = mock_cluster();
-    backlog(&env).await;
-    let v = vars(&env, &bootstrap, Delivery::AtLeastOnce);
+    let (env, _cluster, bootstrap, v) = drain("alo_kill", Delivery::AtLeastOnce).await;
     drain_with_kills(&env, &v, "alo-kill").await;
     let t = tally(&env, &bootstrap).await;
     eprintln!(
@@ -210,10 +214,7 @@ async fn at_least_once_under_the_same_kills_reports_its_duplicates() {
 
 #[tokio::test]
 async fn a_frozen_holder_is_fenced_and_adds_nothing_when_woken() {
-    let env = TestEnv::new("eo_fence").await;
-    let (_cluster, bootstrap) = mock_cluster();
-    backlog(&env).await;
-    let v = vars(&env, &bootstrap, Delivery::ExactlyOnce);
+    let (env, _cluster, bootstrap, v) = drain("eo_fence", Delivery::ExactlyOnce).await;
     let mut a = Instance::spawn(&v, "eo-fence-old", &[]);
     wait_for(
         "the old holder sending",
