@@ -292,16 +292,7 @@ async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
 /// A fresh PostgreSQL database with nothing in it; dropped by the caller.
 async fn empty_database(tag: &str) -> (String, sqlx::PgPool) {
     let db = format!("msgxt_{tag}_{}", std::process::id());
-    let admin = common::pg_admin().await.expect("postgres");
-    common::run_all(
-        &admin,
-        &[
-            format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"),
-            format!("CREATE DATABASE \"{db}\""),
-        ],
-    )
-    .await;
-    admin.close().await;
+    common::fresh_pg_database(&db, None).await;
     let url = format!("{}/{db}", common::pg_base());
     let pool = sqlx::PgPool::connect(&url).await.expect("connect");
     (url, pool)

@@ -111,16 +111,7 @@ impl TlsWorld {
     async fn new() -> Self {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let db = format!("msgxt_tls_{}_{n}", std::process::id());
-        let pg = common::pg_admin().await.expect("postgres");
-        common::run_all(
-            &pg,
-            &[
-                format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"),
-                format!("CREATE DATABASE \"{db}\" OWNER {TLS_USER}"),
-            ],
-        )
-        .await;
-        pg.close().await;
+        common::fresh_pg_database(&db, Some(TLS_USER)).await;
         let my = common::mysql_admin().await.expect("mariadb");
         common::run_all(&my, &[format!("DROP DATABASE IF EXISTS `{db}`")]).await;
         my.close().await;

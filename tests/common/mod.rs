@@ -64,6 +64,22 @@ pub async fn mysql_admin() -> Result<MySqlPool, sqlx::Error> {
         .await
 }
 
+/// A fresh, empty PostgreSQL database `db` (dropped first if a killed run left it), owned by
+/// `owner` (the connecting admin when None).
+pub async fn fresh_pg_database(db: &str, owner: Option<&str>) {
+    let owner = owner.map(|o| format!(" OWNER {o}")).unwrap_or_default();
+    let admin = pg_admin().await.expect("postgres reachable");
+    run_all(
+        &admin,
+        &[
+            format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"),
+            format!("CREATE DATABASE \"{db}\"{owner}"),
+        ],
+    )
+    .await;
+    admin.close().await;
+}
+
 /// Runs these administrative statements on `pool` in order; panics naming the one that fails.
 pub async fn run_all<DB: sqlx::Database>(pool: &sqlx::Pool<DB>, statements: &[String])
 where
@@ -124,16 +140,7 @@ impl TestEnv {
         let pg_url = format!("{}/{db}", pg_base());
         let my_url = format!("{}/{db}", mysql_base());
 
-        let admin = pg_admin().await.expect("postgres reachable");
-        run_all(
-            &admin,
-            &[
-                format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"),
-                format!("CREATE DATABASE \"{db}\""),
-            ],
-        )
-        .await;
-        admin.close().await;
+        fresh_pg_database(&db, None).await;
 
         let base = Self::settings_for(&pg_url, &my_url, &[]);
         let (names, tz) = (base.inbox_names().clone(), base.inbox_timezone());
