@@ -18,6 +18,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use futures::future::LocalBoxFuture;
 use msgx_core::devtools::fixture;
 use msgx_core::inbox::names::{InboxNames, OutboxNames};
 use msgx_core::inbox::Inbox;
@@ -178,15 +179,8 @@ impl TlsWorld {
     }
 }
 
-/// Opens the store the way the service does (pool, migrations) as the TLS-only account in this
-/// mode, and asks the server whether this session is encrypted.
-async fn store_over(w: &TlsWorld, mode: &str, ca: Option<&str>) -> Result<bool, String> {
-    let mut extra = vec![("MSGX_STORE__SSL_MODE", mode)];
-    extra.extend(ca.map(|ca| ("MSGX_STORE__SSL_CA", ca)));
-    store_as(w, TLS_USER, &extra).await
-}
-
-/// [`store_over`] as `user` with these keys.
+/// Opens the store the way the service does (pool, migrations) as `user` with these keys, and
+/// asks the server whether this session is encrypted.
 async fn store_as(w: &TlsWorld, user: &str, keys: &[(&str, &str)]) -> Result<bool, String> {
     let settings = w.settings(user, keys)?;
     let store = Store::connect(&settings.store)
@@ -200,15 +194,8 @@ async fn store_as(w: &TlsWorld, user: &str, keys: &[(&str, &str)]) -> Result<boo
     Ok(ssl)
 }
 
-/// Reads the inbox through the service's adapter as the TLS-only account in this mode, then
-/// asks whether the session is encrypted.
-async fn inbox_over(w: &TlsWorld, mode: &str, ca: Option<&str>) -> Result<bool, String> {
-    let mut extra = vec![("MSGX_INBOX__SSL_MODE", mode)];
-    extra.extend(ca.map(|ca| ("MSGX_INBOX__SSL_CA", ca)));
-    inbox_as(w, TLS_USER, &extra).await
-}
-
-/// [`inbox_over`] as `user` with these keys.
+/// Reads the inbox through the service's adapter as `user` with these keys, then asks whether
+/// the session is encrypted.
 async fn inbox_as(w: &TlsWorld, user: &str, keys: &[(&str, &str)]) -> Result<bool, String> {
     let settings = w.settings(user, keys)?;
     let tz = settings.inbox_timezone();
@@ -231,67 +218,106 @@ fn assert_certificate_refused(what: &str, r: Result<bool, String>) {
     );
 }
 
-#[tokio::test]
-async fn the_store_needs_the_ca_to_verify_and_the_role_needs_tls() {
-    if !tls_ready("the_store_needs_the_ca_to_verify_and_the_role_needs_tls").await {
-        return;
+/// Connects to one store as `user` with these keys (`store_as` or `inbox_as`).
+type Connects = for<'a> fn(
+    &'a TlsWorld,
+    &'static str,
+    Vec<(String, String)>,
+) -> LocalBoxFuture<'a, Result<bool, String>>;
+
+/// One store's TLS keys, with the modes as its driver spells them, and what its server says
+/// when it refuses an account.
+struct Side {
+    connect: Connects,
+    /// `MSGX_STORE__` or `MSGX_INBOX__`.
+    prefix: &'static str,
+    /// Verify the chain and the name, verify the chain, no TLS, TLS without checking.
+    modes: [&'static str; 4],
+    /// To the TLS-only account without TLS.
+    no_tls_refusal: &'static [&'static str],
+    /// To the client-certificate account without its certificate.
+    no_cert_refusal: &'static str,
+}
+
+impl Side {
+    /// Connects as `user` with these keys (without the prefix).
+    async fn connect_as(
+        &self,
+        w: &TlsWorld,
+        user: &'static str,
+        keys: &[(&str, &str)],
+    ) -> Result<bool, String> {
+        let keys = keys
+            .iter()
+            .map(|(k, v)| (format!("{}{k}", self.prefix), v.to_string()))
+            .collect();
+        (self.connect)(w, user, keys).await
     }
+
+    /// Connects as the TLS-only account in `mode`, with the CA file if given.
+    async fn over(&self, w: &TlsWorld, mode: &str, ca: Option<&String>) -> Result<bool, String> {
+        let mut keys = vec![("SSL_MODE", mode)];
+        keys.extend(ca.map(|ca| ("SSL_CA", ca.as_str())));
+        self.connect_as(w, TLS_USER, &keys).await
+    }
+}
+
+/// The keys as `store_as` and `inbox_as` take them.
+fn borrowed(keys: &[(String, String)]) -> Vec<(&str, &str)> {
+    keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+const STORE: Side = Side {
+    connect: |w, user, keys| Box::pin(async move { store_as(w, user, &borrowed(&keys)).await }),
+    prefix: "MSGX_STORE__",
+    modes: ["verify-full", "verify-ca", "disable", "require"],
+    // The role's own rule (hostssl only).
+    no_tls_refusal: &["pg_hba.conf", "no encryption"],
+    no_cert_refusal: "requires a valid client certificate",
+};
+
+const INBOX: Side = Side {
+    connect: |w, user, keys| Box::pin(async move { inbox_as(w, user, &borrowed(&keys)).await }),
+    prefix: "MSGX_INBOX__",
+    modes: ["VERIFY_IDENTITY", "VERIFY_CA", "DISABLED", "REQUIRED"],
+    // The user's own rule (REQUIRE SSL).
+    no_tls_refusal: &["Access denied"],
+    no_cert_refusal: "Access denied",
+};
+
+/// The verify modes need the right CA, the account needs TLS, and the encrypt-only mode
+/// checks no certificate.
+async fn ca_and_tls_rules_hold(side: &Side) {
     let w = TlsWorld::new().await;
     let (good, wrong) = (ca("ca.crt"), ca("other-ca.crt"));
+    let [full, chain, off, encrypt] = side.modes;
+    let over = |mode, ca| side.over(&w, mode, ca);
+    assert_certificate_refused(&format!("{full}, no CA"), over(full, None).await);
+    assert_certificate_refused(&format!("{full}, wrong CA"), over(full, Some(&wrong)).await);
     assert_certificate_refused(
-        "verify-full, no CA",
-        store_over(&w, "verify-full", None).await,
+        &format!("{chain}, wrong CA"),
+        over(chain, Some(&wrong)).await,
     );
-    assert_certificate_refused(
-        "verify-full, wrong CA",
-        store_over(&w, "verify-full", Some(&wrong)).await,
-    );
-    assert_certificate_refused(
-        "verify-ca, wrong CA",
-        store_over(&w, "verify-ca", Some(&wrong)).await,
-    );
-    // The role's own rule (hostssl only): without TLS the server refuses it.
-    let e = store_over(&w, "disable", None).await.expect_err("no TLS");
-    assert!(
-        e.contains("pg_hba.conf") && e.contains("no encryption"),
-        "{e}"
-    );
-    assert_eq!(store_over(&w, "verify-full", Some(&good)).await, Ok(true));
-    assert_eq!(store_over(&w, "verify-ca", Some(&good)).await, Ok(true));
-    // `require` encrypts without checking the certificate.
-    assert_eq!(store_over(&w, "require", None).await, Ok(true));
+    let e = over(off, None).await.expect_err("no TLS");
+    assert!(side.no_tls_refusal.iter().all(|s| e.contains(s)), "{e}");
+    assert_eq!(over(full, Some(&good)).await, Ok(true));
+    assert_eq!(over(chain, Some(&good)).await, Ok(true));
+    assert_eq!(over(encrypt, None).await, Ok(true));
     w.cleanup().await;
 }
 
 #[tokio::test]
-async fn the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls() {
-    if !tls_ready("the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls").await {
-        return;
+async fn the_store_needs_the_ca_to_verify_and_the_role_needs_tls() {
+    if tls_ready("the_store_needs_the_ca_to_verify_and_the_role_needs_tls").await {
+        ca_and_tls_rules_hold(&STORE).await;
     }
-    let w = TlsWorld::new().await;
-    let (good, wrong) = (ca("ca.crt"), ca("other-ca.crt"));
-    assert_certificate_refused(
-        "VERIFY_IDENTITY, no CA",
-        inbox_over(&w, "VERIFY_IDENTITY", None).await,
-    );
-    assert_certificate_refused(
-        "VERIFY_IDENTITY, wrong CA",
-        inbox_over(&w, "VERIFY_IDENTITY", Some(&wrong)).await,
-    );
-    assert_certificate_refused(
-        "VERIFY_CA, wrong CA",
-        inbox_over(&w, "VERIFY_CA", Some(&wrong)).await,
-    );
-    // The user's own rule (REQUIRE SSL): without TLS the server refuses it.
-    let e = inbox_over(&w, "DISABLED", None).await.expect_err("no TLS");
-    assert!(e.contains("Access denied"), "{e}");
-    assert_eq!(
-        inbox_over(&w, "VERIFY_IDENTITY", Some(&good)).await,
-        Ok(true)
-    );
-    assert_eq!(inbox_over(&w, "VERIFY_CA", Some(&good)).await, Ok(true));
-    assert_eq!(inbox_over(&w, "REQUIRED", None).await, Ok(true));
-    w.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls() {
+    if tls_ready("the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls").await {
+        ca_and_tls_rules_hold(&INBOX).await;
+    }
 }
 
 /// An account that requires a client certificate (PostgreSQL `clientcert=verify-full`,
@@ -305,39 +331,22 @@ async fn a_client_certificate_account_is_refused_without_it_and_accepted_with_it
     }
     let w = TlsWorld::new().await;
     let (good, cert, key) = (ca("ca.crt"), ca("client.crt"), ca("client.key"));
-    let store = [
-        ("MSGX_STORE__SSL_MODE", "verify-full"),
-        ("MSGX_STORE__SSL_CA", good.as_str()),
-    ];
-    let e = store_as(&w, CERT_USER, &store)
-        .await
-        .expect_err("no client certificate");
-    assert!(e.contains("requires a valid client certificate"), "{e}");
-    let with = [
-        ("MSGX_STORE__SSL_CERT", cert.as_str()),
-        ("MSGX_STORE__SSL_KEY", key.as_str()),
-    ];
-    assert_eq!(
-        store_as(&w, CERT_USER, &[&store[..], &with].concat()).await,
-        Ok(true)
-    );
-
-    let inbox = [
-        ("MSGX_INBOX__SSL_MODE", "VERIFY_IDENTITY"),
-        ("MSGX_INBOX__SSL_CA", good.as_str()),
-    ];
-    let e = inbox_as(&w, CERT_USER, &inbox)
-        .await
-        .expect_err("no client certificate");
-    assert!(e.contains("Access denied"), "{e}");
-    let with = [
-        ("MSGX_INBOX__SSL_CERT", cert.as_str()),
-        ("MSGX_INBOX__SSL_KEY", key.as_str()),
-    ];
-    assert_eq!(
-        inbox_as(&w, CERT_USER, &[&inbox[..], &with].concat()).await,
-        Ok(true)
-    );
+    for side in [&STORE, &INBOX] {
+        let verify = [("SSL_MODE", side.modes[0]), ("SSL_CA", good.as_str())];
+        let e = side
+            .connect_as(&w, CERT_USER, &verify)
+            .await
+            .expect_err("no client certificate");
+        assert!(e.contains(side.no_cert_refusal), "{}: {e}", side.prefix);
+        let with = [("SSL_CERT", cert.as_str()), ("SSL_KEY", key.as_str())];
+        let keys = [&verify[..], &with].concat();
+        assert_eq!(
+            side.connect_as(&w, CERT_USER, &keys).await,
+            Ok(true),
+            "{}",
+            side.prefix
+        );
+    }
     w.cleanup().await;
 }
 
