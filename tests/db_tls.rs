@@ -18,7 +18,6 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use futures::future::LocalBoxFuture;
 use msgx_core::devtools::fixture;
 use msgx_core::inbox::names::{InboxNames, OutboxNames};
 use msgx_core::inbox::Inbox;
@@ -218,79 +217,79 @@ fn assert_certificate_refused(what: &str, r: Result<bool, String>) {
     );
 }
 
-/// Connects to one store as `user` with these keys (`store_as` or `inbox_as`).
-type Connects = for<'a> fn(
-    &'a TlsWorld,
-    &'static str,
-    Vec<(String, String)>,
-) -> LocalBoxFuture<'a, Result<bool, String>>;
-
-/// One store's TLS keys, with the modes as its driver spells them, and what its server says
-/// when it refuses an account.
-struct Side {
-    connect: Connects,
-    /// `MSGX_STORE__` or `MSGX_INBOX__`.
-    prefix: &'static str,
-    /// Verify the chain and the name, verify the chain, no TLS, TLS without checking.
-    modes: [&'static str; 4],
-    /// To the TLS-only account without TLS.
-    no_tls_refusal: &'static [&'static str],
-    /// To the client-certificate account without its certificate.
-    no_cert_refusal: &'static str,
+/// One of the two stores, with its TLS keys' prefix, its modes as its driver spells them, and
+/// what its server says when it refuses an account.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Store,
+    Inbox,
 }
 
 impl Side {
-    /// Connects as `user` with these keys (without the prefix).
+    fn prefix(self) -> &'static str {
+        match self {
+            Side::Store => "MSGX_STORE__",
+            Side::Inbox => "MSGX_INBOX__",
+        }
+    }
+
+    /// Verify the chain and the name, verify the chain, no TLS, TLS without checking.
+    fn modes(self) -> [&'static str; 4] {
+        match self {
+            Side::Store => ["verify-full", "verify-ca", "disable", "require"],
+            Side::Inbox => ["VERIFY_IDENTITY", "VERIFY_CA", "DISABLED", "REQUIRED"],
+        }
+    }
+
+    /// What the server says to the TLS-only account without TLS: the role's own rule (hostssl
+    /// only), the user's own rule (REQUIRE SSL).
+    fn no_tls_refusal(self) -> &'static [&'static str] {
+        match self {
+            Side::Store => &["pg_hba.conf", "no encryption"],
+            Side::Inbox => &["Access denied"],
+        }
+    }
+
+    /// What the server says to the client-certificate account without its certificate.
+    fn no_cert_refusal(self) -> &'static str {
+        match self {
+            Side::Store => "requires a valid client certificate",
+            Side::Inbox => "Access denied",
+        }
+    }
+
+    /// Connects as `user` with these keys (named without the prefix).
     async fn connect_as(
-        &self,
+        self,
         w: &TlsWorld,
-        user: &'static str,
+        user: &str,
         keys: &[(&str, &str)],
     ) -> Result<bool, String> {
-        let keys = keys
+        let named: Vec<(String, &str)> = keys
             .iter()
-            .map(|(k, v)| (format!("{}{k}", self.prefix), v.to_string()))
+            .map(|(k, v)| (format!("{}{k}", self.prefix()), *v))
             .collect();
-        (self.connect)(w, user, keys).await
+        let keys: Vec<(&str, &str)> = named.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        match self {
+            Side::Store => store_as(w, user, &keys).await,
+            Side::Inbox => inbox_as(w, user, &keys).await,
+        }
     }
 
     /// Connects as the TLS-only account in `mode`, with the CA file if given.
-    async fn over(&self, w: &TlsWorld, mode: &str, ca: Option<&String>) -> Result<bool, String> {
+    async fn over(self, w: &TlsWorld, mode: &str, ca: Option<&String>) -> Result<bool, String> {
         let mut keys = vec![("SSL_MODE", mode)];
         keys.extend(ca.map(|ca| ("SSL_CA", ca.as_str())));
         self.connect_as(w, TLS_USER, &keys).await
     }
 }
 
-/// The keys as `store_as` and `inbox_as` take them.
-fn borrowed(keys: &[(String, String)]) -> Vec<(&str, &str)> {
-    keys.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-}
-
-const STORE: Side = Side {
-    connect: |w, user, keys| Box::pin(async move { store_as(w, user, &borrowed(&keys)).await }),
-    prefix: "MSGX_STORE__",
-    modes: ["verify-full", "verify-ca", "disable", "require"],
-    // The role's own rule (hostssl only).
-    no_tls_refusal: &["pg_hba.conf", "no encryption"],
-    no_cert_refusal: "requires a valid client certificate",
-};
-
-const INBOX: Side = Side {
-    connect: |w, user, keys| Box::pin(async move { inbox_as(w, user, &borrowed(&keys)).await }),
-    prefix: "MSGX_INBOX__",
-    modes: ["VERIFY_IDENTITY", "VERIFY_CA", "DISABLED", "REQUIRED"],
-    // The user's own rule (REQUIRE SSL).
-    no_tls_refusal: &["Access denied"],
-    no_cert_refusal: "Access denied",
-};
-
 /// The verify modes need the right CA, the account needs TLS, and the encrypt-only mode
 /// checks no certificate.
-async fn ca_and_tls_rules_hold(side: &Side) {
+async fn ca_and_tls_rules_hold(side: Side) {
     let w = TlsWorld::new().await;
     let (good, wrong) = (ca("ca.crt"), ca("other-ca.crt"));
-    let [full, chain, off, encrypt] = side.modes;
+    let [full, chain, off, encrypt] = side.modes();
     let over = |mode, ca| side.over(&w, mode, ca);
     assert_certificate_refused(&format!("{full}, no CA"), over(full, None).await);
     assert_certificate_refused(&format!("{full}, wrong CA"), over(full, Some(&wrong)).await);
@@ -299,7 +298,7 @@ async fn ca_and_tls_rules_hold(side: &Side) {
         over(chain, Some(&wrong)).await,
     );
     let e = over(off, None).await.expect_err("no TLS");
-    assert!(side.no_tls_refusal.iter().all(|s| e.contains(s)), "{e}");
+    assert!(side.no_tls_refusal().iter().all(|s| e.contains(s)), "{e}");
     assert_eq!(over(full, Some(&good)).await, Ok(true));
     assert_eq!(over(chain, Some(&good)).await, Ok(true));
     assert_eq!(over(encrypt, None).await, Ok(true));
@@ -309,14 +308,14 @@ async fn ca_and_tls_rules_hold(side: &Side) {
 #[tokio::test]
 async fn the_store_needs_the_ca_to_verify_and_the_role_needs_tls() {
     if tls_ready("the_store_needs_the_ca_to_verify_and_the_role_needs_tls").await {
-        ca_and_tls_rules_hold(&STORE).await;
+        ca_and_tls_rules_hold(Side::Store).await;
     }
 }
 
 #[tokio::test]
 async fn the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls() {
     if tls_ready("the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls").await {
-        ca_and_tls_rules_hold(&INBOX).await;
+        ca_and_tls_rules_hold(Side::Inbox).await;
     }
 }
 
@@ -331,20 +330,19 @@ async fn a_client_certificate_account_is_refused_without_it_and_accepted_with_it
     }
     let w = TlsWorld::new().await;
     let (good, cert, key) = (ca("ca.crt"), ca("client.crt"), ca("client.key"));
-    for side in [&STORE, &INBOX] {
-        let verify = [("SSL_MODE", side.modes[0]), ("SSL_CA", good.as_str())];
+    for side in [Side::Store, Side::Inbox] {
+        let verify = [("SSL_MODE", side.modes()[0]), ("SSL_CA", good.as_str())];
         let e = side
             .connect_as(&w, CERT_USER, &verify)
             .await
             .expect_err("no client certificate");
-        assert!(e.contains(side.no_cert_refusal), "{}: {e}", side.prefix);
+        assert!(e.contains(side.no_cert_refusal()), "{side:?}: {e}");
         let with = [("SSL_CERT", cert.as_str()), ("SSL_KEY", key.as_str())];
         let keys = [&verify[..], &with].concat();
         assert_eq!(
             side.connect_as(&w, CERT_USER, &keys).await,
             Ok(true),
-            "{}",
-            side.prefix
+            "{side:?}"
         );
     }
     w.cleanup().await;
