@@ -59,20 +59,20 @@ impl DbOptions for MySqlConnectOptions {
 /// The URL's options with every key that is set applied on top (start-up refused a key that
 /// the URL sets too, so nothing here overrides the URL silently). Certificates are read by the
 /// driver at each new connection: a renewed file takes effect without a restart.
-pub fn connect_options<O: DbOptions>(keys: ConnectKeys<'_>) -> Result<O, sqlx::Error> {
+pub fn connect_options<O: DbOptions>(keys: &ConnectKeys) -> Result<O, sqlx::Error> {
     let mut options = O::from_str(keys.url.expose())?;
     if !keys.password.is_empty() {
         options = options.with_password(keys.password.expose());
     }
     if !keys.ssl_mode.is_empty() {
-        options = options.with_mode(O::Mode::from_str(keys.ssl_mode)?);
+        options = options.with_mode(O::Mode::from_str(&keys.ssl_mode)?);
     }
     if !keys.ssl_ca.is_empty() {
-        options = options.with_ca(keys.ssl_ca);
+        options = options.with_ca(&keys.ssl_ca);
     }
     // Both or neither (checked at start).
     if !keys.ssl_cert.is_empty() && !keys.ssl_key.is_empty() {
-        options = options.with_client_cert(keys.ssl_cert, keys.ssl_key);
+        options = options.with_client_cert(&keys.ssl_cert, &keys.ssl_key);
     }
     Ok(options)
 }

@@ -75,7 +75,7 @@ async fn unreadable_inbox_keeps_w_and_is_an_error() {
 
     // The inbox server unreachable (nothing listens there): same.
     let mut settings = env.settings(&[("MSGX_INBOX__CONNECT_TIMEOUT", "300ms")]);
-    settings.inbox.url = "mysql://root@127.0.0.1:1/none".into();
+    settings.inbox.connect.url = "mysql://root@127.0.0.1:1/none".into();
     let dead = Inbox::new(&settings.inbox, &env.names, env.tz).expect("lazy adapter");
     let err = poll_once(&dead, &env.store, &env.clock, cfg)
         .await

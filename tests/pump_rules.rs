@@ -1005,7 +1005,7 @@ async fn stamps_of_a_group_cut_off_from_the_store_are_given_back_when_it_returns
     let ids = group_with_a_boom(&env, 2).await;
     let proxy = Proxy::start("127.0.0.1:5432").await;
     let mut settings = env.settings(&[("MSGX_STORE__CONNECT_TIMEOUT", "1s")]);
-    settings.store.url = env
+    settings.store.connect.url = env
         .pg_url
         .replacen("127.0.0.1:5432", &format!("127.0.0.1:{}", proxy.port), 1)
         .into();

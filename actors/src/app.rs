@@ -382,7 +382,7 @@ pub async fn connect(settings: &Settings) -> anyhow::Result<(Inbox, Store)> {
     let store = Store::open(&settings.store).await.with_context(|| {
         format!(
             "cannot open the store at {}",
-            redact_url(&settings.store.url)
+            redact_url(&settings.store.connect.url)
         )
     })?;
     let inbox = Inbox::new(
@@ -441,8 +441,8 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     crate::first_start::require_brokers(&settings)?;
     let metrics = install_metrics()?;
     tracing::info!(
-        inbox = %redact_url(&settings.inbox.url),
-        store = %redact_url(&settings.store.url),
+        inbox = %redact_url(&settings.inbox.connect.url),
+        store = %redact_url(&settings.store.connect.url),
         table = %settings.inbox.table,
         "msgexchange starting"
     );

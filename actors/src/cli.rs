@@ -170,14 +170,14 @@ pub async fn inbox_fixture(settings: &Settings) -> anyhow::Result<()> {
         .with_context(|| {
             format!(
                 "creating the inbox fixture at {}",
-                redact_url(&settings.inbox.url)
+                redact_url(&settings.inbox.connect.url)
             )
         })?;
     println!(
         "inbox fixture ready: {} and {} in {}",
         settings.inbox.table,
         settings.inbox.out_table,
-        redact_url(&settings.inbox.url)
+        redact_url(&settings.inbox.connect.url)
     );
     Ok(())
 }
@@ -199,7 +199,7 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
         .acquire_timeout(settings.inbox.connect_timeout)
         .connect_with(options)
         .await
-        .with_context(|| format!("connecting to {}", redact_url(&settings.inbox.url)))?;
+        .with_context(|| format!("connecting to {}", redact_url(&settings.inbox.connect.url)))?;
     let mix = msgx_core::devtools::messages::Mix {
         malformed: args.malformed_fraction,
         unknown_type: args.unknown_type_fraction,
@@ -247,7 +247,12 @@ pub async fn simulate_upstream(settings: &Settings, args: &SimArgs) -> anyhow::R
 pub async fn migrate(settings: &Settings) -> anyhow::Result<()> {
     let applied = msgx_core::store::Store::migrate(&settings.store)
         .await
-        .with_context(|| format!("migrating the store at {}", redact_url(&settings.store.url)))?;
+        .with_context(|| {
+            format!(
+                "migrating the store at {}",
+                redact_url(&settings.store.connect.url)
+            )
+        })?;
     let version = msgx_core::store::schema::binary_version();
     if applied.is_empty() {
         println!("store schema is current (version {version}); nothing to apply");

@@ -51,7 +51,7 @@ pub async fn connect_store(
                 let why = format!("store unreachable at start-up: {e}");
                 tracing::warn!(
                     attempt,
-                    store = %redact_url(&settings.store.url),
+                    store = %redact_url(&settings.store.connect.url),
                     error = %e,
                     retry_in_s = wait.as_secs(),
                     "store unreachable at start-up; retrying"
@@ -62,7 +62,7 @@ pub async fn connect_store(
                 return Err(e).with_context(|| {
                     format!(
                         "cannot open the store at {}",
-                        redact_url(&settings.store.url)
+                        redact_url(&settings.store.connect.url)
                     )
                 })
             }

@@ -61,18 +61,20 @@ impl BenchDbs {
 
     /// Derives both URLs from the configured ones, checking the drivers read `name` back.
     fn new(settings: &Settings, name: &str) -> anyhow::Result<Self> {
-        let inbox_url = with_database(settings.inbox.url.expose(), name).with_context(|| {
-            format!(
-                "deriving the bench inbox URL from inbox.url `{}`",
-                redact_url(&settings.inbox.url)
-            )
-        })?;
-        let store_url = with_database(settings.store.url.expose(), name).with_context(|| {
-            format!(
-                "deriving the bench store URL from store.url `{}`",
-                redact_url(&settings.store.url)
-            )
-        })?;
+        let inbox_url =
+            with_database(settings.inbox.connect.url.expose(), name).with_context(|| {
+                format!(
+                    "deriving the bench inbox URL from inbox.url `{}`",
+                    redact_url(&settings.inbox.connect.url)
+                )
+            })?;
+        let store_url =
+            with_database(settings.store.connect.url.expose(), name).with_context(|| {
+                format!(
+                    "deriving the bench store URL from store.url `{}`",
+                    redact_url(&settings.store.connect.url)
+                )
+            })?;
         // The drivers must read the name back exactly as written.
         let inbox_db = MySqlConnectOptions::from_str(&inbox_url)
             .with_context(|| format!("parsing {}", redact_url(&inbox_url)))?
@@ -121,7 +123,7 @@ impl BenchDbs {
         url: &str,
     ) -> anyhow::Result<msgx_core::inbox::Inbox> {
         let mut inbox_settings = settings.inbox.clone();
-        inbox_settings.url = url.to_string().into();
+        inbox_settings.connect.url = url.to_string().into();
         msgx_core::inbox::Inbox::new(
             &inbox_settings,
             settings.inbox_names(),
@@ -137,7 +139,7 @@ impl BenchDbs {
         settings: &Settings,
     ) -> anyhow::Result<msgx_core::store::Store> {
         let mut store_settings = settings.store.clone();
-        store_settings.url = self.store_url.clone().into();
+        store_settings.connect.url = self.store_url.clone().into();
         store_settings.create_database = true;
         let store = msgx_core::store::Store::connect(&store_settings)
             .await

@@ -12,8 +12,8 @@ use crate::settings::{redact_url, InboxSettings};
 /// applies them to both databases (each validated at start; a URL that sets one of them too
 /// was refused then).
 pub fn connect_options(settings: &InboxSettings) -> Result<MySqlConnectOptions, InboxError> {
-    db_options::connect_options(settings.connect_keys()).map_err(|source| InboxError::Url {
-        url: redact_url(&settings.url),
+    db_options::connect_options(&settings.connect).map_err(|source| InboxError::Url {
+        url: redact_url(&settings.connect.url),
         source,
     })
 }

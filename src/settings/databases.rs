@@ -4,50 +4,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::secret::{Secret, SecretUrl};
 use super::tls::{check_connect, ConnectKeys, INBOX_TLS, STORE_TLS};
 use super::{check_nonzero, check_positive, duration, invalid, SettingsError};
-
-/// `connect_keys()` of a section with the shared connect keys (the same field names in both).
-macro_rules! connect_keys {
-    ($section:ty) => {
-        impl $section {
-            /// The URL, password and TLS keys: what start-up checks and every connection
-            /// applies.
-            pub fn connect_keys(&self) -> ConnectKeys<'_> {
-                ConnectKeys {
-                    url: &self.url,
-                    password: &self.password,
-                    ssl_mode: &self.ssl_mode,
-                    ssl_ca: &self.ssl_ca,
-                    ssl_cert: &self.ssl_cert,
-                    ssl_key: &self.ssl_key,
-                }
-            }
-        }
-    };
-}
-connect_keys!(InboxSettings);
-connect_keys!(StoreSettings);
 
 /// Connection and naming of the shared inbox.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InboxSettings {
-    /// `mysql://user:password@host:port/database`; the password is never printed.
-    pub url: SecretUrl,
-    /// The password apart from the URL ("" = the URL's, if any); never printed.
-    pub password: Secret,
-    /// MySQL `ssl-mode`: DISABLED | PREFERRED | REQUIRED | VERIFY_CA | VERIFY_IDENTITY; ""
-    /// leaves it to the URL (the driver's default is PREFERRED).
-    pub ssl_mode: String,
-    /// PEM file of the CA(s) the server certificate must chain to (`ssl-ca`; VERIFY_* only).
-    pub ssl_ca: String,
-    /// PEM file of our client certificate (`ssl-cert`), for an inbox account that requires
-    /// one (`REQUIRE X509`); with `ssl_key`, or neither.
-    pub ssl_cert: String,
-    /// PEM file of the client certificate's unencrypted private key (`ssl-key`).
-    pub ssl_key: String,
+    /// `url` (`mysql://…`), `password` and the TLS keys, as `inbox.url` etc. (flattened).
+    #[serde(flatten)]
+    pub connect: ConnectKeys,
     /// Zone the inbox DATETIME columns are written in (they carry none).
     pub timezone: String,
     /// Opening a connection may take this long before the round counts as failed.
@@ -85,7 +51,7 @@ impl InboxSettings {
     /// [`Settings::inbox_timezone`](super::Settings::inbox_timezone) and
     /// [`Settings::inbox_names`](super::Settings::inbox_names).
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
-        check_connect(&INBOX_TLS, self.connect_keys())?;
+        check_connect(&INBOX_TLS, &self.connect)?;
         check_positive(self.max_connections, "inbox.max_connections")?;
         check_nonzero(self.connect_timeout, "inbox.connect_timeout")?;
         check_nonzero(self.query_timeout, "inbox.query_timeout")?;
@@ -106,21 +72,9 @@ impl InboxSettings {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreSettings {
-    /// `postgres://user:password@host:port/database`; the password is never printed.
-    pub url: SecretUrl,
-    /// The password apart from the URL ("" = the URL's, if any); never printed.
-    pub password: Secret,
-    /// PostgreSQL `sslmode`: disable | allow | prefer | require | verify-ca | verify-full; ""
-    /// leaves it to the URL (the driver's default is prefer).
-    pub ssl_mode: String,
-    /// PEM file of the CA(s) the server certificate must chain to (`sslrootcert`; verify-*
-    /// only).
-    pub ssl_ca: String,
-    /// PEM file of our client certificate (`sslcert`), for a store whose `pg_hba.conf` requires
-    /// one (`clientcert=verify-full`, `cert`); with `ssl_key`, or neither.
-    pub ssl_cert: String,
-    /// PEM file of the client certificate's unencrypted private key (`sslkey`).
-    pub ssl_key: String,
+    /// `url` (`postgres://…`), `password` and the TLS keys, as `store.url` etc. (flattened).
+    #[serde(flatten)]
+    pub connect: ConnectKeys,
     /// Pool size.
     pub max_connections: u32,
     /// Opening a connection may take this long.
@@ -151,7 +105,7 @@ pub struct StoreSettings {
 impl StoreSettings {
     /// URL scheme, pool and the session timeouts.
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
-        check_connect(&STORE_TLS, self.connect_keys())?;
+        check_connect(&STORE_TLS, &self.connect)?;
         check_positive(self.max_connections, "store.max_connections")?;
         check_nonzero(self.connect_timeout, "store.connect_timeout")?;
         check_nonzero(self.statement_timeout, "store.statement_timeout")?;

@@ -103,6 +103,26 @@ fn unknown_keys_are_refused() {
     assert!(e.contains("max_comit_delay"), "{e}");
 }
 
+/// `[inbox]` and `[store]` take their connect keys from one flattened struct: a mistyped key
+/// of either kind, in either section, is still refused by name, and the keys it holds are
+/// still read where an operator writes them (`inbox.ssl_mode`, not `inbox.connect.ssl_mode`).
+#[test]
+fn unknown_keys_of_the_database_sections_are_refused() {
+    for (var, key) in [
+        ("MSGX_INBOX__SSL_MODEE", "ssl_modee"),
+        ("MSGX_INBOX__TABEL", "tabel"),
+        ("MSGX_STORE__PASWORD", "pasword"),
+        ("MSGX_STORE__MAX_CONECTIONS", "max_conections"),
+        ("MSGX_STORE__CONNECT__URL", "connect"),
+    ] {
+        let e = err_of(&[(var, "x")]);
+        assert!(e.contains(key), "{var}: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+    let s = load(&[("MSGX_INBOX__SSL_MODE", "REQUIRED")]).expect("load");
+    assert_eq!(s.inbox.connect.ssl_mode, "REQUIRED");
+}
+
 #[test]
 fn passwords_are_redacted() {
     assert_eq!(
@@ -215,7 +235,7 @@ fn no_secret_is_ever_printed() {
         let _ = value;
     }
     // The use sites get the values, explicitly.
-    assert_eq!(s.store.url.expose(), secrets[0].1);
+    assert_eq!(s.store.connect.url.expose(), secrets[0].1);
     assert_eq!(s.http.admin_token.expose(), secrets[2].1);
     assert_eq!(s.kafka.sasl_password.expose(), secrets[6].1);
     assert!(debug.contains("postgres://app:***@db:5432/msgx"), "{debug}");

@@ -51,16 +51,22 @@ fn every_secret_reads_from_a_file_named_by_its_file_key() {
         .map(|((k, _), p)| (*k, p.as_str()))
         .collect();
     let s = load(&env).expect("load");
-    assert_eq!(s.inbox.password.expose(), "inbox-pw-1");
-    assert_eq!(s.store.password.expose(), "store-pw-2");
+    assert_eq!(s.inbox.connect.password.expose(), "inbox-pw-1");
+    assert_eq!(s.store.connect.password.expose(), "store-pw-2");
     assert_eq!(s.kafka.sasl_password.expose(), "kafka-pw-3");
     assert_eq!(s.http.admin_token.expose(), "admin-token-4-0123456789");
     assert_eq!(s.http.read_tokens.expose(), "read-token-5-0123456789");
     assert_eq!(s.http.operate_tokens.expose(), "operate-token-6-012345");
     assert_eq!(s.http.compat_tokens.expose(), "compat-token-7-0123456");
     assert_eq!(s.kafka.extra.expose(), "ssl.key.password=extra-8");
-    assert_eq!(s.store.url.expose(), "postgres://app-9@db:5432/msgx");
-    assert_eq!(s.inbox.url.expose(), "mysql://app-10@inbox:3306/aodb");
+    assert_eq!(
+        s.store.connect.url.expose(),
+        "postgres://app-9@db:5432/msgx"
+    );
+    assert_eq!(
+        s.inbox.connect.url.expose(),
+        "mysql://app-10@inbox:3306/aodb"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -71,7 +77,7 @@ fn systemd_credentials_fill_secrets_by_their_key_name() {
     write(&dir, "http.admin_token", "cred-admin-token-0123456789");
     let creds = dir.display().to_string();
     let s = load(&[("CREDENTIALS_DIRECTORY", &creds)]).expect("load");
-    assert_eq!(s.store.password.expose(), "cred-store-pw");
+    assert_eq!(s.store.connect.password.expose(), "cred-store-pw");
     assert_eq!(s.http.admin_token.expose(), "cred-admin-token-0123456789");
     // Not in the directory: the layers' value.
     assert_eq!(s.kafka.sasl_password.expose(), "");
@@ -110,10 +116,13 @@ fn credentials_stand_for_the_client_certificate_and_key_paths() {
     let creds = dir.display().to_string();
     let s = load(&[("CREDENTIALS_DIRECTORY", &creds)]).expect("load");
     assert_eq!(
-        (s.store.ssl_cert.as_str(), s.store.ssl_key.as_str()),
+        (
+            s.store.connect.ssl_cert.as_str(),
+            s.store.connect.ssl_key.as_str()
+        ),
         (cert.as_str(), key.as_str())
     );
-    assert_eq!(s.inbox.ssl_key, "", "no credential, no key");
+    assert_eq!(s.inbox.connect.ssl_key, "", "no credential, no key");
     let e = load(&[
         ("CREDENTIALS_DIRECTORY", &creds),
         ("MSGX_STORE__SSL_KEY", "/etc/msgexchange/other.key"),
@@ -179,8 +188,8 @@ fn values_are_never_reinterpreted() {
         ("MSGX_STORE__CREATE_DATABASE", "false"),
     ])
     .expect("load");
-    assert_eq!(s.store.password.expose(), "0012345678");
-    assert_eq!(s.inbox.password.expose(), "0012345678");
+    assert_eq!(s.store.connect.password.expose(), "0012345678");
+    assert_eq!(s.inbox.connect.password.expose(), "0012345678");
     assert_eq!(s.kafka.sasl_password.expose(), "1e5");
     assert_eq!(s.http.admin_token.expose(), "0000111122223333");
     assert_eq!(s.http.read_tokens.expose(), "TRUE000011112222");

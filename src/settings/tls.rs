@@ -2,27 +2,36 @@
 //! knows, a CA file that can be read and holds a certificate, a client certificate with its
 //! key (both or neither, each file readable and of its kind), and nothing given twice (a key
 //! and the same parameter in the URL would leave an operator guessing which one counts).
-//! [`ConnectKeys`] is the one view of these keys both the check and the connect options read.
+//! [`ConnectKeys`] holds these keys for both sections; the check and the connect options read it.
+
+use serde::{Deserialize, Serialize};
 
 use super::secret::{redact_url, Secret, SecretUrl};
 use super::{invalid, SettingsError};
 
-/// The connect keys one database section holds: what [`check_tls`] checks at start and what
-/// `msgx_core::db_options` applies to the driver's options (one view, so both read the same).
-#[derive(Debug, Clone, Copy)]
-pub struct ConnectKeys<'a> {
-    /// `url` (may carry the password and TLS parameters).
-    pub url: &'a SecretUrl,
-    /// `password` ("" = the URL's).
-    pub password: &'a Secret,
-    /// `ssl_mode` ("" = the URL's).
-    pub ssl_mode: &'a str,
-    /// `ssl_ca`: PEM file of the CA the server certificate must chain to.
-    pub ssl_ca: &'a str,
-    /// `ssl_cert`: PEM file of our client certificate (servers that require one).
-    pub ssl_cert: &'a str,
-    /// `ssl_key`: PEM file of the client certificate's private key.
-    pub ssl_key: &'a str,
+/// The connect keys `[inbox]` and `[store]` share (flattened into each section, so the keys
+/// stay `inbox.url`, `store.ssl_mode`, …): what [`check_connect`] checks at start and what
+/// `msgx_core::db_options` applies to the driver's options (one struct, so both read the same).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct ConnectKeys {
+    /// `mysql://…` (inbox) or `postgres://…` (store): `user:password@host:port/database`, may
+    /// carry the password and TLS parameters; the password is never printed.
+    pub url: SecretUrl,
+    /// The password apart from the URL ("" = the URL's, if any); never printed.
+    pub password: Secret,
+    /// The TLS mode ("" leaves it to the URL): MySQL `ssl-mode` DISABLED | PREFERRED |
+    /// REQUIRED | VERIFY_CA | VERIFY_IDENTITY (the driver's default is PREFERRED); PostgreSQL
+    /// `sslmode` disable | allow | prefer | require | verify-ca | verify-full (default prefer).
+    pub ssl_mode: String,
+    /// PEM file of the CA(s) the server certificate must chain to (`ssl-ca` / `sslrootcert`;
+    /// verifying modes only).
+    pub ssl_ca: String,
+    /// PEM file of our client certificate (`ssl-cert` / `sslcert`), for an account that
+    /// requires one (MySQL `REQUIRE X509`, PostgreSQL `clientcert=verify-full` or `cert`);
+    /// with `ssl_key`, or neither.
+    pub ssl_cert: String,
+    /// PEM file of the client certificate's unencrypted private key (`ssl-key` / `sslkey`).
+    pub ssl_key: String,
 }
 
 /// What one database section accepts.
@@ -108,7 +117,7 @@ pub(super) const INBOX_TLS: TlsRules = TlsRules {
 
 /// The mode is known and given once, the CA file readable and used by a verifying mode, the
 /// client certificate and key given together.
-fn check_tls(rules: &TlsRules, keys: ConnectKeys<'_>) -> Result<(), SettingsError> {
+fn check_tls(rules: &TlsRules, keys: &ConnectKeys) -> Result<(), SettingsError> {
     let params = query_params(keys.url.expose());
     let url_param = |names: &[&str]| {
         params
@@ -121,7 +130,7 @@ fn check_tls(rules: &TlsRules, keys: ConnectKeys<'_>) -> Result<(), SettingsErro
         if !rules
             .modes
             .iter()
-            .any(|m| m.eq_ignore_ascii_case(keys.ssl_mode))
+            .any(|m| m.eq_ignore_ascii_case(&keys.ssl_mode))
         {
             return Err(invalid(
                 rules.mode_key,
@@ -142,12 +151,12 @@ fn check_tls(rules: &TlsRules, keys: ConnectKeys<'_>) -> Result<(), SettingsErro
     let mode = if keys.ssl_mode.is_empty() {
         url_mode.unwrap_or("")
     } else {
-        keys.ssl_mode
+        &keys.ssl_mode
     };
     for (key, value, names) in [
-        (rules.ca_key, keys.ssl_ca, rules.ca_params),
-        (rules.cert_key, keys.ssl_cert, rules.client_params[0]),
-        (rules.key_key, keys.ssl_key, rules.client_params[1]),
+        (rules.ca_key, &keys.ssl_ca, rules.ca_params),
+        (rules.cert_key, &keys.ssl_cert, rules.client_params[0]),
+        (rules.key_key, &keys.ssl_key, rules.client_params[1]),
     ] {
         if !value.is_empty() && url_param(names).is_some() {
             return Err(invalid(
@@ -156,8 +165,8 @@ fn check_tls(rules: &TlsRules, keys: ConnectKeys<'_>) -> Result<(), SettingsErro
             ));
         }
     }
-    check_ca(rules, keys.ssl_ca, mode)?;
-    check_client_cert(rules, &keys, mode)
+    check_ca(rules, &keys.ssl_ca, mode)?;
+    check_client_cert(rules, keys, mode)
 }
 
 /// A CA file only with a mode that checks the server's certificate.
@@ -183,7 +192,7 @@ fn check_ca(rules: &TlsRules, ca: &str, mode: &str) -> Result<(), SettingsError>
 /// connection otherwise, hours later at a reconnect).
 fn check_client_cert(
     rules: &TlsRules,
-    keys: &ConnectKeys<'_>,
+    keys: &ConnectKeys,
     mode: &str,
 ) -> Result<(), SettingsError> {
     match (keys.ssl_cert.is_empty(), keys.ssl_key.is_empty()) {
@@ -217,8 +226,8 @@ fn check_client_cert(
             ),
         ));
     }
-    check_pem(rules.cert_key, keys.ssl_cert, Pem::Certificate)?;
-    check_pem(rules.key_key, keys.ssl_key, Pem::PrivateKey)
+    check_pem(rules.cert_key, &keys.ssl_cert, Pem::Certificate)?;
+    check_pem(rules.key_key, &keys.ssl_key, Pem::PrivateKey)
 }
 
 /// What a PEM file must hold.
@@ -263,9 +272,9 @@ fn check_pem(key: &'static str, path: &str, kind: Pem) -> Result<(), SettingsErr
 }
 
 /// The URL's scheme, the password given once, and the TLS keys of one section.
-pub(super) fn check_connect(rules: &TlsRules, keys: ConnectKeys<'_>) -> Result<(), SettingsError> {
-    check_url(keys.url, rules.url_key, rules.schemes)?;
-    check_password_once(keys.url, keys.password, rules)?;
+pub(super) fn check_connect(rules: &TlsRules, keys: &ConnectKeys) -> Result<(), SettingsError> {
+    check_url(&keys.url, rules.url_key, rules.schemes)?;
+    check_password_once(&keys.url, &keys.password, rules)?;
     check_tls(rules, keys)
 }
 
@@ -339,16 +348,15 @@ mod tests {
         ca: &str,
         [cert, key]: [&str; 2],
     ) -> Result<(), SettingsError> {
-        let url: SecretUrl = url.into();
         check_tls(
             rules,
-            ConnectKeys {
-                url: &url,
-                password: &Secret::default(),
-                ssl_mode: mode,
-                ssl_ca: ca,
-                ssl_cert: cert,
-                ssl_key: key,
+            &ConnectKeys {
+                url: url.into(),
+                password: Secret::default(),
+                ssl_mode: mode.into(),
+                ssl_ca: ca.into(),
+                ssl_cert: cert.into(),
+                ssl_key: key.into(),
             },
         )
     }

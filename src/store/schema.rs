@@ -122,7 +122,7 @@ impl Store {
                 return Err(StoreError::Schema(format!(
                     "the store database does not exist ({}); nothing was created — check \
                      store.url, or run `msgexchange migrate` to create and migrate it",
-                    redact_url(&settings.url)
+                    redact_url(&settings.connect.url)
                 )))
             }
             Err(e) => return Err(e.into()),
@@ -160,8 +160,8 @@ pub(super) fn session_options(settings: &StoreSettings) -> Result<PgConnectOptio
 /// databases: what every connection to the store is opened with (the pools, the lease session,
 /// `CREATE DATABASE`).
 pub fn connect_options(settings: &StoreSettings) -> Result<PgConnectOptions, StoreError> {
-    db_options::connect_options(settings.connect_keys()).map_err(|source| StoreError::Url {
-        url: redact_url(&settings.url),
+    db_options::connect_options(&settings.connect).map_err(|source| StoreError::Url {
+        url: redact_url(&settings.connect.url),
         source,
     })
 }

@@ -36,7 +36,8 @@ impl TestEnv {
     pub async fn inbox_via_proxy(&self, extra: &[(&str, &str)]) -> ProxiedInbox {
         let proxy = Proxy::start("127.0.0.1:3306").await;
         let mut settings = self.settings(extra);
-        settings.inbox.url = format!("mysql://root@127.0.0.1:{}/{}", proxy.port, self.db).into();
+        settings.inbox.connect.url =
+            format!("mysql://root@127.0.0.1:{}/{}", proxy.port, self.db).into();
         let inbox = Inbox::new(&settings.inbox, &self.names, self.tz).expect("adapter");
         ProxiedInbox {
             proxy,
