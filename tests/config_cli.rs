@@ -11,7 +11,7 @@ use common::http::{exchange as http_raw, get as http_get, ANSWER_LIMIT};
 use common::TestEnv;
 
 fn msgx(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    let mut cmd = common::instance::msgexchange();
     cmd.args(args)
         .env("MSGEXCHANGE_CONFIG", common::default_toml())
         .env("MSGX_KAFKA__BROKERS", "embedded")
@@ -124,7 +124,7 @@ fn runs_from_any_directory_and_prints_the_effective_toml() {
     let partial = dir.join("site.toml");
     std::fs::write(&partial, "[pipeline]\nclaim_batch = 17\n").expect("write");
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+        common::instance::msgexchange()
             .args(args)
             .current_dir(&dir)
             .env_remove("MSGEXCHANGE_CONFIG")
@@ -199,7 +199,7 @@ async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("port");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    let mut cmd = common::instance::msgexchange();
     cmd.arg("run")
         .envs(vars.iter().cloned())
         .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{port}"))
@@ -268,7 +268,7 @@ async fn dev_fixture_creates_tables_and_the_service_serves_metrics() {
         .expect("rename back");
 
     // A second instance on the same store is refused (single active instance).
-    let second = Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+    let second = common::instance::msgexchange()
         .arg("run")
         .envs(vars.iter().cloned())
         .env("MSGX_HTTP__LISTEN", "127.0.0.1:0")
@@ -790,7 +790,7 @@ fn a_mark_budget_the_idle_timeout_does_not_cover_is_refused() {
 
 /// The Debian package `scripts/test.sh` builds (`cargo deb`, release profile), if any.
 fn built_package() -> Option<std::path::PathBuf> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debian");
+    let dir = common::repo_root().join("target/debian");
     let mut debs: Vec<_> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))

@@ -153,7 +153,7 @@ async fn stock_with_gaps(
 /// `msgexchange cutover plan --mode … --json`.
 fn plan(env: &TestEnv, mode: &str) -> serde_json::Value {
     let out = common::process::succeed(
-        std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+        common::instance::msgexchange()
             .args(["cutover", "plan", "--mode", mode, "--json"])
             .envs(env.binary_env())
             .env("MSGX_LOG__LEVEL", "error"),
@@ -268,7 +268,7 @@ async fn cutover_skips_the_visible_stock_for_good_and_watches_its_gaps() {
 
 /// `msgexchange cutover plan --mode …` run to its end: (exit code, stdout, stderr).
 fn plan_run(env: &TestEnv, mode: &str) -> (Option<i32>, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+    let out = common::instance::msgexchange()
         .args(["cutover", "plan", "--mode", mode])
         .envs(env.binary_env())
         .env("MSGX_LOG__LEVEL", "error")

@@ -102,7 +102,7 @@ fn asyncapi_names_every_event_type_and_nothing_else() {
             assert_eq!(pinned["ce_dataschema"]["const"], t.schema_uri());
         }
     }
-    let files: BTreeSet<String> = std::fs::read_dir(contract::root().join("docs/schemas"))
+    let files: BTreeSet<String> = std::fs::read_dir(common::repo_root().join("docs/schemas"))
         .expect("docs/schemas")
         .map(|e| {
             format!(
@@ -128,7 +128,7 @@ fn asyncapi_names_every_event_type_and_nothing_else() {
 /// Without node or the package the test is skipped, except under `CI=true`.
 #[test]
 fn asyncapi_parses_with_the_reference_parser() {
-    let dir = contract::root().join("scripts/asyncapi");
+    let dir = common::repo_root().join("scripts/asyncapi");
     let installed = dir.join("node_modules/@asyncapi/parser").is_dir();
     let node = Command::new("node").arg("--version").output().is_ok();
     if !(installed && node) {
@@ -141,7 +141,7 @@ fn asyncapi_parses_with_the_reference_parser() {
     }
     let out = Command::new("node")
         .arg(dir.join("validate.mjs"))
-        .arg(contract::root().join("docs/asyncapi.yaml"))
+        .arg(common::repo_root().join("docs/asyncapi.yaml"))
         .output()
         .expect("node");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -261,7 +261,7 @@ fn check_record(
 
 /// The output of `docs/examples/consume_events.py` (tansu): each event once, in order per key.
 fn run_consumer_example(bootstrap: &str, ids: &BTreeSet<i64>, duplicates: usize) {
-    let script = contract::root().join("docs/examples/consume_events.py");
+    let script = common::repo_root().join("docs/examples/consume_events.py");
     let out = Command::new("python3")
         .arg(&script)
         .args([

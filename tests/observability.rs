@@ -28,10 +28,6 @@ use common::tansu::Tansu;
 use common::TestEnv;
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 // ---------------------------------------------------------------------------------------------
 // Minimal HTTP (HTTP/1.0: the server answers without chunking and closes).
 
@@ -104,7 +100,7 @@ impl Prometheus {
         let dir = std::env::temp_dir().join(format!("msgx-prom-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("prometheus dir");
-        let alerts = repo().join("prometheus/alerts.yml");
+        let alerts = common::repo_root().join("prometheus/alerts.yml");
         let alerts = alerts.canonicalize().expect("prometheus/alerts.yml");
         let config = format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
@@ -256,7 +252,7 @@ fn panel_queries() -> Vec<Query> {
         }
     }
     let mut out = Vec::new();
-    let dir = repo().join("grafana/dashboards");
+    let dir = common::repo_root().join("grafana/dashboards");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("grafana/dashboards")
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -274,7 +270,8 @@ fn panel_queries() -> Vec<Query> {
 
 /// Every rule (alert or recording) of `prometheus/alerts.yml`: (name, expr).
 fn rule_queries() -> Vec<Query> {
-    let text = std::fs::read_to_string(repo().join("prometheus/alerts.yml")).expect("alerts.yml");
+    let text = std::fs::read_to_string(common::repo_root().join("prometheus/alerts.yml"))
+        .expect("alerts.yml");
     let doc: Value = serde_yaml_ng::from_str(&text).expect("alerts.yml is YAML");
     let mut out = Vec::new();
     for g in doc["groups"].as_array().expect("groups") {
@@ -339,9 +336,11 @@ fn metric_names_skip_strings_and_functions() {
 /// (`runbook_url`, the `### Name` heading of docs/operations.md as the package installs it).
 #[test]
 fn every_alert_has_a_description_and_a_runbook_url() {
-    let text = std::fs::read_to_string(repo().join("prometheus/alerts.yml")).expect("alerts.yml");
+    let text = std::fs::read_to_string(common::repo_root().join("prometheus/alerts.yml"))
+        .expect("alerts.yml");
     let doc: Value = serde_yaml_ng::from_str(&text).expect("alerts.yml is YAML");
-    let ops = std::fs::read_to_string(repo().join("docs/operations.md")).expect("operations.md");
+    let ops = std::fs::read_to_string(common::repo_root().join("docs/operations.md"))
+        .expect("operations.md");
     let mut alerts = 0;
     for g in doc["groups"].as_array().expect("groups") {
         for r in g["rules"].as_array().expect("rules") {
@@ -375,7 +374,7 @@ fn every_alert_has_a_description_and_a_runbook_url() {
 #[test]
 fn every_panel_has_a_unit_and_every_row_named_by_ops2_is_there() {
     let d: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo().join("grafana/dashboards/msgexchange.json"))
+        &std::fs::read_to_string(common::repo_root().join("grafana/dashboards/msgexchange.json"))
             .expect("dashboard"),
     )
     .expect("JSON");
@@ -479,7 +478,7 @@ fn service_env(
 }
 
 fn spawn_service(vars: &[(String, String)], log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+    common::instance::msgexchange()
         .arg("run")
         .envs(vars.iter().cloned())
         .stdin(Stdio::null())
@@ -505,7 +504,7 @@ async fn live_world(tag: &str) -> (TestEnv, Tansu, u16, PathBuf) {
 /// the shares of holds, rollbacks, malformed and unknown-type messages), written as on its
 /// command line.
 fn simulator(env: &TestEnv, flags: &str) -> Child {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    let mut cmd = common::instance::msgexchange();
     cmd.args(["dev", "simulate-upstream", "--connections", "4"])
         .args(flags.split_whitespace());
     common::instance::spawn_quiet(&mut cmd, env, "simulator")
@@ -712,7 +711,7 @@ async fn scenario_for_pictures() {
     let prom_bin = prometheus_binary().expect("prometheus (apt-get install prometheus)");
     let out = std::env::var("MSGEXCHANGE_SCENARIO_OUT")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| repo().join("docs/img/scenario.json"));
+        .unwrap_or_else(|_| common::repo_root().join("docs/img/scenario.json"));
     let (env, broker, port, log) = live_world("obsscen").await;
     let vars = service_env(
         &env,
@@ -823,7 +822,8 @@ async fn scenario_for_pictures() {
 // docker-compose.yml against the config.
 
 fn yaml(path: &str) -> Value {
-    let text = std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let text = std::fs::read_to_string(common::repo_root().join(path))
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{path} is not YAML: {e}"))
 }
 
@@ -997,7 +997,7 @@ fn compose_has_every_service_with_health_checks() {
         let f = f.as_str().expect("rule file");
         let local = f.replace("/etc/prometheus/", "prometheus/");
         assert!(
-            repo().join(&local).is_file(),
+            common::repo_root().join(&local).is_file(),
             "rule file {f} is not in the repo"
         );
     }
@@ -1108,7 +1108,7 @@ fn compose_environment_matches_the_config() {
         common::process::succeed(
             Command::new("docker")
                 .args(["compose", "-f"])
-                .arg(repo().join("docker-compose.yml"))
+                .arg(common::repo_root().join("docker-compose.yml"))
                 .args(["config", "--quiet"]),
             "docker compose config",
         );

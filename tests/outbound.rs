@@ -8,7 +8,7 @@
 
 use msgx_testkit as common;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use actix::Actor;
@@ -86,7 +86,7 @@ async fn register(ob: &Outbound, date: NaiveDate, now: DateTime<Utc>) -> outboun
 
 /// `request schedule` through the real binary.
 fn request_schedule_bin(env: &TestEnv, args: &[&str], extra: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    let mut cmd = common::instance::msgexchange();
     cmd.args(["request", "schedule"])
         .args(args)
         .envs(env.binary_env())
@@ -532,7 +532,7 @@ fn bad_outbound_config_fails_at_start_naming_the_key() {
     ] {
         let expect = common::setting_name(key);
         for args in [&["run"][..], &["request", "schedule"][..]] {
-            let out = Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+            let out = common::instance::msgexchange()
                 .args(args)
                 .env("MSGEXCHANGE_CONFIG", common::default_toml())
                 .env(key, value)
@@ -546,7 +546,7 @@ fn bad_outbound_config_fails_at_start_naming_the_key() {
         }
     }
     // A bad --date is refused by the command line before anything is touched.
-    let out = Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+    let out = common::instance::msgexchange()
         .args(["request", "schedule", "--date", "2026-11-30"])
         .env("MSGEXCHANGE_CONFIG", common::default_toml())
         .stdin(Stdio::null())

@@ -728,7 +728,7 @@ async fn purge_boundary_watch_moves_up_incrementally_by_the_rule() {
 /// The binary's subcommands against this env: `--json` prints the API's document; a refused
 /// skip exits non-zero and changes nothing.
 async fn cli(env: &TestEnv, args: &[&str]) -> std::process::Output {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"));
+    let mut cmd = common::instance::msgexchange();
     cmd.args(args).stdin(std::process::Stdio::null());
     for (k, v) in env.binary_env() {
         cmd.env(k, v);

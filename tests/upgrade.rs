@@ -9,7 +9,7 @@
 
 use msgx_testkit as common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -77,14 +77,10 @@ async fn readyz_says(port: u16, what: &str) -> bool {
         .is_ok_and(|r| r.starts_with("HTTP/1.1 503") && r.contains(what))
 }
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// The previous release's binary, built once by scripts/prev_release.sh and cached.
 fn previous_release() -> PathBuf {
     let out = Command::new("bash")
-        .arg(repo().join("scripts/prev_release.sh"))
+        .arg(common::repo_root().join("scripts/prev_release.sh"))
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()

@@ -9,7 +9,7 @@ use super::common::TestEnv;
 use super::{call, seed, serve, state, TOKEN};
 
 fn openapi() -> Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json");
+    let path = super::common::repo_root().join("docs/openapi.json");
     serde_json::from_str(&std::fs::read_to_string(path).expect("docs/openapi.json"))
         .expect("valid JSON")
 }

@@ -135,7 +135,7 @@ async fn cli_and_api_give_the_same_answers() {
 
 /// Runs the CLI on the env's stores (warnings only, JSON logs); it must succeed.
 fn cli(env: &TestEnv, args: &[&str]) -> std::process::Output {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+    let out = super::common::instance::msgexchange()
         .args(args)
         .envs(env.binary_env())
         .env("MSGX_LOG__LEVEL", "warn")
@@ -153,7 +153,7 @@ fn cli(env: &TestEnv, args: &[&str]) -> std::process::Output {
 
 /// Refused before anything runs: no reason.
 fn a_blank_reason_is_refused_before_anything_runs(env: &TestEnv) {
-    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+    let refused = super::common::instance::msgexchange()
         .args([
             "events", "requeue", "--ids", "11", "--actor", "bob", "--reason", " ",
         ])
@@ -166,7 +166,7 @@ fn a_blank_reason_is_refused_before_anything_runs(env: &TestEnv) {
 
 /// `status --watch` refreshes until stopped.
 async fn status_watch_refreshes_until_stopped(env: &TestEnv) {
-    let mut watch = std::process::Command::new(env!("CARGO_BIN_EXE_msgexchange"))
+    let mut watch = super::common::instance::msgexchange()
         .args(["status", "--watch", "--interval", "100ms"])
         .envs(env.binary_env())
         .stdout(std::process::Stdio::piped())

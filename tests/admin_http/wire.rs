@@ -87,7 +87,7 @@ async fn schemathesis_fuzz_finds_no_5xx_and_no_change_without_a_valid_token() {
     .await;
     // The service's own rounds settle first (nothing to do on these rows).
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let doc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json");
+    let doc = super::common::repo_root().join("docs/openapi.json");
     let run = |header: Option<String>, checks: &str| {
         let mut cmd = std::process::Command::new(&st);
         cmd.arg("run")

@@ -301,7 +301,7 @@ impl Plan {
 
 /// `tests/chaos/regressions`.
 pub fn regressions_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/chaos/regressions")
+    msgx_testkit::repo_root().join("tests/chaos/regressions")
 }
 
 fn file_name(p: &Path) -> String {
@@ -313,7 +313,7 @@ fn file_name(p: &Path) -> String {
 /// A plan file; a relative path is taken from the repository's root (the test itself runs
 /// in `actors/`).
 pub fn load(path: &Path) -> Plan {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = msgx_testkit::repo_root();
     let path = &if path.is_relative() && !path.exists() {
         root.join(path)
     } else {

@@ -3,21 +3,15 @@
 //! document's header schemas for the records read back from a broker.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 use jsonschema::Validator;
 use msgx_core::flight::EventType;
 use serde_json::{json, Value};
 
-/// The repository root.
-pub fn root() -> PathBuf {
-    // This crate is tests/common.
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// `docs/asyncapi.yaml` as JSON.
 pub fn asyncapi() -> Value {
-    let text = std::fs::read_to_string(root().join("docs/asyncapi.yaml")).expect("asyncapi.yaml");
+    let text = std::fs::read_to_string(crate::repo_root().join("docs/asyncapi.yaml"))
+        .expect("asyncapi.yaml");
     serde_yaml_ng::from_str(&text).expect("asyncapi.yaml is YAML")
 }
 
@@ -55,7 +49,7 @@ impl Contract {
     pub fn load() -> Self {
         let mut payloads = BTreeMap::new();
         for t in EventType::ALL {
-            let path = root().join("docs").join(schema_file(t));
+            let path = crate::repo_root().join("docs").join(schema_file(t));
             let text = std::fs::read_to_string(&path)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let schema: Value = serde_json::from_str(&text).expect("schema is JSON");

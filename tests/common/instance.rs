@@ -106,7 +106,8 @@ pub fn msgexchange_path() -> PathBuf {
     bin
 }
 
-/// A command for the `msgexchange` binary without the harness's knobs.
+/// A command for the `msgexchange` binary without the harness's knobs (the one way tests start
+/// the binary).
 pub fn msgexchange() -> Command {
     let mut cmd = Command::new(msgexchange_path());
     for k in HARNESS_VARS {

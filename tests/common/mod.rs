@@ -100,9 +100,15 @@ pub fn setting_name(var: &str) -> String {
         .to_lowercase()
 }
 
+/// The repository root (this crate is `tests/common`): where tests find the docs, the config,
+/// the scripts and `target/`.
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 /// The repo's default config file.
 pub fn default_toml() -> std::path::PathBuf {
-    contract::root().join("config/default.toml")
+    repo_root().join("config/default.toml")
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -511,4 +517,16 @@ pub fn audit<'a>(actor: &'a str, reason: &'a str) -> Audit<'a> {
 
 pub fn shared(clock: &ManualClock) -> Arc<dyn msgx_core::clock::Clock> {
     Arc::new(clock.clone())
+}
+
+/// The finding of `invariant` in a `verify` report (every report holds one per invariant).
+pub fn finding<'a>(
+    report: &'a msgx_core::verify::Report,
+    invariant: &str,
+) -> &'a msgx_core::verify::Finding {
+    report
+        .findings
+        .iter()
+        .find(|f| f.invariant == invariant)
+        .unwrap_or_else(|| panic!("no `{invariant}` finding in {:#?}", report.lines()))
 }

@@ -224,11 +224,7 @@ async fn a_row_purged_before_its_mark_is_a_verify_violation() {
     assert_eq!(abandon.as_deref(), Some("MISSING_ROW"));
     let report = env.verify().await;
     assert!(!report.ok(), "{:#?}", report.lines());
-    let present = report
-        .findings
-        .iter()
-        .find(|f| f.invariant == "inbox_row_present")
-        .expect("finding");
+    let present = super::common::finding(&report, "inbox_row_present");
     assert_eq!(present.violations, 1, "{:#?}", report.lines());
     assert_eq!(present.examples, vec![ids[1]]);
 

@@ -93,16 +93,19 @@ async fn audited_row(env: &TestEnv, id: i64) -> serde_json::Value {
         .expect("the row is audited")
 }
 
-/// The pump, now able to decode the message, processes the replayed row: SUCCEEDED.
-async fn process_replayed(env: &TestEnv, id: i64) {
-    let mut pump = env.stepper(&[("MSGX_RETENTION__RAW_COPY", "true")]);
+/// The pump, now able to decode the message, processes the replayed row: SUCCEEDED (with
+/// `retention.raw_copy` as given: off, the text comes from the copy the replay made).
+async fn process_replayed(env: &TestEnv, id: i64, raw_copy: &str) {
+    let mut pump = env.stepper(&[("MSGX_RETENTION__RAW_COPY", raw_copy)]);
     match pump.step().await.expect("step") {
         StepOutcome::Processed {
             msg_id,
             outcome: Outcome::Succeeded { .. },
             ..
         } => assert_eq!(msg_id, id),
-        other => panic!("expected the replayed row to succeed, got {other:?}"),
+        other => {
+            panic!("expected the replayed row to succeed (raw_copy {raw_copy}), got {other:?}")
+        }
     }
 }
 
@@ -126,7 +129,7 @@ async fn replay_reads_the_raw_copy_after_the_owner_purged_the_row() {
     assert_eq!(row["source"], "raw_copy", "the audit says it: {row}");
 
     // The pump finds no inbox row and reads our copy: the message is processed after all.
-    process_replayed(&env, id).await;
+    process_replayed(&env, id, "true").await;
     assert_eq!(gate_of(&env, "RC1").await.as_deref(), Some("A7"));
     assert_eq!(env.state_of(id).await.0, "SUCCEEDED");
     env.cleanup().await;
@@ -152,7 +155,7 @@ async fn replay_prefers_the_inbox_while_the_row_is_there() {
     assert_eq!(report.applied, 1, "{report:?}");
     assert_eq!(report.rows[0].source, Some("inbox"));
     assert_eq!(audited_row(&env, id).await["source"], "inbox");
-    process_replayed(&env, id).await;
+    process_replayed(&env, id, "true").await;
     assert_eq!(
         gate_of(&env, "RC1").await.as_deref(),
         Some("B1"),
@@ -182,23 +185,11 @@ async fn a_replay_takes_its_own_copy_so_a_purge_after_it_loses_nothing() {
     assert_eq!(copies(&env).await, 1, "the replay copied the inbox text");
     purge_inbox_row(&env, id).await;
 
-    let mut pump = env.stepper(&[("MSGX_RETENTION__RAW_COPY", "false")]);
-    match pump.step().await.expect("step") {
-        StepOutcome::Processed {
-            msg_id,
-            outcome: Outcome::Succeeded { .. },
-            ..
-        } => assert_eq!(msg_id, id),
-        other => panic!("expected the replay to succeed from the copy, got {other:?}"),
-    }
+    process_replayed(&env, id, "false").await;
     assert_eq!(gate_of(&env, "RC1").await.as_deref(), Some("D4"));
     env.sweep_all().await;
     let verify = env.verify().await;
-    let present = verify
-        .findings
-        .iter()
-        .find(|f| f.invariant == "inbox_row_present")
-        .expect("finding");
+    let present = super::common::finding(&verify, "inbox_row_present");
     assert_eq!(present.violations, 0, "{:#?}", verify.lines());
     assert!(
         present.notes.iter().any(|n| n.what.starts_with("replayed")),
