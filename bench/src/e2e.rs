@@ -4,7 +4,7 @@
 //! starts the pipeline. Prints, per stage, the throughput of every tenth of the backlog (is it
 //! flat?), the total time and the peak RSS of this process (the service and the bench share it);
 //! then an idle phase (nothing arriving: the statements the service sends the inbox per second);
-//! then, per steady offered rate (100, 300, 1,000 msg/s for `--steady` each), where a message's
+//! then, per steady offered rate (`--rates`: 100, 300, 1,000 msg/s for `--steady` each), where a message's
 //! time goes from its inbox commit to its Kafka ack and to its inbox mark (`e2e_steady`), and the
 //! inbox statements per second under that load, with a bare produce probe against the same
 //! broker (its floor: send → ack of a plain producer with the dispatcher's settings) beside the
@@ -72,10 +72,13 @@ pub struct E2eBenchArgs {
     /// on for the phase only, then put back; needs the SUPER or SYSTEM_VARIABLES_ADMIN grant).
     #[arg(long)]
     pub idle_trace: bool,
-    /// Length of each steady phase after the drain (100, 300 and 1,000 msg/s offered); 0s
-    /// skips them.
+    /// Length of each steady phase after the drain (one per `--rates`); 0s skips them.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
     pub steady: Duration,
+    /// The offered rates (msg/s) of the steady phases, in order. A rate so low that every
+    /// message finds the dispatcher idle (10) measures the floor of one message's delivery.
+    #[arg(long, value_delimiter = ',', default_value = "100,300,1000")]
+    pub rates: Vec<u64>,
     /// Delay every response of the embedded mock cluster by this much (a broker farther
     /// away than this process; the bare probe sees it too). Only with `kafka.brokers =
     /// embedded`.
@@ -93,6 +96,10 @@ pub struct E2eBenchArgs {
 /// Runs the end-to-end benchmark.
 pub async fn e2e(settings: &Settings, args: &E2eBenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.messages > 0, "--messages must be at least 1");
+    anyhow::ensure!(
+        args.rates.iter().all(|r| (1..=100_000).contains(r)),
+        "--rates: each rate must be 1..=100000 msg/s"
+    );
     BenchDbs::run_fresh(settings, args.keep, async |dbs| {
         run(settings, args, dbs).await
     })
@@ -184,7 +191,7 @@ async fn phases(
         length: args.steady,
     };
     let mut result = Ok(());
-    for rate in [100u64, 300, 1000] {
+    for &rate in &args.rates {
         // The broker sampled beside the phase (same moments, same host load) at a light rate,
         // and alone after it at the phase's rate.
         let beside = bare_probe(&service.dispatch, PROBE_BESIDE_RATE, args.steady);
