@@ -7,10 +7,11 @@
 #   scripts/prev_release.sh            # the release in PREV_RELEASE below (or $MSGX_PREV_RELEASE)
 #
 # The source comes from `git archive` (no checkout, no worktree: the repository's state is not
-# touched; a shallow clone needs `git fetch --unshallow` first). It is built with this
-# workspace's dev profile into this workspace's target dir, so the dependencies already built
-# are reused and only the two crates of the release compile (a few minutes once); the binary is
-# renamed `msgexchange-prev` in the copy so it never replaces target/debug/msgexchange.
+# touched; a shallow clone needs `git fetch --unshallow` first). It is built with the release
+# profile into this workspace's target dir, as `cargo deb` builds the package just before it
+# (the same package, features and locked versions), so the dependencies already built are reused
+# and only the release's own two crates compile, once; the binary is renamed
+# `msgexchange-prev` in the copy so it never replaces target/release/msgexchange.
 # Cache: target/prev-release/<commit>/msgexchange. scripts/test.sh builds it before the tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,16 +36,16 @@ if [ ! -x "$bin" ]; then
   rm -rf "$src"
   mkdir -p "$src"
   git archive "$commit" | tar -x -C "$src"
-  # The copy's binary gets its own name: cargo copies a built binary to target/debug/<name>,
+  # The copy's binary gets its own name: cargo copies a built binary to target/release/<name>,
   # which must stay this workspace's.
   perl -0pi -e 's/\[\[bin\]\]\nname = "msgexchange"/[[bin]]\nname = "msgexchange-prev"/' \
     "$src/actors/Cargo.toml"
   grep -q 'name = "msgexchange-prev"' "$src/actors/Cargo.toml"
-  echo "prev_release: building msgexchange at $commit (dev profile, $target)" >&2
-  cargo build --locked --quiet --manifest-path "$src/Cargo.toml" --target-dir "$target" \
+  echo "prev_release: building msgexchange at $commit (release profile, $target)" >&2
+  cargo build --locked --quiet --release --manifest-path "$src/Cargo.toml" --target-dir "$target" \
     -p msgx-actors --bin msgexchange-prev >&2
   mkdir -p "$cache"
-  cp "$target/debug/msgexchange-prev" "$bin.tmp"
+  cp "$target/release/msgexchange-prev" "$bin.tmp"
   mv "$bin.tmp" "$bin"
   rm -rf "$src"
 fi

@@ -58,7 +58,8 @@ fi
 cargo deb -q -p msgx-actors
 
 # The previous release's binary for the upgrade test (tests/upgrade.rs): built once from its git
-# commit with this workspace's dev profile and cached under target/prev-release/ (a clone needs
+# commit with the release profile, right after the package so it reuses the package's compiled
+# dependencies, and cached under target/prev-release/ (a clone needs
 # that commit: not a shallow one).
 scripts/prev_release.sh >/dev/null
 
