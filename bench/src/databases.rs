@@ -5,7 +5,7 @@ use std::future::Future;
 use std::str::FromStr;
 
 use anyhow::Context as _;
-use msgx_core::settings::{redact_url, Settings};
+use msgx_core::settings::{redact_url, SecretUrl, Settings};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, Database, Executor, IntoArguments};
@@ -61,20 +61,16 @@ impl BenchDbs {
 
     /// Derives both URLs from the configured ones, checking the drivers read `name` back.
     fn new(settings: &Settings, name: &str) -> anyhow::Result<Self> {
-        let inbox_url =
-            with_database(settings.inbox.connect.url.expose(), name).with_context(|| {
+        let derive = |section: &str, url: &SecretUrl| {
+            with_database(url.expose(), name).with_context(|| {
                 format!(
-                    "deriving the bench inbox URL from inbox.url `{}`",
-                    redact_url(&settings.inbox.connect.url)
+                    "deriving the bench {section} URL from {section}.url `{}`",
+                    redact_url(url)
                 )
-            })?;
-        let store_url =
-            with_database(settings.store.connect.url.expose(), name).with_context(|| {
-                format!(
-                    "deriving the bench store URL from store.url `{}`",
-                    redact_url(&settings.store.connect.url)
-                )
-            })?;
+            })
+        };
+        let inbox_url = derive("inbox", &settings.inbox.connect.url)?;
+        let store_url = derive("store", &settings.store.connect.url)?;
         // The drivers must read the name back exactly as written.
         let inbox_db = MySqlConnectOptions::from_str(&inbox_url)
             .with_context(|| format!("parsing {}", redact_url(&inbox_url)))?

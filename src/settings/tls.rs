@@ -12,7 +12,7 @@ use super::{invalid, SettingsError};
 /// The connect keys `[inbox]` and `[store]` share (flattened into each section, so the keys
 /// stay `inbox.url`, `store.ssl_mode`, …): what [`check_connect`] checks at start and what
 /// `msgx_core::db_options` applies to the driver's options (one struct, so both read the same).
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct ConnectKeys {
     /// `mysql://…` (inbox) or `postgres://…` (store): `user:password@host:port/database`, may
     /// carry the password and TLS parameters; the password is never printed.
