@@ -8,9 +8,10 @@
 #
 # The source comes from `git archive` (no checkout, no worktree: the repository's state is not
 # touched; a shallow clone needs `git fetch --unshallow` first). It is built with the release
-# profile into this workspace's target dir, as `cargo deb` builds the package just before it
-# (the same package, features and locked versions), so the dependencies already built are reused
-# and only the release's own two crates compile, once; the binary is renamed
+# profile into this workspace's target dir, right after `cargo deb` built the package there: the
+# release builds from its own Cargo.lock, and where its dependencies' versions and features match
+# the package's (they do for 6d86680: only its two crates compile, ~2 min) they are reused; a
+# mismatch costs one release-profile dependency build. The binary is renamed
 # `msgexchange-prev` in the copy so it never replaces target/release/msgexchange.
 # Cache: target/prev-release/<commit>/msgexchange. scripts/test.sh builds it before the tests.
 set -euo pipefail
