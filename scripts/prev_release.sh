@@ -8,12 +8,13 @@
 #
 # The source comes from `git archive` (no checkout, no worktree: the repository's state is not
 # touched; a shallow clone needs `git fetch --unshallow` first). It is built with the release
-# profile into this workspace's target dir, right after `cargo deb` built the package there: the
+# profile into target/package-build/, right after `cargo deb` built the package there: the
 # release builds from its own Cargo.lock, and where its dependencies' versions and features match
 # the package's (they do for 6d86680: only its two crates compile, ~2 min) they are reused; a
 # mismatch costs one release-profile dependency build. The binary is renamed
-# `msgexchange-prev` in the copy so it never replaces target/release/msgexchange.
-# Cache: target/prev-release/<commit>/msgexchange. scripts/test.sh builds it before the tests.
+# `msgexchange-prev` in the copy so it never replaces the package's release/msgexchange.
+# Cache: target/package-build/prev-release/<commit>/msgexchange. scripts/test.sh builds it before
+# the tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -21,7 +22,9 @@ cd "$root"
 # release when one is cut (a tag works too).
 PREV_RELEASE=${MSGX_PREV_RELEASE:-6d8668077f3b299b22e0eebd7752f9c36c3172b5}
 commit=$(git rev-parse --verify "${PREV_RELEASE}^{commit}")
-target=${CARGO_TARGET_DIR:-$root/target}
+# The package's target dir (scripts/test.sh), not CARGO_TARGET_DIR: the upgrade test calls this
+# script in the test's environment and must find the binary test.sh built.
+target=$root/target/package-build
 cache=$target/prev-release/$commit
 bin=$cache/msgexchange
 if [ -x "$bin" ]; then

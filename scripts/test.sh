@@ -50,19 +50,34 @@ tools_log=$(mktemp)
 tools >"$tools_log" 2>&1 &
 tools_pid=$!
 
-# The Debian package a site installs (release profile), for the package test in
-# tests/config_cli.rs (under CI=true it fails instead of skipping when the package is missing).
-if ! command -v cargo-deb >/dev/null 2>&1; then
-  cargo install -q cargo-deb --locked
+# The Debian package a site installs (release profile, for the package test in
+# tests/config_cli.rs; under CI=true it fails instead of skipping when the package is missing) and
+# the previous release's binary (tests/upgrade.rs, scripts/prev_release.sh) build in their own
+# target dir, target/package-build/, beside the test build: two builds of one workspace in one
+# target dir would wait for each other's lock, and side by side their serial stretches (a C
+# library's build, one large crate, a link) fill each other's idle core. The previous release
+# builds after the package, so it reuses the package's release-profile dependencies.
+package() {
+  if ! command -v cargo-deb >/dev/null 2>&1; then
+    cargo install -q cargo-deb --locked
+  fi
+  CARGO_TARGET_DIR=target/package-build cargo deb -q -p msgx-actors
+  scripts/prev_release.sh >/dev/null
+}
+package_log=$(mktemp)
+package >"$package_log" 2>&1 &
+package_pid=$!
+# A failed test build ends the script: the background jobs end with it.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+
+cargo test --workspace --exclude msgx-testkit --all-targets --no-run -q
+
+if ! wait "$package_pid"; then
+  cat "$package_log" >&2
+  echo "scripts/test.sh: building the package or the previous release failed (above)" >&2
+  exit 1
 fi
-cargo deb -q -p msgx-actors
-
-# The previous release's binary for the upgrade test (tests/upgrade.rs): built once from its git
-# commit with the release profile, right after the package so it reuses the package's compiled
-# dependencies, and cached under target/prev-release/ (a clone needs
-# that commit: not a shallow one).
-scripts/prev_release.sh >/dev/null
-
+rm -f "$package_log"
 if ! wait "$tools_pid"; then
   cat "$tools_log" >&2
   echo "scripts/test.sh: installing the test tools failed (above)" >&2

@@ -788,9 +788,10 @@ fn a_mark_budget_the_idle_timeout_does_not_cover_is_refused() {
     );
 }
 
-/// The Debian package `scripts/test.sh` builds (`cargo deb`, release profile), if any.
+/// The Debian package `scripts/test.sh` builds (`cargo deb`, release profile, in its own target
+/// dir beside the test build), if any.
 fn built_package() -> Option<std::path::PathBuf> {
-    let dir = common::repo_root().join("target/debian");
+    let dir = common::repo_root().join("target/package-build/debian");
     let mut debs: Vec<_> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -823,7 +824,7 @@ fn the_debian_package_installs_and_its_config_checks() {
             std::env::var("CI").is_err(),
             "CI: scripts/test.sh builds the package (cargo deb) before the tests"
         );
-        eprintln!("SKIP: no target/debian/*.deb (scripts/test.sh builds it)");
+        eprintln!("SKIP: no target/package-build/debian/*.deb (scripts/test.sh builds it)");
         return;
     };
     let deb = deb.display().to_string();
