@@ -109,10 +109,8 @@ pub struct PollReport {
     pub enqueued_new: u64,
     /// The batch was full: more rows are probably waiting, poll again at once.
     pub batch_full: bool,
-    /// Highest inbox id known after the round (None when unknown).
-    pub inbox_head: Option<i64>,
-    /// Age of the oldest row left behind W (zero when caught up; None when unknown).
-    pub lag: Option<Duration>,
+    /// Head, lag, regression and the oldest hole's age, as the round's event shows them.
+    pub sight: telemetry::InboxSight,
     /// Wall time the round took.
     pub duration: Duration,
     /// The transaction evidence the decision used for the hole at W+1; None when evidence is
@@ -122,13 +120,6 @@ pub struct PollReport {
     /// clock: the next round can already decide it (a rollback is released at once), so it
     /// should not wait a poll interval.
     pub hole_sighted: bool,
-    /// The inbox went backwards (id regression): its head is below W and its next
-    /// `AUTO_INCREMENT` id is at or below W (new rows would reuse ids W already passed).
-    pub regressed: bool,
-    /// `late.compensation_window` (from the config), for the id-regression log line.
-    pub compensation_window: u64,
-    /// Age of the oldest open hole by this round's clock.
-    pub oldest_hole_age: Option<Duration>,
     /// When the hole W waits at becomes due by the timer (from now), so the actor can poll
     /// right then instead of up to a poll interval later.
     pub next_due: Option<Duration>,
@@ -199,15 +190,11 @@ impl PollReport {
             .collect();
         telemetry::PollRound {
             w: a.w,
-            head: self.inbox_head,
-            lag: self.lag,
-            regressed: self.regressed,
-            compensation_window: self.compensation_window,
+            sight: self.sight,
             enqueued: self.enqueued_new,
             took: self.duration,
             holes_open: a.holes.len(),
             missing_ids: a.missing_ids(),
-            oldest_hole_age: self.oldest_hole_age,
             waiting: a.open_hole.map(|h| telemetry::WaitingHole {
                 first_missing: h.first_missing,
                 next_present: h.next_present,
@@ -290,15 +277,17 @@ pub async fn poll_once(
         read: rows.len(),
         enqueued_new,
         batch_full,
-        inbox_head,
-        lag,
+        sight: telemetry::InboxSight {
+            head: inbox_head,
+            lag,
+            regressed,
+            compensation_window: cfg.compensation_window,
+            oldest_hole_age: decision_age(after.hole_since, now),
+        },
         duration: started.elapsed(),
         hole_evidence: decided.evidence,
         hole_sighted: decided.sighted,
-        regressed,
-        compensation_window: cfg.compensation_window,
         stages,
-        oldest_hole_age: decision_age(after.hole_since, now),
         next_due: decision
             .open_hole
             .map(|o| cfg.max_commit_delay.saturating_sub(o.age)),

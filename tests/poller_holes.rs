@@ -293,12 +293,16 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
         .await
         .expect("purge");
     let r = env.poll(cfg).await;
-    assert!(!r.regressed, "a purge is no regression: {:?}", r.inbox_head);
-    assert_eq!(r.lag, Some(Duration::ZERO));
+    assert!(
+        !r.sight.regressed,
+        "a purge is no regression: {:?}",
+        r.sight.head
+    );
+    assert_eq!(r.sight.lag, Some(Duration::ZERO));
     env.owner_exec("DELETE FROM CMINMSGS").await;
     let r = env.poll(cfg).await;
     assert!(
-        !r.regressed && r.inbox_head.is_none(),
+        !r.sight.regressed && r.sight.head.is_none(),
         "an empty table after a purge"
     );
     // The DB owner rotates the table without seeding AUTO_INCREMENT: ids restart low.
@@ -309,15 +313,15 @@ async fn an_inbox_that_goes_backwards_is_an_id_regression_never_lag_zero() {
     assert!(reused[1] < ids[4]);
     let r = env.poll(cfg).await;
     assert!(
-        r.regressed,
+        r.sight.regressed,
         "head {:?} below W {}",
-        r.inbox_head, r.advance.w
+        r.sight.head, r.advance.w
     );
-    assert_eq!(r.inbox_head, Some(reused[1]));
-    assert_eq!(r.lag, None, "never a reassuring lag 0");
+    assert_eq!(r.sight.head, Some(reused[1]));
+    assert_eq!(r.sight.lag, None, "never a reassuring lag 0");
     assert_eq!(r.advance.w, ids[4], "W never moves back");
     // The log line tells how far below W the compensation scan looks.
-    assert_eq!(r.event().compensation_window, cfg.compensation_window);
+    assert_eq!(r.event().sight.compensation_window, cfg.compensation_window);
 
     // The compensation scan finds the reused ids below W. One is enqueued under the old row's
     // id but is another row (another receive time): reported as reused, never taken for the
@@ -374,7 +378,7 @@ async fn full_batches_repoll_and_w_follows_batch_by_batch() {
     assert!(r.batch_full && r.poll_again_now());
     assert_eq!(r.advance.w, ids[2]);
     assert_eq!(
-        r.inbox_head,
+        r.sight.head,
         Some(ids[6]),
         "a full batch asks the inbox head for lag"
     );
@@ -383,7 +387,7 @@ async fn full_batches_repoll_and_w_follows_batch_by_batch() {
     let r = env.poll(cfg).await;
     assert!(!r.batch_full);
     assert_eq!(r.advance.w, ids[6]);
-    assert_eq!(r.lag, Some(Duration::ZERO));
+    assert_eq!(r.sight.lag, Some(Duration::ZERO));
     env.cleanup().await;
 }
 

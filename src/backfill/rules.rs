@@ -246,22 +246,15 @@ mod tests {
 
     #[test]
     fn backfill_missing_kind_tells_read_rows_from_never_seen() {
-        assert_eq!(
-            MissingKind::of(Source::Poll, ProcState::Dead),
-            MissingKind::PurgedBeforeMark
-        );
-        assert_eq!(
-            MissingKind::of(Source::Late, ProcState::Skipped),
-            MissingKind::PurgedBeforeMark
-        );
-        assert_eq!(
-            MissingKind::of(Source::Compat, ProcState::Succeeded),
-            MissingKind::PurgedBeforeMark
-        );
-        assert_eq!(
-            MissingKind::of(Source::Compat, ProcState::Dead),
-            MissingKind::NeverSeen
-        );
+        use MissingKind::{NeverSeen, PurgedBeforeMark};
+        for (source, state, kind) in [
+            (Source::Poll, ProcState::Dead, PurgedBeforeMark),
+            (Source::Late, ProcState::Skipped, PurgedBeforeMark),
+            (Source::Compat, ProcState::Succeeded, PurgedBeforeMark),
+            (Source::Compat, ProcState::Dead, NeverSeen),
+        ] {
+            assert_eq!(MissingKind::of(source, state), kind, "{source:?} {state:?}");
+        }
         assert_eq!(MissingKind::NeverSeen.as_str(), "never_seen");
         assert_eq!(MissingKind::PurgedBeforeMark.as_str(), "purged_before_mark");
     }

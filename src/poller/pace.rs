@@ -94,9 +94,9 @@ impl Pace {
             return self.interval;
         };
         self.idle = r.read == 0;
-        let head_grew = matches!((self.head, r.inbox_head), (Some(a), Some(b)) if b > a);
-        if r.inbox_head.is_some() {
-            self.head = r.inbox_head;
+        let head_grew = matches!((self.head, r.sight.head), (Some(a), Some(b)) if b > a);
+        if r.sight.head.is_some() {
+            self.head = r.sight.head;
         }
         if r.poll_again_now() {
             self.gap = self.min_gap;
@@ -128,6 +128,7 @@ fn since(at: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
 mod tests {
     use super::*;
     use crate::poller::PollStages;
+    use crate::telemetry::InboxSight;
     use crate::watermark::{Advance, Cursor};
 
     const GAP: Duration = Duration::from_millis(20);
@@ -160,14 +161,14 @@ mod tests {
             read: new as usize,
             enqueued_new: new,
             batch_full: false,
-            inbox_head: head,
-            lag: Some(Duration::ZERO),
+            sight: InboxSight {
+                head,
+                lag: Some(Duration::ZERO),
+                ..InboxSight::default()
+            },
             duration: Duration::ZERO,
             hole_evidence: None,
             hole_sighted: false,
-            regressed: false,
-            compensation_window: 0,
-            oldest_hole_age: None,
             next_due: None,
             stages: PollStages::default(),
         }

@@ -45,29 +45,51 @@ fn err_of(env: &[(&str, &str)]) -> String {
 
 #[test]
 fn bad_values_name_their_key() {
-    let e = err_of(&[("MSGX_PIPELINE__MAX_COMMIT_DELAY", "five minutes")]);
-    assert!(e.contains("max_commit_delay"), "{e}");
-    let e = err_of(&[("MSGX_PIPELINE__CLAIM_BATCH", "0")]);
-    assert!(e.contains("pipeline.claim_batch"), "{e}");
-    let e = err_of(&[("MSGX_INBOX__TABLE", "CMINMSGS; DROP TABLE x")]);
-    assert!(e.contains("inbox.table"), "{e}");
-    let e = err_of(&[("MSGX_INBOX__TIMEZONE", "Mars/Olympus")]);
-    assert!(e.contains("inbox.timezone"), "{e}");
-    let e = err_of(&[("MSGX_PIPELINE__CUTOVER_WATERMARK", "latest")]);
-    assert!(e.contains("pipeline.cutover_watermark"), "{e}");
-    let e = err_of(&[("MSGX_STORE__URL", "mysql://x@y/z")]);
-    assert!(e.contains("store.url"), "{e}");
-    let e = err_of(&[("MSGX_HTTP__LISTEN", "nowhere")]);
-    assert!(e.contains("http.listen"), "{e}");
-    let e = err_of(&[("MSGX_PIPELINE__POLL_INTERVAL", "0s")]);
-    assert!(e.contains("pipeline.poll_interval"), "{e}");
-    let e = err_of(&[("MSGX_PIPELINE__MIN_POLL_GAP", "0s")]);
-    assert!(e.contains("pipeline.min_poll_gap"), "{e}");
-    let e = err_of(&[
-        ("MSGX_PIPELINE__POLL_INTERVAL", "200ms"),
-        ("MSGX_PIPELINE__MIN_POLL_GAP", "1s"),
-    ]);
-    assert!(e.contains("pipeline.min_poll_gap"), "{e}");
+    // (the environment, the key its one-line error must name)
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[("MSGX_PIPELINE__MAX_COMMIT_DELAY", "five minutes")],
+            "max_commit_delay",
+        ),
+        (
+            &[("MSGX_PIPELINE__CLAIM_BATCH", "0")],
+            "pipeline.claim_batch",
+        ),
+        (
+            &[("MSGX_INBOX__TABLE", "CMINMSGS; DROP TABLE x")],
+            "inbox.table",
+        ),
+        (
+            &[("MSGX_INBOX__TIMEZONE", "Mars/Olympus")],
+            "inbox.timezone",
+        ),
+        (
+            &[("MSGX_PIPELINE__CUTOVER_WATERMARK", "latest")],
+            "pipeline.cutover_watermark",
+        ),
+        (&[("MSGX_STORE__URL", "mysql://x@y/z")], "store.url"),
+        (&[("MSGX_HTTP__LISTEN", "nowhere")], "http.listen"),
+        (
+            &[("MSGX_PIPELINE__POLL_INTERVAL", "0s")],
+            "pipeline.poll_interval",
+        ),
+        (
+            &[("MSGX_PIPELINE__MIN_POLL_GAP", "0s")],
+            "pipeline.min_poll_gap",
+        ),
+        (
+            &[
+                ("MSGX_PIPELINE__POLL_INTERVAL", "200ms"),
+                ("MSGX_PIPELINE__MIN_POLL_GAP", "1s"),
+            ],
+            "pipeline.min_poll_gap",
+        ),
+    ];
+    for (env, key) in cases {
+        let e = err_of(env);
+        assert!(e.contains(key), "{env:?}: {e}");
+        assert_eq!(e.lines().count(), 1, "{env:?}: {e}");
+    }
 }
 
 #[test]

@@ -440,55 +440,30 @@ mod tests {
         let (pg, my) = ("postgres://app@db/msgx", "mysql://a@h/d");
         assert!(check_client(&STORE_TLS, pg, "require", "", [&cert, &key]).is_ok());
         assert!(check_client(&INBOX_TLS, my, "", "", [&cert, &rsa]).is_ok());
-        let line = |r: Result<(), SettingsError>| r.expect_err("refused").to_string();
-        let e = line(check_client(&STORE_TLS, pg, "", "", [&cert, ""]));
-        assert!(
-            e.contains("store.ssl_key") && e.contains("both or neither"),
-            "{e}"
-        );
-        let e = line(check_client(&INBOX_TLS, my, "", "", ["", &key]));
-        assert!(
-            e.contains("inbox.ssl_cert") && e.contains("both or neither"),
-            "{e}"
-        );
-        let e = line(check_client(&STORE_TLS, pg, "disable", "", [&cert, &key]));
-        assert!(
-            e.contains("store.ssl_cert") && e.contains("never uses TLS"),
-            "{e}"
-        );
-        let e = line(check_client(&INBOX_TLS, my, "", "", [&key, &key]));
-        assert!(
-            e.contains("inbox.ssl_cert") && e.contains("no PEM certificate"),
-            "{e}"
-        );
-        let e = line(check_client(&STORE_TLS, pg, "", "", [&cert, &cert]));
-        assert!(
-            e.contains("store.ssl_key") && e.contains("no PEM private key"),
-            "{e}"
-        );
-        let e = line(check_client(&STORE_TLS, pg, "", "", [&cert, &sealed]));
-        assert!(
-            e.contains("store.ssl_key") && e.contains("encrypted"),
-            "{e}"
-        );
-        let e = line(check_client(
-            &STORE_TLS,
-            pg,
-            "",
-            "",
-            [&cert, "/nonexistent/k"],
-        ));
-        assert!(
-            e.contains("store.ssl_key") && e.contains("cannot read"),
-            "{e}"
-        );
-        assert_eq!(e.lines().count(), 1);
+        // Each refusal is one line naming the key and why.
+        let refused = |url: &str, mode: &str, files: [&str; 2], name: &str, why: &str| {
+            let rules = if url.starts_with("mysql") {
+                &INBOX_TLS
+            } else {
+                &STORE_TLS
+            };
+            let e = check_client(rules, url, mode, "", files)
+                .expect_err(why)
+                .to_string();
+            assert!(e.contains(name) && e.contains(why), "{files:?}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        };
+        let (c, k) = (cert.as_str(), key.as_str());
+        refused(pg, "", [c, ""], "store.ssl_key", "both or neither");
+        refused(my, "", ["", k], "inbox.ssl_cert", "both or neither");
+        refused(pg, "disable", [c, k], "store.ssl_cert", "never uses TLS");
+        refused(my, "", [k, k], "inbox.ssl_cert", "no PEM certificate");
+        refused(pg, "", [c, c], "store.ssl_key", "no PEM private key");
+        refused(pg, "", [c, &sealed], "store.ssl_key", "encrypted");
+        let gone = "/nonexistent/k";
+        refused(pg, "", [c, gone], "store.ssl_key", "cannot read");
         let twice = "mysql://a@h/d?ssl-cert=/etc/c.pem";
-        let e = line(check_client(&INBOX_TLS, twice, "", "", [&cert, &key]));
-        assert!(
-            e.contains("inbox.ssl_cert") && e.contains("keep one"),
-            "{e}"
-        );
+        refused(twice, "", [c, k], "inbox.ssl_cert", "keep one");
         for f in [cert, key, rsa, sealed] {
             let _ = std::fs::remove_file(f);
         }

@@ -161,19 +161,31 @@ pub struct HoleReleased {
     pub why: ReleaseWhy,
 }
 
+/// What a poll round saw of the inbox around W: the poller's report holds it and the round's
+/// event shows it as is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InboxSight {
+    /// Highest inbox id known after the round (None when unknown, e.g. an empty table).
+    pub head: Option<i64>,
+    /// Age of the oldest row left behind W (zero when caught up; None when unknown).
+    pub lag: Option<Duration>,
+    /// The inbox went backwards (id regression): its head is below W and its next
+    /// `AUTO_INCREMENT` id is at or below W (new rows would reuse ids W already passed).
+    pub regressed: bool,
+    /// `late.compensation_window`: the ids below W a regression's reused ids are found in
+    /// (told in the id-regression log line).
+    pub compensation_window: u64,
+    /// Age of the oldest open hole by the round's clock.
+    pub oldest_hole_age: Option<Duration>,
+}
+
 /// A poll round committed: W, head, lag, holes, releases, fills.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PollRound {
     /// The new watermark.
     pub w: i64,
-    /// Highest inbox id known after the round (None when unknown, e.g. an empty table).
-    pub head: Option<i64>,
-    /// Age of the oldest row left behind W (zero when caught up; None when unknown).
-    pub lag: Option<Duration>,
-    /// The inbox head is below W (id regression).
-    pub regressed: bool,
-    /// `late.compensation_window`: the ids below W a regression's reused ids are found in.
-    pub compensation_window: u64,
+    /// Head, lag, regression and the oldest hole's age.
+    pub sight: InboxSight,
     /// Rows newly enqueued.
     pub enqueued: u64,
     /// Wall time of the round.
@@ -182,8 +194,6 @@ pub struct PollRound {
     pub holes_open: usize,
     /// Ids missing in them.
     pub missing_ids: i64,
-    /// Age of the oldest open hole.
-    pub oldest_hole_age: Option<Duration>,
     /// The hole W waits at.
     pub waiting: Option<WaitingHole>,
     /// Stored holes that filled this round: first seen → visible (G7).
@@ -196,9 +206,9 @@ impl PollRound {
     /// Metrics and log lines of the round.
     pub fn emit(&self) {
         let _whole = super::whole::event();
-        let w = self.w;
+        let (w, sight) = (self.w, self.sight);
         gauge!(INBOX_WATERMARK).set(w as f64);
-        match self.head {
+        match sight.head {
             Some(head) => {
                 gauge!(INBOX_HEAD_ID).set(head as f64);
                 // Negative when the inbox head is below W (id regression, or the DB owner
@@ -206,21 +216,21 @@ impl PollRound {
                 gauge!(INBOX_LAG_IDS).set((head - w) as f64);
             }
             // An empty table (purged) with the next id above W: caught up.
-            None if !self.regressed && self.lag == Some(Duration::ZERO) => {
+            None if !sight.regressed && sight.lag == Some(Duration::ZERO) => {
                 gauge!(INBOX_LAG_IDS).set(0.0);
             }
             None => {}
         }
-        if let Some(lag) = self.lag {
+        if let Some(lag) = sight.lag {
             gauge!(INBOX_LAG_SECONDS).set(lag.as_secs_f64());
         }
-        id_regression(self.regressed, w, self.head, self.compensation_window);
+        id_regression(w, sight);
         counter!(INBOX_ENQUEUED_TOTAL).increment(self.enqueued);
         histogram!(INBOX_POLL_DURATION_SECONDS).record(self.took.as_secs_f64());
         gauge!(INBOX_HOLE_OPEN).set(if self.holes_open == 0 { 0.0 } else { 1.0 });
         gauge!(INBOX_HOLES_OPEN).set(self.holes_open as f64);
         gauge!(INBOX_HOLE_MISSING_IDS).set(self.missing_ids as f64);
-        gauge!(INBOX_HOLE_AGE_SECONDS).set(self.oldest_hole_age.map_or(0.0, |d| d.as_secs_f64()));
+        gauge!(INBOX_HOLE_AGE_SECONDS).set(sight.oldest_hole_age.map_or(0.0, |d| d.as_secs_f64()));
         if let Some(h) = self.waiting {
             if h.age.is_zero() {
                 tracing::info!(
@@ -265,11 +275,17 @@ impl PollRound {
 /// logged when it starts. It says what happens to new rows meanwhile: W holds (it never moves
 /// back and never passes a row), so discovery waits until the head passes W again; rows under
 /// reused ids at or below W are found only by the compensation scan, and only within
-/// `window` ids below W (`compensation_floor`..=W); below that, only the DB owner moving them
-/// (re-inserting them above W) brings them in. The runbook entry is the procedure.
-fn id_regression(regressed: bool, w: i64, head: Option<i64>, window: u64) {
+/// `compensation_window` ids below W (`compensation_floor`..=W); below that, only the DB owner
+/// moving them (re-inserting them above W) brings them in. The runbook entry is the procedure.
+fn id_regression(w: i64, sight: InboxSight) {
     use std::sync::atomic::{AtomicBool, Ordering};
     static ACTIVE: AtomicBool = AtomicBool::new(false);
+    let InboxSight {
+        head,
+        regressed,
+        compensation_window: window,
+        ..
+    } = sight;
     gauge!(INBOX_ID_REGRESSION).set(if regressed { 1.0 } else { 0.0 });
     let was = ACTIVE.swap(regressed, Ordering::Relaxed);
     if regressed && !was {

@@ -455,15 +455,15 @@ fn a_scrape_sees_a_poll_round_whole() {
 fn poll_round(w: i64) -> PollRound {
     PollRound {
         w,
-        head: Some(w),
-        lag: Some(std::time::Duration::ZERO),
-        regressed: false,
-        compensation_window: 0,
+        sight: InboxSight {
+            head: Some(w),
+            lag: Some(std::time::Duration::ZERO),
+            ..InboxSight::default()
+        },
         enqueued: 1,
         took: std::time::Duration::ZERO,
         holes_open: 0,
         missing_ids: 0,
-        oldest_hole_age: None,
         waiting: None,
         fills: Vec::new(),
         released: Vec::new(),

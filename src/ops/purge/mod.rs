@@ -99,12 +99,48 @@ pub struct PurgeReadiness {
     pub received_unknown: u64,
 }
 
-/// Held id ranges by reason while the walk runs.
-#[derive(Debug, Default)]
-struct IdTally(BTreeMap<&'static str, (u64, Vec<[i64; 2]>)>);
+/// Held rows (samples: ids) or ids without a row (samples: id ranges) by reason while the
+/// walk runs: a count and the first [`SAMPLE_IDS`] samples each.
+#[derive(Debug)]
+struct Tally<S>(BTreeMap<&'static str, (u64, Vec<S>)>);
 
-impl IdTally {
-    fn add(&mut self, reason: &'static str, first: i64, last: i64) {
+impl<S> Default for Tally<S> {
+    fn default() -> Self {
+        Self(BTreeMap::new())
+    }
+}
+
+impl<S> Tally<S> {
+    /// The reasons of `order` that occurred, in that order, each made a report row by `row`
+    /// from its reason, count and samples.
+    fn into_list<T>(
+        mut self,
+        order: &[&'static str],
+        row: impl Fn(String, u64, Vec<S>) -> T,
+    ) -> Vec<T> {
+        order
+            .iter()
+            .filter_map(|r| {
+                self.0
+                    .remove(r)
+                    .map(|(n, samples)| row((*r).into(), n, samples))
+            })
+            .collect()
+    }
+}
+
+impl Tally<i64> {
+    fn add(&mut self, reason: &'static str, id: i64) {
+        let e = self.0.entry(reason).or_default();
+        e.0 += 1;
+        if e.1.len() < SAMPLE_IDS {
+            e.1.push(id);
+        }
+    }
+}
+
+impl Tally<[i64; 2]> {
+    fn add_range(&mut self, reason: &'static str, first: i64, last: i64) {
         let e = self.0.entry(reason).or_default();
         e.0 += (last - first) as u64 + 1;
         let len = e.1.len();
@@ -115,55 +151,14 @@ impl IdTally {
             _ => {}
         }
     }
-
-    fn into_list(mut self) -> Vec<HeldIds> {
-        ID_REASONS
-            .iter()
-            .filter_map(|r| {
-                self.0.remove(r).map(|(count, ranges)| HeldIds {
-                    reason: (*r).into(),
-                    count,
-                    ranges,
-                })
-            })
-            .collect()
-    }
-}
-
-/// Held rows by reason while the walk runs.
-#[derive(Debug, Default)]
-struct Tally(BTreeMap<&'static str, (u64, Vec<i64>)>);
-
-impl Tally {
-    fn add(&mut self, reason: &'static str, id: i64) {
-        let e = self.0.entry(reason).or_default();
-        e.0 += 1;
-        if e.1.len() < SAMPLE_IDS {
-            e.1.push(id);
-        }
-    }
-
-    /// The reasons of `order` that occurred, in that order.
-    fn into_list(mut self, order: &[&'static str]) -> Vec<Unmarked> {
-        order
-            .iter()
-            .filter_map(|r| {
-                self.0.remove(r).map(|(count, sample_ids)| Unmarked {
-                    reason: (*r).into(),
-                    count,
-                    sample_ids,
-                })
-            })
-            .collect()
-    }
 }
 
 /// One readiness walk in id order: rows and the gaps between them.
 #[derive(Debug)]
 struct Walk {
-    unmarked: Tally,
-    held: Tally,
-    ids: IdTally,
+    unmarked: Tally<i64>,
+    held: Tally<i64>,
+    ids: Tally<[i64; 2]>,
     /// No held row or id seen yet: the boundary still moves.
     open: bool,
 }
@@ -173,7 +168,7 @@ impl Default for Walk {
         Self {
             unmarked: Tally::default(),
             held: Tally::default(),
-            ids: IdTally::default(),
+            ids: Tally::default(),
             open: true,
         }
     }
@@ -185,7 +180,7 @@ impl Walk {
         for (reason, a, b) in holds.classify(from, to) {
             self.open = false;
             report.ready = false;
-            self.ids.add(reason, a, b);
+            self.ids.add_range(reason, a, b);
         }
     }
 
@@ -259,9 +254,20 @@ impl Ops {
             }
         }
         walk.gap(&holds, after + 1, to, &mut report);
-        report.unmarked = walk.unmarked.into_list(REASONS);
-        report.marked_not_purgeable = walk.held.into_list(MARKED_REASONS);
-        report.ids_without_row = walk.ids.into_list();
+        let unmarked = |reason, count, sample_ids| Unmarked {
+            reason,
+            count,
+            sample_ids,
+        };
+        report.unmarked = walk.unmarked.into_list(REASONS, unmarked);
+        report.marked_not_purgeable = walk.held.into_list(MARKED_REASONS, unmarked);
+        report.ids_without_row = walk
+            .ids
+            .into_list(ID_REASONS, |reason, count, ranges| HeldIds {
+                reason,
+                count,
+                ranges,
+            });
         Ok(report)
     }
 
