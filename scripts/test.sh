@@ -46,9 +46,13 @@ tools() {
     npm ci --prefix scripts/asyncapi --ignore-scripts --no-audit --no-fund >/dev/null
   fi
 }
+# Each background job runs in its own process group (set -m while it is started), so that an
+# early exit can stop it with everything it started (cargo, rustc, pip), not only its subshell.
 tools_log=$(mktemp)
+set -m
 tools >"$tools_log" 2>&1 &
 tools_pid=$!
+set +m
 
 # The Debian package a site installs (release profile, for the package test in
 # tests/config_cli.rs; under CI=true it fails instead of skipping when the package is missing) and
@@ -65,10 +69,13 @@ package() {
   scripts/prev_release.sh >/dev/null
 }
 package_log=$(mktemp)
+set -m
 package >"$package_log" 2>&1 &
 package_pid=$!
-# A failed test build ends the script: the background jobs end with it.
-trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+set +m
+# A failed test build (or Ctrl-C) ends the script: the background builds and installs end with
+# it instead of running on orphaned. After a normal end the groups are gone and this is a no-op.
+trap 'kill -- -"$tools_pid" -"$package_pid" 2>/dev/null || true' EXIT
 
 cargo test --workspace --exclude msgx-testkit --all-targets --no-run -q
 
