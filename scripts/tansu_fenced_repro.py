@@ -15,7 +15,12 @@ A Kafka broker would answer UNKNOWN_TOPIC_OR_PARTITION while the topic is gone a
 UNKNOWN_PRODUCER_ID / OUT_OF_ORDER_SEQUENCE_NUMBER for the reset partition state, which
 librdkafka handles by bumping the epoch; PRODUCER_FENCED is fatal for an idempotent producer.
 """
+import subprocess
+import sys
+import time
+
 from confluent_kafka import Producer
+
 b=sys.argv[1]; tb=sys.argv[2]
 errs={}
 def cb(err,msg):

@@ -276,7 +276,7 @@ impl Chaos {
             .await;
         assert!(!ids.is_empty(), "the run raised events");
         let got = consume(&self.broker.bootstrap, TOPIC, 3, ids.len());
-        let unique: HashSet<i64> = got.iter().map(Received::ce_id).collect();
+        let unique: HashSet<i64> = got.iter().map(Received::event_id).collect();
         let missing: Vec<i64> = ids
             .iter()
             .filter(|i| !unique.contains(i))

@@ -128,7 +128,7 @@ fn assert_per_key_order(records: &[Received]) {
     let mut seen: HashSet<i64> = HashSet::new();
     let mut last: HashMap<&str, i64> = HashMap::new();
     for r in records_in_partition_order(records) {
-        let id = r.ce_id();
+        let id = r.event_id();
         if !seen.insert(id) {
             continue; // a duplicate: the consumer drops it by ce_id
         }
@@ -273,7 +273,7 @@ impl Rig {
 
 /// The distinct event ids among these records (duplicates collapse, as the consumer's do).
 fn ce_ids(records: &[Received]) -> HashSet<i64> {
-    records.iter().map(Received::ce_id).collect()
+    records.iter().map(Received::event_id).collect()
 }
 
 #[tokio::test]

@@ -18,7 +18,7 @@ const TOPIC: &str = "msgx.flight-events";
 fn read_ce_ids(bootstrap: &str, at_least: usize) -> Vec<i64> {
     consume(bootstrap, TOPIC, 3, at_least)
         .iter()
-        .map(Received::ce_id)
+        .map(Received::event_id)
         .collect()
 }
 

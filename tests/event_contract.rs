@@ -245,11 +245,11 @@ fn check_record(
     r: &Received,
     suffix: &str,
 ) {
-    let (key, event_type) = &stored[&r.ce_id()];
+    let (key, event_type) = &stored[&r.event_id()];
     let t = EventType::from_name(event_type).expect("a known type");
     assert_eq!(&r.key, key);
     let message = format!("{}{suffix}", contract::message_name(t));
-    let what = format!("record {}", r.ce_id());
+    let what = format!("record {}", r.event_id());
     let headers: BTreeMap<String, String> = r.headers.clone().into_iter().collect();
     contract::check_headers(&contract::header_validator(doc, &message), &headers, &what);
     contract::check_key(&contract::key_validator(doc, &message), &r.key, &what);
@@ -297,7 +297,7 @@ fn run_consumer_example(bootstrap: &str, ids: &BTreeSet<i64>, duplicates: usize)
     let (summary, events) = lines.split_last().expect("a summary line");
     let got: Vec<i64> = events
         .iter()
-        .map(|e| e["ce_id"].as_i64().expect("id"))
+        .map(|e| e["event_id"].as_i64().expect("id"))
         .collect();
     assert_eq!(got.len(), ids.len(), "each event once: {stdout}");
     assert_eq!(got.iter().copied().collect::<BTreeSet<_>>(), *ids);
@@ -305,7 +305,7 @@ fn run_consumer_example(bootstrap: &str, ids: &BTreeSet<i64>, duplicates: usize)
     for e in events {
         let (key, id) = (
             e["key"].as_str().expect("key"),
-            e["ce_id"].as_i64().expect("id"),
+            e["event_id"].as_i64().expect("id"),
         );
         if let Some(prev) = last.insert(key, id) {
             assert!(prev < id, "key {key}: {prev} then {id}");
@@ -342,7 +342,7 @@ async fn pipeline_events_match_the_contract_on_a_real_broker() {
     for r in &got {
         check_record(&doc, &contract, &stored, r, "");
     }
-    let ids: BTreeSet<i64> = got.iter().map(Received::ce_id).collect();
+    let ids: BTreeSet<i64> = got.iter().map(Received::event_id).collect();
     assert_eq!(ids, stored.keys().copied().collect());
     let duplicates = got.len() - ids.len();
     assert!(duplicates > 0, "the restart re-sent the unrecorded acks");
@@ -390,7 +390,7 @@ async fn dead_letters_match_the_contract() {
         check_record(&doc, &contract, &stored, r, "Dead");
         assert_eq!(r.headers["ce_msgxorigtopic"], TOPIC);
     }
-    let ids: BTreeSet<i64> = dead.iter().map(Received::ce_id).collect();
+    let ids: BTreeSet<i64> = dead.iter().map(Received::event_id).collect();
     assert_eq!(ids, stored.keys().copied().collect());
     env.cleanup().await;
 }

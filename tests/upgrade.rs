@@ -308,7 +308,7 @@ async fn nothing_lost(site: &Site) {
     let records =
         common::instance::off_runtime(move || consume(&bootstrap, TOPIC, PARTITIONS, n)).await;
     assert_per_key_order(&records);
-    let on_topic: std::collections::HashSet<i64> = records.iter().map(|r| r.ce_id()).collect();
+    let on_topic: std::collections::HashSet<i64> = records.iter().map(|r| r.event_id()).collect();
     let missing = events.iter().filter(|e| !on_topic.contains(e)).count();
     assert_eq!(
         missing,

@@ -461,6 +461,7 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
     crate::first_start::require_cutover_choice(&store, &inbox, cutover)
         .await
         .context("checking whether the inbox holds history (first start on a fresh store)")?;
+    crate::first_start::require_transactional_id(&store, &settings.kafka).await?;
     apply_cutover_approved(
         &store,
         &inbox,

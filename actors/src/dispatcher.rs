@@ -9,11 +9,14 @@
 //! last one): a slow commit in PostgreSQL never holds the next round's sends, and until a
 //! write is done its events stay out of the selections.
 //!
-//! `kafka.delivery = "exactly-once"`: before its first round the dispatcher confirms the lease,
-//! calls `init_transactions` (fencing the previous holder's producer), confirms the lease again
-//! and recovers from Kafka what was committed but not written SENT
-//! ([`msgx_core::dispatch::txn::prepare`]). A fenced producer, or an outcome write lost with its
-//! task, stops the dispatcher: the supervisor's next one starts over from the lease.
+//! `kafka.delivery = "exactly-once"`: before its first round the dispatcher takes the
+//! deployment's recorded `transactional.id`, confirms the lease, calls `init_transactions`
+//! (fencing the previous holder's producer), confirms the lease again and recovers from Kafka
+//! what was committed but not written SENT ([`msgx_core::dispatch::txn::prepare`]). Between
+//! rounds, at most every [`FLOORS_EVERY`] and only while every committed round is written, the
+//! topics' ends become the recovery's floors ([`txn::record_floors`]). A fenced producer, a
+//! commit whose outcome stayed unknown, or an outcome write lost with its task, stops the
+//! dispatcher: the supervisor's next one starts over from the lease.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,6 +45,10 @@ const RETRY_CHECK_EVERY: Duration = Duration::from_secs(5);
 /// The longest wait for librdkafka's stragglers at shutdown (after a round nothing of ours is
 /// queued there); never past the shutdown deadline.
 const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(2);
+
+/// How often, at most, the exactly-once recovery's floors move up to the topics' ends: the
+/// next start reads at most what came since (plus what the store knows as SENT).
+const FLOORS_EVERY: Duration = Duration::from_secs(30);
 
 /// Events whose outcome is not written yet above which rounds stop sending (a store that
 /// answers reads but fails writes would otherwise grow the skip list without bound).
@@ -85,6 +92,8 @@ struct ExactlyOnce {
     initialized: bool,
     /// The start ran: rounds may go.
     prepared: bool,
+    /// When the floors were last recorded (by the start's recovery or between rounds).
+    floors_at: Option<Instant>,
 }
 
 impl Dispatcher {
@@ -124,6 +133,7 @@ impl Dispatcher {
             lock,
             initialized: false,
             prepared: false,
+            floors_at: None,
         });
         self
     }
@@ -135,7 +145,7 @@ impl Dispatcher {
     /// (a lost lease stops the whole service through the supervisor).
     fn prepare(
         &mut self,
-        producer: EventProducer,
+        mut producer: EventProducer,
         (kafka, bootstrap, lock, mut initialized): (
             KafkaSettings,
             String,
@@ -147,6 +157,8 @@ impl Dispatcher {
         let start = async move {
             let result = async {
                 if !initialized {
+                    txn::use_deployment_id(&store, &mut producer, clock.as_ref(), &kafka)
+                        .await?;
                     confirm_lease(&lock).await?;
                     let init = producer.init_transactions(cfg.txn_timeout).await;
                     init.map_err(msgx_core::dispatch::DispatchError::from)?;
@@ -166,6 +178,7 @@ impl Dispatcher {
                 if let Some(eo) = act.eo.as_mut() {
                     eo.initialized = initialized;
                     eo.prepared = result.is_ok();
+                    eo.floors_at = result.is_ok().then(Instant::now);
                 }
                 match result {
                     Ok(r) => {
@@ -173,8 +186,9 @@ impl Dispatcher {
                             read = r.read,
                             sent = r.sent,
                             dead = r.dead,
+                            others = r.others,
                             "exactly-once start: producer fenced its predecessors; \
-                             what Kafka held is written"
+                             what Kafka held of ours is written"
                         );
                         act.schedule(ctx, Duration::ZERO, false);
                         Ok(DispatchSummary::default())
@@ -195,6 +209,21 @@ impl Dispatcher {
         )))
     }
 
+    /// `exactly-once`: true (and the clock restarted) when the floors may be recorded before
+    /// this round: due, no transaction open (rounds never overlap), and every committed round's
+    /// outcome written, so nothing of ours below the ends is unknown to the store.
+    fn floors_due(&mut self) -> bool {
+        let quiet = self.state.unwritten() == 0 && self.write.is_none();
+        let Some(eo) = self.eo.as_mut().filter(|e| e.prepared) else {
+            return false;
+        };
+        let due = eo.floors_at.is_none_or(|t| t.elapsed() >= FLOORS_EVERY);
+        if quiet && due {
+            eo.floors_at = Some(Instant::now());
+        }
+        quiet && due
+    }
+
     /// (Re)arms the timer to fire after `after`, unless it already fires sooner.
     fn schedule(&mut self, ctx: &mut Context<Self>, after: Duration, only_if_sooner: bool) {
         self.next.arm(ctx, DispatchNow, after, only_if_sooner);
@@ -210,9 +239,9 @@ impl Dispatcher {
         let Some(u) = self.state.take_for_write() else {
             return;
         };
-        let (store, me) = (self.store.clone(), ctx.address());
+        let (store, me, cfg) = (self.store.clone(), ctx.address(), self.cfg.clone());
         self.write = Some(actix::spawn(async move {
-            let result = write_outcome(&store, &u).await;
+            let result = write_outcome(&store, &u, &cfg).await;
             me.do_send(WriteEnded);
             (u, result)
         }));
@@ -348,7 +377,13 @@ impl Handler<DispatchNow> for Dispatcher {
         }
         let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
         let skips = self.state.skips();
+        let floors = self.floors_due();
         let round = async move {
+            if floors {
+                if let Err(e) = txn::record_floors(&store, &producer, clock.as_ref(), &cfg).await {
+                    tracing::warn!(error = %e, "exactly-once: recording the scan floors failed");
+                }
+            }
             let result = send_round(&store, &mut producer, clock.as_ref(), &cfg, &skips).await;
             (result, producer)
         };
@@ -427,7 +462,7 @@ impl Handler<Shutdown> for Dispatcher {
     /// `deadline`: what is not written by then is re-sent by the next instance.
     fn handle(&mut self, msg: Shutdown, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
-        let store = self.store.clone();
+        let (store, cfg) = (self.store.clone(), self.cfg.clone());
         let producer = self.producer.take();
         let write = self.write.take();
         let mut state = std::mem::take(&mut self.state);
@@ -444,7 +479,7 @@ impl Handler<Shutdown> for Dispatcher {
                 if let Some(w) = write {
                     settle(&mut state, w.await);
                 }
-                msgx_core::dispatch::flush(&store, &mut state).await
+                msgx_core::dispatch::flush(&store, &mut state, &cfg).await
             });
             match written.await {
                 Ok(Ok((sent, dead))) => {

@@ -4,21 +4,36 @@
 
 use msgx_core::cutover::CutoverMode;
 use msgx_core::inbox::Inbox;
-use msgx_core::settings::Settings;
+use msgx_core::settings::{KafkaSettings, Settings};
+use msgx_core::store::event_scan::check_transactional_id;
 use msgx_core::store::Store;
 
 use crate::refusal::Refusal;
 
+/// The compiled-in `kafka.ce_source`: good enough for the in-process cluster of a dev run,
+/// refused anywhere else (a second deployment on the same topic would share it).
+pub const DEFAULT_CE_SOURCE: &str = "/msgexchange";
+
 /// `kafka.brokers` must be set: an unset key no longer means the in-process mock cluster,
 /// which acknowledges events and loses them on exit; `embedded` says so explicitly (dev, demo,
-/// tests).
+/// tests). Outside `embedded`, `kafka.ce_source` must name the deployment: consumers tell
+/// events apart by (`ce_source`, `ce_id`), so two deployments sharing a topic need two sources.
 pub fn require_brokers(settings: &Settings) -> Result<(), Refusal> {
-    if settings.kafka.brokers.trim().is_empty() {
+    let k = &settings.kafka;
+    if k.brokers.trim().is_empty() {
         return Err(Refusal::config(
             "kafka.brokers is not set: give the site's brokers as host:port[,host:port] \
              (MSGX_KAFKA__BROKERS), or `embedded` for the in-process mock cluster of dev and \
              demo runs, which loses every event when the process ends",
         ));
+    }
+    if !k.is_embedded() && k.ce_source.trim() == DEFAULT_CE_SOURCE {
+        return Err(Refusal::config(format!(
+            "kafka.ce_source is the compiled default `{DEFAULT_CE_SOURCE}`: name this \
+             deployment (MSGX_KAFKA__CE_SOURCE, a URI reference such as \
+             `//pek.airport.example/msgexchange`), so its events stay apart from any other \
+             deployment's on a shared topic"
+        )));
     }
     Ok(())
 }
@@ -44,4 +59,19 @@ pub async fn require_cutover_choice(
          (MSGX_PIPELINE__CUTOVER_WATERMARK); `zero` processes and marks the whole history"
     ))
     .into())
+}
+
+/// `exactly-once`: a configured `kafka.transactional_id` must be the one recorded for this
+/// store's deployment (at its first exactly-once start): two ids would fence nothing. Empty
+/// takes the recorded one (the dispatcher's start).
+pub async fn require_transactional_id(store: &Store, k: &KafkaSettings) -> anyhow::Result<()> {
+    if !k.exactly_once() {
+        return Ok(());
+    }
+    let Some(recorded) = store.transactional_id().await? else {
+        return Ok(());
+    };
+    check_transactional_id(&recorded, &k.transactional_id)
+        .map_err(|e| Refusal::config(e.to_string()))?;
+    Ok(())
 }

@@ -175,7 +175,7 @@ async fn drain_backlog(store: &Store, deps: &DispatchDeps) -> anyhow::Result<Dra
     let clock = SystemClock;
     if producer.transactional() {
         let (k, b, cfg) = (&deps.kafka, &deps.bootstrap, &deps.cfg);
-        txn::prepare(store, &producer, &clock, k, b, cfg).await?;
+        txn::prepare(store, &mut producer, &clock, k, b, cfg).await?;
         println!("  delivery              : exactly-once (one transaction per round)");
     }
     let mut rounds = Vec::new();

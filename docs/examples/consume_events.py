@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """A minimal consumer of msgexchange flight events (docs/consuming-events.md).
 
-Reads the event topic with a consumer group, drops redeliveries by (ce_source, ce_id), and
-prints one JSON line per new event, then a summary line when it stops. The test suite runs it
+Reads the event topic with a consumer group, committed records only (read_committed: in the
+service's exactly-once mode an aborted round's records are never seen), drops redeliveries by
+(ce_source, ce_id), and prints one JSON line per new event, then a summary line when it stops.
+ce_id is the event's UUID, unique across stores and deployments; ce_source names the
+deployment. The test suite runs it
 against a real broker (tests/event_contract.rs).
 
     pip install confluent-kafka
@@ -40,7 +43,11 @@ def handle(msg, headers, event):
     print(
         json.dumps(
             {
-                "ce_id": int(headers["ce_id"]),
+                "ce_id": headers["ce_id"],
+                "ce_source": headers["ce_source"],
+                # The event's number in the producing store: ordered per key, not unique
+                # across stores (never de-duplicate on it).
+                "event_id": int(headers["ce_msgxevent"]),
                 "type": headers["ce_type"],
                 "key": msg.key().decode("utf-8"),
                 "dataschema": headers.get("ce_dataschema"),
@@ -70,6 +77,8 @@ def main():
         "auto.offset.reset": "earliest",
         # Commit after handling: a crash re-reads, the de-duplication absorbs it.
         "enable.auto.commit": False,
+        # Only what committed: an exactly-once round that aborted is never handled.
+        "isolation.level": "read_committed",
     }
     config.update(kv.split("=", 1) for kv in args.extra)
     consumer = Consumer(config)

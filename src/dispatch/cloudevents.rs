@@ -1,12 +1,17 @@
 //! CloudEvents 1.0, Kafka protocol binding, binary content mode: the event's attributes travel
 //! as `ce_*` headers, the value is the JSON body (`content-type: application/json`). Any
-//! CloudEvents consumer can read them and de-duplicate on (`ce_source`, `ce_id`).
+//! CloudEvents consumer can read them and de-duplicate on (`ce_source`, `ce_id`): `ce_id` is
+//! the event's UUID, made once with the event and never made again by any store, and
+//! `ce_source` names the deployment (`kafka.ce_source`).
 
 use chrono::SecondsFormat;
 use rdkafka::message::{Header, OwnedHeaders};
 
 use crate::flight::EventType;
 use crate::store::events::PendingEvent;
+
+/// The extension header carrying `MSG_EVENT.EVENT_ID` (a number, unique only in one store).
+pub const EVENT_HEADER: &str = "ce_msgxevent";
 
 /// `ce_type` of an event: `msgx.` + the lower-case event type, e.g. `msgx.flight_updated`.
 pub fn ce_type(event_type: &str) -> String {
@@ -28,7 +33,7 @@ pub fn attributes(ev: &PendingEvent, source: &str) -> Vec<(&'static str, String)
 fn base_attributes(ev: &PendingEvent, source: &str) -> Vec<(&'static str, String)> {
     vec![
         ("ce_specversion", "1.0".to_string()),
-        ("ce_id", ev.event_id.to_string()),
+        ("ce_id", ev.ce_id.clone()),
         ("ce_source", source.to_string()),
         ("ce_type", ce_type(&ev.event_type)),
         (
@@ -37,8 +42,10 @@ fn base_attributes(ev: &PendingEvent, source: &str) -> Vec<(&'static str, String
         ),
         ("ce_subject", ev.flight_key.clone()),
         ("content-type", "application/json".to_string()),
-        // Extension: the inbox message the event came from (operators trace it back).
+        // Extensions: the inbox message the event came from (operators trace it back), and
+        // the event's row in our store (with `ce_id`, how the recovery knows its own records).
         ("ce_msgxmsgid", ev.msg_id.to_string()),
+        (EVENT_HEADER, ev.event_id.to_string()),
     ]
 }
 
@@ -75,6 +82,7 @@ mod tests {
     fn attributes_follow_the_binary_binding() {
         let ev = PendingEvent {
             event_id: 42,
+            ce_id: "0192a7b0-7c1e-4f6a-9d2b-3e4f5a6b7c8d".into(),
             msg_id: 7,
             flight_key: "CA1234-20261130-D".into(),
             event_type: "FLIGHT_UPDATED".into(),
@@ -86,7 +94,8 @@ mod tests {
         let a = attributes(&ev, "/msgexchange");
         let get = |k: &str| a.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("ce_specversion"), Some("1.0"));
-        assert_eq!(get("ce_id"), Some("42"));
+        assert_eq!(get("ce_id"), Some("0192a7b0-7c1e-4f6a-9d2b-3e4f5a6b7c8d"));
+        assert_eq!(get("ce_msgxevent"), Some("42"));
         assert_eq!(get("ce_type"), Some("msgx.flight_updated"));
         assert_eq!(get("ce_time"), Some("2026-11-30T01:02:03.000Z"));
         assert_eq!(get("ce_msgxmsgid"), Some("7"));

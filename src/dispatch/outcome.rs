@@ -6,6 +6,7 @@
 //! event of a failed key overtakes the failed one). The dispatcher actor runs the write beside
 //! the next rounds, so a slow commit never holds the next sends.
 
+use super::round::DispatchConfig;
 use crate::store::events::{Acked, SendFailure};
 use crate::store::{Store, StoreError};
 
@@ -109,20 +110,28 @@ impl DispatchState {
 /// Writes what the broker said: SENT, DEAD (each stamped with its ack's time), failures with
 /// their backoff. Returns (SENT, DEAD) rows written. Each statement changes PENDING rows only,
 /// so writing the same outcome again after a partial failure changes nothing twice.
-pub async fn write_outcome(store: &Store, u: &Unrecorded) -> Result<(u64, u64), StoreError> {
-    let sent = store.mark_events_sent(&u.acked).await?;
-    let dead = store.mark_events_dead(&u.dead).await?;
+pub async fn write_outcome(
+    store: &Store,
+    u: &Unrecorded,
+    cfg: &DispatchConfig,
+) -> Result<(u64, u64), StoreError> {
+    let sent = store.mark_events_sent(&u.acked, &cfg.topic).await?;
+    let dead = store.mark_events_dead(&u.dead, &cfg.dlq_topic).await?;
     store.record_send_failures(&u.failures).await?;
     Ok((sent, dead))
 }
 
 /// Writes everything waiting now (tests, shutdown; a write in flight must have ended).
 /// Returns (SENT, DEAD) rows written.
-pub async fn flush(store: &Store, state: &mut DispatchState) -> Result<(u64, u64), StoreError> {
+pub async fn flush(
+    store: &Store,
+    state: &mut DispatchState,
+    cfg: &DispatchConfig,
+) -> Result<(u64, u64), StoreError> {
     let Some(u) = state.take_for_write() else {
         return Ok((0, 0));
     };
-    let written = write_outcome(store, &u).await;
+    let written = write_outcome(store, &u, cfg).await;
     state.write_finished(u, written.is_ok());
     written
 }

@@ -50,13 +50,24 @@ pub enum DispatchError {
     /// `exactly-once`: what Kafka holds could not be read at start.
     #[error("exactly-once recovery: {0}")]
     Recover(String),
+    /// `exactly-once`: a commit's outcome stayed unknown through every call: only a new
+    /// producer's `init_transactions` settles it (and its recovery reads back what landed).
+    #[error("kafka transaction commit unresolved after retries: {0}")]
+    CommitUnresolved(String),
+    /// `exactly-once`: the configured `transactional.id` is not the deployment's.
+    #[error(transparent)]
+    TransactionalId(#[from] crate::store::event_scan::TransactionalIdMismatch),
 }
 
 impl DispatchError {
     /// True when the producer is fenced or broken for good (`exactly-once`): the dispatcher
     /// stops and its successor starts a new producer after confirming the lease.
     pub fn producer_fatal(&self) -> bool {
-        matches!(self, DispatchError::Producer(e) if e.is_fatal())
+        match self {
+            DispatchError::Producer(e) => e.is_fatal(),
+            DispatchError::CommitUnresolved(_) | DispatchError::TransactionalId(_) => true,
+            _ => false,
+        }
     }
 }
 

@@ -75,6 +75,7 @@ mod tests {
     fn ev(id: i64, key: &str) -> PendingEvent {
         PendingEvent {
             event_id: id,
+            ce_id: format!("00000000-0000-4000-8000-{id:012}"),
             msg_id: id,
             flight_key: key.into(),
             event_type: "FLIGHT_UPDATED".into(),

@@ -3,15 +3,23 @@
 //! heard of it (KIP-98's transactional producer; the recovery follows KIP-618's "the offsets
 //! are in the same transaction" idea with the topic itself as the record of progress).
 //!
-//! - [`prepare`]: `init_transactions` (fencing every earlier producer with our
-//!   `transactional.id` and aborting its open transaction), then [`recover`].
-//! - [`recover`]: reads the events topic (and the dead-letter topic) `read_committed` from the
-//!   highest offset the store has as SENT (DEAD) per partition, and writes SENT (DEAD) with the
-//!   offsets for every PENDING event found there. Nothing found is sent again.
+//! - [`prepare`]: the deployment's one `transactional.id` (recorded in the store at first use,
+//!   [`Store::claim_transactional_id`]), `init_transactions` (fencing every earlier producer
+//!   with it and aborting its open transaction), then [`recover`].
+//! - [`recover`]: reads the events topic (and the dead-letter topic) `read_committed` from
+//!   each partition's durable cursor (the scan floor, or past the highest offset written
+//!   SENT/DEAD) to its end, takes only records of ours (the event's `ce_id` UUID and its
+//!   `ce_msgxevent` number, [`RecordIdentity::is`]) and writes SENT (DEAD) with the offsets for
+//!   every PENDING one found; then records the ends as the new floors.
 //! - [`send_txn_round`]: the whole batch (many events per key) in one transaction; all acked →
-//!   commit → the acks go to the outcome write (SENT after the commit); any failed send →
-//!   abort, the failed events back off (DLQ after their last attempt, as in at-least-once) and
-//!   the rest go again at once without them.
+//!   commit (the lease confirmed through the fenced store right before; a commit whose outcome
+//!   is unknown is called again, never taken for "nothing visible") → the acks go to the
+//!   outcome write (SENT after the commit); any failed send → abort, the failed events back off
+//!   (DLQ after their last attempt, as in at-least-once) and the rest go again at once.
+//! - [`record_floors`]: between transactions, with every committed one written, the ends of
+//!   both topics become the floors, so the next start reads only what came after.
+
+use std::collections::HashMap;
 
 use futures::future::join_all;
 
@@ -23,40 +31,67 @@ use super::round::{
 };
 use super::rules::{self, AfterFailure};
 use crate::clock::Clock;
-use crate::kafka::recover::{committed_after, Found, RecoverError};
+use crate::kafka::consumer::RecordIdentity;
+use crate::kafka::recover::{scan, Found, RecoverError, Scan};
 use crate::kafka::{EventProducer, ProducerError};
 use crate::rows::EventState;
 use crate::settings::KafkaSettings;
 use crate::store::events::{Acked, PendingEvent, SendFailure};
 use crate::store::Store;
+use crate::telemetry;
+
+/// Times a commit whose outcome is unknown is called again before the dispatcher gives the
+/// producer up (its successor's `init_transactions` settles the transaction either way, and
+/// its recovery reads back whatever committed).
+const COMMIT_TRIES: u32 = 3;
 
 /// What [`recover`] wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recovered {
-    /// Records read from the events topic after the highest SENT offsets.
+    /// Committed records read from both topics.
     pub read: usize,
-    /// PENDING events found there, now SENT.
+    /// PENDING events of ours found on the events topic, now SENT.
     pub sent: u64,
-    /// PENDING events found on the dead-letter topic, now DEAD.
+    /// PENDING events of ours found on the dead-letter topic, now DEAD.
     pub dead: u64,
+    /// Records of other stores or deployments (or no event at all), skipped.
+    pub others: usize,
 }
 
-/// `init_transactions`, then [`recover`]. The caller holds the lease (checked right before
-/// and again right after, so a holder frozen before this call cannot go on past it).
+/// The deployment's `transactional.id`, `init_transactions`, then [`recover`]. The caller
+/// holds the lease (checked right before and again right after, so a holder frozen before
+/// this call cannot go on past it).
 pub async fn prepare(
     store: &Store,
-    producer: &EventProducer,
+    producer: &mut EventProducer,
     clock: &dyn Clock,
     k: &KafkaSettings,
     bootstrap: &str,
     cfg: &DispatchConfig,
 ) -> Result<Recovered, DispatchError> {
+    use_deployment_id(store, producer, clock, k).await?;
     producer.init_transactions(cfg.txn_timeout).await?;
     recover(store, clock, k, bootstrap, cfg).await
 }
 
-/// Writes SENT (DEAD) for the PENDING events a committed transaction already delivered to the
-/// events (dead-letter) topic. Run after `init_transactions` and before the first round.
+/// Rebuilds `producer` with the deployment's recorded `transactional.id` (recording the
+/// default at the first exactly-once start); a configured id that differs is refused.
+pub async fn use_deployment_id(
+    store: &Store,
+    producer: &mut EventProducer,
+    clock: &dyn Clock,
+    k: &KafkaSettings,
+) -> Result<(), DispatchError> {
+    let id = store
+        .claim_transactional_id(&k.transactional_id, &k.default_transactional_id(), clock.now())
+        .await??;
+    producer.use_transactional_id(&id)?;
+    Ok(())
+}
+
+/// Writes SENT (DEAD) for the PENDING events of ours a committed transaction already
+/// delivered to the events (dead-letter) topic, then records both topics' ends as their scan
+/// floors. Run after `init_transactions` and before the first round.
 pub async fn recover(
     store: &Store,
     clock: &dyn Clock,
@@ -64,35 +99,108 @@ pub async fn recover(
     bootstrap: &str,
     cfg: &DispatchConfig,
 ) -> Result<Recovered, DispatchError> {
-    let sent_after = store.last_offsets(EventState::Sent).await?;
-    let dead_after = store.last_offsets(EventState::Dead).await?;
-    let (k1, k2, b1, b2) = (
-        k.clone(),
-        k.clone(),
-        bootstrap.to_string(),
-        bootstrap.to_string(),
-    );
-    let (topic, dlq, limit) = (cfg.topic.clone(), cfg.dlq_topic.clone(), cfg.txn_timeout);
-    let found = blocking(move || committed_after(&k1, &b1, &topic, &sent_after, limit)).await?;
-    let found_dead = blocking(move || committed_after(&k2, &b2, &dlq, &dead_after, limit)).await?;
+    let mut out = Recovered::default();
+    for (topic, state) in [(&cfg.topic, EventState::Sent), (&cfg.dlq_topic, EventState::Dead)] {
+        let floors = store.scan_floors(topic).await?;
+        let recorded = store.last_offsets(topic, state).await?;
+        let (k, b, t, limit) = (k.clone(), bootstrap.to_string(), topic.clone(), cfg.txn_timeout);
+        let read = blocking(move || scan(&k, &b, &t, &floors, &recorded, limit)).await?;
+        for p in &read.recreated {
+            store.retire_offsets(topic, *p, state, clock.now()).await?;
+        }
+        let (written, others, known) = write_found(store, clock, topic, state, &read).await?;
+        telemetry::ScanRecovered {
+            topic,
+            read: read.found.len(),
+            recovered: written,
+            already_recorded: known,
+            others,
+            recreated: &read.recreated,
+        }
+        .emit();
+        store.record_scan_floors(topic, &read.ends, clock.now()).await?;
+        out.read += read.found.len();
+        out.others += others;
+        match state {
+            EventState::Dead => out.dead = written,
+            _ => out.sent = written,
+        }
+    }
+    Ok(out)
+}
+
+/// Matches what a scan read against the store: records of ours whose event is PENDING are
+/// written as `state` at their offsets. Returns (written, others, already recorded).
+async fn write_found(
+    store: &Store,
+    clock: &dyn Clock,
+    topic: &str,
+    state: EventState,
+    read: &Scan,
+) -> Result<(u64, usize, usize), DispatchError> {
+    let ids: Vec<i64> = read.found.iter().filter_map(|f| f.identity.event_id).collect();
+    let rows: HashMap<i64, _> = store
+        .event_identities(&ids)
+        .await?
+        .into_iter()
+        .map(|r| (r.event_id, r))
+        .collect();
+    let (mut acked, mut others, mut known) = (Vec::new(), 0, 0);
+    let mut taken = std::collections::HashSet::new();
     let now = clock.now();
-    let as_acked = |f: &[Found]| -> Vec<Acked> {
-        f.iter()
-            .map(|f| Acked {
-                event_id: f.event_id,
-                partition: f.partition,
-                offset: f.offset,
-                at: now,
-            })
-            .collect()
+    for f in &read.found {
+        match ours(&f.identity, &rows) {
+            None => others += 1,
+            // The first committed copy is the one written; a later copy is a duplicate.
+            Some(EventState::Pending) if taken.insert(f.identity.event_id) => {
+                acked.push(as_acked(f, now))
+            }
+            Some(_) => known += 1,
+        }
+    }
+    let written = match state {
+        EventState::Dead => store.mark_events_dead(&acked, topic).await?,
+        _ => store.mark_events_sent(&acked, topic).await?,
     };
-    let sent = store.mark_events_sent(&as_acked(&found)).await?;
-    let dead = store.mark_events_dead(&as_acked(&found_dead)).await?;
-    Ok(Recovered {
-        read: found.len(),
-        sent,
-        dead,
-    })
+    Ok((written, others, known))
+}
+
+/// The state of the event of ours `identity` names, if it names one.
+fn ours(
+    identity: &RecordIdentity,
+    rows: &HashMap<i64, crate::store::event_scan::EventIdentity>,
+) -> Option<EventState> {
+    let row = rows.get(&identity.event_id?)?;
+    identity
+        .is(row.event_id, row.ce_id.as_deref())
+        .then_some(row.state)
+}
+
+fn as_acked(f: &Found, at: chrono::DateTime<chrono::Utc>) -> Acked {
+    Acked {
+        event_id: f.identity.event_id.unwrap_or_default(),
+        partition: f.partition,
+        offset: f.offset,
+        at,
+    }
+}
+
+/// Records both topics' ends as their scan floors. Call only between transactions, with
+/// every committed one's outcome written (the dispatcher's state holds nothing unwritten).
+pub async fn record_floors(
+    store: &Store,
+    producer: &EventProducer,
+    clock: &dyn Clock,
+    cfg: &DispatchConfig,
+) -> Result<(), DispatchError> {
+    for topic in [&cfg.topic, &cfg.dlq_topic] {
+        let ends = producer
+            .partition_ends(topic, cfg.txn_timeout)
+            .await
+            .map_err(|e| DispatchError::Recover(format!("{topic}: partition ends: {e}")))?;
+        store.record_scan_floors(topic, &ends, clock.now()).await?;
+    }
+    Ok(())
 }
 
 async fn blocking<T: Send + 'static>(
@@ -158,13 +266,9 @@ pub async fn send_txn_round(
         report.stages[1] = t0.elapsed() - report.stages[0];
         return Ok((report, out));
     }
-    if let Err(e) = producer.commit_transaction(cfg.txn_timeout).await {
-        if e.is_fatal() {
-            return Err(e.into());
-        }
-        // Nothing of it is visible; the whole batch goes again.
-        tracing::warn!(error = %e, "kafka transaction commit failed; aborting the round");
-        abort(producer, cfg).await?;
+    if let Err(e) = commit(store, producer, cfg).await? {
+        // Aborted: nothing of it is visible; the whole batch goes again.
+        tracing::warn!(error = %e, "kafka transaction commit failed; the round was aborted");
         report.failures = vec![(0, e.to_string())];
         report.failed = live.len() + exhausted.len();
         return Ok((report, out));
@@ -175,6 +279,40 @@ pub async fn send_txn_round(
     collect_dead_letter_results(&exhausted, dlq_results, now, cfg, &mut report, &mut out);
     report.stages[1] = t0.elapsed() - report.stages[0];
     Ok((report, out))
+}
+
+/// Commits the open transaction, the lease confirmed through the fenced store right before
+/// each call: Ok(Ok) committed; Ok(Err) failed and aborted (nothing visible). A commit whose
+/// outcome is unknown (timed out: librdkafka keeps it running) is called again, as librdkafka
+/// documents, never aborted and re-sent (which, if it then landed, would put the batch in the
+/// log twice); still unknown after [`COMMIT_TRIES`], or fatal: Err, and the dispatcher gives
+/// the producer up (the next one's `init_transactions` settles it, its recovery reads it).
+async fn commit(
+    store: &Store,
+    producer: &EventProducer,
+    cfg: &DispatchConfig,
+) -> Result<Result<(), ProducerError>, DispatchError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        store.confirm_fence().await?;
+        let e = match producer.commit_transaction(cfg.txn_timeout).await {
+            Ok(()) => return Ok(Ok(())),
+            Err(e) => e,
+        };
+        if e.is_fatal() {
+            return Err(e.into());
+        }
+        if e.is_retriable() && !e.requires_abort() {
+            if attempt >= COMMIT_TRIES {
+                return Err(DispatchError::CommitUnresolved(e.to_string()));
+            }
+            telemetry::commit_retried(attempt, &e);
+            continue;
+        }
+        abort(producer, cfg).await?;
+        return Ok(Err(e));
+    }
 }
 
 /// Aborts the open transaction; a fatal error (fenced) is returned, any other is logged

@@ -1,6 +1,6 @@
 //! Reading our own topics back: a `read_committed` consumer with `[kafka]`'s connection and
-//! security settings that assigns its partitions itself (no group commits), and the event id a
-//! record carries in `ce_id`. The exactly-once start-up recovery (`recover`) and
+//! security settings that assigns its partitions itself (no group commits), and the identity a
+//! record carries (`ce_id`, `ce_msgxevent`). The exactly-once start-up recovery (`recover`) and
 //! `verify --kafka` read with it.
 
 use rdkafka::consumer::BaseConsumer;
@@ -51,12 +51,73 @@ pub fn read_committed(
     Ok(c.create_with_context(TracingContext)?)
 }
 
-/// The event id a record of ours carries in its `ce_id` header.
-pub fn ce_id(m: &BorrowedMessage<'_>) -> Option<i64> {
-    m.headers()?
-        .iter()
-        .find(|h| h.key == "ce_id")
-        .and_then(|h| h.value)
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| v.parse().ok())
+/// What a record says of its event: `ce_id` and the `ce_msgxevent` event id (either absent
+/// on a record that is not an event of this service).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecordIdentity {
+    /// The `ce_id` header.
+    pub ce_id: Option<String>,
+    /// The `ce_msgxevent` header, as a number.
+    pub event_id: Option<i64>,
+}
+
+impl RecordIdentity {
+    /// Read from a record's headers.
+    pub fn of(m: &BorrowedMessage<'_>) -> Self {
+        let header = |name: &str| {
+            m.headers()?
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .map(str::to_string)
+        };
+        Self {
+            ce_id: header("ce_id"),
+            event_id: header(crate::dispatch::cloudevents::EVENT_HEADER)
+                .and_then(|v| v.parse().ok()),
+        }
+    }
+
+    /// True when this record is `event_id` of ours with `ce_id` (the event's UUID; NULL on
+    /// an event an older release sent with its number as `ce_id`).
+    pub fn is(&self, event_id: i64, ce_id: Option<&str>) -> bool {
+        match ce_id {
+            Some(uuid) => {
+                self.event_id == Some(event_id)
+                    && self
+                        .ce_id
+                        .as_deref()
+                        .is_some_and(|c| c.eq_ignore_ascii_case(uuid))
+            }
+            None => self.ce_id.as_deref() == Some(event_id.to_string().as_str()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_ours_only_with_both_the_uuid_and_the_event_id() {
+        let uuid = "0192a7b0-7c1e-4f6a-9d2b-3e4f5a6b7c8d";
+        let r = RecordIdentity {
+            ce_id: Some(uuid.into()),
+            event_id: Some(7),
+        };
+        assert!(r.is(7, Some(uuid)));
+        assert!(!r.is(8, Some(uuid)), "another event of ours");
+        assert!(
+            !r.is(7, Some("0192a7b0-7c1e-4f6a-9d2b-000000000000")),
+            "event 7 of another store"
+        );
+        let legacy = RecordIdentity {
+            ce_id: Some("7".into()),
+            event_id: None,
+        };
+        assert!(legacy.is(7, None), "an older release's record of a row without a uuid");
+        assert!(!legacy.is(7, Some(uuid)));
+        assert!(!RecordIdentity::default().is(7, None));
+    }
 }

@@ -59,6 +59,30 @@ impl ProducerError {
     }
 }
 
+impl ProducerError {
+    /// A transaction call whose outcome is not known yet (a commit that timed out): librdkafka
+    /// keeps it running, and the same call may be made again to learn how it ended.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ProducerError::Transaction { source, .. } => {
+                txn_error(source).is_some_and(|e| e.is_retriable())
+            }
+            _ => false,
+        }
+    }
+
+    /// A transaction call that failed so that the transaction must be aborted (nothing of it
+    /// becomes visible).
+    pub fn requires_abort(&self) -> bool {
+        match self {
+            ProducerError::Transaction { source, .. } => {
+                txn_error(source).is_some_and(|e| e.txn_requires_abort())
+            }
+            _ => false,
+        }
+    }
+}
+
 fn txn_error(e: &KafkaError) -> Option<&rdkafka::error::RDKafkaError> {
     match e {
         KafkaError::Transaction(t) => Some(t),
@@ -213,6 +237,45 @@ impl EventProducer {
     /// True when built with a `transactional.id` (`exactly-once`).
     pub fn transactional(&self) -> bool {
         self.config.get("transactional.id").is_some()
+    }
+
+    /// The `transactional.id` it was built with.
+    pub fn transactional_id(&self) -> Option<&str> {
+        self.config.get("transactional.id")
+    }
+
+    /// Rebuilds it with another `transactional.id` (the one recorded for the deployment),
+    /// before `init_transactions`.
+    pub fn use_transactional_id(&mut self, id: &str) -> Result<(), ProducerError> {
+        if self.transactional_id() == Some(id) {
+            return Ok(());
+        }
+        self.config.set("transactional.id", id);
+        self.recreate()
+    }
+
+    /// Each partition's end (high watermark) of `topic`, from the broker: the scan floors
+    /// recorded between transactions. Runs off the async thread (librdkafka blocks).
+    pub async fn partition_ends(
+        &self,
+        topic: &str,
+        timeout: Duration,
+    ) -> Result<Vec<(i32, i64)>, KafkaError> {
+        let (p, topic) = (self.inner.clone(), topic.to_string());
+        let joined = tokio::task::spawn_blocking(move || {
+            let client = p.client();
+            let md = client.fetch_metadata(Some(&topic), timeout)?;
+            let ids: Vec<i32> = md
+                .topics()
+                .iter()
+                .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                .collect();
+            ids.into_iter()
+                .map(|id| Ok((id, client.fetch_watermarks(&topic, id, timeout)?.1)))
+                .collect()
+        })
+        .await;
+        joined.unwrap_or(Err(KafkaError::Canceled))
     }
 
     /// `init_transactions`: fences every earlier producer with the same `transactional.id`

@@ -4,7 +4,8 @@
 //!
 //! Run after `init_transactions`: that call aborts the previous holder's open transaction, so
 //! the partitions' last stable offsets have caught up with their ends and nothing still open
-//! can commit later.
+//! can commit later. Where each partition's read starts is the caller's durable cursor (the
+//! scan floor and the highest offset written SENT): never the partition's beginning.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -13,19 +14,32 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::consumer::{ce_id, read_committed, ConsumerError};
+use super::consumer::{read_committed, ConsumerError, RecordIdentity};
 use super::context::TracingContext;
 use crate::settings::KafkaSettings;
 
-/// One committed record of ours (its `ce_id` header) and where it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One committed record read, whoever wrote it, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
-    /// The event id (`ce_id`).
-    pub event_id: i64,
+    /// What it says of its event.
+    pub identity: RecordIdentity,
     /// Partition.
     pub partition: i32,
     /// Offset.
     pub offset: i64,
+}
+
+/// What one scan of a topic read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Every committed record read.
+    pub found: Vec<Found>,
+    /// Each partition's end when the scan began: the floors to record once what was found is
+    /// written.
+    pub ends: Vec<(i32, i64)>,
+    /// Partitions whose end lay below where the scan was to start: the topic was recreated or
+    /// truncated, so they were read from their first offset.
+    pub recreated: Vec<i32>,
 }
 
 /// Why the topic could not be read to its end.
@@ -45,17 +59,39 @@ pub enum RecoverError {
         /// The limit.
         limit: Duration,
     },
+    /// Records the scan must read are gone (retention deleted them first): events of ours
+    /// committed there cannot be told from undelivered ones, so delivery stops here.
+    #[error(
+        "kafka recovery: {topic} partition {partition} starts at offset {log_start}, but \
+         records from offset {from} had to be read (retention deleted them first): events \
+         committed there cannot be told from undelivered ones, so delivery stops; to re-send \
+         them (consumers drop duplicates by ce_id) set that partition's floor to {log_start} \
+         (docs/operations.md, \"How a start knows what Kafka holds\")"
+    )]
+    Gap {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// Where the scan had to start.
+        from: i64,
+        /// The partition's first offset now.
+        log_start: i64,
+    },
 }
 
-/// Every record of `topic` after `after` (partition → last offset the store knows; absent:
-/// from the start) up to the end, read committed. Blocking: run off the async thread.
-pub fn committed_after(
+/// Every committed record of `topic` from each partition's start to its end. A partition's
+/// start is the higher of `floors` and one past `recorded` (the highest offset written SENT or
+/// DEAD); with neither, nothing of ours can be there and it is not read. Blocking: run off the
+/// async thread.
+pub fn scan(
     k: &KafkaSettings,
     bootstrap: &str,
     topic: &str,
-    after: &HashMap<i32, i64>,
+    floors: &HashMap<i32, i64>,
+    recorded: &HashMap<i32, i64>,
     limit: Duration,
-) -> Result<Vec<Found>, RecoverError> {
+) -> Result<Scan, RecoverError> {
     let c = read_committed(k, bootstrap, "recovery")?;
     let md = c.fetch_metadata(Some(topic), limit)?;
     let partitions: Vec<i32> = md
@@ -63,24 +99,42 @@ pub fn committed_after(
         .iter()
         .flat_map(|t| t.partitions().iter().map(|p| p.id()))
         .collect();
+    let mut out = Scan::default();
     let mut tpl = TopicPartitionList::new();
     let mut ends: HashMap<i32, i64> = HashMap::new();
     for p in partitions {
-        let (_, high) = c.fetch_watermarks(topic, p, limit)?;
-        let start = after.get(&p).map_or(0, |o| o + 1);
-        if start < high {
-            let from = after
-                .get(&p)
-                .map_or(Offset::Beginning, |o| Offset::Offset(o + 1));
-            tpl.add_partition_offset(topic, p, from)?;
+        let (low, high) = c.fetch_watermarks(topic, p, limit)?;
+        out.ends.push((p, high));
+        let start = [floors.get(&p).copied(), recorded.get(&p).map(|o| o + 1)]
+            .into_iter()
+            .flatten()
+            .max();
+        let from = match start {
+            None => continue,
+            Some(s) if s > high => {
+                out.recreated.push(p);
+                low
+            }
+            Some(s) if s < low => {
+                return Err(RecoverError::Gap {
+                    topic: topic.to_string(),
+                    partition: p,
+                    from: s,
+                    log_start: low,
+                })
+            }
+            Some(s) => s,
+        };
+        if from < high {
+            tpl.add_partition_offset(topic, p, Offset::Offset(from))?;
             ends.insert(p, high);
         }
     }
-    if ends.is_empty() {
-        return Ok(Vec::new());
+    if !ends.is_empty() {
+        c.assign(&tpl)?;
+        out.found = read_to_ends(&c, topic, ends, limit)?;
     }
-    c.assign(&tpl)?;
-    read_to_ends(&c, topic, ends, limit)
+    Ok(out)
 }
 
 /// Polls until every partition in `ends` reported its end at or past its high watermark.
@@ -100,15 +154,11 @@ fn read_to_ends(
             });
         }
         match c.poll(Duration::from_millis(100)) {
-            Some(Ok(m)) => {
-                if let Some(event_id) = ce_id(&m) {
-                    out.push(Found {
-                        event_id,
-                        partition: m.partition(),
-                        offset: m.offset(),
-                    });
-                }
-            }
+            Some(Ok(m)) => out.push(Found {
+                identity: RecordIdentity::of(&m),
+                partition: m.partition(),
+                offset: m.offset(),
+            }),
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 // read_committed: the end is the last stable offset; after init_transactions
                 // nothing of ours is open, so it reaches the high watermark.

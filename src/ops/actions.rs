@@ -537,7 +537,7 @@ impl Ops {
     ) -> Result<RequeueReport, OpsError> {
         let r = self
             .store
-            .requeue_dead_events(&req.event_ids, req.checked()?, now)
+            .requeue_dead_events(&req.event_ids, req.checked()?, &self.dlq_topic, now)
             .await?;
         Ok(RequeueReport {
             audit_id: r.audit_id,

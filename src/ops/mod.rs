@@ -93,6 +93,9 @@ pub struct Ops {
     pub inbox: Inbox,
     /// Window of the processing rate behind the drain estimate (`processing.drain_rate_window`).
     pub drain_window: Duration,
+    /// `kafka.dlq_topic`: where a requeued event's dead-letter copy lies when an older release
+    /// recorded it without its topic.
+    pub dlq_topic: String,
 }
 
 impl Ops {
@@ -102,6 +105,7 @@ impl Ops {
             store,
             inbox,
             drain_window: settings.processing.drain_rate_window,
+            dlq_topic: settings.kafka.dlq_topic.clone(),
         }
     }
 }

@@ -119,12 +119,21 @@ impl KafkaSettings {
         self.delivery == Delivery::ExactlyOnce
     }
 
-    /// The producer's `transactional.id`: the configured one, else `<client_id>.<topic>`.
+    /// The producer's `transactional.id` before the store is asked: the configured one, else
+    /// [`Self::default_transactional_id`]. The exactly-once start then uses the one recorded
+    /// for the deployment (`dispatch::txn::use_deployment_id`).
     pub fn transactional_id(&self) -> String {
         match self.transactional_id.trim() {
-            "" => format!("{}.{}", self.client_id.trim(), self.topic),
+            "" => self.default_transactional_id(),
             id => id.to_string(),
         }
+    }
+
+    /// `<client_id>.<topic>`: recorded as the deployment's id at its first exactly-once start
+    /// when `transactional_id` is not set; every later holder uses the recorded one, whatever
+    /// its own `client_id`.
+    pub fn default_transactional_id(&self) -> String {
+        format!("{}.{}", self.client_id.trim(), self.topic)
     }
 
     /// `extra` as key/value pairs.
@@ -346,6 +355,22 @@ const GUARANTEE_KEYS: &[(&str, &str)] = &[
     ("metadata.broker.list", "use kafka.brokers"),
     ("message.timeout.ms", "use kafka.delivery_timeout"),
     ("delivery.timeout.ms", "use kafka.delivery_timeout"),
+    // The exactly-once recovery and `verify --kafka` read our topics back: what they read
+    // must be what committed, from where they say, with nothing committed to a group.
+    (
+        "isolation.level",
+        "the recovery and verify --kafka read only committed records (read_committed)",
+    ),
+    (
+        "enable.auto.commit",
+        "the recovery consumer assigns its partitions and commits nothing",
+    ),
+    (
+        "auto.offset.reset",
+        "the recovery reads from the offsets it chose",
+    ),
+    ("enable.partition.eof", "the recovery stops at each partition's end"),
+    ("group.id", "the recovery consumer's group is named by the service"),
 ];
 
 /// Why `k` may not be set through `kafka.extra`, if it may not.
@@ -472,6 +497,10 @@ mod tests {
             "request.required.acks=1",
             "max.in.flight.requests.per.connection=100",
             "partitioner=random",
+            "isolation.level=read_uncommitted",
+            "enable.auto.commit=true",
+            "group.id=mine",
+            "auto.offset.reset=latest",
         ] {
             let mut k = base();
             k.extra = bad.into();

@@ -194,7 +194,17 @@ pub fn redact_url(url: &(impl UrlText + ?Sized)) -> String {
 /// by name.
 pub(super) fn is_secret_key(k: &str) -> bool {
     let k = k.to_ascii_lowercase();
-    k.contains("password") || k.contains("secret")
+    // librdkafka's secret-bearing properties: passwords and secrets by name, inline PEM keys
+    // (`ssl.key.pem`, `ssl.keystore…`), and the SASL configs that carry credentials inline
+    // (`sasl.oauthbearer.config`, `sasl.jaas.config`, `sasl.kerberos.keytab` is a path).
+    k.contains("password")
+        || k.contains("secret")
+        || k.contains("token")
+        || k.ends_with(".pem")
+        || k.contains("keystore")
+        || k == "sasl.oauthbearer.config"
+        || k == "sasl.jaas.config"
+        || k.contains("credential")
 }
 
 /// One `key=value` pair with a secret value replaced.
@@ -219,6 +229,30 @@ pub fn redact_extra(extra: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_secret_bearing_kafka_property_is_redacted() {
+        for key in [
+            "ssl.key.password",
+            "sasl.password",
+            "ssl.key.pem",
+            "ssl.keystore.location",
+            "ssl.keystore.password",
+            "sasl.oauthbearer.config",
+            "sasl.oauthbearer.client.secret",
+            "sasl.jaas.config",
+            "sasl.oauthbearer.token.endpoint.url.credentials",
+        ] {
+            let line = redact_extra(&format!("socket.keepalive.enable=true; {key}=hush"));
+            assert!(!line.contains("hush"), "{key}: {line}");
+            assert!(line.contains(&format!("{key}=***")), "{key}: {line}");
+        }
+        assert_eq!(
+            redact_extra("ssl.ca.location=/etc/ca.pem"),
+            "ssl.ca.location=/etc/ca.pem",
+            "a path to a public CA is no secret"
+        );
+    }
 
     #[test]
     fn a_secret_prints_only_redacted() {

@@ -9,8 +9,11 @@ use crate::rows::EventState;
 /// A PENDING event the dispatcher may send now.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct PendingEvent {
-    /// Delivery order and the CloudEvents id.
+    /// Delivery order; travels in the `ce_msgxevent` header.
     pub event_id: i64,
+    /// The CloudEvents `ce_id`: a UUID made with the row (migration 0018), unique across
+    /// stores and deployments, so no other store's event is ever taken for this one.
+    pub ce_id: String,
     /// The inbox message that raised it.
     pub msg_id: i64,
     /// Kafka key: the flight identity (or `SCHD:<date>`).
@@ -108,7 +111,7 @@ impl Store {
         let mut after = i64::MIN;
         loop {
             let rows = sqlx::query_as::<_, PendingEvent>(
-                "SELECT e.event_id, e.msg_id, e.flight_key, e.event_type, \
+                "SELECT e.event_id, e.ce_id::text AS ce_id, e.msg_id, e.flight_key, e.event_type, \
                         e.payload::text AS payload, e.attempts, e.created_at, e.last_error \
                  FROM msg_event e \
                  WHERE e.state = 'PENDING' AND e.event_id > $2 \
@@ -144,29 +147,11 @@ impl Store {
         }
     }
 
-    /// Marks acknowledged events SENT with where they landed, in one statement. Only PENDING
-    /// rows change (a re-sent duplicate's second ack changes nothing).
-    pub async fn mark_events_sent(&self, acked: &[Acked]) -> Result<u64, StoreError> {
-        self.mark_acked(acked, EventState::Sent, "sent_at").await
-    }
-
-    /// Per partition, the highest offset recorded for events in `state` (SENT: the events
-    /// topic; DEAD: the dead-letter topic): where the exactly-once recovery starts reading.
-    /// One scan of `msg_event` at the dispatcher's start (outcome writes are in order, one
-    /// statement each, so nothing below these offsets is unknown to the store).
-    pub async fn last_offsets(
-        &self,
-        state: EventState,
-    ) -> Result<std::collections::HashMap<i32, i64>, StoreError> {
-        let rows = sqlx::query_as::<_, (i32, i64)>(
-            "SELECT kafka_partition, max(kafka_offset) FROM msg_event \
-             WHERE state = $1 AND kafka_partition IS NOT NULL AND kafka_offset IS NOT NULL \
-             GROUP BY kafka_partition",
-        )
-        .bind(state)
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows.into_iter().collect())
+    /// Marks acknowledged events SENT with where they landed on `topic`, in one statement.
+    /// Only PENDING rows change (a re-sent duplicate's second ack changes nothing).
+    pub async fn mark_events_sent(&self, acked: &[Acked], topic: &str) -> Result<u64, StoreError> {
+        self.mark_acked(acked, topic, EventState::Sent, "sent_at")
+            .await
     }
 
     /// Records failed sends: one more attempt, the error, and when to retry.
@@ -192,9 +177,14 @@ impl Store {
     }
 
     /// Marks events DEAD once their dead-letter copy was acknowledged (`acked` is where the
-    /// copy landed on the DLQ topic).
-    pub async fn mark_events_dead(&self, acked: &[Acked]) -> Result<u64, StoreError> {
-        self.mark_acked(acked, EventState::Dead, "dead_at").await
+    /// copy landed on the dead-letter topic `dlq_topic`).
+    pub async fn mark_events_dead(
+        &self,
+        acked: &[Acked],
+        dlq_topic: &str,
+    ) -> Result<u64, StoreError> {
+        self.mark_acked(acked, dlq_topic, EventState::Dead, "dead_at")
+            .await
     }
 
     /// PENDING → `state` with the ack's partition/offset and `at` in `time_column`, one
@@ -203,6 +193,7 @@ impl Store {
     async fn mark_acked(
         &self,
         acked: &[Acked],
+        topic: &str,
         state: EventState,
         time_column: &'static str,
     ) -> Result<u64, StoreError> {
@@ -215,7 +206,7 @@ impl Store {
         let at: Vec<DateTime<Utc>> = acked.iter().map(|a| a.at).collect();
         let sql = format!(
             "UPDATE msg_event e SET state = $5, {time_column} = u.at, next_attempt_at = NULL, \
-                    kafka_partition = u.p, kafka_offset = u.o \
+                    kafka_topic = $6, kafka_partition = u.p, kafka_offset = u.o \
              FROM UNNEST($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[]) \
                   AS u(id, p, o, at) \
              WHERE e.event_id = u.id AND e.state = 'PENDING'"
@@ -226,6 +217,7 @@ impl Store {
             .bind(&offsets)
             .bind(&at)
             .bind(state)
+            .bind(topic)
             .execute(self.pool())
             .await?;
         Ok(done.rows_affected())
@@ -289,13 +281,19 @@ pub struct Requeued {
 
 impl Store {
     /// Operator action: DEAD events back to PENDING (attempts, retry time and dead time
-    /// cleared; the last error kept for the record), audited with who and why, in one
+    /// cleared; the last error and the `ce_id` kept), audited with who and why, in one
     /// transaction. The dispatcher sends them again; they arrive after later events of their
     /// key that went out while they were DEAD (docs/operations.md, "Watching delivery").
+    ///
+    /// The same transaction raises the dead-letter topic's scan floor past each event's
+    /// dead-letter copy (`legacy_dlq_topic` names the topic of a copy an older release
+    /// recorded without one), so no later exactly-once recovery finds that copy and takes the
+    /// requeue back.
     pub async fn requeue_dead_events(
         &self,
         event_ids: &[i64],
         audit: crate::store::replay::Audit<'_>,
+        legacy_dlq_topic: &str,
         now: DateTime<Utc>,
     ) -> Result<Requeued, crate::store::replay::AdminError> {
         use crate::store::replay::{insert_audit, validate_action, AuditRow};
@@ -309,9 +307,26 @@ impl Store {
         .bind(&ids)
         .fetch_all(&mut *tx)
         .await?;
+        sqlx::query(
+            "INSERT INTO dispatch_scan_floor (topic, kafka_partition, next_offset, recorded_at) \
+             SELECT COALESCE(kafka_topic, $2), kafka_partition, max(kafka_offset) + 1, $3 \
+             FROM msg_event WHERE event_id = ANY($1) AND state = 'DEAD' \
+               AND kafka_partition IS NOT NULL AND kafka_offset IS NOT NULL \
+             GROUP BY 1, 2 \
+             ON CONFLICT (topic, kafka_partition) DO UPDATE \
+                SET next_offset = GREATEST(dispatch_scan_floor.next_offset, \
+                                           EXCLUDED.next_offset), \
+                    recorded_at = EXCLUDED.recorded_at",
+        )
+        .bind(&ids)
+        .bind(legacy_dlq_topic)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
         let requeued: Vec<(i64, i64)> = sqlx::query_as(
             "UPDATE msg_event SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, \
-                    dead_at = NULL, kafka_partition = NULL, kafka_offset = NULL \
+                    dead_at = NULL, kafka_topic = NULL, kafka_partition = NULL, \
+                    kafka_offset = NULL, ce_id = COALESCE(ce_id, gen_random_uuid()) \
              WHERE event_id = ANY($1) AND state = 'DEAD' RETURNING event_id, msg_id",
         )
         .bind(&ids)

@@ -8,6 +8,7 @@ mod business;
 mod cursor;
 mod cutover;
 mod enqueue;
+pub mod event_scan;
 pub mod events;
 mod fresh;
 mod group;

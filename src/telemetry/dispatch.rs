@@ -24,6 +24,13 @@ pub const DISPATCH_COMMIT_TO_ACK_SECONDS: &str = "msgx_dispatch_commit_to_ack_se
 pub const DISPATCH_PRODUCER_RECREATED_TOTAL: &str = "msgx_dispatch_producer_recreated_total";
 /// Rounds that failed on the store (events stay PENDING).
 pub const DISPATCH_ROUND_ERRORS_TOTAL: &str = "msgx_dispatch_round_errors_total";
+/// Records the exactly-once recovery read back, by what they were.
+pub const DISPATCH_RECOVERED_TOTAL: &str = "msgx_dispatch_recovered_total";
+/// Kafka transaction commits whose outcome was unknown (timed out) and were called again.
+pub const DISPATCH_COMMIT_RETRIES_TOTAL: &str = "msgx_dispatch_commit_retries_total";
+
+/// The `outcome` values of [`DISPATCH_RECOVERED_TOTAL`].
+const RECOVERED_OUTCOMES: &[&str] = &["recovered", "already_recorded", "others"];
 
 /// Buckets for the two latency histograms (the aim is p99 ≤ 50 ms).
 pub(super) fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
@@ -84,7 +91,74 @@ pub(super) fn defs() -> Vec<Def> {
             "rounds",
             "Dispatch rounds that failed (events stay PENDING)",
         ),
+        Def::counter(
+            DISPATCH_RECOVERED_TOTAL,
+            "records",
+            "exactly-once start: committed records read back from the events and dead-letter \
+             topics: recovered (ours, PENDING, now SENT/DEAD), already_recorded (ours, known), \
+             others (another store's or deployment's, skipped)",
+        )
+        .label("outcome", RECOVERED_OUTCOMES),
+        Def::counter(
+            DISPATCH_COMMIT_RETRIES_TOTAL,
+            "commits",
+            "exactly-once: transaction commits whose outcome was unknown (timed out), called again",
+        ),
     ]
+}
+
+/// What the exactly-once start read back from one topic.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanRecovered<'a> {
+    /// The topic read.
+    pub topic: &'a str,
+    /// Committed records read.
+    pub read: usize,
+    /// Ours and PENDING: now SENT (DEAD on the dead-letter topic).
+    pub recovered: u64,
+    /// Ours and already recorded (the recorded copy, or a re-sent duplicate).
+    pub already_recorded: usize,
+    /// Not ours: another store's or deployment's events, or no event at all.
+    pub others: usize,
+    /// Partitions found recreated or truncated (read from their first offset).
+    pub recreated: &'a [i32],
+}
+
+impl ScanRecovered<'_> {
+    /// The counter by outcome and the log line.
+    pub fn emit(&self) {
+        let _whole = super::whole::event();
+        let by = [
+            ("recovered", self.recovered),
+            ("already_recorded", self.already_recorded as u64),
+            ("others", self.others as u64),
+        ];
+        for (outcome, n) in by {
+            counter!(DISPATCH_RECOVERED_TOTAL, "outcome" => outcome).increment(n);
+        }
+        if !self.recreated.is_empty() {
+            tracing::warn!(
+                topic = self.topic,
+                partitions = ?self.recreated,
+                "exactly-once start: partitions end below the recorded floor (topic recreated or \
+                 truncated); read from their first offset"
+            );
+        }
+        tracing::info!(
+            topic = self.topic,
+            read = self.read,
+            recovered = self.recovered,
+            already_recorded = self.already_recorded,
+            others = self.others,
+            "exactly-once start: read back what committed transactions delivered"
+        );
+    }
+}
+
+/// A transaction commit's outcome was unknown (timed out): it is called again.
+pub fn commit_retried(attempt: u32, error: &dyn std::error::Error) {
+    counter!(DISPATCH_COMMIT_RETRIES_TOTAL).increment(1);
+    tracing::warn!(attempt, error = %error, "kafka transaction commit unresolved; committing again");
 }
 
 /// A dispatch round ended.

@@ -1,5 +1,7 @@
 //! Optional read-back (`verify --kafka`): every SENT event is at the partition/offset the
-//! store recorded, with its own id in `ce_id`. A merge of two ordered streams per partition —
+//! store recorded, and the record there is that event: its `ce_id` UUID and its
+//! `ce_msgxevent` number (an event an older release sent without a UUID: its number as
+//! `ce_id`), never another store's event with the same number. A merge of two ordered streams per partition —
 //! SENT events by offset (pages from PostgreSQL) and the partition read from the beginning —
 //! so memory stays bounded at any size. Reads with its own consumer, never the producer's path.
 
@@ -10,7 +12,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::{Finding, VerifyError};
-use crate::kafka::consumer::{ce_id, read_committed};
+use crate::kafka::consumer::{read_committed, RecordIdentity};
 use crate::settings::KafkaSettings;
 use crate::store::Store;
 
@@ -27,7 +29,8 @@ pub struct KafkaCheck {
     pub poll_timeout: Duration,
 }
 
-const RULE: &str = "every SENT event is in Kafka at its recorded partition/offset with its ce_id";
+const RULE: &str =
+    "every SENT event is in Kafka at its recorded partition/offset with its own ce_id (UUID)";
 
 pub(super) fn skipped() -> Finding {
     let mut f = Finding::new("kafka_readback", RULE);
@@ -63,32 +66,34 @@ pub(super) async fn run(
         consumer.assign(&tpl).map_err(kerr)?;
         let mut after = -1i64;
         // The last record read that lies beyond the event being looked for.
-        let mut ahead: Option<(i64, Option<i64>)> = None;
+        let mut ahead: Option<(i64, RecordIdentity)> = None;
         loop {
-            let rows: Vec<(i64, i64)> = sqlx::query_as(
-                "SELECT event_id, kafka_offset FROM msg_event \
+            let rows: Vec<(i64, Option<String>, i64)> = sqlx::query_as(
+                "SELECT event_id, ce_id::text, kafka_offset FROM msg_event \
                  WHERE state = 'SENT' AND kafka_partition = $1 AND kafka_offset > $2 \
+                   AND (kafka_topic = $4 OR kafka_topic IS NULL) \
                  ORDER BY kafka_offset LIMIT $3",
             )
             .bind(p)
             .bind(after)
             .bind(batch)
+            .bind(&k.topic)
             .fetch_all(store.pool())
             .await?;
             let Some(last) = rows.last() else { break };
-            after = last.1;
-            for (event_id, offset) in rows {
+            after = last.2;
+            for (event_id, uuid, offset) in rows {
                 f.checked += 1;
                 let found = loop {
-                    if let Some((o, id)) = ahead {
-                        if o >= offset {
-                            break (o == offset).then_some(id).flatten();
+                    if let Some((o, id)) = &ahead {
+                        if *o >= offset {
+                            break (*o == offset).then(|| id.clone());
                         }
                     }
                     let started = Instant::now();
                     let next = loop {
                         match consumer.poll(Duration::from_millis(200)) {
-                            Some(Ok(m)) => break Some((m.offset(), ce_id(&m))),
+                            Some(Ok(m)) => break Some((m.offset(), RecordIdentity::of(&m))),
                             // At the end for now: waited for up to the poll timeout.
                             Some(Err(KafkaError::PartitionEOF(_))) | None
                                 if started.elapsed() > k.poll_timeout =>
@@ -104,7 +109,7 @@ pub(super) async fn run(
                         None => break None,
                     }
                 };
-                if found != Some(event_id) {
+                if !found.is_some_and(|r| r.is(event_id, uuid.as_deref())) {
                     f.violation(event_id);
                 }
             }

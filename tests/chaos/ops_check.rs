@@ -362,8 +362,8 @@ async fn check_events(
         by_part.entry(r.partition).or_default().push(r);
     }
     for r in by_part.into_values().flatten() {
-        if seen.insert(r.ce_id()) {
-            topic.push((r.key.clone(), msg_of.get(&r.ce_id()).copied().unwrap_or(-1)));
+        if seen.insert(r.event_id()) {
+            topic.push((r.key.clone(), msg_of.get(&r.event_id()).copied().unwrap_or(-1)));
         }
     }
     let dups = kafka.iter().filter(|r| ours(&r.key)).count() - seen.len();
@@ -376,7 +376,7 @@ async fn check_events(
     if !unsent.is_empty() {
         model.violation(format!("events not SENT or never read back: {unsent:?}"));
     }
-    let all: HashSet<i64> = kafka.iter().map(Received::ce_id).collect();
+    let all: HashSet<i64> = kafka.iter().map(Received::event_id).collect();
     let lost: Vec<&i64> = model
         .requeued
         .iter()
@@ -411,7 +411,7 @@ async fn duplicate_copies(env: &TestEnv, kafka: &[Received]) -> String {
     let mut by_id: BTreeMap<i64, Vec<String>> = BTreeMap::new();
     for r in kafka.iter().filter(|r| ours(&r.key)) {
         by_id
-            .entry(r.ce_id())
+            .entry(r.event_id())
             .or_default()
             .push(format!("{}/{}", r.partition, r.offset));
     }

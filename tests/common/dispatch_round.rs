@@ -52,7 +52,7 @@ pub async fn round(
     let write = async {
         let t = Instant::now();
         let r = match &writing {
-            Some(u) => write_outcome(store, u).await,
+            Some(u) => write_outcome(store, u, cfg).await,
             None => Ok((0, 0)),
         };
         (r, t.elapsed())

@@ -413,7 +413,7 @@ pub fn assert_per_key_order(records: &[Received]) {
     let mut seen: HashSet<i64> = HashSet::new();
     let mut last: HashMap<&str, i64> = HashMap::new();
     for r in by_part.into_values().flatten() {
-        let id = r.ce_id();
+        let id = r.event_id();
         if !seen.insert(id) {
             continue;
         }

@@ -23,11 +23,19 @@ pub struct Received {
 }
 
 impl Received {
-    /// The CloudEvents id (our event id).
-    pub fn ce_id(&self) -> i64 {
-        self.headers["ce_id"]
-            .parse()
-            .expect("ce_id is the event id")
+    /// The event's number in its store (`ce_msgxevent`; a record of an older release, which
+    /// had no such header, carried it as `ce_id`).
+    pub fn event_id(&self) -> i64 {
+        let v = self
+            .headers
+            .get("ce_msgxevent")
+            .unwrap_or_else(|| &self.headers["ce_id"]);
+        v.parse().expect("ce_msgxevent is the event id")
+    }
+
+    /// The CloudEvents id (the event's UUID).
+    pub fn ce_id(&self) -> &str {
+        &self.headers["ce_id"]
     }
 }
 
@@ -97,5 +105,91 @@ pub fn inject_fatal_error(producer: &msgx_core::kafka::EventProducer, reason: &s
             rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
             reason.as_ptr(),
         );
+    }
+}
+
+/// librdkafka's mock cluster held by its raw handle, for what the rdkafka wrapper does not
+/// offer: the latency of chosen requests (`rd_kafka_mock_broker_push_request_error_rtts`),
+/// e.g. a transaction's `EndTxn` answered only after the commit call timed out.
+pub struct RawMock {
+    /// The client that owns the cluster (librdkafka ties the cluster to a handle).
+    _owner: rdkafka::producer::BaseProducer,
+    cluster: *mut rdkafka::bindings::rd_kafka_mock_cluster_t,
+}
+
+// SAFETY: librdkafka's mock cluster API is thread-safe (it posts to the cluster's own thread).
+unsafe impl Send for RawMock {}
+unsafe impl Sync for RawMock {}
+
+impl RawMock {
+    /// `brokers` brokers and these topics (name, partitions).
+    pub fn new(brokers: i32, topics: &[(&str, i32)]) -> Self {
+        let owner: rdkafka::producer::BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:1")
+            .create()
+            .expect("mock owner client");
+        // SAFETY: the owner's handle outlives the cluster (dropped after it, see Drop).
+        let cluster =
+            unsafe { rdkafka::bindings::rd_kafka_mock_cluster_new(rdkafka::producer::Producer::client(&owner).native_ptr(), brokers) };
+        assert!(!cluster.is_null(), "mock cluster");
+        let mock = Self {
+            _owner: owner,
+            cluster,
+        };
+        for (name, partitions) in topics {
+            let name = std::ffi::CString::new(*name).expect("topic name");
+            // SAFETY: a valid cluster; librdkafka copies the name.
+            let err = unsafe {
+                rdkafka::bindings::rd_kafka_mock_topic_create(
+                    mock.cluster,
+                    name.as_ptr(),
+                    *partitions,
+                    1,
+                )
+            };
+            assert_eq!(
+                err,
+                rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
+            );
+        }
+        mock
+    }
+
+    /// `host:port,…` of its brokers.
+    pub fn bootstrap(&self) -> String {
+        // SAFETY: a valid cluster; the string lives as long as it.
+        unsafe {
+            std::ffi::CStr::from_ptr(rdkafka::bindings::rd_kafka_mock_cluster_bootstraps(
+                self.cluster,
+            ))
+        }
+        .to_string_lossy()
+        .into_owned()
+    }
+
+    /// The next `n` requests `api` to `broker` succeed, each answered after `rtt`.
+    pub fn delay_next(&self, broker: i32, api: rdkafka::types::RDKafkaApiKey, n: usize, rtt: Duration) {
+        let rtt_ms = std::os::raw::c_int::try_from(rtt.as_millis()).expect("rtt in ms");
+        for _ in 0..n {
+            // SAFETY: a valid cluster; one (error, rtt) pair per count, as the C API reads them
+            // (error 0 = no error).
+            unsafe {
+                rdkafka::bindings::rd_kafka_mock_broker_push_request_error_rtts(
+                    self.cluster,
+                    broker,
+                    api as i16,
+                    1,
+                    0 as std::os::raw::c_int,
+                    rtt_ms,
+                );
+            }
+        }
+    }
+}
+
+impl Drop for RawMock {
+    fn drop(&mut self) {
+        // SAFETY: created by rd_kafka_mock_cluster_new and destroyed once, before its owner.
+        unsafe { rdkafka::bindings::rd_kafka_mock_cluster_destroy(self.cluster) };
     }
 }

@@ -228,6 +228,9 @@ impl TestEnv {
             // ignored once seeded). A test on a store it filled itself sets it to "".
             ("MSGX_KAFKA__BROKERS".into(), "embedded".into()),
             ("MSGX_PIPELINE__CUTOVER_WATERMARK".into(), "zero".into()),
+            // A run on a real broker names its deployment (the compiled default is refused
+            // there): one per env, as two sites sharing a topic would.
+            ("MSGX_KAFKA__CE_SOURCE".into(), format!("//{}.test/msgexchange", self.db)),
         ]
     }
 
@@ -304,6 +307,7 @@ impl TestEnv {
             store: self.store.clone(),
             inbox: self.inbox.clone(),
             drain_window: std::time::Duration::from_secs(300),
+            dlq_topic: self.base.kafka.dlq_topic.clone(),
         }
     }
 
