@@ -740,6 +740,19 @@ async fn defaults_fail_closed_without_brokers_or_a_cutover_choice() {
         "operator commands need no Kafka: {}",
         status.all()
     );
+    // A real broker needs a ce_source naming the deployment (issue 40): the compiled default
+    // would be shared by every deployment on the topic.
+    let mut default_source = vars.clone();
+    set_var(&mut default_source, "MSGX_KAFKA__BROKERS", "127.0.0.1:9");
+    set_var(&mut default_source, "MSGX_KAFKA__CE_SOURCE", "/msgexchange");
+    let mut svc = Instance::spawn(&default_source, "fail-closed-source", &[]);
+    let exit = svc.exited_within(Duration::from_secs(30)).await;
+    assert_eq!(exit.and_then(|e| e.code()), Some(2), "{}", svc.log());
+    assert!(
+        svc.log().contains("kafka.ce_source is the compiled default"),
+        "{}",
+        svc.log()
+    );
 
     set_var(&mut vars, "MSGX_PIPELINE__CUTOVER_WATERMARK", "");
     let mut svc = Instance::spawn(&vars, "fail-closed-cutover", &[]);
