@@ -749,7 +749,8 @@ async fn defaults_fail_closed_without_brokers_or_a_cutover_choice() {
     let exit = svc.exited_within(Duration::from_secs(30)).await;
     assert_eq!(exit.and_then(|e| e.code()), Some(2), "{}", svc.log());
     assert!(
-        svc.log().contains("kafka.ce_source is the compiled default"),
+        svc.log()
+            .contains("kafka.ce_source is the compiled default"),
         "{}",
         svc.log()
     );

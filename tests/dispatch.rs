@@ -322,7 +322,9 @@ async fn broker_errors_delay_events_but_lose_none() {
     );
     let first = rig.round().await;
     assert!(first.acked > 0, "retriable errors only delay: {first:?}");
-    flush(&rig.env.store, &mut rig.state).await.expect("flush");
+    flush(&rig.env.store, &mut rig.state, &rig.d.cfg)
+        .await
+        .expect("flush");
 
     // All brokers down: sends time out (delivery_timeout 3s) and back off.
     for b in 1..=3 {
@@ -332,7 +334,9 @@ async fn broker_errors_delay_events_but_lose_none() {
     assert_eq!(down.acked, 0, "{down:?}");
     assert!(down.failed > 0, "{down:?}");
     let env = &rig.env;
-    flush(&env.store, &mut rig.state).await.expect("flush");
+    flush(&env.store, &mut rig.state, &rig.d.cfg)
+        .await
+        .expect("flush");
     let backing_off: i64 = env
         .scalar_for(
             "SELECT count(*) FROM msg_event WHERE state = 'PENDING' AND next_attempt_at > $1",

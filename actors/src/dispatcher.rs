@@ -157,8 +157,7 @@ impl Dispatcher {
         let start = async move {
             let result = async {
                 if !initialized {
-                    txn::use_deployment_id(&store, &mut producer, clock.as_ref(), &kafka)
-                        .await?;
+                    txn::use_deployment_id(&store, &mut producer, clock.as_ref(), &kafka).await?;
                     confirm_lease(&lock).await?;
                     let init = producer.init_transactions(cfg.txn_timeout).await;
                     init.map_err(msgx_core::dispatch::DispatchError::from)?;

@@ -83,7 +83,11 @@ pub async fn use_deployment_id(
     k: &KafkaSettings,
 ) -> Result<(), DispatchError> {
     let id = store
-        .claim_transactional_id(&k.transactional_id, &k.default_transactional_id(), clock.now())
+        .claim_transactional_id(
+            &k.transactional_id,
+            &k.default_transactional_id(),
+            clock.now(),
+        )
         .await??;
     producer.use_transactional_id(&id)?;
     Ok(())
@@ -100,10 +104,18 @@ pub async fn recover(
     cfg: &DispatchConfig,
 ) -> Result<Recovered, DispatchError> {
     let mut out = Recovered::default();
-    for (topic, state) in [(&cfg.topic, EventState::Sent), (&cfg.dlq_topic, EventState::Dead)] {
+    for (topic, state) in [
+        (&cfg.topic, EventState::Sent),
+        (&cfg.dlq_topic, EventState::Dead),
+    ] {
         let floors = store.scan_floors(topic).await?;
         let recorded = store.last_offsets(topic, state).await?;
-        let (k, b, t, limit) = (k.clone(), bootstrap.to_string(), topic.clone(), cfg.txn_timeout);
+        let (k, b, t, limit) = (
+            k.clone(),
+            bootstrap.to_string(),
+            topic.clone(),
+            cfg.txn_timeout,
+        );
         let read = blocking(move || scan(&k, &b, &t, &floors, &recorded, limit)).await?;
         for p in &read.recreated {
             store.retire_offsets(topic, *p, state, clock.now()).await?;
@@ -118,7 +130,9 @@ pub async fn recover(
             recreated: &read.recreated,
         }
         .emit();
-        store.record_scan_floors(topic, &read.ends, clock.now()).await?;
+        store
+            .record_scan_floors(topic, &read.ends, clock.now())
+            .await?;
         out.read += read.found.len();
         out.others += others;
         match state {
@@ -138,7 +152,11 @@ async fn write_found(
     state: EventState,
     read: &Scan,
 ) -> Result<(u64, usize, usize), DispatchError> {
-    let ids: Vec<i64> = read.found.iter().filter_map(|f| f.identity.event_id).collect();
+    let ids: Vec<i64> = read
+        .found
+        .iter()
+        .filter_map(|f| f.identity.event_id)
+        .collect();
     let rows: HashMap<i64, _> = store
         .event_identities(&ids)
         .await?

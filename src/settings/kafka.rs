@@ -369,8 +369,14 @@ const GUARANTEE_KEYS: &[(&str, &str)] = &[
         "auto.offset.reset",
         "the recovery reads from the offsets it chose",
     ),
-    ("enable.partition.eof", "the recovery stops at each partition's end"),
-    ("group.id", "the recovery consumer's group is named by the service"),
+    (
+        "enable.partition.eof",
+        "the recovery stops at each partition's end",
+    ),
+    (
+        "group.id",
+        "the recovery consumer's group is named by the service",
+    ),
 ];
 
 /// Why `k` may not be set through `kafka.extra`, if it may not.

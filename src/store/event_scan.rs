@@ -212,7 +212,10 @@ mod tests {
 
     #[test]
     fn a_configured_id_must_be_the_recorded_one_and_empty_takes_it() {
-        assert_eq!(check_transactional_id("site.t", "").as_deref(), Ok("site.t"));
+        assert_eq!(
+            check_transactional_id("site.t", "").as_deref(),
+            Ok("site.t")
+        );
         assert_eq!(
             check_transactional_id("site.t", " site.t ").as_deref(),
             Ok("site.t")

@@ -1,7 +1,7 @@
 //! Optional read-back (`verify --kafka`): every SENT event is at the partition/offset the
 //! store recorded, and the record there is that event: its `ce_id` UUID and its
-//! `ce_msgxevent` number (an event an older release sent without a UUID: its number as
-//! `ce_id`), never another store's event with the same number. A merge of two ordered streams per partition —
+//! `ce_msgxevent` number — or, during a rolling upgrade, the previous release's copy (its
+//! number as `ce_id`, no `ce_msgxevent`) — never another store's event with the same number. A merge of two ordered streams per partition —
 //! SENT events by offset (pages from PostgreSQL) and the partition read from the beginning —
 //! so memory stays bounded at any size. Reads with its own consumer, never the producer's path.
 
@@ -109,7 +109,10 @@ pub(super) async fn run(
                         None => break None,
                     }
                 };
-                if !found.is_some_and(|r| r.is(event_id, uuid.as_deref())) {
+                let ours = |r: RecordIdentity| {
+                    r.is(event_id, uuid.as_deref()) || r.is_older_release_of(event_id)
+                };
+                if !found.is_some_and(ours) {
                     f.violation(event_id);
                 }
             }

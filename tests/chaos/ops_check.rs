@@ -363,7 +363,10 @@ async fn check_events(
     }
     for r in by_part.into_values().flatten() {
         if seen.insert(r.event_id()) {
-            topic.push((r.key.clone(), msg_of.get(&r.event_id()).copied().unwrap_or(-1)));
+            topic.push((
+                r.key.clone(),
+                msg_of.get(&r.event_id()).copied().unwrap_or(-1),
+            ));
         }
     }
     let dups = kafka.iter().filter(|r| ours(&r.key)).count() - seen.len();

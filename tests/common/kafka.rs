@@ -129,8 +129,12 @@ impl RawMock {
             .create()
             .expect("mock owner client");
         // SAFETY: the owner's handle outlives the cluster (dropped after it, see Drop).
-        let cluster =
-            unsafe { rdkafka::bindings::rd_kafka_mock_cluster_new(rdkafka::producer::Producer::client(&owner).native_ptr(), brokers) };
+        let cluster = unsafe {
+            rdkafka::bindings::rd_kafka_mock_cluster_new(
+                rdkafka::producer::Producer::client(&owner).native_ptr(),
+                brokers,
+            )
+        };
         assert!(!cluster.is_null(), "mock cluster");
         let mock = Self {
             _owner: owner,
@@ -168,7 +172,13 @@ impl RawMock {
     }
 
     /// The next `n` requests `api` to `broker` succeed, each answered after `rtt`.
-    pub fn delay_next(&self, broker: i32, api: rdkafka::types::RDKafkaApiKey, n: usize, rtt: Duration) {
+    pub fn delay_next(
+        &self,
+        broker: i32,
+        api: rdkafka::types::RDKafkaApiKey,
+        n: usize,
+        rtt: Duration,
+    ) {
         let rtt_ms = std::os::raw::c_int::try_from(rtt.as_millis()).expect("rtt in ms");
         for _ in 0..n {
             // SAFETY: a valid cluster; one (error, rtt) pair per count, as the C API reads them

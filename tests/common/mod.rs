@@ -230,7 +230,10 @@ impl TestEnv {
             ("MSGX_PIPELINE__CUTOVER_WATERMARK".into(), "zero".into()),
             // A run on a real broker names its deployment (the compiled default is refused
             // there): one per env, as two sites sharing a topic would.
-            ("MSGX_KAFKA__CE_SOURCE".into(), format!("//{}.test/msgexchange", self.db)),
+            (
+                "MSGX_KAFKA__CE_SOURCE".into(),
+                format!("//{}.test/msgexchange", self.db),
+            ),
         ]
     }
 

@@ -24,13 +24,13 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use msgx_testkit::kafka::{consume, RawMock, Received};
-use msgx_testkit::tansu::Tansu;
-use msgx_testkit::{audit, TestEnv};
 use msgx_actors::app::DispatchDeps;
 use msgx_core::clock::Clock;
 use msgx_core::dispatch::{txn, DispatchError, DispatchState};
 use msgx_core::kafka::EventProducer;
+use msgx_testkit::kafka::{consume, RawMock, Received};
+use msgx_testkit::tansu::Tansu;
+use msgx_testkit::{audit, TestEnv};
 use rdkafka::types::RDKafkaApiKey;
 
 use super::{DLQ, TOPIC};
@@ -66,7 +66,15 @@ impl Holder {
     /// The exactly-once start, as the dispatcher runs it.
     async fn prepare(&mut self) -> Result<txn::Recovered, DispatchError> {
         let (d, clock) = (&self.d, &self.env.clock);
-        txn::prepare(&self.env.store, &mut self.p, clock, &d.kafka, &d.bootstrap, &d.cfg).await
+        txn::prepare(
+            &self.env.store,
+            &mut self.p,
+            clock,
+            &d.kafka,
+            &d.bootstrap,
+            &d.cfg,
+        )
+        .await
     }
 
     /// A crash and a restart: what the rounds learned and did not write is lost, a new
@@ -126,7 +134,10 @@ async fn seed(env: &TestEnv, n: i64, flights: i64) -> Vec<i64> {
         |q| q.bind(&msg_ids).bind(now),
     )
     .await;
-    let keys: Vec<String> = msg_ids.iter().map(|m| format!("FL{:02}", m % flights)).collect();
+    let keys: Vec<String> = msg_ids
+        .iter()
+        .map(|m| format!("FL{:02}", m % flights))
+        .collect();
     let payloads: Vec<String> = msg_ids
         .iter()
         .map(|m| format!("{{\"msg_id\": {m}}}"))
@@ -186,15 +197,28 @@ async fn a_rebuilt_store_on_a_shared_topic_loses_nothing_and_takes_nothing() {
     let broker = tansu();
     let b = broker.bootstrap.clone();
     // Two deployments on one topic: their event numbers (BIGSERIAL) both start at 1.
-    let mut one = Holder::new("eid_one", &b, &[("MSGX_KAFKA__TRANSACTIONAL_ID", "site-one")]).await;
-    let mut two = Holder::new("eid_two", &b, &[("MSGX_KAFKA__TRANSACTIONAL_ID", "site-two")]).await;
+    let mut one = Holder::new(
+        "eid_one",
+        &b,
+        &[("MSGX_KAFKA__TRANSACTIONAL_ID", "site-one")],
+    )
+    .await;
+    let mut two = Holder::new(
+        "eid_two",
+        &b,
+        &[("MSGX_KAFKA__TRANSACTIONAL_ID", "site-two")],
+    )
+    .await;
     seed(&one.env, 30, 5).await;
     one.prepare().await.expect("store 1 starts");
     one.drain().await;
     // Store 2 made its events while it could not reach the broker, then starts.
     seed(&two.env, 30, 5).await;
     let first = two.prepare().await.expect("store 2 starts");
-    assert_eq!(first.sent, 0, "nothing of store 1 taken for store 2's: {first:?}");
+    assert_eq!(
+        first.sent, 0,
+        "nothing of store 1 taken for store 2's: {first:?}"
+    );
     // Both deliver a round, interleaved on the topic, and both "crash" before writing SENT.
     seed(&one.env, 14, 5).await;
     assert_eq!(one.round().await, 7);
@@ -244,7 +268,12 @@ async fn an_operators_requeue_survives_a_restart() {
     let req = h
         .env
         .store
-        .requeue_dead_events(&dead, audit("ops", "the downstream fixed its schema"), DLQ, h.env.clock.now())
+        .requeue_dead_events(
+            &dead,
+            audit("ops", "the downstream fixed its schema"),
+            DLQ,
+            h.env.clock.now(),
+        )
         .await
         .expect("requeue");
     assert_eq!(req.requeued, dead);
@@ -318,7 +347,11 @@ async fn holders_with_different_client_ids_share_the_recorded_transactional_id()
     let (p, cfg) = (&mut a.p, &a.d.cfg);
     match msgx_testkit::dispatch_round::round(&a.env.store, p, clock, cfg, &mut a.state).await {
         Err(e) => assert!(e.producer_fatal(), "{e}"),
-        Ok(r) => assert_eq!(r.report.acked, 0, "a fenced producer's round: {:?}", r.report),
+        Ok(r) => assert_eq!(
+            r.report.acked, 0,
+            "a fenced producer's round: {:?}",
+            r.report
+        ),
     }
     // A holder configured with another id is refused, naming the recorded one.
     let d = a.env.dispatch_deps(
@@ -333,8 +366,14 @@ async fn holders_with_different_client_ids_share_the_recorded_transactional_id()
     let refused = txn::prepare(&a.env.store, &mut pc, clock, &d.kafka, &b, &d.cfg)
         .await
         .expect_err("another transactional.id");
-    assert!(matches!(refused, DispatchError::TransactionalId(_)), "{refused}");
-    assert!(refused.to_string().contains("host-a.msgx.flight-events"), "{refused}");
+    assert!(
+        matches!(refused, DispatchError::TransactionalId(_)),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("host-a.msgx.flight-events"),
+        "{refused}"
+    );
     a.env.cleanup().await;
 }
 
@@ -368,14 +407,23 @@ async fn a_recreated_topic_is_read_from_its_start() {
         .env
         .scalar("SELECT count(*) FROM msg_event WHERE state = 'SENT' AND kafka_offset > 3")
         .await;
-    assert!(above > 0, "the old topic's offsets lie above the new topic's end");
+    assert!(
+        above > 0,
+        "the old topic's offsets lie above the new topic's end"
+    );
     let (_old, r) = h.restart().await;
-    assert_eq!(r.sent, 7, "found on the new topic below the old offsets: {r:?}");
+    assert_eq!(
+        r.sent, 7,
+        "found on the new topic below the old offsets: {r:?}"
+    );
     let retired: i64 = h
         .env
         .scalar("SELECT count(*) FROM msg_event WHERE kafka_topic LIKE '%@retired-%'")
         .await;
-    assert_eq!(retired, 21, "the old topic's offsets are retired, not read again");
+    assert_eq!(
+        retired, 21,
+        "the old topic's offsets are retired, not read again"
+    );
     // More rounds, another "crash": the next start reads from the new topic's own offsets.
     seed(&h.env, 7, 3).await;
     h.drain().await;
