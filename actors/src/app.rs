@@ -179,6 +179,7 @@ impl DispatchDeps {
                     max_attempts: d.max_attempts,
                 },
                 txn_timeout: k.transaction_timeout,
+                scan_floor_every: d.scan_floor_every,
             },
             idle_poll: d.idle_poll,
         }

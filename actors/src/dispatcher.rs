@@ -13,7 +13,7 @@
 //! deployment's recorded `transactional.id`, confirms the lease, calls `init_transactions`
 //! (fencing the previous holder's producer), confirms the lease again and recovers from Kafka
 //! what was committed but not written SENT ([`msgx_core::dispatch::txn::prepare`]). Between
-//! rounds, at most every [`FLOORS_EVERY`] and only while every committed round is written, the
+//! rounds, at most every `dispatch.scan_floor_every` and only while every committed round is written, the
 //! topics' ends become the recovery's floors ([`txn::record_floors`]). A fenced producer, a
 //! commit whose outcome stayed unknown, or an outcome write lost with its task, stops the
 //! dispatcher: the supervisor's next one starts over from the lease.
@@ -45,10 +45,6 @@ const RETRY_CHECK_EVERY: Duration = Duration::from_secs(5);
 /// The longest wait for librdkafka's stragglers at shutdown (after a round nothing of ours is
 /// queued there); never past the shutdown deadline.
 const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(2);
-
-/// How often, at most, the exactly-once recovery's floors move up to the topics' ends: the
-/// next start reads at most what came since (plus what the store knows as SENT).
-const FLOORS_EVERY: Duration = Duration::from_secs(30);
 
 /// Events whose outcome is not written yet above which rounds stop sending (a store that
 /// answers reads but fails writes would otherwise grow the skip list without bound).
@@ -216,7 +212,8 @@ impl Dispatcher {
         let Some(eo) = self.eo.as_mut().filter(|e| e.prepared) else {
             return false;
         };
-        let due = eo.floors_at.is_none_or(|t| t.elapsed() >= FLOORS_EVERY);
+        let every = self.cfg.scan_floor_every;
+        let due = eo.floors_at.is_none_or(|t| t.elapsed() >= every);
         if quiet && due {
             eo.floors_at = Some(Instant::now());
         }

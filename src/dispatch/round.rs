@@ -35,6 +35,9 @@ pub struct DispatchConfig {
     /// `exactly-once`: how long a transaction call (init, commit, abort) and the start-up
     /// recovery may take (`kafka.transaction_timeout`).
     pub txn_timeout: std::time::Duration,
+    /// `exactly-once`: how often, at most, the scan floors move up between rounds
+    /// (`dispatch.scan_floor_every`).
+    pub scan_floor_every: std::time::Duration,
 }
 
 /// Why a round could not complete (the events stay PENDING and are re-sent).

@@ -106,6 +106,14 @@ pub struct DispatchSettings {
     pub retry_max: Duration,
     /// Failed sends after which the event is copied to the dead-letter topic and marked DEAD.
     pub max_attempts: i32,
+    /// `exactly-once`: how often, at most, the recovery's scan floors move up to the topics'
+    /// ends between rounds (a start then reads at most what came since).
+    #[serde(with = "duration", default = "default_scan_floor_every")]
+    pub scan_floor_every: Duration,
+}
+
+fn default_scan_floor_every() -> Duration {
+    Duration::from_secs(30)
 }
 
 impl KafkaSettings {
@@ -302,6 +310,10 @@ impl DispatchSettings {
             return Err(invalid("dispatch.batch", "outside 1..=10000"));
         }
         check_nonzero(self.idle_poll, "dispatch.idle_poll")?;
+        check_nonzero(self.scan_floor_every, "dispatch.scan_floor_every")?;
+        if self.scan_floor_every > Duration::from_secs(3600) {
+            return Err(invalid("dispatch.scan_floor_every", "longer than 1h"));
+        }
         check_retries(
             [
                 "dispatch.retry_initial",
