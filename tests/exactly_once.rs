@@ -133,7 +133,10 @@ async fn drain_with_kills(env: &TestEnv, vars: &[(String, String)], tag: &str) {
         settled(env)
     })
     .await;
-    if vars.iter().any(|(k, v)| k == "MSGX_KAFKA__DELIVERY" && v == "exactly-once") {
+    if vars
+        .iter()
+        .any(|(k, v)| k == "MSGX_KAFKA__DELIVERY" && v == "exactly-once")
+    {
         // Quiet now: the running dispatcher moves every floor past the last record of ours,
         // so the next start would read nothing already known.
         wait_for("the scan floors caught up", Duration::from_secs(20), || {

@@ -250,6 +250,36 @@ async fn a_rebuilt_store_on_a_shared_topic_loses_nothing_and_takes_nothing() {
 }
 
 #[tokio::test]
+async fn at_least_once_two_stores_on_one_topic_keep_every_event_for_a_deduplicating_consumer() {
+    let broker = tansu();
+    let b = broker.bootstrap.clone();
+    let alo = [("MSGX_KAFKA__DELIVERY", "at-least-once")];
+    let mut one = Holder::new("eid_alo_one", &b, &alo).await;
+    let mut two = Holder::new("eid_alo_two", &b, &alo).await;
+    // The same event numbers (1..=25) in both stores, and the same ce_source: only the UUIDs
+    // tell the events apart.
+    seed(&one.env, 25, 5).await;
+    seed(&two.env, 25, 5).await;
+    one.drain().await;
+    two.drain().await;
+    let got = read_all(&b, TOPIC, 50).await;
+    let mut seen = HashSet::new();
+    let kept = got
+        .iter()
+        .filter(|r| seen.insert((r.headers["ce_source"].clone(), r.ce_id().to_string())))
+        .count();
+    assert_eq!(
+        kept, 50,
+        "a consumer de-duplicating on (ce_source, ce_id) keeps all of both"
+    );
+    assert_each_once(&one.identities().await, &got, "store 1");
+    assert_each_once(&two.identities().await, &got, "store 2");
+    for h in [one, two] {
+        h.env.cleanup().await;
+    }
+}
+
+#[tokio::test]
 async fn an_operators_requeue_survives_a_restart() {
     let broker = tansu();
     let mut h = Holder::new("eid_requeue", &broker.bootstrap, &[]).await;
