@@ -429,7 +429,8 @@ fn supply_chain_policy_holds() {
         .expect("cargo-deny");
     assert!(
         out.status.success(),
-        "cargo deny check licenses bans sources (deny.toml):\n{}",
+        "cargo deny check licenses bans sources (deny.toml; it reads every platform's crates, \
+         which scripts/test.sh fetches: `cargo fetch --locked`):\n{}",
         common::process::stderr(&out)
     );
 }
