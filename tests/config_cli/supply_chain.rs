@@ -155,6 +155,19 @@ fn member_names(meta: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// The source file of every target of every workspace member.
+fn member_target_sources(meta: &Value) -> Vec<PathBuf> {
+    let members = meta["workspace_members"].as_array().expect("members");
+    meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter(|p| members.contains(&p["id"]))
+        .flat_map(|p| p["targets"].as_array().expect("targets").iter())
+        .filter_map(|t| t["src_path"].as_str().map(PathBuf::from))
+        .collect()
+}
+
 /// The value after `flag` (or `flag=`) in a shell command's words.
 fn flag_value<'a>(words: &[&'a str], flags: &[&str]) -> Option<&'a str> {
     words.iter().enumerate().find_map(|(n, w)| {
@@ -240,6 +253,14 @@ fn container_image_dependency_layer_resolves() {
     common::process::succeed(&mut cargo(&tree, &fetch), "cargo fetch --locked --offline");
     for run in &cargo_runs {
         check_layer_build(&tree, &meta, run);
+    }
+    // Every target a member's manifest names has its stand-in (cargo metadata does not look, a
+    // build may): a new member's lib, a new [[test]] or [[bin]] needs its stub line too.
+    for src in member_target_sources(&meta) {
+        assert!(
+            src.is_file(),
+            "{src:?}: the dependency layer has no stub for this target"
+        );
     }
     let _ = std::fs::remove_dir_all(&tree);
 }
