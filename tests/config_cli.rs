@@ -1,8 +1,13 @@
 //! The binary's edges: bad configuration fails at start with one clear line naming the key;
 //! `check-config` never prints a password; the dev fixture creates the inbox tables; the HTTP
 //! surface answers /metrics with the poller's metrics and refuses what it does not serve.
+//! `supply_chain`: the container image's dependency layer, base image digests, the SBOM and
+//! the cargo-deny policy (issue 42).
 
 use msgx_testkit as common;
+
+#[path = "config_cli/supply_chain.rs"]
+mod supply_chain;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -861,9 +866,21 @@ fn the_debian_package_installs_and_its_config_checks() {
         "/usr/share/doc/msgexchange/operations.md",
         "/usr/share/msgexchange/prometheus/alerts.yml",
         "/usr/share/msgexchange/grafana/msgexchange.json",
+        "/usr/share/doc/msgexchange/sbom.cdx.json",
     ] {
         assert!(std::path::Path::new(path).exists(), "{path} installed");
     }
+    // Issue 42: the package ships the CycloneDX SBOM of this tree's binary (scripts/package.sh).
+    let shipped: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string("/usr/share/doc/msgexchange/sbom.cdx.json").expect("SBOM"),
+    )
+    .expect("the SBOM is JSON");
+    supply_chain::assert_sbom_lists(&shipped, &["rdkafka-sys", "librdkafka", "sqlx"]);
+    assert_eq!(
+        shipped,
+        supply_chain::sbom_of_this_tree(),
+        "the packaged SBOM is this tree's (scripts/package.sh writes it before cargo deb)"
+    );
     // Issue 30: an upgrade never restarts (nor stops) a running service before `migrate`.
     let postinst =
         std::fs::read_to_string("/var/lib/dpkg/info/msgexchange.postinst").unwrap_or_default();
