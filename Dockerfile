@@ -20,9 +20,12 @@ RUN mkdir -p src actors/src bench/src tests \
 
 # 2. Our code. COPY keeps the context's modification times, which may be older than the
 #    stand-ins just built: touch the crate roots so cargo rebuilds both crates.
+#    MSGX_FEATURES: empty for a site's image (no `dev` commands, like the Debian package);
+#    docker-compose.yml's demo passes `dev-tools` (it runs `dev inbox-fixture` and the simulator).
 COPY . .
+ARG MSGX_FEATURES=""
 RUN touch src/lib.rs actors/src/lib.rs actors/src/main.rs \
- && cargo build --release --locked -p msgx-actors --bin msgexchange \
+ && cargo build --release --locked -p msgx-actors --bin msgexchange --features "$MSGX_FEATURES" \
  && cp target/release/msgexchange /msgexchange
 
 FROM debian:bookworm-slim

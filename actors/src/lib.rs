@@ -19,6 +19,8 @@ pub mod backfill_sweeper;
 pub mod child;
 pub mod cli;
 pub mod cli_ops;
+#[cfg(feature = "dev-tools")]
+pub mod dev_cli;
 pub mod dispatcher;
 pub mod first_start;
 pub mod health;
