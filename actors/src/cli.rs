@@ -44,7 +44,7 @@ pub enum Command {
     Run,
     /// Validate the configuration and print the effective settings as TOML, secrets redacted.
     /// Exit code 2 and one line naming the key when a value is wrong.
-    CheckConfig,
+    CheckConfig(CheckConfigArgs),
     /// Bring the store's schema to this binary's: creates the database when
     /// store.create_database is on, applies the pending migrations and prints their versions.
     /// Idempotent; refuses a schema newer than this binary's. `run` does the same at start
@@ -90,6 +90,16 @@ pub enum Command {
     /// the W it seeds, the stock it skips or reads, the stock rows left unmarked. Read only.
     #[command(subcommand)]
     Cutover(crate::cli_ops::CutoverCommand),
+}
+
+/// `check-config` options.
+#[derive(Debug, clap::Args)]
+pub struct CheckConfigArgs {
+    /// Instead of the TOML, connect with the configured inbox and store accounts and print,
+    /// one line each, the needed privileges they lack and those they hold beyond the need
+    /// (docs/operations.md, "Database accounts"). Exit 2 when a needed one is missing.
+    #[arg(long)]
+    pub probe: bool,
 }
 
 /// Loads and validates the settings: built-in defaults, `--config`, `--config-extra`, env.

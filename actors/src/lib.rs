@@ -31,6 +31,7 @@ pub mod late_detector;
 pub mod lifecycle;
 pub mod messages;
 pub mod next_run;
+pub mod probe;
 pub mod pump;
 pub mod purge_watch;
 pub mod refusal;

@@ -53,7 +53,8 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> Exi
         let command = cli.command.take().unwrap_or(Command::Run);
         match command {
             Command::Run => msgx_actors::app::run_service(settings).await,
-            Command::CheckConfig => match cli::effective_config(&cli) {
+            Command::CheckConfig(args) if args.probe => msgx_actors::probe::run(&settings).await,
+            Command::CheckConfig(_) => match cli::effective_config(&cli) {
                 Ok(toml) => {
                     print!("{toml}");
                     if let Err(missing) = msgx_actors::first_start::require_brokers(&settings) {
