@@ -898,9 +898,16 @@ fn the_debian_package_installs_and_its_config_checks() {
         .args(["dev", "inbox-fixture"])
         .output()
         .expect("installed binary");
-    assert_eq!(dev.status.code(), Some(2), "clap refuses an unknown command");
+    assert_eq!(
+        dev.status.code(),
+        Some(2),
+        "clap refuses an unknown command"
+    );
     let dev_err = String::from_utf8_lossy(&dev.stderr);
-    assert!(dev_err.contains("unrecognized subcommand 'dev'"), "{dev_err}");
+    assert!(
+        dev_err.contains("unrecognized subcommand 'dev'"),
+        "{dev_err}"
+    );
     let help = run_ok("/usr/bin/msgexchange", &["--help"]);
     assert!(!help.contains("\n  dev "), "{help}");
     let out = Command::new("/usr/bin/msgexchange")

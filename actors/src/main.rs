@@ -2,9 +2,9 @@
 
 use clap::Parser;
 use msgx_actors::cli::{self, Cli, Command};
+use msgx_actors::cli_ops;
 #[cfg(feature = "dev-tools")]
 use msgx_actors::dev_cli::{self, DevCommand};
-use msgx_actors::cli_ops;
 use msgx_core::settings::Settings;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;

@@ -171,9 +171,14 @@ fn judge_inbox(settings: &Settings, db: &str, grants: &[Grant]) -> Findings {
         _ if same(&g.privilege, "USAGE") => true,
         "global" => {
             evidence
-                && ["PROCESS", "REPLICATION CLIENT", "SLAVE MONITOR", "REPLICA MONITOR"]
-                    .iter()
-                    .any(|p| same(&g.privilege, p))
+                && [
+                    "PROCESS",
+                    "REPLICATION CLIENT",
+                    "SLAVE MONITOR",
+                    "REPLICA MONITOR",
+                ]
+                .iter()
+                .any(|p| same(&g.privilege, p))
         }
         "table" => {
             (same(&g.table, inbox_t) && same(&g.privilege, "SELECT"))
@@ -182,9 +187,9 @@ fn judge_inbox(settings: &Settings, db: &str, grants: &[Grant]) -> Findings {
         }
         "column" => {
             (same(&g.privilege, "SELECT") && (same(&g.table, inbox_t) || same(&g.table, out_t)))
-                || needs
-                    .iter()
-                    .any(|(p, t, c)| same(&g.privilege, p) && same(&g.table, t) && same(&g.column, c))
+                || needs.iter().any(|(p, t, c)| {
+                    same(&g.privilege, p) && same(&g.table, t) && same(&g.column, c)
+                })
         }
         _ => false,
     };

@@ -78,8 +78,11 @@ impl Accounts {
 
     async fn drop(self) {
         if let Ok(admin) = common::mysql_admin().await {
-            common::run_all(&admin, &[format!("DROP USER IF EXISTS '{}'@'%'", self.my_user)])
-                .await;
+            common::run_all(
+                &admin,
+                &[format!("DROP USER IF EXISTS '{}'@'%'", self.my_user)],
+            )
+            .await;
         }
         if let Ok(pg) = common::pg_admin().await {
             common::run_all(
@@ -111,9 +114,9 @@ fn probe(inbox_url: &str, store_url: &str) -> (Option<i32>, String) {
 
 /// Rows of the inbox not marked yet (the owner's view).
 async fn unmarked(env: &TestEnv) -> i64 {
-    let sql = env.names.sql(
-        "SELECT COUNT(*) FROM {table} WHERE {status} IS NULL OR TRIM({status}) = ''",
-    );
+    let sql = env
+        .names
+        .sql("SELECT COUNT(*) FROM {table} WHERE {status} IS NULL OR TRIM({status}) = ''");
     sqlx::query_scalar(&sql)
         .fetch_one(&env.owner)
         .await
@@ -157,8 +160,12 @@ async fn the_documented_accounts_run_the_service_and_the_probe_reports_the_rest(
         .unwrap_or((0, 1));
         unmarked(&env).await == 0 && events.0 > 0 && events.1 == 0
     };
-    common::service::wait_for("the drain as the least accounts", Duration::from_secs(60), drained)
-        .await;
+    common::service::wait_for(
+        "the drain as the least accounts",
+        Duration::from_secs(60),
+        drained,
+    )
+    .await;
     common::service::kill9(&mut svc);
     let foreign: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tableowner <> $1",
@@ -226,14 +233,15 @@ async fn the_documented_accounts_run_the_service_and_the_probe_reports_the_rest(
     assert_eq!(code, Some(0), "nothing missing: {out}");
     let table = n.table.as_str();
     assert!(
-        out.lines().any(|l| l.starts_with("inbox: more than needed: DELETE ON")
-            && l.contains(table)),
+        out.lines()
+            .any(|l| l.starts_with("inbox: more than needed: DELETE ON") && l.contains(table)),
         "{out}"
     );
     assert!(
-        out.lines().any(|l| l.starts_with("inbox: more than needed:")
-            && l.contains("ALTER")
-            && l.contains("the whole database")),
+        out.lines()
+            .any(|l| l.starts_with("inbox: more than needed:")
+                && l.contains("ALTER")
+                && l.contains("the whole database")),
         "{out}"
     );
     assert!(
