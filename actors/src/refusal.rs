@@ -3,6 +3,7 @@
 //! them would only repeat the refusal every `RestartSec`.
 
 use msgx_core::cutover::seed::SeedError;
+use msgx_core::inbox::primary::PrimaryError;
 use msgx_core::store::StoreError;
 
 /// A bad or missing setting, a decision the operator has not made yet (a cutover mode), or one
@@ -49,6 +50,10 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         if let Some(SeedError::Refused(_)) = cause.downcast_ref::<SeedError>() {
             return EXIT_CONFIG;
         }
+        // late.hole_evidence pointed at a replica: inbox.url or the key must change.
+        if let Some(PrimaryError::NotPrimary(_)) = cause.downcast_ref::<PrimaryError>() {
+            return EXIT_CONFIG;
+        }
     }
     1
 }
@@ -71,6 +76,8 @@ mod tests {
         assert_eq!(exit_code(&seed), EXIT_CONFIG);
         let head = anyhow::Error::from(SeedError::Refused("above the head".into()));
         assert_eq!(exit_code(&head.context("cutover")), EXIT_CONFIG);
+        let replica = anyhow::Error::from(PrimaryError::NotPrimary("a replica"));
+        assert_eq!(exit_code(&replica), EXIT_CONFIG);
         assert_eq!(exit_code(&anyhow::anyhow!("store unreachable")), 1);
     }
 }
