@@ -35,9 +35,12 @@ RUN cargo build --release --locked --offline -p msgx-actors --bin msgexchange \
 
 # 2. Our code. COPY keeps the context's modification times, which may be older than the
 #    stand-ins just built: touch the crate roots so cargo rebuilds both crates.
+#    MSGX_FEATURES: empty for a site's image (no `dev` commands, like the Debian package);
+#    docker-compose.yml's demo passes `dev-tools` (it runs `dev inbox-fixture` and the simulator).
 COPY . .
+ARG MSGX_FEATURES=""
 RUN touch src/lib.rs actors/src/lib.rs actors/src/main.rs \
- && cargo build --release --locked --offline -p msgx-actors --bin msgexchange \
+ && cargo build --release --locked --offline -p msgx-actors --bin msgexchange --features "$MSGX_FEATURES" \
  && cp target/release/msgexchange /msgexchange \
  && python3 scripts/sbom.py --offline --out /msgexchange.cdx.json
 

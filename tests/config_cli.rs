@@ -15,6 +15,9 @@ use std::time::Duration;
 use common::http::{exchange as http_raw, get as http_get, ANSWER_LIMIT};
 use common::TestEnv;
 
+#[path = "config_cli/least_privilege.rs"]
+mod least_privilege;
+
 fn msgx(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = common::instance::msgexchange();
     cmd.args(args)
@@ -920,6 +923,24 @@ fn the_debian_package_installs_and_its_config_checks() {
     ] {
         assert!(unit_text.contains(line), "{line} in the unit");
     }
+    // Issue 42: the packaged binary is built without the `dev-tools` feature: no `dev`
+    // command writes into whatever inbox is configured.
+    let dev = Command::new("/usr/bin/msgexchange")
+        .args(["dev", "inbox-fixture"])
+        .output()
+        .expect("installed binary");
+    assert_eq!(
+        dev.status.code(),
+        Some(2),
+        "clap refuses an unknown command"
+    );
+    let dev_err = String::from_utf8_lossy(&dev.stderr);
+    assert!(
+        dev_err.contains("unrecognized subcommand 'dev'"),
+        "{dev_err}"
+    );
+    let help = run_ok("/usr/bin/msgexchange", &["--help"]);
+    assert!(!help.contains("\n  dev "), "{help}");
     let out = Command::new("/usr/bin/msgexchange")
         .arg("check-config")
         .env("MSGEXCHANGE_CONFIG", "/etc/msgexchange/msgexchange.toml")

@@ -283,7 +283,8 @@ fn plan_run(env: &TestEnv, mode: &str) -> (Option<i32>, String, String) {
 
 /// Issue 29, third bullet: an inbox with ids 1–10; `<id>` 200010 is an id the inbox has not
 /// handed out. `cutover plan` refuses it (exit 1, one line saying why and what to do), and so
-/// does the service's start-up seeding — the store stays unseeded. An id at the head is fine.
+/// does the service's start-up seeding — the store stays unseeded, the binary exits 2 (no
+/// restart can fix it). An id at the head is fine.
 #[tokio::test]
 async fn an_id_above_the_inbox_head_is_refused_by_the_plan_and_the_service() {
     let env = TestEnv::new("cutover_head").await;
@@ -330,10 +331,17 @@ async fn an_id_above_the_inbox_head_is_refused_by_the_plan_and_the_service() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut svc.stderr.take().expect("stderr"), &mut stderr)
         .expect("read stderr");
-    assert!(!status.success(), "{stderr}");
-    assert!(
-        stderr.contains("200010 is above the inbox's head"),
-        "{stderr}"
+    // Issue 42 item 7: a restart cannot fix it, so it exits 2 (the unit's
+    // RestartPreventExitStatus), and its line says the cause once.
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("msgexchange: "))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert_eq!(
+        line.matches("200010 is above the inbox's head").count(),
+        1,
+        "{line}"
     );
     assert_eq!(env.store.read_cursor().await.expect("c").seeded_at, None);
     env.cleanup().await;

@@ -19,6 +19,8 @@ pub mod backfill_sweeper;
 pub mod child;
 pub mod cli;
 pub mod cli_ops;
+#[cfg(feature = "dev-tools")]
+pub mod dev_cli;
 pub mod dispatcher;
 pub mod first_start;
 pub mod health;
@@ -29,6 +31,7 @@ pub mod late_detector;
 pub mod lifecycle;
 pub mod messages;
 pub mod next_run;
+pub mod probe;
 pub mod pump;
 pub mod purge_watch;
 pub mod refusal;

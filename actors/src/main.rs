@@ -1,8 +1,10 @@
 //! The `msgexchange` binary: the only place errors become `anyhow` and exit codes.
 
 use clap::Parser;
-use msgx_actors::cli::{self, Cli, Command, DevCommand};
+use msgx_actors::cli::{self, Cli, Command};
 use msgx_actors::cli_ops;
+#[cfg(feature = "dev-tools")]
+use msgx_actors::dev_cli::{self, DevCommand};
 use msgx_core::settings::Settings;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
@@ -13,7 +15,7 @@ fn main() -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             // One clear line naming the key (see Settings::validate).
-            eprintln!("msgexchange: {e:#}");
+            eprintln!("msgexchange: {}", msgx_actors::refusal::error_line(&e));
             return ExitCode::from(2);
         }
     };
@@ -42,7 +44,7 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> Exi
         return match system.block_on(msgx_actors::verify_cmd::run(&settings, args)) {
             Ok(report) => ExitCode::from(msgx_actors::verify_cmd::print(&report, args.json)),
             Err(e) => {
-                eprintln!("msgexchange: {e:#}");
+                eprintln!("msgexchange: {}", msgx_actors::refusal::error_line(&e));
                 ExitCode::from(2)
             }
         };
@@ -51,7 +53,8 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> Exi
         let command = cli.command.take().unwrap_or(Command::Run);
         match command {
             Command::Run => msgx_actors::app::run_service(settings).await,
-            Command::CheckConfig => match cli::effective_config(&cli) {
+            Command::CheckConfig(args) if args.probe => msgx_actors::probe::run(&settings).await,
+            Command::CheckConfig(_) => match cli::effective_config(&cli) {
                 Ok(toml) => {
                     print!("{toml}");
                     if let Err(missing) = msgx_actors::first_start::require_brokers(&settings) {
@@ -64,9 +67,11 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> Exi
                 Err(e) => Err(e),
             },
             Command::Migrate => cli::migrate(&settings).await,
-            Command::Dev(DevCommand::InboxFixture) => cli::inbox_fixture(&settings).await,
+            #[cfg(feature = "dev-tools")]
+            Command::Dev(DevCommand::InboxFixture) => dev_cli::inbox_fixture(&settings).await,
+            #[cfg(feature = "dev-tools")]
             Command::Dev(DevCommand::SimulateUpstream(args)) => {
-                cli::simulate_upstream(&settings, &args).await
+                dev_cli::simulate_upstream(&settings, &args).await
             }
             Command::Request(cmd) => msgx_actors::request::run(&settings, &cmd).await,
             Command::Status(args) => cli_ops::status(&settings, &args).await,
@@ -84,8 +89,9 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> Exi
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "msgexchange stopped with an error");
-            eprintln!("msgexchange: {e:#}");
+            let line = msgx_actors::refusal::error_line(&e);
+            tracing::error!(error = %line, "msgexchange stopped with an error");
+            eprintln!("msgexchange: {line}");
             // 2 and 3: refusals a restart cannot fix (the unit's RestartPreventExitStatus).
             ExitCode::from(msgx_actors::refusal::exit_code(&e))
         }

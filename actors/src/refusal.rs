@@ -2,9 +2,12 @@
 //! `RestartPreventExitStatus` (packaging/msgexchange.service): a process manager that restarted
 //! them would only repeat the refusal every `RestartSec`.
 
+use msgx_core::cutover::seed::SeedError;
+use msgx_core::inbox::primary::PrimaryError;
 use msgx_core::store::StoreError;
 
-/// A bad or missing setting, or a decision the operator has not made yet (a cutover mode).
+/// A bad or missing setting, a decision the operator has not made yet (a cutover mode), or one
+/// the inbox cannot honour (an id above its head, a stock that is not the approved one).
 pub const EXIT_CONFIG: u8 = 2;
 
 /// The store's schema is newer than this binary's, or older with `store.migrate_at_start`
@@ -43,6 +46,14 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         if let Some(StoreError::SeedRefused(_)) = cause.downcast_ref::<StoreError>() {
             return EXIT_CONFIG;
         }
+        // The configured cutover cannot be honoured on this inbox: the same every restart.
+        if let Some(SeedError::Refused(_)) = cause.downcast_ref::<SeedError>() {
+            return EXIT_CONFIG;
+        }
+        // late.hole_evidence pointed at a replica: inbox.url or the key must change.
+        if let Some(PrimaryError::NotPrimary(_)) = cause.downcast_ref::<PrimaryError>() {
+            return EXIT_CONFIG;
+        }
     }
     1
 }
@@ -63,6 +74,52 @@ mod tests {
         );
         let seed = anyhow::Error::from(StoreError::SeedRefused("not fresh".into()));
         assert_eq!(exit_code(&seed), EXIT_CONFIG);
+        let head = anyhow::Error::from(SeedError::Refused("above the head".into()));
+        assert_eq!(exit_code(&head.context("cutover")), EXIT_CONFIG);
+        let replica = anyhow::Error::from(PrimaryError::NotPrimary("a replica"));
+        assert_eq!(exit_code(&replica), EXIT_CONFIG);
         assert_eq!(exit_code(&anyhow::anyhow!("store unreachable")), 1);
+    }
+}
+
+/// The one line an error prints: the context and each cause in turn, joined by ": ", each said
+/// once. A `thiserror` message that embeds its source (`"…: {0}"` with `#[from]`) already says
+/// the source's text, and sqlx's own errors do the same with theirs: anyhow's `{:#}` would print
+/// that text again for every link of the chain.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod line_tests {
+    use super::error_line;
+
+    /// A source embedded in its wrapper's message (the `"…: {0}"` + `#[from]` shape).
+    #[derive(Debug, thiserror::Error)]
+    #[error("inbox statement failed: {0}")]
+    struct Wrapper(#[from] std::io::Error);
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let io = std::io::Error::other("connection refused");
+        let e = anyhow::Error::from(Wrapper(io)).context("opening the inbox");
+        assert_eq!(format!("{e:#}").matches("connection refused").count(), 2);
+        assert_eq!(
+            error_line(&e),
+            "opening the inbox: inbox statement failed: connection refused"
+        );
+        let plain = anyhow::anyhow!("root").context("middle").context("top");
+        assert_eq!(error_line(&plain), "top: middle: root");
     }
 }
