@@ -93,6 +93,9 @@ pub struct Ops {
     pub inbox: Inbox,
     /// Window of the processing rate behind the drain estimate (`processing.drain_rate_window`).
     pub drain_window: Duration,
+    /// The name of the HTTP token an audited action is run for (`audit_log.token_name`);
+    /// None from the CLI ([`Ops::called_by`]).
+    pub caller: Option<std::sync::Arc<str>>,
 }
 
 impl Ops {
@@ -102,6 +105,16 @@ impl Ops {
             store,
             inbox,
             drain_window: settings.processing.drain_rate_window,
+            caller: None,
+        }
+    }
+
+    /// These operations on behalf of the HTTP token named `token`: the audit rows they
+    /// write record the name beside the actor the request states.
+    pub fn called_by(&self, token: &std::sync::Arc<str>) -> Self {
+        Self {
+            caller: Some(token.clone()),
+            ..self.clone()
         }
     }
 }

@@ -304,6 +304,7 @@ impl TestEnv {
             store: self.store.clone(),
             inbox: self.inbox.clone(),
             drain_window: std::time::Duration::from_secs(300),
+            caller: None,
         }
     }
 
@@ -512,6 +513,7 @@ pub fn audit<'a>(actor: &'a str, reason: &'a str) -> Audit<'a> {
         actor,
         reason,
         ticket: None,
+        token: None,
     }
 }
 
