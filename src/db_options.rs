@@ -87,7 +87,11 @@ mod tests {
     #[test]
     fn a_named_ca_is_the_only_root() {
         let named = sqlx_core::net::tls::trusted_roots(Some(CA.as_bytes())).expect("the CA");
-        assert_eq!(named.len(), 1, "only the named CA, no public root beside it");
+        assert_eq!(
+            named.len(),
+            1,
+            "only the named CA, no public root beside it"
+        );
         let builtin = sqlx_core::net::tls::trusted_roots(None).expect("public roots");
         assert!(builtin.len() > 100, "{} public roots", builtin.len());
         assert!(sqlx_core::net::tls::trusted_roots(Some(b"no PEM here")).is_err());

@@ -365,7 +365,10 @@ fn every_alert_has_a_description_and_a_runbook_url() {
             assert_eq!(a["runbook_url"].as_str(), Some(url.as_str()), "{name}");
             // No alert is tied to a scrape job's name (a site names its jobs).
             let expr = r["expr"].as_str().unwrap_or_default();
-            assert!(!expr.contains("job="), "{name}: selects a job by name: {expr}");
+            assert!(
+                !expr.contains("job="),
+                "{name}: selects a job by name: {expr}"
+            );
             assert!(
                 a["runbook"].is_null(),
                 "{name}: `runbook` is runbook_url now"

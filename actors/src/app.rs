@@ -447,7 +447,10 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         "msgexchange starting"
     );
     for (key, why) in settings.unverified_tls() {
-        tracing::warn!(key, "this connection does not verify its server over TLS: {why}");
+        tracing::warn!(
+            key,
+            "this connection does not verify its server over TLS: {why}"
+        );
     }
     let health = Health::default();
     health.lease(false);

@@ -17,6 +17,25 @@ pub fn fresh() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
+/// The whole error: an admin refusal with its causes, each said once (a cause whose text the
+/// message already carries is not repeated).
+fn cause(e: &actix_web::Error) -> String {
+    let Some(admin) = e.as_error::<crate::admin::AdminError>() else {
+        return e.to_string();
+    };
+    let mut out = admin.to_string();
+    let mut source = std::error::Error::source(admin);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
 /// The middleware ([`actix_web::middleware::from_fn`]): tags the answer with a fresh id; an
 /// answer with a server-error status that carries an error (a handler's or an extractor's)
 /// is logged with the id and the error, and its body replaced by the id. A 5xx that is an
@@ -29,10 +48,19 @@ pub async fn tag(
     let (method, path) = (req.method().clone(), req.path().to_owned());
     let res = next.call(req).await?.map_into_boxed_body();
     let status = res.status();
-    let failed = status.is_server_error().then(|| res.response().error().map(|e| e.to_string()));
+    let failed = status
+        .is_server_error()
+        .then(|| res.response().error().map(cause));
     let mut res = match failed.flatten() {
         Some(error) => {
-            tracing::error!(request_id = %id, %method, path, status = status.as_u16(), error, "request failed; nothing changed");
+            tracing::error!(
+                request_id = %id,
+                %method,
+                path = %path,
+                status = status.as_u16(),
+                error = %error,
+                "request failed; nothing changed"
+            );
             let answer = HttpResponse::build(status).json(json!({
                 "error": format!(
                     "the request could not be served; the service log has the cause under \

@@ -532,15 +532,14 @@ impl Ops {
         req: &RecoverRequest,
         now: DateTime<Utc>,
     ) -> Result<ActionReport, OpsError> {
-        let report =
-            replay::recover_abandoned(
-                &self.store,
-                &req.msg_ids,
-                self.audited(req.checked()?),
-                req.dry_run,
-                now,
-            )
-                .await?;
+        let report = replay::recover_abandoned(
+            &self.store,
+            &req.msg_ids,
+            self.audited(req.checked()?),
+            req.dry_run,
+            now,
+        )
+        .await?;
         Ok(ActionReport::from_admin(&report))
     }
 

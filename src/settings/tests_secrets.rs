@@ -273,7 +273,10 @@ fn tokens_carry_names_and_bare_ones_keep_working() {
                 "MSGX_HTTP__OPERATE_TOKENS",
                 "deploy-bot:0123456789abcdef, alice@ops:fedcba9876543210:x",
             ),
-            ("MSGX_HTTP__READ_TOKENS", "0000111122223333,1111222233334444"),
+            (
+                "MSGX_HTTP__READ_TOKENS",
+                "0000111122223333,1111222233334444",
+            ),
         ],
     )
     .expect("load");
@@ -286,18 +289,55 @@ fn tokens_carry_names_and_bare_ones_keep_working() {
     assert_eq!(
         got,
         [
-            ("http.admin_token", "admin".into(), false, "root-0123456789abcdef"),
-            ("http.read_tokens", "read-1".into(), false, "0000111122223333"),
-            ("http.read_tokens", "read-2".into(), false, "1111222233334444"),
-            ("http.operate_tokens", "deploy-bot".into(), true, "0123456789abcdef"),
-            ("http.operate_tokens", "alice@ops".into(), true, "fedcba9876543210:x"),
+            (
+                "http.admin_token",
+                "admin".into(),
+                false,
+                "root-0123456789abcdef"
+            ),
+            (
+                "http.read_tokens",
+                "read-1".into(),
+                false,
+                "0000111122223333"
+            ),
+            (
+                "http.read_tokens",
+                "read-2".into(),
+                false,
+                "1111222233334444"
+            ),
+            (
+                "http.operate_tokens",
+                "deploy-bot".into(),
+                true,
+                "0123456789abcdef"
+            ),
+            (
+                "http.operate_tokens",
+                "alice@ops".into(),
+                true,
+                "fedcba9876543210:x"
+            ),
         ]
     );
     for (key, value, names) in [
-        ("MSGX_HTTP__READ_TOKENS", "bad name:0123456789abcdef", "`http.read_tokens`"),
+        (
+            "MSGX_HTTP__READ_TOKENS",
+            "bad name:0123456789abcdef",
+            "`http.read_tokens`",
+        ),
         ("MSGX_HTTP__READ_TOKENS", "bot:short", "`http.read_tokens`"),
-        ("MSGX_HTTP__COMPAT_TOKENS", ":0123456789abcdef", "`http.compat_tokens`"),
-        ("MSGX_HTTP__ADMIN_TOKEN", "a:0123456789abcdef,b:0123456789abcdef", "`http.admin_token`"),
+        (
+            "MSGX_HTTP__COMPAT_TOKENS",
+            ":0123456789abcdef",
+            "`http.compat_tokens`",
+        ),
+        (
+            "MSGX_HTTP__ADMIN_TOKEN",
+            "a:0123456789abcdef,b:0123456789abcdef",
+            "`http.admin_token`",
+        ),
     ] {
         let e = Settings::load_layered_with_env(None, &[(key, value)])
             .expect_err(value)

@@ -370,8 +370,10 @@ async fn audit_rows_name_the_calling_token_beside_the_stated_actor() {
     let cli = env
         .ops()
         .recover_backfill(
-            &serde_json::from_value(json!({"msg_ids": [2], "actor": "carol", "reason": "restored"}))
-                .expect("request"),
+            &serde_json::from_value(
+                json!({"msg_ids": [2], "actor": "carol", "reason": "restored"}),
+            )
+            .expect("request"),
             env.clock.now(),
         )
         .await
@@ -384,12 +386,19 @@ async fn audit_rows_name_the_calling_token_beside_the_stated_actor() {
         audits,
         [
             ("REPLAY".into(), "bob".into(), Some("deploy-bot".into())),
-            ("REQUEUE_EVENTS".into(), "alice".into(), Some("alice@ops".into())),
+            (
+                "REQUEUE_EVENTS".into(),
+                "alice".into(),
+                Some("alice@ops".into())
+            ),
             ("RECOVER_BACKFILL".into(), "carol".into(), None),
         ]
     );
     let inspection = env.ops().inspect(1).await.expect("inspect");
-    assert_eq!(inspection.audit[0].token_name.as_deref(), Some("deploy-bot"));
+    assert_eq!(
+        inspection.audit[0].token_name.as_deref(),
+        Some("deploy-bot")
+    );
     assert!(
         inspection.render().contains("by bob via token deploy-bot"),
         "{}",

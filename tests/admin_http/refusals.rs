@@ -385,20 +385,32 @@ async fn a_5xx_answer_carries_a_request_id_and_the_log_has_the_error() {
     assert!(error.contains(&header), "{body}");
     // The internal text (sqlx's "pool closed", the store's words) stays in the log.
     for internal in ["pool", "closed", "store", "statement"] {
-        assert!(!body.to_lowercase().contains(internal), "{internal}: {body}");
+        assert!(
+            !body.to_lowercase().contains(internal),
+            "{internal}: {body}"
+        );
     }
     let text = log.text();
     let line = text
         .lines()
         .find(|l| l.contains(&header))
         .unwrap_or_else(|| panic!("no log line with {header}: {text}"));
-    assert!(line.contains("/admin/status") && line.contains("closed"), "{line}");
+    assert!(
+        line.contains("/admin/status") && line.contains("closed"),
+        "{line}"
+    );
     // A 4xx keeps its reason, and every answer has its own id.
     let resp = test::call_service(&app, get("/admin/messages/x", READ)).await;
     assert_eq!(resp.status(), 400);
     let other = resp.headers().get(msgx_actors::request_id::HEADER).cloned();
     assert!(other.is_some_and(|o| o != header.as_str()));
     let v: Value = test::read_body_json(resp).await;
-    assert!(v["error"].as_str().unwrap_or_default().contains("not a message id"), "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not a message id"),
+        "{v}"
+    );
     env.cleanup().await;
 }

@@ -152,16 +152,21 @@ async fn probes_answer_while_a_long_verify_runs() {
         ],
         port,
     );
-    super::common::service::wait_for("the service to be ready", Duration::from_secs(60), || async {
-        http::get(port, "/readyz")
-            .await
-            .is_ok_and(|r| http::status(&r) == 200)
-    })
+    super::common::service::wait_for(
+        "the service to be ready",
+        Duration::from_secs(60),
+        || async {
+            http::get(port, "/readyz")
+                .await
+                .is_ok_and(|r| http::status(&r) == 200)
+        },
+    )
     .await;
     let started = std::time::Instant::now();
-    let verify = tokio::spawn(async move {
-        http::request(port, "GET", "/admin/verify", Some(READ), None).await
-    });
+    let verify =
+        tokio::spawn(
+            async move { http::request(port, "GET", "/admin/verify", Some(READ), None).await },
+        );
     // Let the verify reach its stall, then probe through it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut probes = 0;

@@ -413,7 +413,8 @@ impl TestEnv {
         &self,
     ) -> Result<Vec<msgx_core::store::replay::AuditEntry>, sqlx::Error> {
         sqlx::query_as(
-            "SELECT id, at, actor, action, reason, msg_ids, result, ticket FROM audit_log ORDER BY id",
+            "SELECT id, at, actor, action, reason, msg_ids, result, ticket, token_name \
+             FROM audit_log ORDER BY id",
         )
         .fetch_all(self.store.pool())
         .await

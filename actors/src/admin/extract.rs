@@ -46,7 +46,7 @@ fn admin_state(req: &HttpRequest) -> Result<&web::Data<AdminState>, AdminError> 
 
 /// The request carries a token with scope `S` (else 401, or 403 for a token without it); the
 /// token's name, which an audited action records.
-pub struct Authorized<S: RouteScope>(pub Caller, PhantomData<S>);
+pub struct Authorized<S: RouteScope>(pub Caller, pub PhantomData<S>);
 
 impl<S: RouteScope> FromRequest for Authorized<S> {
     type Error = AdminError;

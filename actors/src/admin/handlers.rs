@@ -65,7 +65,11 @@ pub async fn replay(
     state: web::Data<AdminState>,
     Body(body, _): Body<ReplayRequest>,
 ) -> Answer {
-    ok(state.ops.called_by(&caller.0).replay(&body, state.clock.now()).await?)
+    ok(state
+        .ops
+        .called_by(&caller.0)
+        .replay(&body, state.clock.now())
+        .await?)
 }
 
 /// `POST /admin/recover-backfill` → `Ops::recover_backfill`.
@@ -110,7 +114,9 @@ pub async fn verify(_: Authorized<Read>, input: Option<web::Data<VerifyInput>>) 
         Ok(Ok(report)) => {
             Ok(HttpResponse::Conflict().json(json!({ "ok": false, "report": report })))
         }
-        Ok(Err(e)) => Err(AdminError::Unavailable(format!("verify failed to run: {e}"))),
+        Ok(Err(e)) => Err(AdminError::Unavailable(format!(
+            "verify failed to run: {e}"
+        ))),
         Err(e) => Err(AdminError::Unavailable(format!("verify stopped: {e}"))),
     }
 }
@@ -130,7 +136,11 @@ pub async fn skip(
     state: web::Data<AdminState>,
     Body(body, _): Body<SkipRequest>,
 ) -> Answer {
-    ok(state.ops.called_by(&caller.0).skip(&body, state.clock.now()).await?)
+    ok(state
+        .ops
+        .called_by(&caller.0)
+        .skip(&body, state.clock.now())
+        .await?)
 }
 
 /// `GET /admin/purge-readiness` → `Ops::purge_readiness`.

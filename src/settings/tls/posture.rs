@@ -47,7 +47,10 @@ impl Settings {
         ]
         .into_iter()
         .filter_map(|(rules, keys)| unverified(rules, keys).map(|why| (rules.mode_key, why)))
-        .chain(self.kafka_in_clear().map(|why| ("kafka.security_protocol", why)))
+        .chain(
+            self.kafka_in_clear()
+                .map(|why| ("kafka.security_protocol", why)),
+        )
         .collect()
     }
 
@@ -82,7 +85,10 @@ mod tests {
         assert_eq!(both.len(), 2, "{both:?}");
         assert_eq!(both[0].0, "inbox.ssl_mode");
         assert!(both[0].1.starts_with("`PREFERRED`"), "{both:?}");
-        assert!(both[1].1.contains("store.ssl_mode = \"verify-full\""), "{both:?}");
+        assert!(
+            both[1].1.contains("store.ssl_mode = \"verify-full\""),
+            "{both:?}"
+        );
         let off = unverified(&[("MSGX_STORE__SSL_MODE", "disable")]);
         assert!(off[1].1.contains("`disable`: no TLS at all"), "{off:?}");
         let url = "postgres://u@h/d?sslmode=verify-full";

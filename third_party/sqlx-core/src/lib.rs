@@ -1,3 +1,5 @@
+// msgexchange: a vendored dependency (third_party/README.md), not linted as our code.
+#![allow(warnings, clippy::all)]
 //! Core of SQLx, the rust SQL toolkit.
 //!
 //! ### Note: Semver Exempt API
