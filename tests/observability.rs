@@ -295,9 +295,15 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let b = expr.as_bytes();
     let mut i = 0;
+    // Inside `{…}` a word is a label name (`up{msgx_service="…"}`), not a metric.
+    let mut in_matchers = false;
     let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b':';
     while i < b.len() {
         match b[i] {
+            brace @ (b'{' | b'}') => {
+                in_matchers = brace == b'{';
+                i += 1;
+            }
             q @ (b'"' | b'\'' | b'`') => {
                 i += 1;
                 while i < b.len() && b[i] != q {
@@ -311,7 +317,7 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
                     i += 1;
                 }
                 let word = &expr[start..i];
-                if word.starts_with("msgx_") {
+                if word.starts_with("msgx_") && !in_matchers {
                     names.insert(word.to_string());
                 }
             }
@@ -324,7 +330,8 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 #[test]
 fn metric_names_skip_strings_and_functions() {
     let n = metric_names(
-        r#"histogram_quantile(0.99, sum by (le) (rate(msgx_a_bucket{x="msgx_not"}[5m]))) / msgx_b"#,
+        r#"histogram_quantile(0.99, sum by (le) (rate(msgx_a_bucket{x="msgx_not"}[5m]))) / msgx_b
+           + up{msgx_service="msgexchange"}"#,
     );
     assert_eq!(
         n.into_iter().collect::<Vec<_>>(),
