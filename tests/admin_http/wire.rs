@@ -142,7 +142,15 @@ async fn probes_answer_while_a_long_verify_runs() {
     let env = TestEnv::new("admin_probe").await;
     let port = super::common::service::free_port();
     let stall = Duration::from_secs(4);
-    let mut child = super::common::service::spawn_service(
+    // Killed when the test ends, also on a failed assertion (no service left running).
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let service = KillOnDrop(super::common::service::spawn_service(
         &env,
         &[
             ("MSGX_HTTP__READ_TOKENS", READ),
@@ -151,7 +159,7 @@ async fn probes_answer_while_a_long_verify_runs() {
             ("MSGEXCHANGE_FAILPOINT_STALL", "4s"),
         ],
         port,
-    );
+    ));
     super::common::service::wait_for(
         "the service to be ready",
         Duration::from_secs(60),
@@ -195,6 +203,6 @@ async fn probes_answer_while_a_long_verify_runs() {
         "verify: {answer}"
     );
     assert!(started.elapsed() >= stall, "the verify did stall");
-    super::common::service::kill9(&mut child);
+    drop(service);
     env.cleanup().await;
 }
