@@ -24,6 +24,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY actors/Cargo.toml actors/
 COPY bench/Cargo.toml bench/
 COPY tests/common/Cargo.toml tests/common/
+# The patched dependency (third_party/README.md), a real crate in this layer.
+COPY third_party third_party/
 RUN mkdir -p src actors/src bench/src tests/common \
  && touch src/lib.rs actors/src/lib.rs bench/src/lib.rs tests/common/mod.rs \
  && echo 'fn main() {}' > actors/src/main.rs \

@@ -76,3 +76,24 @@ pub fn connect_options<O: DbOptions>(keys: &ConnectKeys) -> Result<O, sqlx::Erro
     }
     Ok(options)
 }
+
+#[cfg(test)]
+mod tests {
+    /// A CA certificate (self-signed, its key discarded when it was made).
+    const CA: &str = include_str!("../tests/fixtures/tls/test-ca.crt");
+
+    /// A named CA is the only root trusted (sqlx-core patch, third_party/README.md): the root
+    /// set is exactly its certificate(s); without one, the compiled-in public roots.
+    #[test]
+    fn a_named_ca_is_the_only_root() {
+        let named = sqlx_core::net::tls::trusted_roots(Some(CA.as_bytes())).expect("the CA");
+        assert_eq!(
+            named.len(),
+            1,
+            "only the named CA, no public root beside it"
+        );
+        let builtin = sqlx_core::net::tls::trusted_roots(None).expect("public roots");
+        assert!(builtin.len() > 100, "{} public roots", builtin.len());
+        assert!(sqlx_core::net::tls::trusted_roots(Some(b"no PEM here")).is_err());
+    }
+}

@@ -108,7 +108,7 @@ pub use databases::{InboxSettings, StoreSettings};
 pub mod duration;
 pub use duration::{BoundedDuration, MAX_DURATION};
 mod http;
-pub use http::{HttpSettings, LogSettings};
+pub use http::{HttpSettings, LogSettings, TokenEntry, MAX_TOKEN_NAME};
 mod kafka;
 pub use kafka::{Delivery, DispatchSettings, KafkaSettings};
 mod layers;

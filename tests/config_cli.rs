@@ -952,6 +952,14 @@ fn the_debian_package_installs_and_its_config_checks() {
         effective.contains("create_database = false"),
         "the site keys apply"
     );
+    // Issue 42: the packaged configuration verifies every server it talks to.
+    for key in [
+        "ssl_mode = \"VERIFY_IDENTITY\"",
+        "ssl_mode = \"verify-full\"",
+        "security_protocol = \"ssl\"",
+    ] {
+        assert!(effective.contains(key), "{key} in the packaged config");
+    }
     run_ok("/usr/bin/msgexchange", &["--help"]);
     if Command::new("systemd-analyze")
         .arg("--version")

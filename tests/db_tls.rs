@@ -302,6 +302,13 @@ async fn ca_and_tls_rules_hold(side: Side) {
     assert_eq!(over(full, Some(&good)).await, Ok(true));
     assert_eq!(over(chain, Some(&good)).await, Ok(true));
     assert_eq!(over(encrypt, None).await, Ok(true));
+    // A named file may hold several CAs (a rotation): every one of them is a root, the only
+    // roots (issue 42: the sqlx-core patch builds the root set from the file alone).
+    let bundle = std::env::temp_dir().join(format!("msgx-ca-bundle-{}.pem", std::process::id()));
+    let pem = |f: &str| std::fs::read_to_string(tls_dir().join(f)).expect("CA file");
+    std::fs::write(&bundle, pem("other-ca.crt") + &pem("ca.crt")).expect("bundle");
+    let bundle = bundle.display().to_string();
+    assert_eq!(over(full, Some(&bundle)).await, Ok(true));
     w.cleanup().await;
 }
 

@@ -105,7 +105,7 @@ impl Prometheus {
         let config = format!(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n\
              rule_files:\n  - {}\n\
-             scrape_configs:\n  - job_name: msgexchange\n    static_configs:\n      - targets: [\"{target}\"]\n",
+             scrape_configs:\n  - job_name: msgexchange\n    static_configs:\n      - targets: [\"{target}\"]\n        labels: {{ msgx_service: msgexchange }}\n",
             alerts.display()
         );
         std::fs::write(dir.join("prometheus.yml"), config).expect("write prometheus.yml");
@@ -295,9 +295,15 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let b = expr.as_bytes();
     let mut i = 0;
+    // Inside `{…}` a word is a label name (`up{msgx_service="…"}`), not a metric.
+    let mut in_matchers = false;
     let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b':';
     while i < b.len() {
         match b[i] {
+            brace @ (b'{' | b'}') => {
+                in_matchers = brace == b'{';
+                i += 1;
+            }
             q @ (b'"' | b'\'' | b'`') => {
                 i += 1;
                 while i < b.len() && b[i] != q {
@@ -311,7 +317,7 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
                     i += 1;
                 }
                 let word = &expr[start..i];
-                if word.starts_with("msgx_") {
+                if word.starts_with("msgx_") && !in_matchers {
                     names.insert(word.to_string());
                 }
             }
@@ -324,7 +330,8 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 #[test]
 fn metric_names_skip_strings_and_functions() {
     let n = metric_names(
-        r#"histogram_quantile(0.99, sum by (le) (rate(msgx_a_bucket{x="msgx_not"}[5m]))) / msgx_b"#,
+        r#"histogram_quantile(0.99, sum by (le) (rate(msgx_a_bucket{x="msgx_not"}[5m]))) / msgx_b
+           + up{msgx_service="msgexchange"}"#,
     );
     assert_eq!(
         n.into_iter().collect::<Vec<_>>(),
@@ -333,7 +340,9 @@ fn metric_names_skip_strings_and_functions() {
 }
 
 /// Every alert says what it means (`description`) and links its runbook entry
-/// (`runbook_url`, the `### Name` heading of docs/operations.md as the package installs it).
+/// (`runbook_url`: the site's base URL, the Prometheus external label `msgx_runbook_base`, or
+/// else the package's installed docs, plus the `### Name` heading's anchor of
+/// docs/operations.md), and none selects a scrape job by name.
 #[test]
 fn every_alert_has_a_description_and_a_runbook_url() {
     let text = std::fs::read_to_string(common::repo_root().join("prometheus/alerts.yml"))
@@ -353,11 +362,20 @@ fn every_alert_has_a_description_and_a_runbook_url() {
                 a["description"].as_str().is_some_and(|d| d.len() > 20),
                 "{name}: no description"
             );
+            // The site's base URL (external label), else the installed file; the anchor is
+            // the runbook heading's.
             let url = format!(
-                "file:///usr/share/doc/msgexchange/operations.md#{}",
+                "{{{{ with $externalLabels.msgx_runbook_base }}}}{{{{ . }}}}{{{{ else }}}}\
+                 file:///usr/share/doc/msgexchange{{{{ end }}}}/operations.md#{}",
                 name.to_lowercase()
             );
             assert_eq!(a["runbook_url"].as_str(), Some(url.as_str()), "{name}");
+            // No alert is tied to a scrape job's name (a site names its jobs).
+            let expr = r["expr"].as_str().unwrap_or_default();
+            assert!(
+                !expr.contains("job="),
+                "{name}: selects a job by name: {expr}"
+            );
             assert!(
                 a["runbook"].is_null(),
                 "{name}: `runbook` is runbook_url now"

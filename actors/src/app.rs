@@ -447,6 +447,12 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
         table = %settings.inbox.table,
         "msgexchange starting"
     );
+    for (key, why) in settings.unverified_tls() {
+        tracing::warn!(
+            key,
+            "this connection does not verify its server over TLS: {why}"
+        );
+    }
     let health = Health::default();
     health.lease(false);
     health.waiting(Some("starting".into()));

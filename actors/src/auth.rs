@@ -8,6 +8,10 @@
 //! - `operate`: the audited mutations `POST /admin/*` (and everything `read` may);
 //! - `compat`: `POST /cminmsgs/send` only (upstream's entry; it cannot read or operate).
 //!
+//! Every token has a name (`name:secret`; a bare secret of earlier versions is named
+//! `<scope>-<n>`, or `admin`): the name a request's token matched is what the audit log
+//! records beside the actor the body states, and what the logs say ([`Caller`]).
+//!
 //! No token → 401; a valid token without the scope → 403 ([`Denied`], which the admin
 //! surface answers as its `AdminError`). Either answer changes nothing.
 
@@ -37,11 +41,23 @@ impl Scope {
     }
 }
 
-/// The configured tokens and their scopes.
+/// One configured token.
+#[derive(Clone)]
+struct Entry {
+    name: std::sync::Arc<str>,
+    secret: Vec<u8>,
+    scopes: &'static [Scope],
+}
+
+/// The configured tokens, their names and scopes.
 #[derive(Clone, Default)]
 pub struct Tokens {
-    entries: Vec<(Vec<u8>, &'static [Scope])>,
+    entries: Vec<Entry>,
 }
+
+/// The name of the token a request was allowed with (what the audit log records).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub std::sync::Arc<str>);
 
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -58,40 +74,63 @@ const OPERATE: &[Scope] = &[Scope::Read, Scope::Operate];
 const READ: &[Scope] = &[Scope::Read];
 const COMPAT: &[Scope] = &[Scope::Compat];
 
-/// Comma-separated token list (rotation: old and new side by side).
-fn split(list: &str) -> impl Iterator<Item = &str> {
-    list.split(',').map(str::trim).filter(|t| !t.is_empty())
-}
-
 impl Tokens {
-    /// From `[http]`: `admin_token` (all scopes), `read_tokens`, `operate_tokens`,
-    /// `compat_tokens` (validated by `Settings::validate`).
+    /// From `[http]` ([`HttpSettings::tokens`]): `admin_token` (all scopes), `read_tokens`,
+    /// `operate_tokens`, `compat_tokens` (validated by `Settings::validate`). A token without
+    /// a name is logged once here, with the name its audit rows will carry.
     pub fn from_settings(http: &HttpSettings) -> Self {
-        let mut entries = Vec::new();
-        if !http.admin_token.is_empty() {
-            entries.push((http.admin_token.expose().as_bytes().to_vec(), ALL));
-        }
-        for (list, scopes) in [
-            (&http.read_tokens, READ),
-            (&http.operate_tokens, OPERATE),
-            (&http.compat_tokens, COMPAT),
-        ] {
-            entries.extend(split(list.expose()).map(|t| (t.as_bytes().to_vec(), scopes)));
-        }
+        let entries = http
+            .tokens()
+            .into_iter()
+            .map(|t| {
+                if !t.named {
+                    tracing::warn!(
+                        key = t.key,
+                        name = %t.name,
+                        "a token without a name: its audit rows name it `{}`; write `name:secret`",
+                        t.name
+                    );
+                }
+                let scopes = match t.key {
+                    "http.read_tokens" => READ,
+                    "http.operate_tokens" => OPERATE,
+                    "http.compat_tokens" => COMPAT,
+                    _ => ALL,
+                };
+                Entry {
+                    name: t.name.into(),
+                    secret: t.secret.as_bytes().to_vec(),
+                    scopes,
+                }
+            })
+            .collect();
         Self { entries }
     }
 
-    /// Tokens from explicit `(token, scope)` pairs (tests).
+    /// Tokens from explicit `(token, scope)` pairs (tests), each named `<scope>-<n>`.
     pub fn with(pairs: &[(&str, Scope)]) -> Self {
-        let entries = pairs
+        let named: Vec<(String, &str, Scope)> = pairs
             .iter()
-            .map(|(t, s)| {
-                let scopes = match s {
+            .enumerate()
+            .map(|(i, (t, s))| (format!("{}-{}", s.name(), i + 1), *t, *s))
+            .collect();
+        let refs: Vec<(&str, &str, Scope)> =
+            named.iter().map(|(n, t, s)| (n.as_str(), *t, *s)).collect();
+        Self::named(&refs)
+    }
+
+    /// Tokens from explicit `(name, token, scope)` triples (tests).
+    pub fn named(triples: &[(&str, &str, Scope)]) -> Self {
+        let entries = triples
+            .iter()
+            .map(|(name, t, s)| Entry {
+                name: (*name).into(),
+                secret: t.as_bytes().to_vec(),
+                scopes: match s {
                     Scope::Read => READ,
                     Scope::Operate => OPERATE,
                     Scope::Compat => COMPAT,
-                };
-                (t.as_bytes().to_vec(), scopes)
+                },
             })
             .collect();
         Self { entries }
@@ -102,37 +141,40 @@ impl Tokens {
         self.entries.is_empty()
     }
 
-    /// Whether the request's bearer token is configured at all, and whether with `scope`.
-    /// Every configured token is compared (in constant time each), so the answer's timing
-    /// says nothing about which one matched; a token listed twice has both lists' scopes.
-    fn grant(&self, req: &HttpRequest, scope: Scope) -> (bool, bool) {
+    /// Whether the request's bearer token is configured at all, and the name of the entry
+    /// that matched it with `scope`. Every configured token is compared (in constant time
+    /// each), so the answer's timing says nothing about which one matched; a token listed
+    /// twice has both lists' scopes.
+    fn grant(&self, req: &HttpRequest, scope: Scope) -> (bool, Option<Caller>) {
         let Some(given) = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
         else {
-            return (false, false);
+            return (false, None);
         };
-        let (mut known, mut allowed) = (false, false);
-        for (token, scopes) in &self.entries {
-            let matched = same(given.as_bytes(), token);
+        let (mut known, mut allowed) = (false, None);
+        for e in &self.entries {
+            let matched = same(given.as_bytes(), &e.secret);
             known |= matched;
-            allowed |= matched && scopes.contains(&scope);
+            if matched && e.scopes.contains(&scope) && allowed.is_none() {
+                allowed = Some(Caller(e.name.clone()));
+            }
         }
         (known, allowed)
     }
 
-    /// Ok when the request carries a token with `scope`; else why not (logged here, with the
-    /// path, never the token).
-    pub fn check(&self, req: &HttpRequest, scope: Scope) -> Result<(), Denied> {
+    /// The token's name when the request carries a token with `scope`; else why not (logged
+    /// here, with the path, never the token).
+    pub fn check(&self, req: &HttpRequest, scope: Scope) -> Result<Caller, Denied> {
         match self.grant(req, scope) {
-            (_, true) => Ok(()),
-            (true, false) => {
+            (_, Some(caller)) => Ok(caller),
+            (true, None) => {
                 tracing::warn!(path = %req.path(), scope = scope.name(), "request with a token lacking the scope");
                 Err(Denied::Forbidden(scope))
             }
-            (false, _) => {
+            (false, None) => {
                 tracing::warn!(path = %req.path(), peer = ?req.peer_addr(), "request without a valid token");
                 Err(Denied::Unauthenticated)
             }

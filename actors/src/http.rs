@@ -140,8 +140,14 @@ pub fn serve_with_verify(
 /// unit's `TimeoutStopSec` is `supervisor.shutdown_grace` + this + a margin.
 pub const HTTP_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The one server shape: the open routes with their data, plus what `extra` adds; one worker
-/// and no signal handling of its own (the service owns SIGTERM).
+/// HTTP workers (threads). Probes must answer while an admin request runs: `/admin/verify`
+/// runs off the worker ([`crate::admin::handlers::verify`]), and a second worker keeps any other
+/// slow request from holding every connection the server accepts.
+pub const WORKERS: usize = 2;
+
+/// The one server shape: the open routes with their data, plus what `extra` adds; every answer
+/// tagged with a request id ([`crate::request_id`]); [`WORKERS`] workers and no signal handling
+/// of its own (the service owns SIGTERM).
 fn bind<F>(
     listen: SocketAddr,
     handle: PrometheusHandle,
@@ -155,12 +161,13 @@ where
     let health = web::Data::new(health);
     let server = HttpServer::new(move || {
         App::new()
+            .wrap(actix_web::middleware::from_fn(crate::request_id::tag))
             .app_data(handle.clone())
             .app_data(health.clone())
             .configure(open_routes)
             .configure(extra.clone())
     })
-    .workers(1)
+    .workers(WORKERS)
     .disable_signals()
     .shutdown_timeout(HTTP_DRAIN.as_secs())
     .bind(listen)?

@@ -36,6 +36,7 @@ pub mod pump;
 pub mod purge_watch;
 pub mod refusal;
 pub mod request;
+pub mod request_id;
 pub mod schedule_requester;
 pub mod shutdown;
 pub mod supervisor;

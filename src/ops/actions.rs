@@ -327,6 +327,7 @@ fn check_audit<'a>(
         actor,
         reason,
         ticket,
+        token: None,
     })
 }
 
@@ -379,13 +380,21 @@ fn rows_by_ids(req: &ReplayRequest) -> Result<Vec<(i64, Expect)>, OpsError> {
 }
 
 impl Ops {
+    /// `audit` with the HTTP token's name this `Ops` runs for ([`Ops::called_by`]).
+    fn audited<'a>(&'a self, audit: Audit<'a>) -> Audit<'a> {
+        Audit {
+            token: self.caller.as_deref(),
+            ..audit
+        }
+    }
+
     /// Replays rows (see [`ReplayRequest`]) through the lifecycle gate; audited unless a dry run.
     pub async fn replay(
         &self,
         req: &ReplayRequest,
         now: DateTime<Utc>,
     ) -> Result<ActionReport, OpsError> {
-        let audit = req.checked()?;
+        let audit = self.audited(req.checked()?);
         let by_class = req.error_class.is_some() || req.from_id.is_some() || req.to_id.is_some();
         let rows = match (by_class, req.msg_ids.is_empty()) {
             (true, false) => {
@@ -523,9 +532,14 @@ impl Ops {
         req: &RecoverRequest,
         now: DateTime<Utc>,
     ) -> Result<ActionReport, OpsError> {
-        let report =
-            replay::recover_abandoned(&self.store, &req.msg_ids, req.checked()?, req.dry_run, now)
-                .await?;
+        let report = replay::recover_abandoned(
+            &self.store,
+            &req.msg_ids,
+            self.audited(req.checked()?),
+            req.dry_run,
+            now,
+        )
+        .await?;
         Ok(ActionReport::from_admin(&report))
     }
 
@@ -537,7 +551,12 @@ impl Ops {
     ) -> Result<RequeueReport, OpsError> {
         let r = self
             .store
-            .requeue_dead_events(&req.event_ids, req.checked()?, &self.dlq_topic, now)
+            .requeue_dead_events(
+                &req.event_ids,
+                self.audited(req.checked()?),
+                &self.dlq_topic,
+                now,
+            )
             .await?;
         Ok(RequeueReport {
             audit_id: r.audit_id,

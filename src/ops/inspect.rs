@@ -65,7 +65,8 @@ impl Ops {
             },
         };
         let audit: Vec<AuditEntry> = sqlx::query_as(
-            "SELECT id, at, actor, action, reason, msg_ids, result, ticket FROM audit_log \
+            "SELECT id, at, actor, action, reason, msg_ids, result, ticket, token_name \
+             FROM audit_log \
              WHERE msg_ids @> ARRAY[$1]::bigint[] ORDER BY id",
         )
         .bind(msg_id)
@@ -176,11 +177,15 @@ impl Inspection {
         for a in &self.audit {
             let _ = writeln!(
                 out,
-                "  #{} {} {} by {} ({}){}",
+                "  #{} {} {} by {}{} ({}){}",
                 a.id,
                 a.at.to_rfc3339(),
                 a.action,
                 a.actor,
+                a.token_name
+                    .as_deref()
+                    .map(|t| format!(" via token {t}"))
+                    .unwrap_or_default(),
                 a.reason,
                 a.ticket
                     .as_deref()

@@ -96,6 +96,9 @@ pub struct Ops {
     /// `kafka.dlq_topic`: where a requeued event's dead-letter copy lies when an older release
     /// recorded it without its topic.
     pub dlq_topic: String,
+    /// The name of the HTTP token an audited action is run for (`audit_log.token_name`);
+    /// None from the CLI ([`Ops::called_by`]).
+    pub caller: Option<std::sync::Arc<str>>,
 }
 
 impl Ops {
@@ -106,6 +109,16 @@ impl Ops {
             inbox,
             drain_window: settings.processing.drain_rate_window,
             dlq_topic: settings.kafka.dlq_topic.clone(),
+            caller: None,
+        }
+    }
+
+    /// These operations on behalf of the HTTP token named `token`: the audit rows they
+    /// write record the name beside the actor the request states.
+    pub fn called_by(&self, token: &std::sync::Arc<str>) -> Self {
+        Self {
+            caller: Some(token.clone()),
+            ..self.clone()
         }
     }
 }

@@ -101,6 +101,8 @@ struct Approval<'a> {
     approver: &'a str,
     reason: &'a str,
     ticket: &'a str,
+    /// The HTTP token's name ([`Ops::caller`]).
+    token: Option<&'a str>,
 }
 
 /// One committed batch: what it did and the states its rows had.
@@ -144,6 +146,7 @@ impl Ops {
             approver: req.approver.trim(),
             reason: req.reason.trim(),
             ticket: req.ticket.trim(),
+            token: self.caller.as_deref(),
         };
         let mut after = req.from_id - 1;
         while let Some(done) = self.skip_batch(after, req.to_id, approval, now).await? {
@@ -219,6 +222,7 @@ impl Ops {
             approver,
             reason,
             ticket,
+            ..
         } = approval;
         let done = sqlx::query(
             "UPDATE proc_state SET state = 'SKIPPED', terminal_reason = $2, \
@@ -281,6 +285,7 @@ async fn audit_batch(
         action: ACTION_SKIP,
         reason: approval.reason,
         ticket: Some(approval.ticket),
+        token: approval.token,
     };
     insert_audit(
         tx,

@@ -26,33 +26,88 @@ pub struct HttpSettings {
     pub compat_tokens: Secret,
 }
 
+/// One configured bearer token: `name:secret`, or a bare `secret` (earlier versions) that is
+/// then named by its key and position ([`HttpSettings::tokens`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenEntry<'a> {
+    /// The key it is listed under (`http.read_tokens`, …).
+    pub key: &'static str,
+    /// The name the audit log and the logs record: the given one, or `<scope>-<n>` (the
+    /// n-th entry of its list) / `admin` for a bare token.
+    pub name: String,
+    /// Whether the name was given (`name:secret`).
+    pub named: bool,
+    /// The secret the request's bearer token must equal.
+    pub secret: &'a str,
+}
+
+/// Longest token name.
+pub const MAX_TOKEN_NAME: usize = 64;
+
+/// A token name: 1..=64 of `A-Z a-z 0-9 . _ @ -` (it lands in the audit log and the logs).
+fn valid_name(name: &str) -> bool {
+    (1..=MAX_TOKEN_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._@-".contains(&b))
+}
+
 impl HttpSettings {
+    /// Every configured token with its key and name, in the order listed (`admin_token`
+    /// first). Entries are comma-separated, each `name:secret` or a bare secret.
+    pub fn tokens(&self) -> Vec<TokenEntry<'_>> {
+        let lists = [
+            ("http.admin_token", &self.admin_token, "admin"),
+            ("http.read_tokens", &self.read_tokens, "read"),
+            ("http.operate_tokens", &self.operate_tokens, "operate"),
+            ("http.compat_tokens", &self.compat_tokens, "compat"),
+        ];
+        let mut out = Vec::new();
+        for (key, list, scope) in lists {
+            let entries = list.expose().split(',').map(str::trim);
+            for (i, entry) in entries.filter(|t| !t.is_empty()).enumerate() {
+                let (name, named, secret) = match entry.split_once(':') {
+                    Some((name, secret)) => (name.to_string(), true, secret),
+                    None if key == "http.admin_token" => (scope.to_string(), false, entry),
+                    None => (format!("{scope}-{}", i + 1), false, entry),
+                };
+                out.push(TokenEntry {
+                    key,
+                    name,
+                    named,
+                    secret,
+                });
+            }
+        }
+        out
+    }
+
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
         self.listen
             .parse::<std::net::SocketAddr>()
             .map_err(|e| invalid("http.listen", format!("`{}`: {e}", self.listen)))?;
-        let token = self.admin_token.expose();
-        if !token.is_empty() && (token.len() < 16 || token.chars().any(char::is_whitespace)) {
+        if self.admin_token.expose().contains(',') {
             return Err(invalid(
                 "http.admin_token",
-                "must be empty (no admin surface) or at least 16 characters without spaces",
+                "is one token (`name:secret` or a bare secret); list more in the scoped keys",
             ));
         }
-        for (key, list) in [
-            ("http.read_tokens", &self.read_tokens),
-            ("http.operate_tokens", &self.operate_tokens),
-            ("http.compat_tokens", &self.compat_tokens),
-        ] {
-            let bad = list
-                .expose()
-                .split(',')
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .any(|t| t.len() < 16 || t.chars().any(char::is_whitespace));
-            if bad {
+        for t in self.tokens() {
+            if t.named && !valid_name(&t.name) {
                 return Err(invalid(
-                    key,
-                    "every token must be at least 16 characters without spaces (comma-separated)",
+                    t.key,
+                    format!(
+                        "a token is written `name:secret` with a name of 1..={MAX_TOKEN_NAME} \
+                         letters, digits, `.`, `_`, `@` or `-` (a secret containing `:` needs a \
+                         name in front)"
+                    ),
+                ));
+            }
+            if t.secret.len() < 16 || t.secret.chars().any(char::is_whitespace) {
+                return Err(invalid(
+                    t.key,
+                    "every token's secret must be at least 16 characters without spaces \
+                     (comma-separated `name:secret`; \"\" = none)",
                 ));
             }
         }

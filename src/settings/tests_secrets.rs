@@ -259,3 +259,90 @@ fn check_config_says_where_each_secret_came_from_never_its_value() {
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(creds);
 }
+
+/// Issue 42 item 4: tokens are `name:secret` (the name goes to the audit log); a bare secret
+/// of earlier versions still works, named by its key and position; a bad name or a short
+/// secret is refused in one line naming the key.
+#[test]
+fn tokens_carry_names_and_bare_ones_keep_working() {
+    let s = Settings::load_layered_with_env(
+        None,
+        &[
+            ("MSGX_HTTP__ADMIN_TOKEN", "root-0123456789abcdef"),
+            (
+                "MSGX_HTTP__OPERATE_TOKENS",
+                "deploy-bot:0123456789abcdef, alice@ops:fedcba9876543210:x",
+            ),
+            (
+                "MSGX_HTTP__READ_TOKENS",
+                "0000111122223333,1111222233334444",
+            ),
+        ],
+    )
+    .expect("load");
+    let got: Vec<(&str, String, bool, &str)> = s
+        .http
+        .tokens()
+        .into_iter()
+        .map(|t| (t.key, t.name, t.named, t.secret))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "http.admin_token",
+                "admin".into(),
+                false,
+                "root-0123456789abcdef"
+            ),
+            (
+                "http.read_tokens",
+                "read-1".into(),
+                false,
+                "0000111122223333"
+            ),
+            (
+                "http.read_tokens",
+                "read-2".into(),
+                false,
+                "1111222233334444"
+            ),
+            (
+                "http.operate_tokens",
+                "deploy-bot".into(),
+                true,
+                "0123456789abcdef"
+            ),
+            (
+                "http.operate_tokens",
+                "alice@ops".into(),
+                true,
+                "fedcba9876543210:x"
+            ),
+        ]
+    );
+    for (key, value, names) in [
+        (
+            "MSGX_HTTP__READ_TOKENS",
+            "bad name:0123456789abcdef",
+            "`http.read_tokens`",
+        ),
+        ("MSGX_HTTP__READ_TOKENS", "bot:short", "`http.read_tokens`"),
+        (
+            "MSGX_HTTP__COMPAT_TOKENS",
+            ":0123456789abcdef",
+            "`http.compat_tokens`",
+        ),
+        (
+            "MSGX_HTTP__ADMIN_TOKEN",
+            "a:0123456789abcdef,b:0123456789abcdef",
+            "`http.admin_token`",
+        ),
+    ] {
+        let e = Settings::load_layered_with_env(None, &[(key, value)])
+            .expect_err(value)
+            .to_string();
+        assert!(e.contains(names) && !e.contains("0123456789abcdef"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+}

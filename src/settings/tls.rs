@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+mod posture;
+
 use super::secret::{redact_url, Secret, SecretUrl};
 use super::{invalid, SettingsError};
 
@@ -56,6 +58,8 @@ pub(super) struct TlsRules {
     verifying: &'static [&'static str],
     /// The mode that never uses TLS (a client certificate would never be sent).
     plain: &'static str,
+    /// The driver's mode when neither the key nor the URL sets one.
+    default_mode: &'static str,
     /// URL query parameters that set the mode.
     mode_params: &'static [&'static str],
     /// URL query parameters that set the CA file.
@@ -87,6 +91,7 @@ pub(super) const STORE_TLS: TlsRules = TlsRules {
     ],
     verifying: &["verify-ca", "verify-full"],
     plain: "disable",
+    default_mode: "prefer",
     mode_params: &["sslmode", "ssl-mode"],
     ca_params: &["sslrootcert", "ssl-root-cert", "ssl-ca"],
     client_params: CLIENT_PARAMS,
@@ -110,6 +115,7 @@ pub(super) const INBOX_TLS: TlsRules = TlsRules {
     ],
     verifying: &["VERIFY_CA", "VERIFY_IDENTITY"],
     plain: "DISABLED",
+    default_mode: "PREFERRED",
     mode_params: &["sslmode", "ssl-mode"],
     ca_params: &["sslca", "ssl-ca"],
     client_params: CLIENT_PARAMS,

@@ -179,6 +179,7 @@ async fn insert_seed_audit(
         action: ACTION_CUTOVER,
         reason: &reason,
         ticket: Some(audit.ticket).filter(|t| !t.is_empty()),
+        token: None,
     };
     insert_audit(tx, stock.seeded_at, row, &[], result).await?;
     Ok(())

@@ -355,6 +355,7 @@ impl Store {
             action: ACTION_REQUEUE_EVENTS,
             reason: why,
             ticket,
+            token: audit.token,
         };
         let audit_id = insert_audit(&mut tx, now, row, &msg_ids, result).await?;
         tx.commit().await?;

@@ -151,6 +151,8 @@ pub struct Audit<'a> {
     pub reason: &'a str,
     /// Change or incident number, if any (`audit_log.ticket`).
     pub ticket: Option<&'a str>,
+    /// The name of the HTTP token that asked (`audit_log.token_name`); None from the CLI.
+    pub token: Option<&'a str>,
 }
 
 /// The row as the operator saw it: the action applies only while the row still is so, and is
@@ -373,6 +375,7 @@ async fn run_action(
         action: action.name(),
         reason: why,
         ticket,
+        token: audit.token,
     };
     let audit_id = insert_audit(&mut tx, now, row, &ids, audit_json(&rows)).await?;
     tx.commit().await?;
@@ -565,6 +568,7 @@ fn log_action(rows: &[RowResult], audit: AuditRow<'_>, action: Action<'_>) {
                 msg_id = r.msg_id,
                 action = audit.action,
                 actor = audit.actor,
+                token = audit.token,
                 reason = audit.reason,
                 ticket = audit.ticket,
                 applied = outcome.is_applied(),
@@ -628,6 +632,8 @@ pub(crate) struct AuditRow<'a> {
     pub action: &'a str,
     pub reason: &'a str,
     pub ticket: Option<&'a str>,
+    /// The HTTP token's name (migration 0019); None from the CLI and the cutover seed.
+    pub token: Option<&'a str>,
 }
 
 /// Writes the `audit_log` row of an action inside its transaction; returns its id.
@@ -639,8 +645,8 @@ pub(crate) async fn insert_audit(
     result: serde_json::Value,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
-        "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result, ticket) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result, ticket, token_name) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
     )
     .bind(now)
     .bind(row.actor)
@@ -649,6 +655,7 @@ pub(crate) async fn insert_audit(
     .bind(msg_ids)
     .bind(result)
     .bind(row.ticket)
+    .bind(row.token)
     .fetch_one(&mut **tx)
     .await
 }
@@ -708,4 +715,6 @@ pub struct AuditEntry {
     pub result: serde_json::Value,
     /// The operator's ticket, if given.
     pub ticket: Option<String>,
+    /// The name of the HTTP token that ran it (None from the CLI).
+    pub token_name: Option<String>,
 }

@@ -188,6 +188,8 @@ impl Report {
 /// Runs every check.
 pub async fn verify(input: &VerifyInput) -> Result<Report, VerifyError> {
     let batch = input.batch.clamp(1, 10_000) as i64;
+    // Tests stand in a long, thread-holding verify here (`verify_stall`).
+    crate::failpoint::stall("verify_stall");
     let mut findings = Vec::new();
     findings.extend(inbox_scan::run(input, batch).await?);
     findings.extend(state_scan::run(input, batch).await?);

@@ -321,3 +321,88 @@ async fn replay_refuses_a_row_that_moved_and_dry_runs_change_nothing() {
     );
     env.cleanup().await;
 }
+
+/// Issue 42 item 4: an audited action records the name of the token that called beside the
+/// actor its body states (a stated actor is only a claim; the token is who called); the same
+/// operation from the command line records no token. `inspect` shows both.
+#[actix_rt::test]
+async fn audit_rows_name_the_calling_token_beside_the_stated_actor() {
+    use msgx_actors::admin::{AdminState, Scope, Tokens};
+    let env = TestEnv::new("admin_tokname").await;
+    seed(&env).await;
+    let state = AdminState {
+        tokens: std::sync::Arc::new(Tokens::named(&[
+            ("deploy-bot", OPERATE, Scope::Operate),
+            ("alice@ops", TOKEN, Scope::Operate),
+        ])),
+        ..state(&env)
+    };
+    let app = test::init_service(App::new().configure(configure(state))).await;
+    let post = |token: &str, uri: &str, body: Value| {
+        test::TestRequest::post()
+            .uri(uri)
+            .insert_header(("Authorization", format!("Bearer {token}")))
+            .set_json(body)
+            .to_request()
+    };
+    // The body claims to be someone else: the audit keeps the claim and the token's name.
+    let resp = test::call_service(
+        &app,
+        post(
+            OPERATE,
+            "/admin/replay",
+            json!({"msg_ids": [1], "expect_state": "DEAD", "actor": "bob", "reason": "fixed"}),
+        ),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    let resp = test::call_service(
+        &app,
+        post(
+            TOKEN,
+            "/admin/events/requeue",
+            json!({"event_ids": [10], "actor": "alice", "reason": "ACL fixed"}),
+        ),
+    )
+    .await;
+    assert_eq!(resp.status(), 200);
+    // The CLI's path: the same operation without a token.
+    let cli = env
+        .ops()
+        .recover_backfill(
+            &serde_json::from_value(
+                json!({"msg_ids": [2], "actor": "carol", "reason": "restored"}),
+            )
+            .expect("request"),
+            env.clock.now(),
+        )
+        .await
+        .expect("recover");
+    assert_eq!(cli.applied, 1);
+    let audits: Vec<(String, String, Option<String>)> = env
+        .rows("SELECT action, actor, token_name FROM audit_log ORDER BY id")
+        .await;
+    assert_eq!(
+        audits,
+        [
+            ("REPLAY".into(), "bob".into(), Some("deploy-bot".into())),
+            (
+                "REQUEUE_EVENTS".into(),
+                "alice".into(),
+                Some("alice@ops".into())
+            ),
+            ("RECOVER_BACKFILL".into(), "carol".into(), None),
+        ]
+    );
+    let inspection = env.ops().inspect(1).await.expect("inspect");
+    assert_eq!(
+        inspection.audit[0].token_name.as_deref(),
+        Some("deploy-bot")
+    );
+    assert!(
+        inspection.render().contains("by bob via token deploy-bot"),
+        "{}",
+        inspection.render()
+    );
+    env.cleanup().await;
+}

@@ -312,3 +312,105 @@ async fn scopes_are_enforced_and_refusals_change_nothing() {
     }
     env.cleanup().await;
 }
+
+/// A log sink for one test thread: what `tracing` wrote while the guard lives.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log sink").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log sink")).into_owned()
+    }
+}
+
+/// Issue 42 item 4: a 5xx answer carries a request id, never the internal error text (a
+/// caller learns nothing of the store); the log line has the id, the route and the whole
+/// error, and every answer names its id in `X-Request-Id`.
+#[actix_rt::test]
+async fn a_5xx_answer_carries_a_request_id_and_the_log_has_the_error() {
+    let env = TestEnv::new("admin_5xx").await;
+    // A store whose pool is closed: every statement fails inside the server.
+    let broken = msgx_core::store::Store::connect(&env.settings(&[]).store)
+        .await
+        .expect("store");
+    broken.pool().close().await;
+    let mut state = state(&env);
+    state.store = broken.clone();
+    state.ops.store = broken;
+    let log = Captured::default();
+    let sink = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let app = test::init_service(
+        App::new()
+            .wrap(actix_web::middleware::from_fn(msgx_actors::request_id::tag))
+            .configure(configure(state)),
+    )
+    .await;
+    let get = |uri: &str, token: &str| {
+        test::TestRequest::get()
+            .uri(uri)
+            .insert_header(("Authorization", format!("Bearer {token}")))
+            .to_request()
+    };
+    let resp = test::call_service(&app, get("/admin/status", READ)).await;
+    assert_eq!(resp.status(), 503);
+    let header = resp
+        .headers()
+        .get(msgx_actors::request_id::HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .expect("X-Request-Id");
+    let body = String::from_utf8_lossy(&test::read_body(resp).await).into_owned();
+    let v: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(v["request_id"], header.as_str(), "{body}");
+    assert!(
+        header.len() == 16 && header.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{header}"
+    );
+    let error = v["error"].as_str().unwrap_or_default();
+    assert!(error.contains(&header), "{body}");
+    // The internal text (sqlx's "pool closed", the store's words) stays in the log.
+    for internal in ["pool", "closed", "store", "statement"] {
+        assert!(
+            !body.to_lowercase().contains(internal),
+            "{internal}: {body}"
+        );
+    }
+    let text = log.text();
+    let line = text
+        .lines()
+        .find(|l| l.contains(&header))
+        .unwrap_or_else(|| panic!("no log line with {header}: {text}"));
+    assert!(
+        line.contains("/admin/status") && line.contains("closed"),
+        "{line}"
+    );
+    // A 4xx keeps its reason, and every answer has its own id.
+    let resp = test::call_service(&app, get("/admin/messages/x", READ)).await;
+    assert_eq!(resp.status(), 400);
+    let other = resp.headers().get(msgx_actors::request_id::HEADER).cloned();
+    assert!(other.is_some_and(|o| o != header.as_str()));
+    let v: Value = test::read_body_json(resp).await;
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not a message id"),
+        "{v}"
+    );
+    env.cleanup().await;
+}

@@ -131,3 +131,78 @@ async fn schemathesis_fuzz_finds_no_5xx_and_no_change_without_a_valid_token() {
     super::common::service::kill9(&mut child);
     env.cleanup().await;
 }
+
+/// Issue 42 item 4: `/healthz` and `/readyz` answer within a probe's timeout (1 s here; the
+/// unit's and a load balancer's are longer) while the heaviest admin request runs. The real
+/// binary with the `verify_stall` failpoint: `GET /admin/verify` holds its thread for 4 s, as
+/// a verify over a large store would; meanwhile every probe answers within 1 s, and the verify
+/// itself still answers.
+#[tokio::test]
+async fn probes_answer_while_a_long_verify_runs() {
+    let env = TestEnv::new("admin_probe").await;
+    let port = super::common::service::free_port();
+    let stall = Duration::from_secs(4);
+    // Killed when the test ends, also on a failed assertion (no service left running).
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let service = KillOnDrop(super::common::service::spawn_service(
+        &env,
+        &[
+            ("MSGX_HTTP__READ_TOKENS", READ),
+            ("MSGX_PIPELINE__CUTOVER_WATERMARK", ""),
+            ("MSGEXCHANGE_FAILPOINT", "verify_stall"),
+            ("MSGEXCHANGE_FAILPOINT_STALL", "4s"),
+        ],
+        port,
+    ));
+    super::common::service::wait_for(
+        "the service to be ready",
+        Duration::from_secs(60),
+        || async {
+            http::get(port, "/readyz")
+                .await
+                .is_ok_and(|r| http::status(&r) == 200)
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let verify =
+        tokio::spawn(
+            async move { http::request(port, "GET", "/admin/verify", Some(READ), None).await },
+        );
+    // Let the verify reach its stall, then probe through it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut probes = 0;
+    while started.elapsed() < stall - Duration::from_millis(800) {
+        for path in ["/healthz", "/readyz"] {
+            let asked = std::time::Instant::now();
+            let answer = exchange(
+                port,
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+                Duration::from_secs(1),
+            )
+            .await;
+            let took = asked.elapsed();
+            assert!(
+                answer.as_deref().is_ok_and(|r| http::status(r) == 200),
+                "{path} during a verify: {answer:?} after {took:?}"
+            );
+            probes += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(probes >= 4, "{probes} probes");
+    let answer = verify.await.expect("verify task").expect("verify answers");
+    assert!(
+        matches!(http::status(&answer), 200 | 409),
+        "verify: {answer}"
+    );
+    assert!(started.elapsed() >= stall, "the verify did stall");
+    drop(service);
+    env.cleanup().await;
+}

@@ -311,6 +311,7 @@ impl TestEnv {
             inbox: self.inbox.clone(),
             drain_window: std::time::Duration::from_secs(300),
             dlq_topic: self.base.kafka.dlq_topic.clone(),
+            caller: None,
         }
     }
 
@@ -419,7 +420,8 @@ impl TestEnv {
         &self,
     ) -> Result<Vec<msgx_core::store::replay::AuditEntry>, sqlx::Error> {
         sqlx::query_as(
-            "SELECT id, at, actor, action, reason, msg_ids, result, ticket FROM audit_log ORDER BY id",
+            "SELECT id, at, actor, action, reason, msg_ids, result, ticket, token_name \
+             FROM audit_log ORDER BY id",
         )
         .fetch_all(self.store.pool())
         .await
@@ -519,6 +521,7 @@ pub fn audit<'a>(actor: &'a str, reason: &'a str) -> Audit<'a> {
         actor,
         reason,
         ticket: None,
+        token: None,
     }
 }
 

@@ -62,13 +62,10 @@ impl ResponseError for AdminError {
         }
     }
 
+    /// The answer; a 5xx's body is replaced by the request id (and the error logged under it)
+    /// by [`crate::request_id::tag`].
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        if let Self::Ops(e) = self {
-            if status.is_server_error() {
-                tracing::error!(error = %e, "admin operation failed on a store; nothing changed");
-            }
-        }
         let mut answer = HttpResponse::build(status);
         if matches!(self, Self::Unauthenticated) {
             answer.insert_header((header::WWW_AUTHENTICATE, "Bearer"));

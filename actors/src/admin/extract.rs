@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 
 use super::error::AdminError;
 use super::AdminState;
-use crate::auth::Scope;
+use crate::auth::{Caller, Scope};
 
 /// The scope a route needs, as a type (see [`Authorized`]).
 pub trait RouteScope {
@@ -44,8 +44,9 @@ fn admin_state(req: &HttpRequest) -> Result<&web::Data<AdminState>, AdminError> 
         .ok_or_else(|| AdminError::Unavailable("the admin surface is not configured".into()))
 }
 
-/// The request carries a token with scope `S` (else 401, or 403 for a token without it).
-pub struct Authorized<S: RouteScope>(PhantomData<S>);
+/// The request carries a token with scope `S` (else 401, or 403 for a token without it); the
+/// token's name, which an audited action records.
+pub struct Authorized<S: RouteScope>(pub Caller, pub PhantomData<S>);
 
 impl<S: RouteScope> FromRequest for Authorized<S> {
     type Error = AdminError;
@@ -55,7 +56,7 @@ impl<S: RouteScope> FromRequest for Authorized<S> {
         ready(
             admin_state(req)
                 .and_then(|state| Ok(state.tokens.check(req, S::SCOPE)?))
-                .map(|()| Self(PhantomData)),
+                .map(|caller| Self(caller, PhantomData)),
         )
     }
 }

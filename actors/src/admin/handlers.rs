@@ -61,43 +61,63 @@ pub async fn dead_events(
 
 /// `POST /admin/replay` → `Ops::replay`.
 pub async fn replay(
-    _: Authorized<Operate>,
+    Authorized(caller, _): Authorized<Operate>,
     state: web::Data<AdminState>,
     Body(body, _): Body<ReplayRequest>,
 ) -> Answer {
-    ok(state.ops.replay(&body, state.clock.now()).await?)
+    ok(state
+        .ops
+        .called_by(&caller.0)
+        .replay(&body, state.clock.now())
+        .await?)
 }
 
 /// `POST /admin/recover-backfill` → `Ops::recover_backfill`.
 pub async fn recover_backfill(
-    _: Authorized<Operate>,
+    Authorized(caller, _): Authorized<Operate>,
     state: web::Data<AdminState>,
     Body(body, _): Body<RecoverRequest>,
 ) -> Answer {
-    ok(state.ops.recover_backfill(&body, state.clock.now()).await?)
+    ok(state
+        .ops
+        .called_by(&caller.0)
+        .recover_backfill(&body, state.clock.now())
+        .await?)
 }
 
 /// `POST /admin/events/requeue` → `Ops::requeue_events`.
 pub async fn requeue_events(
-    _: Authorized<Operate>,
+    Authorized(caller, _): Authorized<Operate>,
     state: web::Data<AdminState>,
     Body(body, _): Body<RequeueRequest>,
 ) -> Answer {
-    ok(state.ops.requeue_events(&body, state.clock.now()).await?)
+    ok(state
+        .ops
+        .called_by(&caller.0)
+        .requeue_events(&body, state.clock.now())
+        .await?)
 }
 
 /// `GET /admin/verify` → `msgx_core::verify`: 200 when every invariant holds, 409 with the
 /// findings when one is violated, 503 when the check could not run. Kafka is not read back
-/// here (`verify --kafka` does that from the command line).
+/// here (`verify --kafka` does that from the command line). The heaviest request: it runs on
+/// a blocking thread, driven by this worker's runtime (its connections stay this runtime's),
+/// so the worker goes on answering `/healthz` and `/readyz` meanwhile.
 pub async fn verify(_: Authorized<Read>, input: Option<web::Data<VerifyInput>>) -> Answer {
-    let input = input.ok_or_else(|| AdminError::NotFound("verify is not wired here".into()))?;
-    match run_verify(&input).await {
-        Ok(report) if report.ok() => ok(json!({ "ok": true, "report": report })),
-        Ok(report) => Ok(HttpResponse::Conflict().json(json!({ "ok": false, "report": report }))),
-        Err(e) => {
-            tracing::warn!(error = %e, "verify failed to run");
-            Err(AdminError::Unavailable(e.to_string()))
+    let input = input
+        .ok_or_else(|| AdminError::NotFound("verify is not wired here".into()))?
+        .into_inner();
+    let runtime = tokio::runtime::Handle::current();
+    let run = actix_web::rt::task::spawn_blocking(move || runtime.block_on(run_verify(&input)));
+    match run.await {
+        Ok(Ok(report)) if report.ok() => ok(json!({ "ok": true, "report": report })),
+        Ok(Ok(report)) => {
+            Ok(HttpResponse::Conflict().json(json!({ "ok": false, "report": report })))
         }
+        Ok(Err(e)) => Err(AdminError::Unavailable(format!(
+            "verify failed to run: {e}"
+        ))),
+        Err(e) => Err(AdminError::Unavailable(format!("verify stopped: {e}"))),
     }
 }
 
@@ -112,11 +132,15 @@ pub async fn survey(
 
 /// `POST /admin/skip` → `Ops::skip` (approver, reason, ticket required; audited).
 pub async fn skip(
-    _: Authorized<Operate>,
+    Authorized(caller, _): Authorized<Operate>,
     state: web::Data<AdminState>,
     Body(body, _): Body<SkipRequest>,
 ) -> Answer {
-    ok(state.ops.skip(&body, state.clock.now()).await?)
+    ok(state
+        .ops
+        .called_by(&caller.0)
+        .skip(&body, state.clock.now())
+        .await?)
 }
 
 /// `GET /admin/purge-readiness` → `Ops::purge_readiness`.
