@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The Debian package a site installs (docs/operations.md "Installing"): the CycloneDX SBOM of
-# this build (scripts/sbom.py, from Cargo.lock) beside the release binary, then `cargo deb`,
-# which ships both. Honours CARGO_TARGET_DIR; extra arguments go to cargo deb.
+# this build (scripts/sbom.py, from Cargo.lock) in target/sbom/, then `cargo deb`, which ships
+# it with the binary. Honours CARGO_TARGET_DIR for the build; extra arguments go to cargo deb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${CARGO_TARGET_DIR:-target}
-python3 scripts/sbom.py --out "$target/release/msgexchange.cdx.json"
+# Not under target/release/: cargo-deb takes an asset there for a build product of another
+# package and then builds the whole workspace, which turns the test harness's `dev-tools`
+# feature on in the packaged binary (the package test refuses that).
+mkdir -p target/sbom
+python3 scripts/sbom.py --out target/sbom/msgexchange.cdx.json
 cargo deb -p msgx-actors --locked "$@"

@@ -83,8 +83,24 @@ fn dependency_layer(build: &[Instruction]) -> &[Instruction] {
     &build[first..sources]
 }
 
+/// `docker COPY dir dest/`: the directory's contents into `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
 /// Copies what one `COPY src… dest` copies from the build context (the repository) into `tree`
-/// (the stage's WORKDIR). Only plain files: a directory or a glob would defeat the layer's cache.
+/// (the stage's WORKDIR). Plain files, and whole directories only for vendored dependencies
+/// (`third_party/`, which changes as rarely as the manifests): a directory of our code or a
+/// glob would defeat the layer's cache.
 fn copy_into(tree: &Path, args: &str) {
     let words: Vec<&str> = args.split_whitespace().collect();
     assert!(
@@ -94,9 +110,13 @@ fn copy_into(tree: &Path, args: &str) {
     let (dest, sources) = words.split_last().expect("COPY arguments");
     for src in sources {
         let from = common::repo_root().join(src);
+        if from.is_dir() && src.trim_end_matches('/') == "third_party" {
+            copy_dir(&from, &tree.join(dest));
+            continue;
+        }
         assert!(
             from.is_file(),
-            "COPY {args}: {src} is not a file of the repository"
+            "COPY {args}: {src} is not a file of the repository (nor third_party/)"
         );
         let to = if dest.ends_with('/') || sources.len() > 1 {
             tree.join(dest)
