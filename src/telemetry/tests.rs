@@ -5,6 +5,10 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use super::*;
 
+/// Labels named `msgx_…` that a site's Prometheus sets: the runbook's base URL (an external
+/// label) and the scrape targets' service label `MsgxDown` selects on.
+const SITE_LABELS: &[&str] = &["msgx_runbook_base", "msgx_service"];
+
 /// Names a dashboard or alert rule uses, without the histogram suffixes.
 pub(super) fn referenced(text: &str) -> Vec<String> {
     let mut names = Vec::new();
@@ -21,8 +25,9 @@ pub(super) fn referenced(text: &str) -> Vec<String> {
             .iter()
             .find_map(|s| name.strip_suffix(s))
             .unwrap_or(name);
-        // `msgx_bench_*` and the like are database names, not metrics.
-        if !base.ends_with('_') {
+        // `msgx_bench_*` and the like are database names, not metrics; the labels a site's
+        // Prometheus sets (docs/operations.md "Alerts (runbook)") are labels.
+        if !base.ends_with('_') && !SITE_LABELS.contains(&base) {
             names.push(base.to_string());
         }
         i = end;
