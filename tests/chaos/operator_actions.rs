@@ -105,6 +105,14 @@ struct Seq {
     ledger: ops_writers::Ledger,
     /// The last number of a runtime message.
     n: i64,
+    /// `msgx_inbox_id_regressions_total` summed over every instance's life.
+    id_regressions: f64,
+    /// The last value read per instance (a second read of one instance adds only the rise).
+    harvested: BTreeMap<String, f64>,
+    /// Inbox ids the model knows as holes: rolled-back inserts (held commits, the cutover's gap).
+    holes: Arc<Mutex<std::collections::BTreeSet<i64>>>,
+    /// The row under the DB owner's lock and when the lock ends.
+    locked: Option<(i64, Instant)>,
     /// True while a purge runs that may race a held commit (a [`KNOWN_OPEN`] kind run open).
     purge_races_holds: bool,
     model: Model,
@@ -117,6 +125,8 @@ struct Outcome {
     secs: f64,
     actions: BTreeMap<&'static str, usize>,
     idle: BTreeMap<&'static str, usize>,
+    /// The operator actions against the model's predictions of their effect.
+    effects: BTreeMap<&'static str, super::ops_effect::Tally>,
     line: String,
     duplicates: usize,
     violations: Vec<String>,
@@ -201,6 +211,16 @@ async fn operator_actions_against_a_live_pipeline() {
         .collect()
         .await;
     report(&outcomes, started.elapsed(), concurrency);
+    let mut shares = super::ops_effect::Shares::new();
+    for o in &outcomes {
+        super::ops_effect::add_plan(&mut shares, &o.effects);
+    }
+    let (table, short) = super::ops_effect::table(&shares, outcomes.len());
+    eprint!("{table}");
+    assert!(
+        short.is_empty(),
+        "action kinds below their required share of effective plans: {short:?}"
+    );
     let failed: Vec<&str> = outcomes
         .iter()
         .filter(|o| !o.violations.is_empty())
@@ -285,13 +305,12 @@ fn report(outcomes: &[Outcome], took: Duration, concurrency: usize) {
     );
 }
 
-/// The value of an unlabelled metric in a /metrics text (0 when absent).
-fn metric(text: &str, name: &str) -> f64 {
+/// The value of an unlabelled metric in a /metrics text (`None` when absent: absent is not 0).
+fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.split_whitespace().next() == Some(name))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// A violation's kind, for the summary (the first words that say what broke).
@@ -335,10 +354,11 @@ async fn run_caught(tag: String, plan: Plan, broker: Broker) -> Outcome {
     let result = std::panic::AssertUnwindSafe(run_sequence(tag.clone(), run, broker))
         .catch_unwind()
         .await;
-    let (actions, idle, line, duplicates, violations) = match result {
+    let (actions, idle, effects, line, duplicates, violations) = match result {
         Ok(model) => (
             model.actions.clone(),
             model.idle.clone(),
+            model.effects.clone(),
             model.actions_line(),
             model.kafka_duplicates,
             model.violations,
@@ -350,7 +370,8 @@ async fn run_caught(tag: String, plan: Plan, broker: Broker) -> Outcome {
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
             let v = vec![format!("panicked: {msg}")];
-            (BTreeMap::new(), BTreeMap::new(), String::new(), 0, v)
+            let none = BTreeMap::new();
+            (none.clone(), none, BTreeMap::new(), String::new(), 0, v)
         }
     };
     let secs = start.elapsed().as_secs_f64();
@@ -366,6 +387,7 @@ async fn run_caught(tag: String, plan: Plan, broker: Broker) -> Outcome {
         secs,
         actions,
         idle,
+        effects,
         line,
         duplicates,
         violations,
@@ -476,6 +498,10 @@ impl Seq {
             ledger: Arc::new(Mutex::new(Vec::new())),
             n: 50_000,
             purge_races_holds: false,
+            holes: Arc::default(),
+            id_regressions: 0.0,
+            harvested: BTreeMap::new(),
+            locked: None,
             model,
         }
     }
@@ -544,6 +570,7 @@ impl Seq {
                     self.hold(m, None, *hold_ms, *rollback).await;
                 }
                 Step::Kill9 => {
+                    self.harvest_metrics().await;
                     let a = self.active.take().expect("an active instance");
                     let name = a.name.clone();
                     let st = a.kill9();
@@ -597,10 +624,35 @@ impl Seq {
 
     /// SIGTERM of the active instance: exit 0 within the shutdown grace.
     async fn stop_active(&mut self) {
+        self.harvest_metrics().await;
         let mut a = self.active.take().expect("an active instance");
         a.signal("-TERM");
         let st = a.exited_within(Duration::from_secs(15)).await;
         self.model.exited(&a.name, Exit::Term, st);
+    }
+
+    /// Adds the active instance's `msgx_inbox_id_regressions_total` to the sequence's sum; a
+    /// /metrics without it is a violation (the counter is registered at 0 on start).
+    async fn harvest_metrics(&mut self) {
+        let Some(a) = &self.active else { return };
+        let (name, text) = (a.name.clone(), a.metrics().await);
+        self.add_metrics(&name, &text);
+    }
+
+    /// Adds one read of an instance's /metrics to the sum.
+    fn add_metrics(&mut self, name: &str, text: &str) {
+        let name = name.to_string();
+        let since = self.harvested.get(&name).copied().unwrap_or(0.0);
+        match metric(&text, "msgx_inbox_id_regressions_total") {
+            Some(v) => {
+                self.id_regressions += v - since;
+                self.harvested.insert(name, v);
+            }
+            None => self.model.violation(format!(
+                "{name}: msgx_inbox_id_regressions_total absent from /metrics ({} bytes)",
+                text.len()
+            )),
+        }
     }
 
     /// Cuts a store's connections now and restores them `ms` later, from a task of its own.
@@ -700,15 +752,14 @@ impl Seq {
                 out.stderr
             ));
         }
-        // Plan B with its seed never looks like an id regression to the service.
-        let metrics = match &self.active {
-            Some(a) => a.metrics().await,
-            None => String::new(),
-        };
-        let regressions = metric(&metrics, "msgx_inbox_id_regressions_total");
-        if regressions > 0.0 {
+        // Plan B with its seed never looks like an id regression to the service: summed over
+        // every instance's life (each read just before it was killed, stopped or frozen).
+        self.harvest_metrics().await;
+        if self.id_regressions > 0.0 {
             self.model.violation(format!(
-                "msgx_inbox_id_regressions_total {regressions} after the DB owner's procedures"
+                "msgx_inbox_id_regressions_total {} summed over the instances after the DB \
+                 owner's procedures",
+                self.id_regressions
             ));
         }
         let records = self.consumed().await;

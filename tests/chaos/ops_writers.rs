@@ -3,7 +3,7 @@
 //! ledger the reference model reads (id, message, committed, how long it was held).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::MySqlPool;
 
@@ -100,11 +100,12 @@ impl Seq {
         if let Some(f) = follow {
             self.write(f).await;
         }
-        let ledger = self.ledger.clone();
+        let (ledger, holes) = (self.ledger.clone(), self.holes.clone());
         self.holds.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(hold_ms)).await;
             if rollback {
                 tx.rollback().await.expect("rollback");
+                holes.lock().expect("holes").insert(id);
             } else {
                 tx.commit().await.expect("commit");
             }
@@ -132,6 +133,8 @@ impl Seq {
             .await
             .expect("owner lock");
         self.upstream(msgs, 20);
+        // A margin past the release for the mark to land.
+        self.locked = Some((id, Instant::now() + Duration::from_millis(hold_ms + 5_000)));
         self.tasks.push(tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(hold_ms)).await;
             tx.commit().await.expect("release the owner's lock");
