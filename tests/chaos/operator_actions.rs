@@ -65,7 +65,7 @@ pub const CI_SEEDS: u64 = 28;
 
 /// `pipeline.max_commit_delay` in [`service_env`]: a commit held at least this long may arrive
 /// late.
-const MAX_COMMIT_DELAY_MS: u64 = 2000;
+pub(crate) const MAX_COMMIT_DELAY_MS: u64 = 2000;
 
 const ACTOR: &str = "ops-test";
 const TICKET: &str = "OPS-19";
@@ -105,6 +105,10 @@ struct Seq {
     ledger: ops_writers::Ledger,
     /// The last number of a runtime message.
     n: i64,
+    /// Violations found by background judges (held commits).
+    live: ops_writers::Live,
+    /// When the last fault that can stall the service ended.
+    faults: ops_writers::Faults,
     /// `msgx_inbox_id_regressions_total` summed over every instance's life.
     id_regressions: f64,
     /// The last value read per instance (a second read of one instance adds only the rise).
@@ -500,6 +504,8 @@ impl Seq {
             purge_races_holds: false,
             holes: Arc::default(),
             id_regressions: 0.0,
+            live: Arc::default(),
+            faults: Arc::default(),
             harvested: BTreeMap::new(),
             locked: None,
             model,
@@ -533,9 +539,21 @@ impl Seq {
         n
     }
 
+    /// Notes that a fault that can stall the service is live now.
+    fn fault_now(&self) {
+        *self.faults.lock().expect("faults") = Some(Instant::now());
+    }
+
     fn step<'a>(&'a mut self, step: &'a Step) -> LocalBoxFuture<'a, ()> {
         async move {
             self.model.acted(step.kind());
+            let stalls = matches!(
+                step,
+                Step::Kill9 | Step::Term | Step::Cut { .. } | Step::Takeover
+            );
+            if stalls {
+                self.fault_now();
+            }
             match step {
                 Step::Upstream { msgs, gap_ms } => self.upstream(msgs.clone(), *gap_ms),
                 Step::Hold {
@@ -595,16 +613,24 @@ impl Seq {
                 Step::Takeover => self.takeover().await,
                 Step::Pause { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
             }
+            if stalls {
+                self.fault_now();
+            }
         }
         .boxed_local()
     }
 
     /// `fault` starts (writers and held commits run in the background anyway; a cut is
-    /// restored by its own task), `after_ms` later `action` runs while it lasts.
-    async fn overlap(&mut self, kind: &str, fault: &Step, after_ms: u64, action: &Step) {
+    /// restored by its own task), `after_ms` later `action` runs while it lasts. The fault must
+    /// still be live when the action starts (timestamps from the fault's start): a step whose
+    /// overlap did not happen is a harness failure, not a pass. A purge under a held commit
+    /// races it (the commit is not awaited first): the boundary must stay below it.
+    async fn overlap(&mut self, _kind: &str, fault: &Step, after_ms: u64, action: &Step) {
+        let f0 = Instant::now();
         let cut = match fault {
             Step::Cut { store, ms } => {
                 self.model.acted(fault.kind());
+                self.fault_now();
                 Some((self.cut_in_background(*store, *ms), *store, *ms))
             }
             other => {
@@ -613,11 +639,37 @@ impl Seq {
             }
         };
         tokio::time::sleep(Duration::from_millis(after_ms)).await;
-        self.purge_races_holds = kind == "purge_during_held_commit" && runs_open(kind);
+        let a0 = f0.elapsed();
+        let live = match fault {
+            Step::Cut { ms, .. } => a0 < Duration::from_millis(*ms),
+            Step::Hold { .. } => self.holds.last().is_some_and(|h| !h.is_finished()),
+            Step::Upstream { .. } => self.tasks.last().is_some_and(|t| !t.is_finished()),
+            _ => true,
+        };
+        let what = format!(
+            "{} starts {} ms after {} started",
+            action.kind(),
+            a0.as_millis(),
+            fault.kind()
+        );
+        if live {
+            eprintln!("ops: overlap: {what}, while it is live");
+        } else {
+            self.model.violation(format!(
+                "harness: overlap did not happen: {what}, after it ended"
+            ));
+        }
+        self.purge_races_holds = matches!(fault, Step::Hold { .. });
         self.step(action).await;
         self.purge_races_holds = false;
+        eprintln!(
+            "ops: overlap: {} ended {} ms after the fault started",
+            action.kind(),
+            f0.elapsed().as_millis()
+        );
         if let Some((h, store, ms)) = cut {
             h.await.expect("cut");
+            self.fault_now();
             self.alive_after_cut(store, ms).await;
         }
     }
@@ -723,6 +775,9 @@ impl Seq {
     /// Writers done, settle, `verify --kafka`, the reference model, a clean SIGTERM, the logs.
     async fn finish(&mut self) {
         self.writers_done().await;
+        for v in std::mem::take(&mut *self.live.lock().expect("live")) {
+            self.model.violation(v);
+        }
         if !self.active.as_mut().is_some_and(Instance::running) {
             self.model
                 .violation("no running instance at the end".to_string());

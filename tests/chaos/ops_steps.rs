@@ -7,10 +7,10 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
 use super::{KeptRow, Seq, ACTOR, REPLAYABLE, TICKET};
-use crate::ops_effect::Predict;
-use crate::ops_msgs::Msg;
 use crate::common::instance::{off_runtime, Instance};
+use crate::ops_effect::Predict;
 use crate::ops_model::{Exit, Replayed};
+use crate::ops_msgs::Msg;
 
 /// The least time an unknown type takes from commit to DEAD(EXHAUSTED) in the test's
 /// settings: `processing.max_attempts` 6 (the sequence's own) failed attempts, retried after
@@ -160,7 +160,8 @@ impl Seq {
         let got: BTreeSet<i64> = applied.iter().copied().collect();
         // By class, a row of the range that went DEAD after the listing (a late or replayed row
         // poisoned meanwhile) is rightly applied too: allowed only if the model predicts it DEAD.
-        let extra_ok = |id: &i64| by_class && (predicted.contains(id) || self.model.foreign_writers);
+        let extra_ok =
+            |id: &i64| by_class && (predicted.contains(id) || self.model.foreign_writers);
         let missing: Vec<&i64> = expect.difference(&got).collect();
         let extra: Vec<&i64> = got.difference(&expect).filter(|i| !extra_ok(i)).collect();
         if !missing.is_empty() || !extra.is_empty() {
@@ -171,8 +172,12 @@ impl Seq {
         }
         let why = format!("{} DEAD row(s) asked for", expect.len());
         let what = format!("applied {applied:?}");
-        self.model
-            .effect("replay", Predict::Effective(why), !applied.is_empty(), &what);
+        self.model.effect(
+            "replay",
+            Predict::Effective(why),
+            !applied.is_empty(),
+            &what,
+        );
         self.model.replays.push(Replayed {
             ids: applied,
             seq_before,
@@ -205,7 +210,8 @@ impl Seq {
             // W must pass committed rows with no hole below them (SPEC §3).
             let what = format!("W did not reach {to} within 20s");
             let why = "W passes committed rows, SPEC §3".to_string();
-            self.model.effect("skip", Predict::Effective(why), false, &what);
+            self.model
+                .effect("skip", Predict::Effective(why), false, &what);
             return;
         }
         let age = written_at.elapsed();
@@ -375,7 +381,8 @@ impl Seq {
                 .violation(format!("recover-backfill {id}: {}", out.all()));
         }
         let what = format!("recover-backfill {id}: {}", out.stdout.trim());
-        self.model.effect("recover_backfill", predict, applied, &what);
+        self.model
+            .effect("recover_backfill", predict, applied, &what);
         if applied {
             self.model.recovered.push(id);
         }
@@ -409,7 +416,12 @@ impl Seq {
         let from = self.model.purged_to;
         let holes = self.holes.lock().expect("holes").clone();
         let open = written.iter().filter(|w| !w.committed).map(|w| w.id);
-        let first_gap = holes.iter().copied().chain(open).filter(|i| *i > from).min();
+        let first_gap = holes
+            .iter()
+            .copied()
+            .chain(open)
+            .filter(|i| *i > from)
+            .min();
         let head = written.iter().map(|w| w.id).max().unwrap_or(from);
         let upper = first_gap.map_or(head, |g| g - 1).min(head);
         let committed: HashSet<i64> = written
@@ -417,8 +429,11 @@ impl Seq {
             .filter(|w| w.committed)
             .map(|w| w.id)
             .collect();
+        // Skipped stock the previous system never marked may hold the purge: the service's
+        // rule asks a mark of every row it counts (stricter than SPEC §5, never unsafe).
         let blocked = |id: i64| {
-            (self.model.owner_deleted.contains(&id) && !self.model.recovered.contains(&id))
+            (self.model.skipped_stock.contains(&id) && !self.model.premarked.contains(&id))
+                || (self.model.owner_deleted.contains(&id) && !self.model.recovered.contains(&id))
                 || self
                     .locked
                     .is_some_and(|(l, until)| l == id && Instant::now() < until)
@@ -437,10 +452,12 @@ impl Seq {
     /// predicted must come (the answer is polled for up to 40 s: the rows below it may still be
     /// finishing), and none may pass the upper bound.
     async fn ready_boundary(&mut self, kind: &'static str) -> Option<i64> {
-        let (lower, upper) = self.purge_bounds();
+        let (lower, _) = self.purge_bounds();
         let from = self.model.purged_to;
         let predict = match (lower, self.model.foreign_writers) {
-            (_, true) => Predict::Either("a legacy simulator wrote rows the model does not know".into()),
+            (_, true) => {
+                Predict::Either("a legacy simulator wrote rows the model does not know".into())
+            }
             (Some(r), _) => Predict::Effective(format!(
                 "ids {}..={r} are committed rows that all end finished",
                 from + 1
@@ -458,11 +475,23 @@ impl Seq {
                 b = self.boundary().await;
             }
         }
+        // The upper bound as of the answer: a commit open after it was open during it (a
+        // commit that ended while the answer was polled for may rightly be covered).
+        let (_, upper) = self.purge_bounds();
         if let (Some(b), Some(u)) = (b, upper) {
             if b > u {
+                let watched: Vec<(i64, i64)> = sqlx::query_as(
+                    "SELECT first_id, last_id FROM late_watch_range ORDER BY first_id",
+                )
+                .fetch_all(self.env.store.pool())
+                .await
+                .unwrap_or_default();
+                let holes = self.holes.lock().expect("holes").clone();
+                let (w, _) = self.env.cursor().await;
                 self.model.violation(format!(
                     "purge-readiness says READY up to {b}, past {u}: id {} is a hole or an \
-                     open commit, or beyond every row written",
+                     open commit, or beyond every row written (W {w}, rolled back {holes:?}, \
+                     watched {watched:?})",
                     u + 1
                 ));
             }
@@ -606,8 +635,12 @@ impl Seq {
         // send fails, 2 attempts of 2 s, and the event goes DEAD (SPEC §7).
         let why = "events raised while the events topic is missing go DEAD".to_string();
         let took = dead && self.model.requeued.len() > before;
-        let what = format!("DEAD events seen: {dead}; requeued {}", self.model.requeued.len() - before);
-        self.model.effect("requeue", Predict::Effective(why), took, &what);
+        let what = format!(
+            "DEAD events seen: {dead}; requeued {}",
+            self.model.requeued.len() - before
+        );
+        self.model
+            .effect("requeue", Predict::Effective(why), took, &what);
     }
 
     /// `events list-dead` and `events requeue` until no event is DEAD any more and events that
