@@ -6,7 +6,8 @@
 //!   order;
 //! - an approved skip made only rows of its range SKIPPED(APPROVED_SKIP), as many as it
 //!   reported, and they raised no events;
-//! - every process exit was the documented one, and no log ever says `panicked`.
+//! - every process exit was the documented one, and no log ever says `panicked`;
+//! - every operator action took the effect the model predicted ([`Model::effect`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::os::unix::process::ExitStatusExt as _;
