@@ -492,15 +492,24 @@ fn check_records(
         match msgs.get(&msg_id) {
             Some(Msg::Flop { flid, gate, .. }) => {
                 if body["msg_type"] != "FLOP" || body["flid"] != flid.as_str() {
-                    wrong.push(format!("msg_type/flid {}/{}", body["msg_type"], body["flid"]));
+                    wrong.push(format!(
+                        "msg_type/flid {}/{}",
+                        body["msg_type"], body["flid"]
+                    ));
                 }
                 if ty == "FLIGHT_CREATED" && body["after"]["GATE"] != gate.as_str() {
-                    wrong.push(format!("after.GATE {} (sent {gate})", body["after"]["GATE"]));
+                    wrong.push(format!(
+                        "after.GATE {} (sent {gate})",
+                        body["after"]["GATE"]
+                    ));
                 }
             }
             Some(Msg::Fdel { flid, .. }) => {
                 if body["msg_type"] != "FDEL" || body["flid"] != flid.as_str() {
-                    wrong.push(format!("msg_type/flid {}/{}", body["msg_type"], body["flid"]));
+                    wrong.push(format!(
+                        "msg_type/flid {}/{}",
+                        body["msg_type"], body["flid"]
+                    ));
                 }
                 if ty == "FLIGHT_DELETED" && !body["before"].is_object() {
                     wrong.push(format!("before {}", body["before"]));
@@ -510,11 +519,16 @@ fn check_records(
             _ => {}
         }
         if !wrong.is_empty() {
-            bad.push(format!("ce_id {id} (msg {msg_id}, {ce_type}): {}", wrong.join(", ")));
+            bad.push(format!(
+                "ce_id {id} (msg {msg_id}, {ce_type}): {}",
+                wrong.join(", ")
+            ));
         }
     }
     if !bad.is_empty() {
-        model.violation(format!("records on the topic not as the model's events: {bad:?}"));
+        model.violation(format!(
+            "records on the topic not as the model's events: {bad:?}"
+        ));
     }
     let mut want: Vec<(i64, String, String)> = expected
         .iter()

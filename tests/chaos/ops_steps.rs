@@ -709,10 +709,37 @@ impl Seq {
         }
         let name = self.name("standby");
         let b = Instance::spawn(&self.vars, &name, &[]);
-        tokio::time::sleep(Duration::from_millis(1500)).await;
-        if b.ready().await {
-            self.model
-                .violation(format!("{name} ready while {} holds the lease", a.name));
+        // Judged while it happens (issue 41 item 4): for 3 s, every 250 ms, B is not ready,
+        // and over that time A renewed the lease (so A did hold it throughout).
+        let since: chrono::DateTime<chrono::Utc> =
+            self.env.scalar("SELECT clock_timestamp()").await;
+        let watch = Instant::now();
+        let mut ready_at = None;
+        while watch.elapsed() < Duration::from_secs(3) && ready_at.is_none() {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            if b.ready().await {
+                ready_at = Some(watch.elapsed());
+            }
+        }
+        let renewed: bool =
+            sqlx::query_scalar("SELECT renewed_at > $1 FROM instance_lease WHERE id = 1")
+                .bind(since)
+                .fetch_one(self.env.store.pool())
+                .await
+                .unwrap_or(false);
+        match (ready_at, renewed) {
+            (Some(t), _) => self.model.violation(format!(
+                "{name} ready {t:?} into the watch while {} holds the lease",
+                a.name
+            )),
+            (None, false) => self.model.violation(format!(
+                "{} did not renew its lease in the 3 s the standby was watched",
+                a.name
+            )),
+            (None, true) => eprintln!(
+                "ops: {name} not ready for 3 s while {} renewed the lease",
+                a.name
+            ),
         }
         let text = a.metrics().await;
         self.add_metrics(&a.name, &text);
