@@ -711,7 +711,7 @@ impl Seq {
     fn add_metrics(&mut self, name: &str, text: &str) {
         let name = name.to_string();
         let since = self.harvested.get(&name).copied().unwrap_or(0.0);
-        match metric(&text, "msgx_inbox_id_regressions_total") {
+        match metric(text, "msgx_inbox_id_regressions_total") {
             Some(v) => {
                 self.id_regressions += v - since;
                 self.harvested.insert(name, v);
