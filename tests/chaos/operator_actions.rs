@@ -63,6 +63,8 @@ use ops_cutover::Start;
 mod ops_broker;
 #[path = "ops_cutover.rs"]
 mod ops_cutover;
+#[path = "ops_purge.rs"]
+mod ops_purge;
 #[path = "ops_steps.rs"]
 mod ops_steps;
 #[path = "ops_writers.rs"]
