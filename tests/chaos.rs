@@ -19,6 +19,8 @@ use msgx_testkit as common;
 mod operator_actions;
 #[path = "chaos/ops_check.rs"]
 mod ops_check;
+#[path = "chaos/ops_effect.rs"]
+mod ops_effect;
 #[path = "chaos/ops_gen.rs"]
 mod ops_gen;
 #[path = "chaos/ops_model.rs"]

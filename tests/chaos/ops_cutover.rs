@@ -28,8 +28,9 @@ impl Seq {
         for i in 0..c.stock {
             ids.push(self.write(c.msg(i)).await);
             if c.gap_after == Some(i) {
-                let (tx, _) = self.env.open_insert().await;
+                let (tx, gap) = self.env.open_insert().await;
                 tx.rollback().await.expect("rollback");
+                self.holes.lock().expect("holes").insert(gap);
             }
         }
         for i in &c.premarked {

@@ -6,13 +6,15 @@
 //!   order;
 //! - an approved skip made only rows of its range SKIPPED(APPROVED_SKIP), as many as it
 //!   reported, and they raised no events;
-//! - every process exit was the documented one, and no log ever says `panicked`.
+//! - every process exit was the documented one, and no log ever says `panicked`;
+//! - every operator action took the effect the model predicted ([`Model::effect`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
 
 use crate::common::TestEnv;
+use crate::ops_effect::{judge, Predict, Tally};
 
 /// How a process was expected to end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +74,8 @@ pub struct Model {
     pub actions: BTreeMap<&'static str, usize>,
     /// Actions that found nothing to act on, by kind.
     pub idle: BTreeMap<&'static str, usize>,
+    /// Operator actions against the model's prediction of their effect, by kind.
+    pub effects: BTreeMap<&'static str, Tally>,
     /// Everything that broke the model or an invariant.
     pub violations: Vec<String>,
 }
@@ -85,6 +89,17 @@ impl Model {
     /// Counts an action that had nothing to act on.
     pub fn idle(&mut self, kind: &'static str) {
         *self.idle.entry(kind).or_default() += 1;
+    }
+
+    /// Judges an operator action against the model's prediction of its effect
+    /// ([`super::ops_effect`]): predicted effective and no effect is a violation.
+    pub fn effect(&mut self, kind: &'static str, predict: Predict, took: bool, what: &str) {
+        if !took {
+            self.idle(kind);
+        }
+        if let Some(v) = judge(&mut self.effects, kind, &predict, took, what) {
+            self.violation(v);
+        }
     }
 
     /// Records a violation.

@@ -65,7 +65,8 @@ pub enum StoreKind {
 /// One step. Steps run one after another; `Upstream`, `Hold` and the legacy `Write` start
 /// background writers that go on writing through the steps after them, and `Overlap` runs an
 /// operator action while a fault is live. Messages the runner writes for `Replay`, `Skip`,
-/// `RecoverBackfill`, `Requeue` and the legacy `Insert` are numbered from 1_000_000 in step order.
+/// `RecoverBackfill`, `Requeue` and the legacy `Insert` are numbered from 50_001 in step order
+/// (`Seq::n` starts at 50_000, above every number a generated plan draws).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "step", rename_all = "snake_case")]
 pub enum Step {

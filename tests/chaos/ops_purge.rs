@@ -1,0 +1,217 @@
+//! The DB owner's purge up to the READY boundary and plan B rotation, each judged against the
+//! model's bounds on the boundary ([`Seq::purge_bounds`]), never the service's word alone.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use super::Seq;
+use crate::ops_effect::Predict;
+
+impl Seq {
+    /// `purge-readiness --json`: the READY boundary, if above what was purged already.
+    pub(super) async fn boundary(&mut self) -> Option<i64> {
+        let out = self.cli(&["purge-readiness", "--json"]).await;
+        if out.code != Some(0) {
+            self.model
+                .violation(format!("purge-readiness failed: {}", out.all()));
+            return None;
+        }
+        out.json()["boundary_id"]
+            .as_i64()
+            .filter(|b| *b > self.model.purged_to)
+    }
+
+    /// The model's bounds on a READY boundary above what was purged (SPEC §5, "the DB owner's
+    /// side"), from the ledger, never from the service:
+    /// - `upper`: the boundary must stay below the first id the model knows may still commit
+    ///   or is a hole (a held commit still open, a rolled-back insert: a hole, released and then
+    ///   watched for `late.watch_window`, 7 d, far longer than a sequence) and may not pass the
+    ///   highest id written;
+    /// - `lower`: the highest id `r` such that every id above the purged prefix up to `r` is a
+    ///   committed row of the test that ends finished without an operator (not deleted by the
+    ///   owner and left unrecovered, not under the owner's row lock): `Some(r)` means a
+    ///   boundary above the purged prefix must come.
+    fn purge_bounds(&self) -> (Option<i64>, Option<i64>) {
+        let written = self.written();
+        let from = self.model.purged_to;
+        let holes = self.holes.lock().expect("holes").clone();
+        let open = written.iter().filter(|w| !w.committed).map(|w| w.id);
+        let first_gap = holes
+            .iter()
+            .copied()
+            .chain(open)
+            .filter(|i| *i > from)
+            .min();
+        let head = written.iter().map(|w| w.id).max().unwrap_or(from);
+        let upper = first_gap.map_or(head, |g| g - 1).min(head);
+        let committed: HashSet<i64> = written
+            .iter()
+            .filter(|w| w.committed)
+            .map(|w| w.id)
+            .collect();
+        // Skipped stock the previous system never marked may hold the purge: the service's
+        // rule asks a mark of every row it counts (stricter than SPEC §5, never unsafe).
+        let blocked = |id: i64| {
+            (self.model.skipped_stock.contains(&id) && !self.model.premarked.contains(&id))
+                || (self.model.owner_deleted.contains(&id) && !self.model.recovered.contains(&id))
+                || self
+                    .locked
+                    .is_some_and(|(l, until)| l == id && Instant::now() < until)
+        };
+        let mut r = from;
+        while r < upper && committed.contains(&(r + 1)) && !blocked(r + 1) {
+            r += 1;
+        }
+        if self.model.foreign_writers {
+            return (None, None); // rows the model does not know: no bound
+        }
+        ((r > from).then_some(r), Some(upper))
+    }
+
+    /// The READY boundary a purge or rotation acts on, judged against the model's bounds: one
+    /// predicted must come (the answer is polled for up to 40 s: the rows below it may still be
+    /// finishing), and none may pass the upper bound.
+    async fn ready_boundary(&mut self, kind: &'static str) -> Option<i64> {
+        let (lower, _) = self.purge_bounds();
+        let from = self.model.purged_to;
+        let predict = match (lower, self.model.foreign_writers) {
+            (_, true) => {
+                Predict::Either("a legacy simulator wrote rows the model does not know".into())
+            }
+            (Some(r), _) => Predict::Effective(format!(
+                "ids {}..={r} are committed rows that all end finished",
+                from + 1
+            )),
+            (None, _) => Predict::Idle(format!(
+                "id {} is not a finishable committed row of the test",
+                from + 1
+            )),
+        };
+        let mut b = self.boundary().await;
+        if matches!(predict, Predict::Effective(_)) {
+            let start = Instant::now();
+            while b.is_none() && start.elapsed() < Duration::from_secs(40) {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                b = self.boundary().await;
+            }
+        }
+        // The upper bound as of the answer: a commit open after it was open during it (a
+        // commit that ended while the answer was polled for may rightly be covered).
+        let (_, upper) = self.purge_bounds();
+        if let (Some(b), Some(u)) = (b, upper) {
+            if b > u {
+                let watched: Vec<(i64, i64)> = sqlx::query_as(
+                    "SELECT first_id, last_id FROM late_watch_range ORDER BY first_id",
+                )
+                .fetch_all(self.env.store.pool())
+                .await
+                .unwrap_or_default();
+                let holes = self.holes.lock().expect("holes").clone();
+                let (w, _) = self.env.cursor().await;
+                self.model.violation(format!(
+                    "purge-readiness says READY up to {b}, past {u}: id {} is a hole or an \
+                     open commit, or beyond every row written (W {w}, rolled back {holes:?}, \
+                     watched {watched:?})",
+                    u + 1
+                ));
+            }
+        }
+        let what = format!("purge-readiness boundary {b:?} (purged up to {from})");
+        self.model.effect(kind, predict, b.is_some(), &what);
+        b
+    }
+
+    /// Inbox ids up to `b`.
+    pub(super) async fn ids_to(&self, b: i64) -> Vec<i64> {
+        sqlx::query_scalar("SELECT CMINMSGS_ID FROM CMINMSGS WHERE CMINMSGS_ID <= ? ORDER BY 1")
+            .bind(b)
+            .fetch_all(&self.env.owner)
+            .await
+            .expect("ids to purge")
+    }
+
+    /// The rows a purge up to `b` may take that the check must account for: every row the
+    /// test wrote (held commits still open included) and every row in the inbox now.
+    async fn purge_candidates(&self, b: i64) -> Vec<i64> {
+        let mut ids = self.ids_to(b).await;
+        ids.extend(self.written().iter().map(|w| w.id).filter(|id| *id <= b));
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Held commits end before a purge unless this purge is the known race run open.
+    async fn purge_waits(&mut self) {
+        if !self.purge_races_holds {
+            self.holds_done().await;
+        }
+    }
+
+    /// The DB owner purges up to the READY boundary; then, from the inbox, nothing gone was
+    /// unfinished.
+    pub(super) async fn purge(&mut self) {
+        self.purge_waits().await;
+        let Some(b) = self.ready_boundary("purge").await else {
+            return;
+        };
+        let ids = self.purge_candidates(b).await;
+        self.env.purge_as_owner(b).await;
+        self.model.check_purge(&self.env, b, &ids).await;
+    }
+
+    /// Plan B (seed §6): a new table seeded above every id, the rows above the READY boundary
+    /// copied, an atomic rename while writers run, the rows written or marked in between
+    /// reconciled, the old table dropped.
+    pub(super) async fn rotate(&mut self) {
+        self.purge_waits().await;
+        let b = self.ready_boundary("rotate").await;
+        let keep_above = b.unwrap_or(self.model.purged_to);
+        let ids = self.purge_candidates(keep_above).await;
+        let owner = &self.env.owner;
+        let exec = |sql: String| async move {
+            sqlx::query(&sql)
+                .execute(owner)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        };
+        exec("CREATE TABLE CMINMSGS_NEW LIKE CMINMSGS".into()).await;
+        let next: i64 = sqlx::query_scalar(
+            "SELECT CAST(GREATEST(COALESCE(AUTO_INCREMENT, 1), \
+                    (SELECT COALESCE(MAX(CMINMSGS_ID), 0) + 1 FROM CMINMSGS)) AS SIGNED) \
+             FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'CMINMSGS'",
+        )
+        .fetch_one(owner)
+        .await
+        .expect("auto_increment");
+        // The margin covers rows written into the old table until the rename.
+        exec(format!(
+            "ALTER TABLE CMINMSGS_NEW AUTO_INCREMENT = {}",
+            next + 200
+        ))
+        .await;
+        exec(format!(
+            "INSERT INTO CMINMSGS_NEW SELECT * FROM CMINMSGS WHERE CMINMSGS_ID > {keep_above}"
+        ))
+        .await;
+        exec("RENAME TABLE CMINMSGS TO CMINMSGS_OLD, CMINMSGS_NEW TO CMINMSGS".into()).await;
+        exec(format!(
+            "INSERT INTO CMINMSGS SELECT o.* FROM CMINMSGS_OLD o \
+             LEFT JOIN CMINMSGS n ON n.CMINMSGS_ID = o.CMINMSGS_ID \
+             WHERE o.CMINMSGS_ID > {keep_above} AND n.CMINMSGS_ID IS NULL"
+        ))
+        .await;
+        exec(
+            "UPDATE CMINMSGS n JOIN CMINMSGS_OLD o ON o.CMINMSGS_ID = n.CMINMSGS_ID \
+             SET n.CMINMSGS_STATUS = o.CMINMSGS_STATUS, \
+                 n.CMINMSGS_DATE_PROCESSED = o.CMINMSGS_DATE_PROCESSED \
+             WHERE o.CMINMSGS_STATUS IS NOT NULL AND n.CMINMSGS_STATUS IS NULL"
+                .into(),
+        )
+        .await;
+        exec("DROP TABLE CMINMSGS_OLD".into()).await;
+        if b.is_some() {
+            self.model.check_purge(&self.env, keep_above, &ids).await;
+        }
+    }
+}
