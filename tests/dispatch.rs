@@ -76,40 +76,6 @@ fn producer(d: &DispatchDeps) -> EventProducer {
     EventProducer::new(&d.kafka, &d.bootstrap).expect("producer")
 }
 
-/// Inserts one terminal message per event and the events, keys interleaved as given; returns
-/// the event ids in order.
-async fn seed_events(env: &TestEnv, keys: &[String]) -> Vec<i64> {
-    let now = env.clock.now();
-    let base: i64 = env
-        .scalar("SELECT COALESCE(max(msg_id), 0) FROM proc_state")
-        .await;
-    let msg_ids: Vec<i64> = (1..=keys.len() as i64).map(|i| base + i).collect();
-    env.exec_with(
-        "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at) \
-         SELECT id, 'SUCCEEDED', $2, $2 FROM UNNEST($1::bigint[]) AS id",
-        |q| q.bind(&msg_ids).bind(now),
-    )
-    .await;
-    let payloads: Vec<String> = msg_ids
-        .iter()
-        .zip(keys)
-        .map(|(m, k)| format!(r#"{{"msg_id":{m},"flid":"{k}"}}"#))
-        .collect();
-    sqlx::query_scalar(
-        "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
-         SELECT m, k, 'FLIGHT_UPDATED', p::jsonb, $4 \
-         FROM UNNEST($1::bigint[], $2::text[], $3::text[]) WITH ORDINALITY AS u(m, k, p, o) \
-         ORDER BY o RETURNING event_id",
-    )
-    .bind(&msg_ids)
-    .bind(keys)
-    .bind(&payloads)
-    .bind(now)
-    .fetch_all(env.store.pool())
-    .await
-    .expect("events")
-}
-
 fn keys(n: usize, distinct: usize) -> Vec<String> {
     (0..n)
         .map(|i| format!("FL{:03}", (i * 7) % distinct))
@@ -173,7 +139,7 @@ impl Rig {
         event_keys: &[String],
     ) -> Self {
         let d = env.dispatch_deps(&bootstrap, extra);
-        let ids = seed_events(&env, event_keys).await;
+        let ids = env.seed_events(event_keys).await;
         let p = producer(&d);
         Self {
             env,
@@ -437,7 +403,7 @@ async fn the_actor_delivers_when_woken_without_busy_polling() {
     let addr = idle_dispatcher(&env, &cluster.bootstrap_servers());
     // Let the start-up round find nothing.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    seed_events(&env, &keys(20, 4)).await;
+    env.seed_events(&keys(20, 4)).await;
     addr.do_send(EventsQueued { msg_id: 1 });
     wait_sent(&env, 20).await;
     env.cleanup().await;
@@ -477,7 +443,7 @@ async fn the_actor_rebuilds_a_fatal_producer_and_nothing_is_lost() {
         .expect("delivery report")
         .expect("acked");
     inject_fatal_error(&broken, "test: out of order sequence");
-    seed_events(&env, &keys(40, 4)).await;
+    env.seed_events(&keys(40, 4)).await;
     let _addr = Dispatcher::new(
         env.store.clone(),
         common::shared(&env.clock),
@@ -621,7 +587,7 @@ async fn shutdown_writes_sent_for_what_was_acknowledged_then_stops() {
     let (_ports, env, cluster) = mock_env("disp_shutdown", 1).await;
     let bootstrap = cluster.bootstrap_servers();
     let d = env.dispatch_deps(&bootstrap, &[("MSGX_DISPATCH__IDLE_POLL", "1h")]);
-    seed_events(&env, &keys(30, 5)).await;
+    env.seed_events(&keys(30, 5)).await;
     let addr = Dispatcher::new(
         env.store.clone(),
         common::shared(&env.clock),
@@ -653,7 +619,7 @@ async fn shutdown_writes_sent_for_what_was_acknowledged_then_stops() {
 async fn the_selection_keeps_key_order_across_pages_whatever_the_statistics() {
     let env = TestEnv::new("dispatch_selection").await;
     // Statistics of a table with no PENDING event.
-    let early = seed_events(&env, &keys(200, 20)).await;
+    let early = env.seed_events(&keys(200, 20)).await;
     env.exec_for(
         "UPDATE msg_event SET state = 'SENT', sent_at = now() WHERE event_id = ANY($1)",
         &early,
@@ -664,7 +630,7 @@ async fn the_selection_keeps_key_order_across_pages_whatever_the_statistics() {
     // 50 other keys.
     let mut ks: Vec<String> = vec!["HELD".to_string(); 2_500];
     ks.extend(keys(500, 50));
-    let ids = seed_events(&env, &ks).await;
+    let ids = env.seed_events(&ks).await;
     let now = env.clock.now();
     env.exec_with(
         "UPDATE msg_event SET attempts = 1, next_attempt_at = $2, last_error = 'broker down' \

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::common::http::{self, exchange, ANSWER_LIMIT};
+use super::common::instance::{service_env, Instance};
 use super::common::TestEnv;
 use super::{fingerprint, seed_rows, serve, COMPAT, READ, TOKEN};
 
@@ -140,36 +141,21 @@ async fn schemathesis_fuzz_finds_no_5xx_and_no_change_without_a_valid_token() {
 #[tokio::test]
 async fn probes_answer_while_a_long_verify_runs() {
     let env = TestEnv::new("admin_probe").await;
-    let port = super::common::service::free_port();
     let stall = Duration::from_secs(4);
-    // Killed when the test ends, also on a failed assertion (no service left running).
-    struct KillOnDrop(std::process::Child);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let service = KillOnDrop(super::common::service::spawn_service(
-        &env,
+    // The one way a test starts the binary: killed when dropped, also on a failed assertion.
+    let vars = service_env(&env, &env.pg_url, &env.my_url, "embedded");
+    let service = Instance::spawn(
+        &vars,
+        "admin-probe",
         &[
             ("MSGX_HTTP__READ_TOKENS", READ),
             ("MSGX_PIPELINE__CUTOVER_WATERMARK", ""),
             ("MSGEXCHANGE_FAILPOINT", "verify_stall"),
             ("MSGEXCHANGE_FAILPOINT_STALL", "4s"),
         ],
-        port,
-    ));
-    super::common::service::wait_for(
-        "the service to be ready",
-        Duration::from_secs(60),
-        || async {
-            http::get(port, "/readyz")
-                .await
-                .is_ok_and(|r| http::status(&r) == 200)
-        },
-    )
-    .await;
+    );
+    service.wait_ready(Duration::from_secs(60)).await;
+    let port = service.port;
     let started = std::time::Instant::now();
     let verify =
         tokio::spawn(

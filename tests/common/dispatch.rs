@@ -1,10 +1,12 @@
 //! The dispatcher's deps as the tests against a broker use them: quick Kafka timeouts and
-//! retries, built from the settings like the service builds them; rounds driven as the
-//! dispatcher drives them ([`super::dispatch_round`]) on the env's store and clock.
+//! retries, built from the settings like the service builds them; events seeded as the pump
+//! commits them; rounds driven as the dispatcher drives them ([`super::dispatch_round`]) on the
+//! env's store and clock.
 
 use std::time::Duration;
 
 use msgx_actors::app::DispatchDeps;
+use msgx_core::clock::Clock;
 use msgx_core::dispatch::{DispatchConfig, DispatchState};
 use msgx_core::kafka::EventProducer;
 
@@ -35,6 +37,41 @@ impl TestEnv {
 }
 
 impl TestEnv {
+    /// Events as the pump commits them: one SUCCEEDED message each (numbered after the last
+    /// one) and one PENDING `FLIGHT_UPDATED` event per key, keys interleaved as given; the event
+    /// ids in order.
+    pub async fn seed_events(&self, keys: &[String]) -> Vec<i64> {
+        let now = self.clock.now();
+        let base: i64 = self
+            .scalar("SELECT COALESCE(max(msg_id), 0) FROM proc_state")
+            .await;
+        let msg_ids: Vec<i64> = (1..=keys.len() as i64).map(|i| base + i).collect();
+        self.exec_with(
+            "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at) \
+             SELECT id, 'SUCCEEDED', $2, $2 FROM UNNEST($1::bigint[]) AS id",
+            |q| q.bind(&msg_ids).bind(now),
+        )
+        .await;
+        let payloads: Vec<String> = msg_ids
+            .iter()
+            .zip(keys)
+            .map(|(m, k)| format!(r#"{{"msg_id":{m},"flid":"{k}"}}"#))
+            .collect();
+        sqlx::query_scalar(
+            "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
+             SELECT m, k, 'FLIGHT_UPDATED', p::jsonb, $4 \
+             FROM UNNEST($1::bigint[], $2::text[], $3::text[]) WITH ORDINALITY AS u(m, k, p, o) \
+             ORDER BY o RETURNING event_id",
+        )
+        .bind(&msg_ids)
+        .bind(keys)
+        .bind(&payloads)
+        .bind(now)
+        .fetch_all(self.store.pool())
+        .await
+        .expect("events")
+    }
+
     /// One dispatch round on this env's store and clock ([`round`]); an error fails the test.
     pub async fn dispatch_round(
         &self,

@@ -120,41 +120,10 @@ impl Holder {
     }
 }
 
-/// `n` events on `flights` keys, seeded as the pump commits them (SUCCEEDED messages with one
-/// event each).
+/// `n` events on `flights` keys, seeded as the pump commits them.
 async fn seed(env: &TestEnv, n: i64, flights: i64) -> Vec<i64> {
-    let now = env.clock.now();
-    let base: i64 = env
-        .scalar("SELECT COALESCE(max(msg_id), 0) FROM proc_state")
-        .await;
-    let msg_ids: Vec<i64> = (1..=n).map(|i| base + i).collect();
-    env.exec_with(
-        "INSERT INTO proc_state (msg_id, state, enqueued_at, terminal_at) \
-         SELECT id, 'SUCCEEDED', $2, $2 FROM UNNEST($1::bigint[]) AS id",
-        |q| q.bind(&msg_ids).bind(now),
-    )
-    .await;
-    let keys: Vec<String> = msg_ids
-        .iter()
-        .map(|m| format!("FL{:02}", m % flights))
-        .collect();
-    let payloads: Vec<String> = msg_ids
-        .iter()
-        .map(|m| format!("{{\"msg_id\": {m}}}"))
-        .collect();
-    sqlx::query_scalar(
-        "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
-         SELECT m, k, 'FLIGHT_UPDATED', p::jsonb, $4 \
-         FROM UNNEST($1::bigint[], $2::text[], $3::text[]) WITH ORDINALITY AS u(m, k, p, o) \
-         ORDER BY o RETURNING event_id",
-    )
-    .bind(&msg_ids)
-    .bind(&keys)
-    .bind(&payloads)
-    .bind(now)
-    .fetch_all(env.store.pool())
-    .await
-    .expect("events")
+    let keys: Vec<String> = (0..n).map(|i| format!("FL{:02}", i % flights)).collect();
+    env.seed_events(&keys).await
 }
 
 fn tansu() -> Tansu {
