@@ -263,16 +263,8 @@ impl EventProducer {
     ) -> Result<Vec<(i32, i64)>, KafkaError> {
         let (p, topic) = (self.inner.clone(), topic.to_string());
         let joined = tokio::task::spawn_blocking(move || {
-            let client = p.client();
-            let md = client.fetch_metadata(Some(&topic), timeout)?;
-            let ids: Vec<i32> = md
-                .topics()
-                .iter()
-                .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-                .collect();
-            ids.into_iter()
-                .map(|id| Ok((id, client.fetch_watermarks(&topic, id, timeout)?.1)))
-                .collect()
+            let all = super::watermarks::watermarks(p.client(), &topic, timeout)?;
+            Ok(all.into_iter().map(|(id, _, high)| (id, high)).collect())
         })
         .await;
         joined.unwrap_or(Err(KafkaError::Canceled))

@@ -16,6 +16,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::consumer::{read_committed, ConsumerError, RecordIdentity};
 use super::context::TracingContext;
+use super::watermarks::watermarks;
 use crate::settings::KafkaSettings;
 
 /// One committed record read, whoever wrote it, and where it is.
@@ -93,17 +94,10 @@ pub fn scan(
     limit: Duration,
 ) -> Result<Scan, RecoverError> {
     let c = read_committed(k, bootstrap, "recovery")?;
-    let md = c.fetch_metadata(Some(topic), limit)?;
-    let partitions: Vec<i32> = md
-        .topics()
-        .iter()
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
     let mut out = Scan::default();
     let mut tpl = TopicPartitionList::new();
     let mut ends: HashMap<i32, i64> = HashMap::new();
-    for p in partitions {
-        let (low, high) = c.fetch_watermarks(topic, p, limit)?;
+    for (p, low, high) in watermarks(c.client(), topic, limit)? {
         out.ends.push((p, high));
         let start = [floors.get(&p).copied(), recorded.get(&p).map(|o| o + 1)]
             .into_iter()
