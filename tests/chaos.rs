@@ -12,7 +12,8 @@
 //! The randomized operator-action test (issues 19 and 29) lives beside it in `chaos/`: the
 //! same instances, broker and proxies, one link. Its plans (`ops_plan`, drawn by `ops_gen`,
 //! kept in `chaos/regressions/`), messages (`ops_msgs`), reference model (`ops_reference`)
-//! and end check (`ops_check`).
+//! with its own timing facts (`ops_timing`), and end check (`ops_check`, the topic's records
+//! in `ops_records`).
 
 use msgx_testkit as common;
 #[path = "chaos/operator_actions.rs"]
@@ -29,8 +30,12 @@ mod ops_model;
 mod ops_msgs;
 #[path = "chaos/ops_plan.rs"]
 mod ops_plan;
+#[path = "chaos/ops_records.rs"]
+mod ops_records;
 #[path = "chaos/ops_reference.rs"]
 mod ops_reference;
+#[path = "chaos/ops_timing.rs"]
+mod ops_timing;
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};

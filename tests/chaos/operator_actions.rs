@@ -63,10 +63,16 @@ use ops_cutover::Start;
 mod ops_broker;
 #[path = "ops_cutover.rs"]
 mod ops_cutover;
+#[path = "ops_pair.rs"]
+mod ops_pair;
 #[path = "ops_purge.rs"]
 mod ops_purge;
+#[path = "ops_requeue.rs"]
+mod ops_requeue;
 #[path = "ops_steps.rs"]
 mod ops_steps;
+#[path = "ops_takeover.rs"]
+mod ops_takeover;
 #[path = "ops_writers.rs"]
 mod ops_writers;
 
@@ -129,6 +135,8 @@ struct Seq {
     locked: Option<(i64, Instant)>,
     /// True while a purge runs that may race a held commit (a [`KNOWN_OPEN`] kind run open).
     purge_races_holds: bool,
+    /// The last purge's span: its readiness call to its delete (a pair's overlap check).
+    purge_span: Option<(Instant, Instant)>,
     model: Model,
 }
 
@@ -373,7 +381,7 @@ async fn run_caught(tag: String, plan: Plan, broker: Broker) -> Outcome {
             model.actions.clone(),
             model.idle.clone(),
             model.effects.clone(),
-            model.actions_line(),
+            format!("{} [{}]", model.actions_line(), model.timing_line),
             model.kafka_duplicates,
             model.violations,
         ),
@@ -512,6 +520,7 @@ impl Seq {
             ledger: Arc::new(Mutex::new(Vec::new())),
             n: 50_000,
             purge_races_holds: false,
+            purge_span: None,
             holes: Arc::default(),
             id_regressions: 0.0,
             live: Arc::default(),
@@ -549,20 +558,33 @@ impl Seq {
         n
     }
 
-    /// Notes that a fault that can stall the service is live now.
-    fn fault_now(&self) {
-        *self.faults.lock().expect("faults") = Some(Instant::now());
+    /// Notes that a fault that can stall the service starts now.
+    fn fault_start(&self) {
+        self.faults
+            .lock()
+            .expect("faults")
+            .push((Instant::now(), None));
+    }
+
+    /// Notes that the last open fault ended now.
+    fn fault_end(&self) {
+        let mut f = self.faults.lock().expect("faults");
+        if let Some(span) = f.iter_mut().rev().find(|s| s.1.is_none()) {
+            span.1 = Some(Instant::now());
+        }
     }
 
     fn step<'a>(&'a mut self, step: &'a Step) -> LocalBoxFuture<'a, ()> {
         async move {
             self.model.acted(step.kind());
+            // A rotation renames the inbox under the poller; a requeue across a restart
+            // freezes and kills the instance.
             let stalls = matches!(
                 step,
-                Step::Kill9 | Step::Term | Step::Cut { .. } | Step::Takeover
-            );
+                Step::Kill9 | Step::Term | Step::Cut { .. } | Step::Takeover | Step::Rotate
+            ) || (matches!(step, Step::Requeue) && self.plan.dispatch_outage);
             if stalls {
-                self.fault_now();
+                self.fault_start();
             }
             match step {
                 Step::Upstream { msgs, gap_ms } => self.upstream(msgs.clone(), *gap_ms),
@@ -581,6 +603,7 @@ impl Seq {
                     after_ms,
                     action,
                 } => self.overlap(step.kind(), fault, *after_ms, action).await,
+                Step::Pair { first, second } => self.pair(first, second).await,
                 Step::Write { total, sim_seed } | Step::Duplicate { total, sim_seed } => {
                     self.sims
                         .push(simulator(&self.env, legacy_sim(*total, *sim_seed)));
@@ -624,7 +647,7 @@ impl Seq {
                 Step::Pause { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
             }
             if stalls {
-                self.fault_now();
+                self.fault_end();
             }
         }
         .boxed_local()
@@ -640,7 +663,7 @@ impl Seq {
         let cut = match fault {
             Step::Cut { store, ms } => {
                 self.model.acted(fault.kind());
-                self.fault_now();
+                self.fault_start();
                 Some((self.cut_in_background(*store, *ms), *store, *ms))
             }
             other => {
@@ -687,7 +710,7 @@ impl Seq {
         );
         if let Some((h, store, ms)) = cut {
             h.await.expect("cut");
-            self.fault_now();
+            self.fault_end();
             self.alive_after_cut(store, ms).await;
         }
     }
@@ -836,6 +859,7 @@ impl Seq {
             ));
         }
         let records = self.consumed().await;
+        self.model.stalls = self.faults.lock().expect("faults").clone();
         self.model.check_actions(&self.env).await;
         let written = self.written();
         super::ops_check::check(

@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use super::ops_model::Model;
-use super::ops_msgs::Msg;
 use super::ops_reference::{predict, End, FlightEnd, Timing, Written};
+use super::ops_timing;
 use crate::common::kafka::Received;
 use crate::common::TestEnv;
 
@@ -57,6 +57,58 @@ async fn records(env: &TestEnv) -> BTreeMap<i64, Record> {
         .collect()
 }
 
+/// The timing facts the model goes on with: its own answers ([`ops_timing::allowed`]), the
+/// service's side taken only where the model allows both; every disagreement is a problem.
+fn timing(
+    model: &mut Model,
+    recs: &BTreeMap<i64, Record>,
+    written: &[Written],
+    max_commit_delay_ms: u64,
+) -> (Timing, Vec<String>) {
+    let allowed = ops_timing::allowed(written, model, max_commit_delay_ms);
+    model.timing_line = ops_timing::summary(&allowed);
+    let shown = |f: &dyn Fn(&Record) -> bool| -> BTreeSet<i64> {
+        recs.iter().filter(|r| f(r.1)).map(|r| *r.0).collect()
+    };
+    let mut problems = Vec::new();
+    let late = ops_timing::resolve(
+        &allowed.late,
+        &shown(&|r| r.late),
+        "LATE (source = LATE)",
+        &mut problems,
+    );
+    let approved = ops_timing::resolve(
+        &allowed.approved,
+        &shown(&|r| r.reason.as_deref() == Some("APPROVED_SKIP")),
+        "SKIPPED(APPROVED_SKIP)",
+        &mut problems,
+    );
+    // Missing only tells apart rows whose own end is not DEAD(MALFORMED) anyway.
+    let missing = ops_timing::resolve(
+        &allowed.missing,
+        &shown(&|r| r.state == "DEAD" && r.class.as_deref() == Some("MALFORMED"))
+            .into_iter()
+            .filter(|id| model.owner_deleted.contains(id))
+            .collect(),
+        "found missing (DEAD(MALFORMED))",
+        &mut problems,
+    );
+    problems.extend(ops_timing::skip_counts(written, model));
+    let precede = ops_timing::precedes(written, &late, &model.stalls);
+    let t = Timing {
+        late,
+        approved,
+        missing,
+        replayed: model.replays.iter().flat_map(|r| r.ids.clone()).collect(),
+        seq: recs
+            .iter()
+            .filter_map(|(id, r)| r.seq.map(|s| (*id, s)))
+            .collect(),
+        precede,
+    };
+    (t, problems)
+}
+
 /// The settled store against the model. `records` are what a consumer read from the topic.
 pub async fn check(
     model: &mut Model,
@@ -66,44 +118,17 @@ pub async fn check(
     kafka: &[Received],
 ) {
     let recs = records(env).await;
-    let timing = Timing {
-        late: recs.iter().filter(|r| r.1.late).map(|r| *r.0).collect(),
-        approved: recs
-            .iter()
-            .filter(|r| r.1.reason.as_deref() == Some("APPROVED_SKIP"))
-            .map(|r| *r.0)
-            .collect(),
-        missing: recs
-            .iter()
-            .filter(|(id, r)| {
-                model.owner_deleted.contains(id)
-                    && r.state == "DEAD"
-                    && r.class.as_deref() == Some("MALFORMED")
-            })
-            .map(|r| *r.0)
-            .collect(),
-        replayed: model.replays.iter().flat_map(|r| r.ids.clone()).collect(),
-        seq: recs
-            .iter()
-            .filter_map(|(id, r)| r.seq.map(|s| (*id, s)))
-            .collect(),
-    };
-    let mut problems = Vec::new();
-    let e = predict(
-        written,
-        &model.skipped_stock,
-        &timing,
-        max_commit_delay_ms,
-        &mut problems,
-    );
+    let (timing, problems) = timing(model, &recs, written, max_commit_delay_ms);
+    let mut problems = problems;
+    let e = predict(written, &model.skipped_stock, &timing, &mut problems);
     for p in problems {
         model.violation(p);
     }
     check_rows(model, &e.rows, &recs);
-    check_fifo(model, written, &recs, &timing.replayed);
+    check_fifo(model, written, &recs, &timing);
     check_marks(model, env, &e.rows, &recs).await;
     check_flights(model, env, &e.flights).await;
-    check_events(model, env, written, &e.events, kafka).await;
+    check_events(model, env, written, &e, kafka).await;
 }
 
 fn check_rows(model: &mut Model, rows: &BTreeMap<i64, End>, recs: &BTreeMap<i64, Record>) {
@@ -143,9 +168,12 @@ fn check_rows(model: &mut Model, rows: &BTreeMap<i64, End>, recs: &BTreeMap<i64,
     if !foreign.is_empty() {
         model.violation(format!("records of rows the test never wrote: {foreign:?}"));
     }
+    let allowed = |id: &i64, a: &str| a == "MISSING_ROW" && model.may_abandon.contains(id);
     let abandoned: Vec<String> = recs
         .iter()
-        .filter_map(|(id, r)| r.abandoned.as_ref().map(|a| format!("{id}:{a}")))
+        .filter_map(|(id, r)| r.abandoned.as_ref().map(|a| (id, a)))
+        .filter(|(id, a)| !allowed(id, a))
+        .map(|(id, a)| format!("{id}:{a}"))
         .collect();
     if !abandoned.is_empty() {
         model.violation(format!(
@@ -156,18 +184,13 @@ fn check_rows(model: &mut Model, rows: &BTreeMap<i64, End>, recs: &BTreeMap<i64,
 
 /// FIFO: every row the pump took in order (not late, not poisoned or skipped by hand) was
 /// processed in id order.
-fn check_fifo(
-    model: &mut Model,
-    written: &[Written],
-    recs: &BTreeMap<i64, Record>,
-    replayed: &BTreeSet<i64>,
-) {
+fn check_fifo(model: &mut Model, written: &[Written], recs: &BTreeMap<i64, Record>, t: &Timing) {
     let ours: HashSet<i64> = written.iter().map(|w| w.id).collect();
     let mut last: Option<(i64, i64)> = None;
     for (id, r) in recs {
         let in_order = ours.contains(id)
-            && !r.late
-            && !replayed.contains(id)
+            && !t.late.contains(id)
+            && !t.replayed.contains(id)
             && (r.state == "SUCCEEDED" || r.reason.as_deref() == Some("DUPLICATE"));
         let (true, Some(seq)) = (in_order, r.seq) else {
             continue;
@@ -224,7 +247,7 @@ async fn check_marks(
 
 /// Our flights (`W1F2`, `H104`, `S3`, `K50007`, …); a legacy plan's simulator flights are not
 /// ours to predict.
-fn ours(flid: &str) -> bool {
+pub fn ours(flid: &str) -> bool {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     match flid.split_at_checked(1) {
         Some(("W", rest)) => rest
@@ -314,9 +337,10 @@ async fn check_events(
     model: &mut Model,
     env: &TestEnv,
     written: &[Written],
-    expected: &[(i64, String, &'static str)],
+    e: &super::ops_reference::Expected,
     kafka: &[Received],
 ) {
+    let expected = &e.events[..];
     let rows: Vec<(i64, i64, String, String, String)> = env
         .rows(
             "SELECT event_id, msg_id, flight_key, event_type, state FROM msg_event \
@@ -412,7 +436,7 @@ async fn check_events(
             requeued_msgs.len()
         ));
     }
-    check_records(model, written, expected, kafka);
+    super::ops_records::check_records(model, written, e, kafka);
     if dups > 0 && model.exactly_once {
         let copies = duplicate_copies(env, kafka).await;
         model.violation(format!(
@@ -454,96 +478,4 @@ async fn duplicate_copies(env: &TestEnv, kafka: &[Received]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// Every record on the topic (each `ce_id` once; read as a string, whatever form it takes)
-/// against the model's events, matched by `ce_msgxmsgid`: `ce_type`, `ce_subject` and the key,
-/// and the body's `msg_id`, `msg_type`, `flid` and fields (a created flight's `after.GATE`
-/// is the gate its FLOP carried; a delete carries `before`). The multiset of (message, key,
-/// type) read back is the model's.
-fn check_records(
-    model: &mut Model,
-    written: &[Written],
-    expected: &[(i64, String, &'static str)],
-    kafka: &[Received],
-) {
-    let msgs: HashMap<i64, &Msg> = written.iter().map(|w| (w.id, &w.msg)).collect();
-    let mut seen = HashSet::new();
-    let mut got: Vec<(i64, String, String)> = Vec::new();
-    let mut bad = Vec::new();
-    for r in kafka.iter().filter(|r| ours(&r.key)) {
-        let id = r.headers.get("ce_id").cloned().unwrap_or_default();
-        if !seen.insert(id.clone()) {
-            continue;
-        }
-        let msg_id: i64 = r
-            .headers
-            .get("ce_msgxmsgid")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(-1);
-        let ce_type = r.headers.get("ce_type").cloned().unwrap_or_default();
-        let ty = ce_type.strip_prefix("msgx.").unwrap_or("?").to_uppercase();
-        got.push((msg_id, r.key.clone(), ty.clone()));
-        let body: serde_json::Value = serde_json::from_str(&r.payload).unwrap_or_default();
-        let mut wrong = Vec::new();
-        if r.headers.get("ce_subject") != Some(&r.key) {
-            wrong.push(format!("ce_subject {:?}", r.headers.get("ce_subject")));
-        }
-        if body["msg_id"].as_i64() != Some(msg_id) {
-            wrong.push(format!("body msg_id {}", body["msg_id"]));
-        }
-        match msgs.get(&msg_id) {
-            Some(Msg::Flop { flid, gate, .. }) => {
-                if body["msg_type"] != "FLOP" || body["flid"] != flid.as_str() {
-                    wrong.push(format!(
-                        "msg_type/flid {}/{}",
-                        body["msg_type"], body["flid"]
-                    ));
-                }
-                if ty == "FLIGHT_CREATED" && body["after"]["GATE"] != gate.as_str() {
-                    wrong.push(format!(
-                        "after.GATE {} (sent {gate})",
-                        body["after"]["GATE"]
-                    ));
-                }
-            }
-            Some(Msg::Fdel { flid, .. }) => {
-                if body["msg_type"] != "FDEL" || body["flid"] != flid.as_str() {
-                    wrong.push(format!(
-                        "msg_type/flid {}/{}",
-                        body["msg_type"], body["flid"]
-                    ));
-                }
-                if ty == "FLIGHT_DELETED" && !body["before"].is_object() {
-                    wrong.push(format!("before {}", body["before"]));
-                }
-            }
-            _ if !model.foreign_writers => wrong.push("no message of the model".into()),
-            _ => {}
-        }
-        if !wrong.is_empty() {
-            bad.push(format!(
-                "ce_id {id} (msg {msg_id}, {ce_type}): {}",
-                wrong.join(", ")
-            ));
-        }
-    }
-    if !bad.is_empty() {
-        model.violation(format!(
-            "records on the topic not as the model's events: {bad:?}"
-        ));
-    }
-    let mut want: Vec<(i64, String, String)> = expected
-        .iter()
-        .map(|(m, k, t)| (*m, k.clone(), t.to_string()))
-        .collect();
-    want.sort();
-    got.sort();
-    if want != got && !model.foreign_writers {
-        let missing: Vec<_> = want.iter().filter(|w| !got.contains(w)).collect();
-        let extra: Vec<_> = got.iter().filter(|g| !want.contains(g)).collect();
-        model.violation(format!(
-            "the topic's events are not the model's: missing {missing:?}, unexpected {extra:?}"
-        ));
-    }
 }

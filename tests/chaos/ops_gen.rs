@@ -62,6 +62,9 @@ pub fn generate(seed: u64) -> Plan {
         let o = g.overlap();
         steps.insert(at, o);
     }
+    if let Some((at, pair)) = pair_of(seed, steps.len()) {
+        steps.insert(at, pair);
+    }
     Plan {
         seed,
         note: String::new(),
@@ -70,6 +73,29 @@ pub fn generate(seed: u64) -> Plan {
         delivery: delivery_of(seed),
         steps,
     }
+}
+
+/// Two operator actions at once in about a third of the seeds (replay ∥ purge, recover ∥
+/// purge), at a place among `steps` steps: drawn from a stream of its own, so the other steps
+/// of a seed stay what they were.
+fn pair_of(seed: u64, steps: usize) -> Option<(usize, Step)> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5041_4952);
+    if !rng.random_bool(0.35) {
+        return None;
+    }
+    let first = if rng.random_bool(0.5) {
+        Step::Replay {
+            by_class: rng.random_bool(0.4),
+            max_rows: rng.random_range(1..=3),
+        }
+    } else {
+        Step::RecoverBackfill
+    };
+    let pair = Step::Pair {
+        first: Box::new(first),
+        second: Box::new(Step::Purge),
+    };
+    Some((rng.random_range(1..=steps), pair))
 }
 
 /// The delivery mode of a seed: about half the seeds each, by a hash of the seed that draws
@@ -304,6 +330,7 @@ fn a_seed_makes_the_same_plan_and_the_ci_seeds_cover_every_action() {
         "cut_mysql",
         "owner_row_lock",
         "purge_during_held_commit",
+        "pair",
     ] {
         assert!(kinds.contains(k), "{k} missing from the CI seeds");
     }

@@ -36,6 +36,21 @@ pub struct Replayed {
     pub seq_before: i64,
 }
 
+/// One approved skip as the operator ran it.
+#[derive(Debug, Clone)]
+pub struct Skip {
+    pub from: i64,
+    pub to: i64,
+    /// Rows the report skipped.
+    pub skipped: u64,
+    /// The blocker (an unknown type) and its followers.
+    pub queued: Vec<i64>,
+    /// The skip ran before the blocker could be poisoned: it must catch all of `queued`.
+    pub caught_all: bool,
+    /// When the skip CLI was started.
+    pub at: std::time::Instant,
+}
+
 /// The record of one sequence.
 #[derive(Debug, Default)]
 pub struct Model {
@@ -60,10 +75,19 @@ pub struct Model {
     pub purged_to: i64,
     /// Replays.
     pub replays: Vec<Replayed>,
-    /// Approved skips: (from, to, rows the report skipped).
-    pub skips: Vec<(i64, i64, u64)>,
+    /// Approved skips.
+    pub skips: Vec<Skip>,
+    /// Rows a replay took back while a purge deleted them (a pair): they may end abandoned
+    /// MISSING_ROW ([`super::ops_pair`]).
+    pub may_abandon: BTreeSet<i64>,
     /// Rows the DB owner deleted and restored (a recover-backfill step).
     pub owner_deleted: BTreeSet<i64>,
+    /// Of those, the rows that carried their mark when deleted.
+    pub deleted_marked: BTreeSet<i64>,
+    /// When the service may have been stalled by a fault ([`super::ops_timing::stalled`]).
+    pub stalls: super::ops_timing::Stalls,
+    /// The timing facts' counts (must/either), for the sequence's line.
+    pub timing_line: String,
     /// Rows `recover-backfill` rescheduled.
     pub recovered: Vec<i64>,
     /// Events requeued.
@@ -123,43 +147,27 @@ impl Model {
         self.exits.push((name.to_string(), expected, seen));
     }
 
-    /// After the DB owner's purge up to `boundary`: every row the test wrote up to it that is
-    /// gone from the inbox must have been finished (terminal, mark confirmed) or skipped stock.
-    pub async fn check_purge(&mut self, env: &TestEnv, boundary: i64, written: &[i64]) {
-        let gone: Vec<i64> = {
-            let present: HashSet<i64> = sqlx::query_scalar::<_, i64>(
-                "SELECT CMINMSGS_ID FROM CMINMSGS WHERE CMINMSGS_ID <= ?",
-            )
-            .bind(boundary)
-            .fetch_all(&env.owner)
-            .await
-            .expect("inbox after purge")
-            .into_iter()
-            .collect();
-            written
-                .iter()
-                .filter(|id| **id <= boundary && !present.contains(id))
-                .copied()
-                .collect()
-        };
-        let finished: HashSet<i64> = env
-            .column_for(
-                "SELECT msg_id FROM proc_state_all WHERE msg_id = ANY($1) \
-               AND state IN ('SUCCEEDED','SKIPPED','DEAD') AND backfill_at IS NOT NULL",
-                &gone,
-            )
-            .await
-            .into_iter()
-            .collect();
-        let unfinished: Vec<i64> = gone
+    /// After the DB owner's purge up to `boundary`: every row of the test it deleted carried
+    /// its mark when deleted (`deleted`: id and mark, the DB owner's own record read under the
+    /// purge's lock, never the service's word), unless it is skipped stock (SPEC §5: marks
+    /// before purge).
+    pub async fn check_purge(
+        &mut self,
+        env: &TestEnv,
+        boundary: i64,
+        deleted: &[(i64, Option<String>)],
+        written: &HashSet<i64>,
+    ) {
+        let unmarked: Vec<i64> = deleted
             .iter()
-            .filter(|id| !finished.contains(id) && !self.skipped_stock.contains(id))
-            .copied()
+            .filter(|(id, mark)| mark.is_none() && written.contains(id))
+            .map(|(id, _)| *id)
+            .filter(|id| !self.skipped_stock.contains(id))
             .collect();
-        if !unfinished.is_empty() {
-            let states = states_of(env, &unfinished).await;
+        if !unmarked.is_empty() {
+            let states = states_of(env, &unmarked).await;
             self.violation(format!(
-                "purge up to READY boundary {boundary} deleted rows that were not finished: \
+                "purge up to READY boundary {boundary} deleted rows that were not marked: \
                  {states}"
             ));
         }
@@ -236,7 +244,7 @@ impl Model {
              FROM proc_state p WHERE p.terminal_reason = 'APPROVED_SKIP'",
             )
             .await;
-        let reported: u64 = self.skips.iter().map(|s| s.2).sum();
+        let reported: u64 = self.skips.iter().map(|s| s.skipped).sum();
         if rows.len() as u64 != reported {
             self.violation(format!(
                 "approved skips reported {reported} rows, the store has {} SKIPPED(APPROVED_SKIP)",
@@ -244,7 +252,7 @@ impl Model {
             ));
         }
         for (id, evented, _) in rows {
-            if !self.skips.iter().any(|(f, t, _)| (*f..=*t).contains(&id)) {
+            if !self.skips.iter().any(|s| (s.from..=s.to).contains(&id)) {
                 self.violation(format!(
                     "row {id} SKIPPED(APPROVED_SKIP) outside every skip"
                 ));

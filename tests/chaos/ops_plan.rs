@@ -112,6 +112,12 @@ pub enum Step {
         hold_ms: u64,
         rollback: bool,
     },
+    /// Two operator actions at once: `first`'s CLI call (a replay or a recover-backfill,
+    /// prepared before) runs while `second` (a purge) runs; the overlap is timed and checked.
+    Pair {
+        first: Box<Step>,
+        second: Box<Step>,
+    },
     Kill9,
     Term,
     Cut {
@@ -152,6 +158,7 @@ impl Step {
             Step::Write { .. } => "write",
             Step::Duplicate { .. } => "duplicate",
             Step::Insert { .. } => "insert",
+            Step::Pair { .. } => "pair",
             Step::Kill9 => "kill9",
             Step::Term => "sigterm",
             Step::Cut {
@@ -180,6 +187,12 @@ impl Step {
                 let mut v = vec![self];
                 v.extend(fault.flatten());
                 v.extend(action.flatten());
+                v
+            }
+            Step::Pair { first, second } => {
+                let mut v = vec![self];
+                v.extend(first.flatten());
+                v.extend(second.flatten());
                 v
             }
             s => vec![s],

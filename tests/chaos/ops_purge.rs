@@ -121,23 +121,30 @@ impl Seq {
         b
     }
 
-    /// Inbox ids up to `b`.
-    pub(super) async fn ids_to(&self, b: i64) -> Vec<i64> {
-        sqlx::query_scalar("SELECT CMINMSGS_ID FROM CMINMSGS WHERE CMINMSGS_ID <= ? ORDER BY 1")
+    /// The DB owner deletes the inbox rows up to `b` in one transaction, reading each one's
+    /// mark under the same lock (no mark can land between): `(id, mark)` of every row deleted.
+    async fn purge_recording(&self, b: i64) -> Vec<(i64, Option<String>)> {
+        let mut tx = self.env.owner.begin().await.expect("begin purge");
+        let rows: Vec<(i64, Option<String>)> = sqlx::query_as(
+            "SELECT CMINMSGS_ID, CAST(CMINMSGS_STATUS AS CHAR) FROM CMINMSGS \
+             WHERE CMINMSGS_ID <= ? FOR UPDATE",
+        )
+        .bind(b)
+        .fetch_all(&mut *tx)
+        .await
+        .expect("rows to purge");
+        sqlx::query("DELETE FROM CMINMSGS WHERE CMINMSGS_ID <= ?")
             .bind(b)
-            .fetch_all(&self.env.owner)
+            .execute(&mut *tx)
             .await
-            .expect("ids to purge")
+            .expect("purge as owner");
+        tx.commit().await.expect("commit purge");
+        rows
     }
 
-    /// The rows a purge up to `b` may take that the check must account for: every row the
-    /// test wrote (held commits still open included) and every row in the inbox now.
-    async fn purge_candidates(&self, b: i64) -> Vec<i64> {
-        let mut ids = self.ids_to(b).await;
-        ids.extend(self.written().iter().map(|w| w.id).filter(|id| *id <= b));
-        ids.sort_unstable();
-        ids.dedup();
-        ids
+    /// The ids of the rows the test wrote.
+    fn written_ids(&self) -> HashSet<i64> {
+        self.written().iter().map(|w| w.id).collect()
     }
 
     /// Held commits end before a purge unless this purge is the known race run open.
@@ -151,12 +158,15 @@ impl Seq {
     /// unfinished.
     pub(super) async fn purge(&mut self) {
         self.purge_waits().await;
+        let b0 = Instant::now();
         let Some(b) = self.ready_boundary("purge").await else {
+            self.purge_span = Some((b0, Instant::now()));
             return;
         };
-        let ids = self.purge_candidates(b).await;
-        self.env.purge_as_owner(b).await;
-        self.model.check_purge(&self.env, b, &ids).await;
+        let deleted = self.purge_recording(b).await;
+        self.purge_span = Some((b0, Instant::now()));
+        let ours = self.written_ids();
+        self.model.check_purge(&self.env, b, &deleted, &ours).await;
     }
 
     /// Plan B (seed §6): a new table seeded above every id, the rows above the READY boundary
@@ -166,7 +176,6 @@ impl Seq {
         self.purge_waits().await;
         let b = self.ready_boundary("rotate").await;
         let keep_above = b.unwrap_or(self.model.purged_to);
-        let ids = self.purge_candidates(keep_above).await;
         let owner = &self.env.owner;
         let exec = |sql: String| async move {
             sqlx::query(&sql)
@@ -209,9 +218,18 @@ impl Seq {
                 .into(),
         )
         .await;
+        // The rows dropped with the old table and their marks: nothing writes to it now.
+        let dropped: Vec<(i64, Option<String>)> = sqlx::query_as(&format!(
+            "SELECT CMINMSGS_ID, CAST(CMINMSGS_STATUS AS CHAR) FROM CMINMSGS_OLD \
+             WHERE CMINMSGS_ID <= {keep_above}"
+        ))
+        .fetch_all(owner)
+        .await
+        .expect("rows dropped with the old table");
         exec("DROP TABLE CMINMSGS_OLD".into()).await;
-        if b.is_some() {
-            self.model.check_purge(&self.env, keep_above, &ids).await;
-        }
+        let ours = self.written_ids();
+        self.model
+            .check_purge(&self.env, keep_above, &dropped, &ours)
+            .await;
     }
 }

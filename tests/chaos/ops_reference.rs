@@ -28,23 +28,27 @@
 //! - every terminal row ends marked; nothing ends abandoned (§5: the owner's lock delays one
 //!   row, a purge covers only finished rows); skipped stock keeps the mark it had.
 //!
-//! Three facts are timing, not rules, and the model takes them as observed, after checking
-//! they are allowed: which held rows arrived LATE (only a commit held about max_commit_delay
-//! or longer may), which rows an approved skip caught (only rows of its range, counted as the
-//! skip reported), and which rows the DB owner deleted for a while were missing when the pump
-//! read them (only rows it deleted).
+//! Three facts are timing, not rules: which held rows arrived LATE, which rows an approved
+//! skip caught, which rows the DB owner deleted the pump found missing. The model works each
+//! out itself from the ledger's commit times and the operator's record
+//! ([`super::ops_timing`]); only where timing allows both answers does the service's side
+//! decide. Where a late row goes in processing order is timing too: the model bounds it
+//! ([`order`]) and the service's stamps only pick a place inside those bounds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::Instant;
 
 use super::ops_msgs::{Body, Msg};
 
-/// A row the test wrote: its id, message, whether it committed, and how long it was held.
+/// A row the test wrote: its id, message, whether it committed, and when (by the test's
+/// clock) its insert ran and its commit returned.
 #[derive(Debug, Clone)]
 pub struct Written {
     pub id: i64,
     pub msg: Msg,
     pub committed: bool,
-    pub hold_ms: u64,
+    pub opened: Option<Instant>,
+    pub committed_at: Option<Instant>,
 }
 
 /// A row's predicted end.
@@ -64,6 +68,10 @@ pub struct Expected {
     pub flights: BTreeMap<String, FlightEnd>,
     /// `(msg_id, key, event type)` in processing order.
     pub events: Vec<(i64, String, &'static str)>,
+    /// Each event's body as the model has it, by message (one event per message here):
+    /// `after` (created, updated), `changes` (updated: `{TAG: {before, after}}`, `null` for
+    /// absent), `before` (deleted).
+    pub bodies: HashMap<i64, serde_json::Value>,
 }
 
 /// The observed timing facts the model accepts (after checking them).
@@ -79,8 +87,12 @@ pub struct Timing {
     /// Rows an operator replayed: processed again out of id order (SPEC §2), placed like late
     /// rows and under the same field guard.
     pub replayed: BTreeSet<i64>,
-    /// Processing order stamps, for placing late rows.
+    /// Processing order stamps: the service's choice of a late row's place, taken only
+    /// inside the bounds [`order`] sets.
     pub seq: HashMap<i64, i64>,
+    /// Per late row, the rows it must precede: committed after it was surely found
+    /// ([`super::ops_timing::precedes`]).
+    pub precede: HashMap<i64, BTreeSet<i64>>,
 }
 
 /// A field's version: the send time (`DDTM`) and row of the message that last set it.
@@ -149,7 +161,6 @@ pub fn predict(
     written: &[Written],
     stock: &BTreeSet<i64>,
     t: &Timing,
-    max_commit_delay_ms: u64,
     problems: &mut Vec<String>,
 ) -> Expected {
     let mut e = Expected::default();
@@ -158,23 +169,12 @@ pub fn predict(
         .filter(|w| w.committed)
         .map(|w| (w.id, w))
         .collect();
-    for id in &t.late {
-        match rows.get(id) {
-            // The test times the hold from its own side of the connection: 300 ms of slack.
-            Some(w) if w.hold_ms + 300 >= max_commit_delay_ms => {}
-            w => problems.push(format!(
-                "row {id} processed as LATE but its commit was held {:?} ms (max_commit_delay \
-                 {max_commit_delay_ms} ms)",
-                w.map(|w| w.hold_ms)
-            )),
-        }
-    }
     for id in stock {
         e.rows.insert(*id, End::Stock);
     }
     let mut bound: HashSet<String> = HashSet::new();
     let mut world = World::default();
-    for id in order(&rows, stock, t) {
+    for id in order(&rows, stock, t, problems) {
         let w = rows[&id];
         let late = t.late.contains(&id) || t.replayed.contains(&id);
         let end = if t.approved.contains(&id) {
@@ -191,6 +191,7 @@ pub fn predict(
                 _ => {
                     if let Some(ev) = apply(&mut world, id, &w.msg, late) {
                         e.events.push((id, ev.0, ev.1));
+                        e.bodies.insert(id, ev.2);
                     }
                     End::Record("SUCCEEDED", None)
                 }
@@ -206,9 +207,21 @@ pub fn predict(
     e
 }
 
-/// Processing order: every row not late in id order (FIFO); a late row right after the last
-/// of them processed before it (a replayed row's later stamp does not move it).
-fn order(rows: &BTreeMap<i64, &Written>, stock: &BTreeSet<i64>, t: &Timing) -> Vec<i64> {
+/// Processing order: every row not late in id order (FIFO); a late row where the service's
+/// stamps put it (right after the last row taken in id order processed before it), but only
+/// inside the model's bounds (SPEC §4 head rule: the smallest unfinished id goes first):
+/// - after every row of a lower id taken in id order: W passed those before it passed the
+///   late row's hole, so they were enqueued before it and, being smaller, went first;
+/// - before every row committed after the late row was surely found ([`Timing::precede`]):
+///   it was enqueued first and is the smaller id.
+///
+/// A place outside the bounds is a problem, and the model goes on with the nearest bound.
+fn order(
+    rows: &BTreeMap<i64, &Written>,
+    stock: &BTreeSet<i64>,
+    t: &Timing,
+    problems: &mut Vec<String>,
+) -> Vec<i64> {
     let out_of_order = |id: &i64| t.late.contains(id) || t.replayed.contains(id);
     let mut fifo: Vec<i64> = rows
         .keys()
@@ -225,22 +238,52 @@ fn order(rows: &BTreeMap<i64, &Written>, stock: &BTreeSet<i64>, t: &Timing) -> V
     let placing = |f: &i64| {
         rows[f].msg.identity().is_some() && !t.approved.contains(f) && !t.missing.contains(f)
     };
-    late.sort_by_key(|id| t.seq.get(id).copied().unwrap_or(i64::MAX));
+    // The bounds are set by rows taken in id order only.
+    let taken = |f: &i64| placing(f) && !out_of_order(f);
+    let seq = |id: &i64| t.seq.get(id).copied().unwrap_or(i64::MAX);
+    late.sort_by_key(seq);
     for id in late {
-        let at_seq = t.seq.get(&id).copied().unwrap_or(i64::MAX);
-        let pos = fifo
+        let observed = fifo
             .iter()
-            .rposition(|f| placing(f) && t.seq.get(f).is_some_and(|s| *s < at_seq))
+            .rposition(|f| placing(f) && seq(f) < seq(&id))
             .map_or(0, |p| p + 1);
+        let lo = fifo
+            .iter()
+            .rposition(|f| taken(f) && *f < id)
+            .map_or(0, |p| p + 1);
+        let must = t.precede.get(&id);
+        let hi = fifo
+            .iter()
+            .position(|f| taken(f) && must.is_some_and(|m| m.contains(f)))
+            .unwrap_or(fifo.len())
+            .max(lo);
+        let pos = observed.clamp(lo, hi);
+        if pos != observed {
+            problems.push(format!(
+                "late row {id} processed at place {observed} of the rows taken in id order;                  the model allows {lo}..={hi} (after every lower id, before every row                  committed after it was surely found)"
+            ));
+        }
         fifo.insert(pos, id);
     }
     fifo
 }
 
+/// A flight's fields as an event body carries them: `{TAG: value}`.
+fn fields_json(f: &Flight) -> serde_json::Value {
+    f.fields
+        .iter()
+        .map(|(k, (v, _))| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// An event the model predicts: key, type, body.
+type Event = (String, &'static str, serde_json::Value);
+
 /// Applies one decodable message (`id` its row); the event it raises, if any. A late row
 /// (`late`) never overwrites what a newer message set, never recreates a flight a newer
 /// delete removed, and never deletes a flight a newer message wrote (SPEC §6 G1).
-fn apply(world: &mut World, id: i64, msg: &Msg, late: bool) -> Option<(String, &'static str)> {
+fn apply(world: &mut World, id: i64, msg: &Msg, late: bool) -> Option<Event> {
     let (flid, body) = msg.body()?;
     let ddtm = msg.ddtm();
     let newer = |v: &Version| v.0 > ddtm;
@@ -252,9 +295,10 @@ fn apply(world: &mut World, id: i64, msg: &Msg, late: bool) -> Option<(String, &
             if late && touched_later {
                 return None;
             }
+            let before = serde_json::json!({ "before": fields_json(f) });
             world.flights.remove(flid);
             world.tombstones.insert(flid.to_string(), (ddtm, id));
-            Some((flid.to_string(), "FLIGHT_DELETED"))
+            Some((flid.to_string(), "FLIGHT_DELETED", before))
         }
         Body::Update(fields) => {
             let Some(f) = world.flights.get_mut(flid) else {
@@ -269,21 +313,21 @@ fn apply(world: &mut World, id: i64, msg: &Msg, late: bool) -> Option<(String, &
                     created_by: id,
                     updated_by: id,
                 };
+                let after = serde_json::json!({ "after": fields_json(&f) });
                 world.flights.insert(flid.to_string(), f);
-                return Some((flid.to_string(), "FLIGHT_CREATED"));
+                return Some((flid.to_string(), "FLIGHT_CREATED", after));
             };
-            let (mut changed, mut wrote) = (false, false);
+            let (mut changes, mut wrote) = (serde_json::Map::new(), false);
             for (k, v) in fields {
                 match f.fields.get(k) {
                     Some((_, ver)) if late && newer(ver) => {} // a newer message set it
-                    Some((old, _)) => {
+                    old => {
                         // Carried again: its version is this message's, changed or not.
-                        changed |= *old != v;
-                        wrote = true;
-                        f.fields.insert(k.to_string(), (v, (ddtm.clone(), id)));
-                    }
-                    None => {
-                        changed = true;
+                        let before = old.map(|(o, _)| o.clone());
+                        if before.as_ref() != Some(&v) {
+                            let pair = serde_json::json!({ "before": before, "after": v });
+                            changes.insert(k.to_string(), pair);
+                        }
                         wrote = true;
                         f.fields.insert(k.to_string(), (v, (ddtm.clone(), id)));
                     }
@@ -292,19 +336,22 @@ fn apply(world: &mut World, id: i64, msg: &Msg, late: bool) -> Option<(String, &
             if wrote {
                 f.updated_by = id;
             }
-            changed.then(|| (flid.to_string(), "FLIGHT_UPDATED"))
+            let changed = !changes.is_empty();
+            let body = serde_json::json!({ "changes": changes, "after": fields_json(f) });
+            changed.then(|| (flid.to_string(), "FLIGHT_UPDATED", body))
         }
     }
 }
 
 /// A committed row the test wrote (unit tests).
 #[cfg(test)]
-fn written_row(id: i64, msg: Msg, hold_ms: u64) -> Written {
+fn written_row(id: i64, msg: Msg) -> Written {
     Written {
         id,
         msg,
         committed: true,
-        hold_ms,
+        opened: None,
+        committed_at: None,
     }
 }
 
@@ -317,15 +364,15 @@ fn a_late_row_applies_only_what_no_newer_message_set() {
         stnd: stnd.map(Into::into),
     };
     let written = [
-        written_row(1, flop(1, "HG", Some("ST")), 3000),
-        written_row(2, flop(2, "FG", None), 0),
-        written_row(3, flop(2, "DUP", None), 0),
+        written_row(1, flop(1, "HG", Some("ST"))),
+        written_row(2, flop(2, "FG", None)),
+        written_row(3, flop(2, "DUP", None)),
     ];
     let mut t = Timing::default();
     t.late.insert(1);
     t.seq.extend([(1, 20), (2, 10), (3, 30)]);
     let mut problems = Vec::new();
-    let e = predict(&written, &BTreeSet::new(), &t, 2000, &mut problems);
+    let e = predict(&written, &BTreeSet::new(), &t, &mut problems);
     assert!(problems.is_empty(), "{problems:?}");
     let h1 = &e.flights["H1"];
     assert_eq!(h1.fields["GATE"], "FG");
@@ -336,10 +383,12 @@ fn a_late_row_applies_only_what_no_newer_message_set() {
     let types: Vec<_> = e.events.iter().map(|x| (x.0, x.2)).collect();
     assert_eq!(types, [(2, "FLIGHT_CREATED"), (1, "FLIGHT_UPDATED")]);
     assert_eq!(e.rows[&3], End::Record("SKIPPED", Some("DUPLICATE")));
-    // Held under max_commit_delay: never late.
-    t.late.insert(2);
-    predict(&written, &BTreeSet::new(), &t, 2000, &mut problems);
+    // Had 2 been committed after 1 was surely found, 1 must have gone first: the stamps are
+    // out of the model's bounds, and the model goes on with its own place.
+    t.precede.insert(1, BTreeSet::from([2]));
+    let e = predict(&written, &BTreeSet::new(), &t, &mut problems);
     assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(e.flights["H1"].created_by, 1);
 }
 
 #[test]
@@ -353,33 +402,31 @@ fn a_late_row_neither_recreates_nor_deletes_against_a_newer_message() {
     // D1: created by 2, deleted by 3; the late 1 would recreate it. D2: created by 4, the late
     // delete 5 (sent before 6) arrives after 6 wrote the flight: refused.
     let written = [
-        written_row(1, flop(1, "D1"), 3000),
-        written_row(2, flop(2, "D1"), 0),
+        written_row(1, flop(1, "D1")),
+        written_row(2, flop(2, "D1")),
         written_row(
             3,
             Msg::Fdel {
                 n: 3,
                 flid: "D1".into(),
             },
-            0,
         ),
-        written_row(4, flop(4, "D2"), 0),
+        written_row(4, flop(4, "D2")),
         written_row(
             5,
             Msg::Fdel {
                 n: 5,
                 flid: "D2".into(),
             },
-            3000,
         ),
-        written_row(6, flop(6, "D2"), 0),
+        written_row(6, flop(6, "D2")),
     ];
     let mut t = Timing::default();
     t.late.extend([1, 5]);
     t.seq
         .extend([(2, 1), (3, 2), (4, 3), (6, 4), (1, 5), (5, 6)]);
     let mut problems = Vec::new();
-    let e = predict(&written, &BTreeSet::new(), &t, 2000, &mut problems);
+    let e = predict(&written, &BTreeSet::new(), &t, &mut problems);
     assert!(problems.is_empty(), "{problems:?}");
     assert!(!e.flights.contains_key("D1"), "{:?}", e.flights);
     let d2 = &e.flights["D2"];

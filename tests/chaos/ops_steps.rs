@@ -1,15 +1,16 @@
-//! The operator procedures and the DB owner's actions of a sequence, each as a site runs it:
-//! through the real `msgexchange` CLI (replay, skip, recover-backfill, purge-readiness,
-//! events list-dead / requeue) or as the DB owner's SQL (delete and restore a row, purge, plan B
-//! rotation), and a standby takeover. Each records what it did in the model.
+//! The operator procedures on the pipeline's rows, each as a site runs it through the real
+//! `msgexchange` CLI (replay, approved skip, recover-backfill after the DB owner deleted and
+//! restored a row), with the reads of the store they need. Each records what it did in the
+//! model. A replay and a recover are split at their CLI call so that a pair
+//! ([`super::ops_pair`]) can run it while another action runs.
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
 use super::{KeptRow, Seq, ACTOR, REPLAYABLE, TICKET};
-use crate::common::instance::{off_runtime, Instance};
+use crate::common::instance::CliOut;
 use crate::ops_effect::Predict;
-use crate::ops_model::{Exit, Replayed};
+use crate::ops_model::{Replayed, Skip};
 use crate::ops_msgs::Msg;
 
 /// The least time an unknown type takes from commit to DEAD(EXHAUSTED) in the test's
@@ -19,6 +20,17 @@ const EXHAUST_MIN: Duration = Duration::from_millis(1700);
 
 /// Time left for the skip CLI to start and apply before the blocker could be poisoned.
 const SKIP_CLI_MARGIN: Duration = Duration::from_millis(1100);
+
+/// A replay ready to run: its CLI arguments and what the model expects of it.
+pub(super) struct ReplayPlan {
+    pub args: Vec<String>,
+    expect: BTreeSet<i64>,
+    /// Rows the model predicts DEAD.
+    predicted: HashSet<i64>,
+    by_class: bool,
+    /// The highest `processed_seq` before the replay ran.
+    seq_before: i64,
+}
 
 impl Seq {
     pub(super) async fn state(&self, id: i64) -> Option<(String, Option<String>, bool)> {
@@ -90,6 +102,22 @@ impl Seq {
     /// asked (by ids: exactly those; by class and range: those, plus only rows the model
     /// predicts DEAD that went DEAD between the listing and the CLI).
     pub(super) async fn replay(&mut self, by_class: bool, max_rows: usize) {
+        let Some(r) = self.replay_prepare(by_class, max_rows).await else {
+            return;
+        };
+        let args: Vec<&str> = r.args.iter().map(String::as_str).collect();
+        let out = self.cli(&args).await;
+        self.replay_judge(r, out);
+    }
+
+    /// Everything of a replay up to its CLI call: a DEAD row to replay (the runner's own if
+    /// there is none), the arguments, and what the model expects it to apply. `None`: the
+    /// replay was judged already (no row went DEAD).
+    pub(super) async fn replay_prepare(
+        &mut self,
+        by_class: bool,
+        max_rows: usize,
+    ) -> Option<ReplayPlan> {
         let mut dead = self.dead_rows().await;
         if dead.is_empty() {
             let m = self.runtime_unknown();
@@ -104,7 +132,7 @@ impl Seq {
                 let what = format!("row {id} not DEAD within 40s");
                 self.model
                     .effect("replay", Predict::Effective(why.into()), false, &what);
-                return;
+                return None;
             }
             dead = self.dead_rows().await;
         }
@@ -133,16 +161,27 @@ impl Seq {
             chosen.iter().map(|r| r.0).collect()
         };
         let seq_before = self.max_seq().await;
-        let (ids_arg, from_arg, to_arg) = (ids.join(","), from.to_string(), to.to_string());
         let mut args = vec!["replay", "--actor", ACTOR, "--reason", "ops test replay"];
         args.extend(["--ticket", TICKET, "--json"]);
+        let (ids_arg, from_arg, to_arg) = (ids.join(","), from.to_string(), to.to_string());
         if by_class {
             args.extend(["--class", &class, "--from", &from_arg, "--to", &to_arg]);
             args.extend(["--state", "DEAD"]);
         } else {
             args.extend(["--ids", &ids_arg, "--expect-state", "DEAD"]);
         }
-        let out = self.cli(&args).await;
+        Some(ReplayPlan {
+            args: args.into_iter().map(String::from).collect(),
+            expect,
+            predicted,
+            by_class,
+            seq_before,
+        })
+    }
+
+    /// A replay's CLI answer against the model: exactly the asked rows applied (by class, also
+    /// rows the model predicts DEAD that went DEAD after the listing).
+    pub(super) fn replay_judge(&mut self, r: ReplayPlan, out: CliOut) {
         if out.code != Some(0) {
             self.model
                 .violation(format!("replay failed: {}", out.all()));
@@ -161,16 +200,17 @@ impl Seq {
         // By class, a row of the range that went DEAD after the listing (a late or replayed row
         // poisoned meanwhile) is rightly applied too: allowed only if the model predicts it DEAD.
         let extra_ok =
-            |id: &i64| by_class && (predicted.contains(id) || self.model.foreign_writers);
-        let missing: Vec<&i64> = expect.difference(&got).collect();
-        let extra: Vec<&i64> = got.difference(&expect).filter(|i| !extra_ok(i)).collect();
+            |id: &i64| r.by_class && (r.predicted.contains(id) || self.model.foreign_writers);
+        let missing: Vec<&i64> = r.expect.difference(&got).collect();
+        let extra: Vec<&i64> = got.difference(&r.expect).filter(|i| !extra_ok(i)).collect();
         if !missing.is_empty() || !extra.is_empty() {
             self.model.violation(format!(
-                "replay applied {got:?}, the model expected {expect:?} (missing {missing:?}, \
-                 unexpected {extra:?})"
+                "replay applied {got:?}, the model expected {:?} (missing {missing:?}, \
+                 unexpected {extra:?})",
+                r.expect
             ));
         }
-        let why = format!("{} DEAD row(s) asked for", expect.len());
+        let why = format!("{} DEAD row(s) asked for", r.expect.len());
         let what = format!("applied {applied:?}");
         self.model.effect(
             "replay",
@@ -180,7 +220,7 @@ impl Seq {
         );
         self.model.replays.push(Replayed {
             ids: applied,
-            seq_before,
+            seq_before: r.seq_before,
         });
     }
 
@@ -226,13 +266,8 @@ impl Seq {
                  ({EXHAUST_MIN:?} of retries) and its followers processed"
             ))
         };
-        // At most every row of the range the model knows: the service cannot skip more.
-        let known_in_range = self
-            .written()
-            .iter()
-            .filter(|w| (from..=to).contains(&w.id))
-            .count() as u64;
         let (f, t) = (from.to_string(), to.to_string());
+        let at = Instant::now();
         let out = self
             .cli(&[
                 "skip",
@@ -258,15 +293,17 @@ impl Seq {
         if matches!(predict, Predict::Effective(_)) {
             self.check_skip_caught(&queued, skipped).await;
         }
-        if skipped > known_in_range && !self.model.foreign_writers {
-            self.model.violation(format!(
-                "skip {from}..{to} reported {skipped} rows; the range holds {known_in_range} \
-                 rows the test wrote"
-            ));
-        }
+        let caught_all = matches!(predict, Predict::Effective(_));
         let what = format!("skip {from}..{to} skipped {skipped}");
         self.model.effect("skip", predict, skipped > 0, &what);
-        self.model.skips.push((from, to, skipped));
+        self.model.skips.push(Skip {
+            from,
+            to,
+            skipped,
+            queued,
+            caught_all,
+            at,
+        });
     }
 
     /// A skip predicted to catch the blocker and its followers did: each is
@@ -296,6 +333,18 @@ impl Seq {
     /// marked then → the mark can never land on it → abandoned MISSING_ROW (SPEC §5), and the
     /// recover must apply; already marked → nothing to recover (idle).
     pub(super) async fn recover(&mut self) {
+        let Some((id, predict)) = self.recover_prepare().await else {
+            return;
+        };
+        let args = recover_args(id);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = self.cli(&args).await;
+        self.recover_judge(id, predict, out);
+    }
+
+    /// Everything of a recover-backfill up to its CLI call: the row the DB owner deleted and
+    /// restored, and the model's prediction. `None`: judged already (it never went MISSING_ROW).
+    pub(super) async fn recover_prepare(&mut self) -> Option<(i64, Predict)> {
         let m = self.runtime_flop("V");
         let id = self.write(m).await;
         let enqueued = self
@@ -308,7 +357,7 @@ impl Seq {
             let what = format!("row {id} not enqueued within 20s");
             self.model
                 .effect("recover_backfill", Predict::Effective(why), false, &what);
-            return;
+            return None;
         }
         // The row as it is when deleted (locked, so no mark lands between copy and delete).
         let mut tx = self.env.owner.begin().await.expect("begin");
@@ -328,6 +377,9 @@ impl Seq {
             .expect("delete");
         tx.commit().await.expect("commit delete");
         self.model.owner_deleted.insert(id);
+        if kept.4.is_some() {
+            self.model.deleted_marked.insert(id);
+        }
         let predict = if kept.4.is_none() {
             Predict::Effective(format!(
                 "row {id} deleted unmarked: its mark finds it gone → MISSING_ROW (SPEC §5)"
@@ -358,23 +410,13 @@ impl Seq {
         if !settled || abandoned.as_deref() != Some("MISSING_ROW") {
             let what = format!("row {id}: settled {settled}, abandoned {abandoned:?}");
             self.model.effect("recover_backfill", predict, false, &what);
-            return;
+            return None;
         }
-        let ids = id.to_string();
-        let out = self
-            .cli(&[
-                "recover-backfill",
-                "--ids",
-                &ids,
-                "--actor",
-                ACTOR,
-                "--reason",
-                "the DB owner restored the row",
-                "--ticket",
-                TICKET,
-                "--json",
-            ])
-            .await;
+        Some((id, predict))
+    }
+
+    /// A recover-backfill's CLI answer: it must apply to the restored row.
+    pub(super) fn recover_judge(&mut self, id: i64, predict: Predict, out: CliOut) {
         let applied = out.code == Some(0) && out.json()["applied"] == 1;
         if !applied {
             self.model
@@ -387,248 +429,22 @@ impl Seq {
             self.model.recovered.push(id);
         }
     }
+}
 
-    /// The events topic was missing: wait for DEAD events, create it, requeue until none is
-    /// left DEAD.
-    pub(super) async fn requeue(&mut self) {
-        if !self.plan.dispatch_outage {
-            let why = "the events topic was there from the start: nothing goes DEAD".to_string();
-            self.model.effect("requeue", Predict::Idle(why), false, "");
-            return;
-        }
-        let pool = self.env.store.pool().clone();
-        let count = |sql: &'static str| {
-            let pool = pool.clone();
-            async move {
-                sqlx::query_scalar::<_, i64>(sql)
-                    .fetch_one(&pool)
-                    .await
-                    .expect("count")
-            }
-        };
-        if !self
-            .wait_until(Duration::from_secs(5), || async {
-                count("SELECT count(*) FROM msg_event").await > 0
-            })
-            .await
-        {
-            let m = self.runtime_flop("Q");
-            self.write(m).await;
-        }
-        let dead = self
-            .wait_until(Duration::from_secs(30), || async {
-                count("SELECT count(*) FROM msg_event WHERE state = 'DEAD'").await > 0
-            })
-            .await;
-        let (a, t) = (self.broker.clone(), self.topic.clone());
-        off_runtime(move || a.create_topic(&t, 3)).await;
-        let before = self.model.requeued.len();
-        if self.plan.delivery == msgx_core::settings::Delivery::ExactlyOnce && dead {
-            self.requeue_across_a_restart().await;
-        }
-        self.requeue_until_none_dead().await;
-        // The topic is missing and events exist (the runner wrote one if none had come): every
-        // send fails, 2 attempts of 2 s, and the event goes DEAD (SPEC §7).
-        let why = "events raised while the events topic is missing go DEAD".to_string();
-        let took = dead && self.model.requeued.len() > before;
-        let what = format!(
-            "DEAD events seen: {dead}; requeued {}",
-            self.model.requeued.len() - before
-        );
-        self.model
-            .effect("requeue", Predict::Effective(why), took, &what);
-    }
-
-    /// Issue 40, a requeue across a restart: the active instance frozen (so its dispatcher
-    /// sends nothing), the DEAD events requeued, the instance killed and a new one started.
-    /// The new start's exactly-once recovery reads the dead-letter topic, where the requeued
-    /// events' old copies lie: it must not take the requeue back (the events must still reach
-    /// the topic, which the end's event check demands of every requeued event).
-    async fn requeue_across_a_restart(&mut self) {
-        self.harvest_metrics().await;
-        if let Some(a) = &self.active {
-            a.signal("-STOP");
-        }
-        let ids = self.dead_event_ids().await;
-        if !ids.is_empty() {
-            self.requeue_ids(&ids).await;
-        }
-        let a = self.active.take().expect("an active instance");
-        let name = a.name.clone();
-        let st = a.kill9();
-        self.model.exited(&name, Exit::Killed, st);
-        self.start(&[]).await;
-        // The topic is there now: each requeued event is sent (SENT), never DEAD again.
-        let ids: Vec<i64> = ids.iter().filter_map(|i| i.parse().ok()).collect();
-        let pool = self.env.store.pool().clone();
-        let states = || {
-            let (pool, ids) = (pool.clone(), ids.clone());
-            async move {
-                sqlx::query_as::<_, (i64, String)>(
-                    "SELECT event_id, state FROM msg_event WHERE event_id = ANY($1)",
-                )
-                .bind(&ids)
-                .fetch_all(&pool)
-                .await
-                .expect("states")
-            }
-        };
-        self.wait_until(Duration::from_secs(30), || async {
-            states().await.iter().all(|(_, st)| st != "PENDING")
-        })
-        .await;
-        let back: Vec<i64> = states()
-            .await
-            .into_iter()
-            .filter(|(_, st)| st == "DEAD")
-            .map(|(id, _)| id)
-            .collect();
-        if !back.is_empty() {
-            self.model.violation(format!(
-                "requeue taken back by the restart's recovery: events {back:?} DEAD again"
-            ));
-        }
-    }
-
-    /// The ids `events list-dead` lists.
-    async fn dead_event_ids(&mut self) -> Vec<String> {
-        let out = self
-            .cli(&["events", "list-dead", "--limit", "1000", "--json"])
-            .await;
-        out.json()["events"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e["event_id"].as_i64())
-            .map(|i| i.to_string())
-            .collect()
-    }
-
-    /// `events list-dead` and `events requeue` until no event is DEAD any more and events that
-    /// were in flight when the topic came back had time to fail (2 attempts of 2 s).
-    async fn requeue_until_none_dead(&mut self) {
-        let since = Instant::now();
-        loop {
-            let ids = self.dead_event_ids().await;
-            if ids.is_empty() {
-                if since.elapsed() > Duration::from_secs(7) {
-                    break;
-                }
-            } else {
-                self.requeue_ids(&ids).await;
-            }
-            tokio::time::sleep(Duration::from_millis(700)).await;
-        }
-    }
-
-    /// `events requeue` of `ids`, audited; a refusal is a violation.
-    async fn requeue_ids(&mut self, ids: &[String]) {
-        let list = ids.join(",");
-        let out = self
-            .cli(&[
-                "events",
-                "requeue",
-                "--ids",
-                &list,
-                "--actor",
-                ACTOR,
-                "--reason",
-                "the events topic is back",
-                "--ticket",
-                TICKET,
-                "--json",
-            ])
-            .await;
-        let r = out.json();
-        if out.code != Some(0) || r["refused"].as_array().is_some_and(|a| !a.is_empty()) {
-            self.model
-                .violation(format!("events requeue: {}", out.all()));
-        }
-        self.model.requeued.extend(
-            r["requeued"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_i64()),
-        );
-    }
-
-    /// Hot standby: B waits while A holds the lease; A freezes past it; B takes over; A, thawed,
-    /// is fenced and exits 1.
-    pub(super) async fn takeover(&mut self) {
-        let mut a = self.active.take().expect("an active instance");
-        // A store cut just before may have ended A's lease session: until A renews from a live
-        // session, the lease is rightly takeable (src/store/lease.rs) and B taking it is no
-        // fault. B is judged only once A holds the lease for certain.
-        if !self.lease_renewed_from_live_session().await {
-            self.model
-                .violation(format!("{} did not renew its lease within 15s", a.name));
-        }
-        let name = self.name("standby");
-        let b = Instance::spawn(&self.vars, &name, &[]);
-        // Judged while it happens (issue 41 item 4): for 3 s, every 250 ms, B is not ready,
-        // and over that time A renewed the lease (so A did hold it throughout).
-        let since: chrono::DateTime<chrono::Utc> =
-            self.env.scalar("SELECT clock_timestamp()").await;
-        let watch = Instant::now();
-        let mut ready_at = None;
-        while watch.elapsed() < Duration::from_secs(3) && ready_at.is_none() {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            if b.ready().await {
-                ready_at = Some(watch.elapsed());
-            }
-        }
-        let renewed: bool =
-            sqlx::query_scalar("SELECT renewed_at > $1 FROM instance_lease WHERE id = 1")
-                .bind(since)
-                .fetch_one(self.env.store.pool())
-                .await
-                .unwrap_or(false);
-        match (ready_at, renewed) {
-            (Some(t), _) => self.model.violation(format!(
-                "{name} ready {t:?} into the watch while {} holds the lease",
-                a.name
-            )),
-            (None, false) => self.model.violation(format!(
-                "{} did not renew its lease in the 3 s the standby was watched",
-                a.name
-            )),
-            (None, true) => eprintln!(
-                "ops: {name} not ready for 3 s while {} renewed the lease",
-                a.name
-            ),
-        }
-        let text = a.metrics().await;
-        self.add_metrics(&a.name, &text);
-        a.signal("-STOP");
-        let frozen = Instant::now();
-        if !b.try_wait_ready(Duration::from_secs(25)).await {
-            self.model
-                .violation(format!("{name} did not take over within 25s"));
-        }
-        let took = frozen.elapsed();
-        a.signal("-CONT");
-        let st = a.exited_within(Duration::from_secs(15)).await;
-        self.model.exited(&a.name, Exit::Fenced, st);
-        eprintln!("ops: seed {} standby took over in {took:?}", self.plan.seed);
-        self.active = Some(b);
-    }
-
-    /// The lease row was renewed after this call began, by a session that still exists.
-    async fn lease_renewed_from_live_session(&self) -> bool {
-        let since: chrono::DateTime<chrono::Utc> =
-            self.env.scalar("SELECT clock_timestamp()").await;
-        self.wait_until(Duration::from_secs(15), || async move {
-            sqlx::query_scalar::<_, bool>(
-                "SELECT renewed_at > $1 AND EXISTS (SELECT 1 FROM pg_stat_activity a \
-                     WHERE a.pid = instance_lease.backend_pid) \
-                 FROM instance_lease WHERE id = 1",
-            )
-            .bind(since)
-            .fetch_one(self.env.store.pool())
-            .await
-            .unwrap_or(false)
-        })
-        .await
-    }
+/// `recover-backfill` of one row, as the operator runs it.
+pub(super) fn recover_args(id: i64) -> Vec<String> {
+    let ids = id.to_string();
+    let args = [
+        "recover-backfill",
+        "--ids",
+        &ids,
+        "--actor",
+        ACTOR,
+        "--reason",
+        "the DB owner restored the row",
+        "--ticket",
+        TICKET,
+        "--json",
+    ];
+    args.into_iter().map(String::from).collect()
 }

@@ -1,6 +1,7 @@
 //! The upstream side of a sequence, as the DB owner's sessions: background writers, held
 //! commits, the owner's row lock, and the cutover's stock. Every row written lands in the
-//! ledger the reference model reads (id, message, committed, how long it was held).
+//! ledger the reference model reads (id, message, committed, when its insert ran and its
+//! commit returned).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,12 +27,14 @@ async fn insert(owner: &MySqlPool, msg: &Msg) -> i64 {
     r.last_insert_id() as i64
 }
 
-fn record(ledger: &Ledger, id: i64, msg: &Msg, committed: bool, hold_ms: u64) {
+/// Records a row; `opened` is when its insert ran (an autocommitted one is committed now).
+fn record(ledger: &Ledger, id: i64, msg: &Msg, committed: bool, opened: Instant) {
     ledger.lock().expect("ledger").push(Written {
         id,
         msg: msg.clone(),
         committed,
-        hold_ms,
+        opened: Some(opened),
+        committed_at: committed.then(Instant::now),
     });
 }
 
@@ -43,8 +46,9 @@ impl Seq {
 
     /// Inserts `msg` now and records it.
     pub(super) async fn write(&mut self, msg: Msg) -> i64 {
+        let opened = Instant::now();
         let id = insert(&self.env.owner, &msg).await;
-        record(&self.ledger, id, &msg, true, 0);
+        record(&self.ledger, id, &msg, true, opened);
         id
     }
 
@@ -71,8 +75,9 @@ impl Seq {
         let (owner, ledger) = (self.env.owner.clone(), self.ledger.clone());
         self.tasks.push(tokio::spawn(async move {
             for m in msgs {
+                let opened = Instant::now();
                 let id = insert(&owner, &m).await;
-                record(&ledger, id, &m, true, 0);
+                record(&ledger, id, &m, true, opened);
                 tokio::time::sleep(Duration::from_millis(gap_ms)).await;
             }
         }));
@@ -97,7 +102,7 @@ impl Seq {
         .expect("held insert");
         let opened = tokio::time::Instant::now();
         let id = r.last_insert_id() as i64;
-        record(&self.ledger, id, &held, false, hold_ms);
+        record(&self.ledger, id, &held, false, opened.into_std());
         let mut follow_id = None;
         if let Some(f) = follow {
             follow_id = Some(self.write(f).await);
@@ -126,6 +131,7 @@ impl Seq {
             l.retain(|w| w.id != id || !rollback);
             if let Some(w) = l.iter_mut().find(|w| w.id == id) {
                 w.committed = true;
+                w.committed_at = Some(Instant::now());
             }
         }));
     }
@@ -236,8 +242,8 @@ struct HoldJudge {
 /// Violations found by background judges, drained into the model at the end.
 pub type Live = Arc<Mutex<Vec<String>>>;
 
-/// When the last fault that can stall the service ended (or `None`: none yet).
-pub type Faults = Arc<Mutex<Option<std::time::Instant>>>;
+/// The spans in which a fault may have stalled the service ([`crate::ops_timing::Stalls`]).
+pub type Faults = Arc<Mutex<crate::ops_timing::Stalls>>;
 
 /// Time W may take to pass the follower once the hole is released (rounds of 100 ms, the
 /// next round enqueues past the jump; slack for a loaded machine).
@@ -268,11 +274,13 @@ impl HoldJudge {
         }
         tokio::time::sleep_until(self.opened + Duration::from_millis(self.hold_ms - 150)).await;
         let w = self.w().await.unwrap_or(0);
-        let stalled = self
-            .faults
-            .lock()
-            .expect("faults")
-            .is_some_and(|t| t + Duration::from_millis(delay) > self.opened.into_std());
+        // A stall up to max_commit_delay before it opened may still delay the sighting.
+        let opened = self.opened.into_std();
+        let since = opened
+            .checked_sub(Duration::from_millis(delay))
+            .unwrap_or(opened);
+        let stalled =
+            crate::ops_timing::stalled(&self.faults.lock().expect("faults"), since, Instant::now());
         if w < follow && !stalled {
             self.live.lock().expect("live").push(format!(
                 "W {w} still below the follower {follow} of the held id {} after {} ms held \

@@ -1,0 +1,118 @@
+//! Two operator actions at once (issue 41 item 3): a replay or a recover-backfill, prepared
+//! first, has its CLI call run while the DB owner's purge runs (`purge-readiness`, then the
+//! delete up to its READY boundary). Both are timed; the overlap must have happened (a pair
+//! whose two spans did not meet is a failure of the harness, not a pass), and each action is
+//! judged as when it runs alone — the purge against the model's bounds and the marks of what
+//! it deleted, the replay against the rows it was asked for, the recover against the row the
+//! owner restored — while the end check judges every row they touched.
+
+use std::time::Instant;
+
+use super::ops_steps::{recover_args, ReplayPlan};
+use super::Seq;
+use crate::common::instance::cli;
+use crate::ops_plan::Step;
+
+/// The first action of a pair, ready to run.
+enum First {
+    Replay(ReplayPlan),
+    Recover(i64, crate::ops_effect::Predict),
+}
+
+impl Seq {
+    pub(super) async fn pair(&mut self, first: &Step, second: &Step) {
+        self.model.acted(first.kind());
+        // A held commit of an earlier step would make the purge wait first, past the other
+        // action: it ends before the pair starts.
+        self.holds_done().await;
+        let prepared = match first {
+            Step::Replay { by_class, max_rows } => self
+                .replay_prepare(*by_class, *max_rows)
+                .await
+                .map(First::Replay),
+            Step::RecoverBackfill => self
+                .recover_prepare()
+                .await
+                .map(|(id, p)| First::Recover(id, p)),
+            other => panic!("a pair's first action is a replay or a recover: {other:?}"),
+        };
+        let Some(prepared) = prepared else {
+            // Judged idle or failed already; the purge still runs.
+            self.step(second).await;
+            return;
+        };
+        let args = match &prepared {
+            First::Replay(r) => r.args.clone(),
+            First::Recover(id, _) => recover_args(*id),
+        };
+        let purged_before = self.model.purged_to;
+        let direct = self.direct.clone();
+        let run_first = async move {
+            let a0 = Instant::now();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = cli(&direct, &args).await;
+            (a0, Instant::now(), out)
+        };
+        let ((a0, a1, out), ()) = tokio::join!(run_first, self.step(second));
+        self.judge_overlap(first.kind(), (a0, a1), second.kind());
+        if out.all().contains("panicked") {
+            self.model
+                .violation(format!("`msgexchange` panicked: {}", out.all()));
+        }
+        match prepared {
+            First::Replay(r) => {
+                self.replay_judge(r, out);
+                self.replayed_under_purge(purged_before);
+            }
+            First::Recover(id, p) => self.recover_judge(id, p, out),
+        }
+    }
+
+    /// The second outcome this pair allows: a row the replay took back that the purge deleted
+    /// — READY when `purge-readiness` answered (DEAD and marked), PENDING again by the time
+    /// the DB owner deleted it, marked all along — is processed again from our raw copy and
+    /// its new mark finds the row gone: abandoned MISSING_ROW (SPEC §5; the lifecycle clears
+    /// the confirmation on a replay). Marked or abandoned, depending on which came first.
+    fn replayed_under_purge(&mut self, purged_before: i64) {
+        let to = self.model.purged_to;
+        let Some(r) = self.model.replays.last() else {
+            return;
+        };
+        let covered: Vec<i64> = r
+            .ids
+            .iter()
+            .copied()
+            .filter(|id| *id > purged_before && *id <= to)
+            .collect();
+        if !covered.is_empty() {
+            eprintln!("ops: pair: replayed rows {covered:?} under the purge up to {to}");
+        }
+        self.model.may_abandon.extend(covered);
+    }
+
+    /// The first action's CLI span against the purge's (its readiness call to its delete): they
+    /// must meet.
+    fn judge_overlap(&mut self, first: &str, (a0, a1): (Instant, Instant), second: &str) {
+        let Some((b0, b1)) = self.purge_span.take() else {
+            self.model.violation(format!(
+                "harness: pair {first} ∥ {second}: the {second} recorded no span"
+            ));
+            return;
+        };
+        let at = |t: Instant| t.saturating_duration_since(a0.min(b0)).as_millis();
+        let what = format!(
+            "{first} {}..{} ms, {second} {}..{} ms",
+            at(a0),
+            at(a1),
+            at(b0),
+            at(b1)
+        );
+        if a0 < b1 && b0 < a1 {
+            eprintln!("ops: pair overlapped: {what}");
+        } else {
+            self.model.violation(format!(
+                "harness: pair {first} ∥ {second} did not overlap: {what}"
+            ));
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The events side of a sequence: with the events topic missing, DEAD events requeued by
+//! hand once it is there (also across a restart in exactly-once mode).
+
+use std::time::{Duration, Instant};
+
+use super::{Seq, ACTOR, TICKET};
+use crate::common::instance::off_runtime;
+use crate::ops_effect::Predict;
+use crate::ops_model::Exit;
+
+impl Seq {
+    /// The events topic was missing: wait for DEAD events, create it, requeue until none is
+    /// left DEAD.
+    pub(super) async fn requeue(&mut self) {
+        if !self.plan.dispatch_outage {
+            let why = "the events topic was there from the start: nothing goes DEAD".to_string();
+            self.model.effect("requeue", Predict::Idle(why), false, "");
+            return;
+        }
+        let pool = self.env.store.pool().clone();
+        let count = |sql: &'static str| {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(sql)
+                    .fetch_one(&pool)
+                    .await
+                    .expect("count")
+            }
+        };
+        if !self
+            .wait_until(Duration::from_secs(5), || async {
+                count("SELECT count(*) FROM msg_event").await > 0
+            })
+            .await
+        {
+            let m = self.runtime_flop("Q");
+            self.write(m).await;
+        }
+        let dead = self
+            .wait_until(Duration::from_secs(30), || async {
+                count("SELECT count(*) FROM msg_event WHERE state = 'DEAD'").await > 0
+            })
+            .await;
+        let (a, t) = (self.broker.clone(), self.topic.clone());
+        off_runtime(move || a.create_topic(&t, 3)).await;
+        let before = self.model.requeued.len();
+        if self.plan.delivery == msgx_core::settings::Delivery::ExactlyOnce && dead {
+            self.requeue_across_a_restart().await;
+        }
+        self.requeue_until_none_dead().await;
+        // The topic is missing and events exist (the runner wrote one if none had come): every
+        // send fails, 2 attempts of 2 s, and the event goes DEAD (SPEC §7).
+        let why = "events raised while the events topic is missing go DEAD".to_string();
+        let took = dead && self.model.requeued.len() > before;
+        let what = format!(
+            "DEAD events seen: {dead}; requeued {}",
+            self.model.requeued.len() - before
+        );
+        self.model
+            .effect("requeue", Predict::Effective(why), took, &what);
+    }
+
+    /// Issue 40, a requeue across a restart: the active instance frozen (so its dispatcher
+    /// sends nothing), the DEAD events requeued, the instance killed and a new one started.
+    /// The new start's exactly-once recovery reads the dead-letter topic, where the requeued
+    /// events' old copies lie: it must not take the requeue back (the events must still reach
+    /// the topic, which the end's event check demands of every requeued event).
+    async fn requeue_across_a_restart(&mut self) {
+        self.harvest_metrics().await;
+        if let Some(a) = &self.active {
+            a.signal("-STOP");
+        }
+        let ids = self.dead_event_ids().await;
+        if !ids.is_empty() {
+            self.requeue_ids(&ids).await;
+        }
+        let a = self.active.take().expect("an active instance");
+        let name = a.name.clone();
+        let st = a.kill9();
+        self.model.exited(&name, Exit::Killed, st);
+        self.start(&[]).await;
+        // The topic is there now: each requeued event is sent (SENT), never DEAD again.
+        let ids: Vec<i64> = ids.iter().filter_map(|i| i.parse().ok()).collect();
+        let pool = self.env.store.pool().clone();
+        let states = || {
+            let (pool, ids) = (pool.clone(), ids.clone());
+            async move {
+                sqlx::query_as::<_, (i64, String)>(
+                    "SELECT event_id, state FROM msg_event WHERE event_id = ANY($1)",
+                )
+                .bind(&ids)
+                .fetch_all(&pool)
+                .await
+                .expect("states")
+            }
+        };
+        self.wait_until(Duration::from_secs(30), || async {
+            states().await.iter().all(|(_, st)| st != "PENDING")
+        })
+        .await;
+        let back: Vec<i64> = states()
+            .await
+            .into_iter()
+            .filter(|(_, st)| st == "DEAD")
+            .map(|(id, _)| id)
+            .collect();
+        if !back.is_empty() {
+            self.model.violation(format!(
+                "requeue taken back by the restart's recovery: events {back:?} DEAD again"
+            ));
+        }
+    }
+
+    /// The ids `events list-dead` lists.
+    async fn dead_event_ids(&mut self) -> Vec<String> {
+        let out = self
+            .cli(&["events", "list-dead", "--limit", "1000", "--json"])
+            .await;
+        out.json()["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["event_id"].as_i64())
+            .map(|i| i.to_string())
+            .collect()
+    }
+
+    /// `events list-dead` and `events requeue` until no event is DEAD any more and events that
+    /// were in flight when the topic came back had time to fail (2 attempts of 2 s).
+    async fn requeue_until_none_dead(&mut self) {
+        let since = Instant::now();
+        loop {
+            let ids = self.dead_event_ids().await;
+            if ids.is_empty() {
+                if since.elapsed() > Duration::from_secs(7) {
+                    break;
+                }
+            } else {
+                self.requeue_ids(&ids).await;
+            }
+            tokio::time::sleep(Duration::from_millis(700)).await;
+        }
+    }
+
+    /// `events requeue` of `ids`, audited; a refusal is a violation.
+    async fn requeue_ids(&mut self, ids: &[String]) {
+        let list = ids.join(",");
+        let out = self
+            .cli(&[
+                "events",
+                "requeue",
+                "--ids",
+                &list,
+                "--actor",
+                ACTOR,
+                "--reason",
+                "the events topic is back",
+                "--ticket",
+                TICKET,
+                "--json",
+            ])
+            .await;
+        let r = out.json();
+        if out.code != Some(0) || r["refused"].as_array().is_some_and(|a| !a.is_empty()) {
+            self.model
+                .violation(format!("events requeue: {}", out.all()));
+        }
+        self.model.requeued.extend(
+            r["requeued"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_i64()),
+        );
+    }
+}
