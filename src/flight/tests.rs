@@ -323,8 +323,10 @@ fn columns_json_is_the_serde_form() {
     f.fields.insert(Field::Gate, "A12".into());
     f.fields.insert(Field::Mfid, "F0".into());
     let at = Utc.with_ymd_and_hms(2026, 11, 30, 1, 30, 5).unwrap();
-    f.versions.insert(Field::Gate, FieldVersion { at, msg_id: 7 });
-    f.versions.insert(Field::Stnd, FieldVersion { at, msg_id: 8 });
+    f.versions
+        .insert(Field::Gate, FieldVersion { at, msg_id: 7 });
+    f.versions
+        .insert(Field::Stnd, FieldVersion { at, msg_id: 8 });
     let (fields, versions) = f.columns_json().expect("json");
     let whole = serde_json::to_value(&f).expect("value");
     let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).expect("parse");

@@ -125,11 +125,7 @@ async fn a_failing_member_falls_back_without_losing_or_reordering_the_others() {
         6,
         "the six were built into one batch"
     );
-    assert_eq!(
-        stages.get(Stage::Savepoint).1,
-        4,
-        "then written one by one"
-    );
+    assert_eq!(stages.get(Stage::Savepoint).1, 4, "then written one by one");
     assert_eq!(env.processing_order().await, ids[..3]);
     assert_eq!(stored_gate(&env, "F1").await, "A2");
     assert_eq!(
