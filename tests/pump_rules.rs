@@ -1,6 +1,8 @@
 //! The pump step against real MariaDB + PostgreSQL with the injected clock: FIFO blocking by a
 //! FAILED head, poison escalation, compat rows beyond W, outcome classes, INFRA on a cut
 //! inbox connection (an outage never poisons a good head), and an injected half-way failure of the business transaction.
+//! `batch.rs`: a group's outcome statement against the one-by-one path (same-flight order,
+//! the savepoint fallback, identical events).
 
 use msgx_testkit as common;
 
@@ -16,6 +18,9 @@ use msgx_core::clock::Clock as _;
 use msgx_core::codec::Codec as _;
 use msgx_core::pump::{ErrorClass, Outcome, StepOutcome};
 use msgx_core::store::{Store, PIPELINE_LOCK_KEY};
+
+#[path = "pump_rules/batch.rs"]
+mod batch;
 
 fn outcome(step: StepOutcome) -> (i64, Outcome) {
     match step {

@@ -57,6 +57,25 @@ impl Flight {
     pub fn key(&self) -> &str {
         &self.flid
     }
+
+    /// `fields` and `versions` as the JSON text the store keeps (tags as keys), written
+    /// straight from the maps: the outcome statement binds one pair per flight it writes, so
+    /// no `serde_json::Value` is built and cloned on the way.
+    pub fn columns_json(&self) -> Result<(String, String), serde_json::Error> {
+        Ok((
+            serde_json::to_string(&TagMap(&self.fields))?,
+            serde_json::to_string(&TagMap(&self.versions))?,
+        ))
+    }
+}
+
+/// A map keyed by [`Field`], serialized as [`field_map`] does (for [`Flight::columns_json`]).
+struct TagMap<'a, V>(&'a BTreeMap<Field, V>);
+
+impl<V: Serialize> Serialize for TagMap<'_, V> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        field_map::serialize(self.0, serializer)
+    }
 }
 
 /// The flight identity for a format without `FLID` (identity rule: "FLID, else carrier +

@@ -314,3 +314,23 @@ fn names_keys_and_masters() {
     assert_eq!(st["S1"].master(), None);
     assert_eq!(st["S1"].key(), "S1");
 }
+
+/// The outcome statement's JSON text of a flight is what its serde form holds under
+/// `fields` and `versions` (the store keeps those two objects).
+#[test]
+fn columns_json_is_the_serde_form() {
+    let mut f = Flight::new("F1");
+    f.fields.insert(Field::Gate, "A12".into());
+    f.fields.insert(Field::Mfid, "F0".into());
+    let at = Utc.with_ymd_and_hms(2026, 11, 30, 1, 30, 5).unwrap();
+    f.versions
+        .insert(Field::Gate, FieldVersion { at, msg_id: 7 });
+    f.versions
+        .insert(Field::Stnd, FieldVersion { at, msg_id: 8 });
+    let (fields, versions) = f.columns_json().expect("json");
+    let whole = serde_json::to_value(&f).expect("value");
+    let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).expect("parse");
+    assert_eq!(parse(&fields), whole["fields"]);
+    assert_eq!(parse(&versions), whole["versions"]);
+    assert_eq!(parse(&fields), json!({"GATE": "A12", "MFID": "F0"}));
+}

@@ -21,8 +21,11 @@ pub enum Stage {
     Plan,
     /// A savepoint of a message written on its own (a batch's savepoint counts as business).
     Savepoint,
-    /// The business writes: one outcome statement per batch of planned members (its time
-    /// spread over them), or one message's own write (with the identity binding; for a
+    /// The columns of a batch's outcome statement built in Rust (flights as JSON text, events,
+    /// terminal rows; CPU only, before the statement).
+    Rows,
+    /// The business writes: one outcome statement per batch of planned members (its round trip
+    /// and server work spread over them), or one message's own write (with the identity binding; for a
     /// message without the group's load also its own lock-and-load and plan).
     Business,
     /// Our raw-text copy (`retention.raw_copy`): compressing the members' texts before the
@@ -34,7 +37,7 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage, in order.
-    pub const ALL: [Stage; 10] = [
+    pub const ALL: [Stage; 11] = [
         Stage::Head,
         Stage::Stamp,
         Stage::RawRead,
@@ -42,6 +45,7 @@ impl Stage {
         Stage::Load,
         Stage::Plan,
         Stage::Savepoint,
+        Stage::Rows,
         Stage::Business,
         Stage::RawCopy,
         Stage::Commit,
@@ -57,6 +61,7 @@ impl Stage {
             Stage::Load => "group load",
             Stage::Plan => "plan",
             Stage::Savepoint => "savepoint",
+            Stage::Rows => "outcome rows",
             Stage::Business => "business",
             Stage::RawCopy => "raw copy",
             Stage::Commit => "commit",
@@ -68,7 +73,7 @@ impl Stage {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageTimes {
     /// `(total, calls)` per stage, indexed like [`Stage::ALL`].
-    totals: [(Duration, u64); 10],
+    totals: [(Duration, u64); 11],
     /// Groups committed.
     pub groups: u64,
     /// Messages run in them.

@@ -92,14 +92,42 @@ pub fn joins(batch: &[PlannedWrite], plan: &Plan) -> bool {
     })
 }
 
-/// Writes the batch in ONE statement inside the group transaction (the caller holds a
-/// savepoint before it and falls back to member-by-member writes when it fails).
-pub(super) async fn write_batch(
-    tx: &mut Transaction<'_, Postgres>,
-    batch: &[PlannedWrite],
-) -> Result<(), StoreError> {
-    let members: Vec<MemberWrite<'_>> = batch.iter().map(PlannedWrite::member).collect();
-    write_outcomes(tx, &members).await
+/// The outcome statement's columns for a run of members, built in Rust before the statement
+/// (the pump times this CPU work apart from the statement's round trip): every flight once with
+/// its last state, the events in member then plan order, the members' SUCCEEDED rows.
+pub struct BatchRows<'a> {
+    flights: FlightRows<'a>,
+    events: EventRows<'a>,
+    ids: Vec<i64>,
+    types: Vec<&'a str>,
+    idents: Vec<&'a str>,
+    ats: Vec<DateTime<Utc>>,
+    stale: Vec<Option<serde_json::Value>>,
+}
+
+impl<'a> BatchRows<'a> {
+    /// The columns of a batch of planned members.
+    pub fn of(batch: &'a [PlannedWrite]) -> Result<Self, StoreError> {
+        let members: Vec<MemberWrite<'a>> = batch.iter().map(PlannedWrite::member).collect();
+        Self::of_members(&members)
+    }
+
+    fn of_members(batch: &[MemberWrite<'a>]) -> Result<Self, StoreError> {
+        Ok(Self {
+            flights: FlightRows::of(batch)?,
+            events: EventRows::of(batch),
+            ids: batch.iter().map(|w| w.msg_id).collect(),
+            types: batch.iter().map(|w| w.msg_type).collect(),
+            idents: batch.iter().map(|w| w.identity).collect(),
+            ats: batch.iter().map(|w| w.now).collect(),
+            stale: batch.iter().map(|w| w.stale.clone()).collect(),
+        })
+    }
+
+    /// How many members the rows are of.
+    pub fn members(&self) -> usize {
+        self.ids.len()
+    }
 }
 
 /// Every row the members' plans change, every event they raise and their SUCCEEDED terminal
@@ -114,13 +142,16 @@ pub(super) async fn write_outcomes(
     if batch.is_empty() {
         return Ok(());
     }
-    let flights = FlightRows::of(batch)?;
-    let events = EventRows::of(batch);
-    let ids: Vec<i64> = batch.iter().map(|w| w.msg_id).collect();
-    let types: Vec<&str> = batch.iter().map(|w| w.msg_type).collect();
-    let idents: Vec<&str> = batch.iter().map(|w| w.identity).collect();
-    let ats: Vec<DateTime<Utc>> = batch.iter().map(|w| w.now).collect();
-    let stale: Vec<Option<&serde_json::Value>> = batch.iter().map(|w| w.stale.as_ref()).collect();
+    write_rows(tx, &BatchRows::of_members(batch)?).await
+}
+
+/// Runs the outcome statement on built rows inside the group transaction (the caller of a
+/// batch holds a savepoint before it and falls back to member-by-member writes when it fails).
+pub(super) async fn write_rows(
+    tx: &mut Transaction<'_, Postgres>,
+    rows: &BatchRows<'_>,
+) -> Result<(), StoreError> {
+    let (flights, events) = (&rows.flights, &rows.events);
     let done = sqlx::query(BATCH_SQL)
         .bind(&flights.flid)
         .bind(&flights.master)
@@ -135,34 +166,37 @@ pub(super) async fn write_outcomes(
         .bind(&events.kind)
         .bind(&events.payload)
         .bind(&events.at)
-        .bind(&ids)
-        .bind(&types)
-        .bind(&idents)
-        .bind(&ats)
-        .bind(&stale)
+        .bind(&rows.ids)
+        .bind(&rows.types)
+        .bind(&rows.idents)
+        .bind(&rows.ats)
+        .bind(&rows.stale)
         .execute(&mut **tx)
         .await?;
-    if done.rows_affected() != batch.len() as u64 {
+    if done.rows_affected() != rows.members() as u64 {
         // Every member was locked and unfinished in the group's load: a shortfall means the
         // load and the store disagree; the caller falls back to member-by-member writes.
+        // Failing here also rolls back the events of the batch: no event is ever kept
+        // without its message SUCCEEDED (migration 0020 dropped the foreign key).
         return Err(StoreError::Corrupt(format!(
             "batch outcome updated {} of {} rows",
             done.rows_affected(),
-            batch.len()
+            rows.members()
         )));
     }
     Ok(())
 }
 
-/// The batch statement: flight upserts (`$1`–`$7`) and deletes (`$8`), events (`$9`–`$13`)
-/// and the members' SUCCEEDED states (`$14`–`$18`). `m`: the processing order. A volatile
-/// function in the select list is evaluated after the ORDER BY, so `processed_seq` follows the
-/// members' MSG_ID order.
+/// The batch statement: flight upserts (`$1`–`$7`, `fields` and `versions` as JSON text) and
+/// deletes (`$8`), events (`$9`–`$13`) and the members' SUCCEEDED states (`$14`–`$18`). `m`:
+/// the processing order. A volatile function in the select list is evaluated after the ORDER
+/// BY, so `processed_seq` follows the members' MSG_ID order.
 const BATCH_SQL: &str = "WITH up AS ( \
          INSERT INTO flight_state (flid, master_flid, fields, versions, created_by_msg, \
                                    updated_by_msg, updated_at) \
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::jsonb[], \
-                              $5::bigint[], $6::bigint[], $7::timestamptz[]) \
+         SELECT r.f, r.m, r.fi::jsonb, r.v::jsonb, r.c, r.u, r.a \
+         FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], \
+                     $5::bigint[], $6::bigint[], $7::timestamptz[]) AS r(f, m, fi, v, c, u, a) \
          ON CONFLICT (flid) DO UPDATE SET master_flid = EXCLUDED.master_flid, \
               fields = EXCLUDED.fields, versions = EXCLUDED.versions, \
               updated_by_msg = EXCLUDED.updated_by_msg, updated_at = EXCLUDED.updated_at \
@@ -227,8 +261,8 @@ fn finals<'a>(batch: &[MemberWrite<'a>]) -> Vec<(&'a str, Final<'a>)> {
 struct FlightRows<'a> {
     flid: Vec<&'a str>,
     master: Vec<Option<String>>,
-    fields: Vec<serde_json::Value>,
-    versions: Vec<serde_json::Value>,
+    fields: Vec<String>,
+    versions: Vec<String>,
     created: Vec<i64>,
     updated: Vec<i64>,
     at: Vec<DateTime<Utc>>,
@@ -249,12 +283,13 @@ impl<'a> FlightRows<'a> {
                 rows.deleted.push(flid);
                 continue;
             };
-            let json = serde_json::to_value(after)
+            let (fields, versions) = after
+                .columns_json()
                 .map_err(|e| StoreError::Corrupt(format!("flight {flid}: {e}")))?;
             rows.flid.push(flid);
             rows.master.push(after.master().map(str::to_string));
-            rows.fields.push(json["fields"].clone());
-            rows.versions.push(json["versions"].clone());
+            rows.fields.push(fields);
+            rows.versions.push(versions);
             // On insert the creator is the batch member that created it (or, for a row that
             // exists, the conflict branch keeps the stored one).
             rows.created.push(created_by.unwrap_or(updated_by));

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
-use super::batch::{write_batch, PlannedWrite};
+use super::batch::{write_rows, BatchRows};
 use super::business::{load_flights, write_plan, PIPELINE_LOCK_KEY};
 use super::queue::{HeadTuple, UNFINISHED};
 use super::{HeadRow, Store, StoreError};
@@ -344,16 +344,17 @@ impl GroupTx {
         .await
     }
 
-    /// The planned outcomes of consecutive members in ONE statement (see [`super::batch`]),
-    /// under a savepoint of their own. `Ok(Err(e))`: the statement failed and everything of
-    /// the batch was rolled back to that savepoint (the caller writes the members one by one
-    /// to find the one that fails); `Err`: the store failed around it (the group fails).
+    /// The planned outcomes of consecutive members (their [`BatchRows`]) in ONE statement (see
+    /// [`super::batch`]), under a savepoint of their own. `Ok(Err(e))`: the statement failed
+    /// and everything of the batch was rolled back to that savepoint (the caller writes the
+    /// members one by one to find the one that fails); `Err`: the store failed around it (the
+    /// group fails).
     pub async fn write_batch(
         &mut self,
-        batch: &[PlannedWrite],
+        rows: &BatchRows<'_>,
     ) -> Result<Result<(), StoreError>, StoreError> {
         sqlx::query("SAVEPOINT b").execute(&mut *self.tx).await?;
-        match write_batch(&mut self.tx, batch).await {
+        match write_rows(&mut self.tx, rows).await {
             Ok(()) => Ok(Ok(())),
             Err(e) => {
                 sqlx::query("ROLLBACK TO SAVEPOINT b")

@@ -11,7 +11,7 @@ use super::route::{Batch, Route, Routed};
 use super::{Member, PumpCore, StepOutcome};
 use crate::pump::outcome::{ErrorClass, Outcome};
 use crate::pump::stages::Stage;
-use crate::store::batch::{self, PlannedWrite};
+use crate::store::batch::{self, BatchRows, PlannedWrite};
 use crate::store::{GroupTx, PendingCopy, StoreError};
 use crate::telemetry;
 
@@ -125,9 +125,16 @@ impl PumpCore {
             return Ok(false);
         }
         let Batch { writes, members } = std::mem::take(batch);
+        let mut timer = self.stages.time(Stage::Rows);
+        timer.calls(writes.len() as u64);
+        let rows = BatchRows::of(&writes);
+        drop(timer);
         let mut timer = self.stages.time(Stage::Business);
         timer.calls(writes.len() as u64);
-        let written = tx.write_batch(&writes).await?;
+        let written = match rows {
+            Ok(rows) => tx.write_batch(&rows).await?,
+            Err(e) => Err(e), // a flight that does not serialize: one by one finds its member
+        };
         drop(timer);
         let Err(e) = written else {
             done.extend(members.into_iter().map(|(_, step)| step));
