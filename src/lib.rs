@@ -52,4 +52,6 @@ pub mod verify;
 pub mod watermark;
 
 #[cfg(test)]
+mod layers;
+#[cfg(test)]
 mod telemetry_labels;

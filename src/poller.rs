@@ -19,25 +19,29 @@
 //! (a table rotation without the `AUTO_INCREMENT` seed, a restore): counted, logged at ERROR,
 //! never reported as "lag 0". Newest rows purged by the DB owner (the next id still above W)
 //! are not.
+//!
+//! Files: this one runs the round (read, decide, commit, head); `poller/evidence.rs` the
+//! evidence rule, `poller/report.rs` what a round reports, `poller/pace.rs` the actor's pace.
 
+mod evidence;
 mod pace;
+mod report;
 pub use pace::Pace;
+pub use report::{PollReport, PollStages};
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
 use crate::clock::Clock;
-use crate::inbox::evidence::EvidenceError;
 use crate::inbox::{Inbox, InboxError, InboxRow};
 use crate::settings::{LateSettings, PipelineSettings};
 use crate::store::{EnqueueRow, RoundWrite, Store, StoreError, StoredCursor};
 use crate::telemetry;
 use crate::watermark::{
-    advance, check_holes, Advance, Cursor, Evidence, EvidenceDecision, Hole, HoleSetError, Round,
-    TrxEvidence,
+    advance, check_holes, Advance, Cursor, Evidence, Hole, HoleSetError, Round, TrxEvidence,
 };
+use evidence::{decide_with_evidence, report_evidence, stamp_sightings};
 
 /// Evidence-based hole release (`late.hole_evidence`); None = the plain timer rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,116 +96,6 @@ impl PollConfig {
             compensation_window: late.compensation_window,
             min_gap: p.min_poll_gap,
             probe_head: false,
-        }
-    }
-}
-
-/// What a successful round did.
-#[derive(Debug, Clone)]
-pub struct PollReport {
-    /// The cursor before the round.
-    pub before: Cursor,
-    /// The decision that was committed.
-    pub advance: Advance,
-    /// Rows read from the inbox.
-    pub read: usize,
-    /// Rows that were not yet in PROC_STATE.
-    pub enqueued_new: u64,
-    /// The batch was full: more rows are probably waiting, poll again at once.
-    pub batch_full: bool,
-    /// Head, lag, regression and the oldest hole's age, as the round's event shows them.
-    pub sight: telemetry::InboxSight,
-    /// Wall time the round took.
-    pub duration: Duration,
-    /// The transaction evidence the decision used for the hole at W+1; None when evidence is
-    /// off, not needed (no hole seen before), or unavailable (the timer rule decided).
-    pub hole_evidence: Option<Evidence>,
-    /// With evidence on, this round took the sighting of a new hole at W+1 on the server
-    /// clock: the next round can already decide it (a rollback is released at once), so it
-    /// should not wait a poll interval.
-    pub hole_sighted: bool,
-    /// When the hole W waits at becomes due by the timer (from now), so the actor can poll
-    /// right then instead of up to a poll interval later.
-    pub next_due: Option<Duration>,
-    /// Where the round's time went, recorded by the round itself (benches sum them).
-    pub stages: PollStages,
-}
-
-/// Wall time of each stage of one round.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PollStages {
-    /// `Store::read_cursor`.
-    pub read_cursor: Duration,
-    /// The inbox read (ids and receive times above W; the pages read ahead included).
-    pub read_rows: Duration,
-    /// The decision (pure, plus the transaction evidence when on).
-    pub decide: Duration,
-    /// The enqueue transaction (rows + cursor), zero when nothing changed.
-    pub commit: Duration,
-    /// `Inbox::max_id` (after a full batch, or when nothing is above W).
-    pub inbox_head: Duration,
-}
-
-impl PollStages {
-    /// Adds another round's stages.
-    pub fn add(&mut self, o: &PollStages) {
-        self.read_cursor += o.read_cursor;
-        self.read_rows += o.read_rows;
-        self.decide += o.decide;
-        self.commit += o.commit;
-        self.inbox_head += o.inbox_head;
-    }
-}
-
-impl PollReport {
-    /// W moved this round.
-    pub fn moved(&self) -> bool {
-        self.advance.w != self.before.w
-    }
-
-    /// Poll again without waiting: more rows are there, a release made room, or a new hole
-    /// can be decided on evidence (at most one such extra round per hole).
-    pub fn poll_again_now(&self) -> bool {
-        self.batch_full || !self.advance.released.is_empty() || self.hole_sighted
-    }
-
-    /// The round's telemetry event.
-    pub fn event(&self) -> telemetry::PollRound {
-        let a = &self.advance;
-        let released = a
-            .released
-            .iter()
-            .map(|r| {
-                let decision = a
-                    .evidence
-                    .iter()
-                    .find(|(first, _)| *first == r.first)
-                    .map(|(_, d)| *d);
-                telemetry::HoleReleased {
-                    first: r.first,
-                    last: r.last,
-                    why: match decision {
-                        Some(EvidenceDecision::ReleasedEarly) => telemetry::ReleaseWhy::RolledBack,
-                        Some(EvidenceDecision::CapReached) => telemetry::ReleaseWhy::EvidenceCap,
-                        _ => telemetry::ReleaseWhy::Timer,
-                    },
-                }
-            })
-            .collect();
-        telemetry::PollRound {
-            w: a.w,
-            sight: self.sight,
-            enqueued: self.enqueued_new,
-            took: self.duration,
-            holes_open: a.holes.len(),
-            missing_ids: a.missing_ids(),
-            waiting: a.open_hole.map(|h| telemetry::WaitingHole {
-                first_missing: h.first_missing,
-                next_present: h.next_present,
-                age: h.age,
-            }),
-            fills: a.fills.clone(),
-            released,
         }
     }
 }
@@ -511,101 +405,4 @@ struct Decided {
     sighted: bool,
     /// `rows` are every row above W.
     complete: bool,
-}
-
-/// The evidence rule (module docs). Every path that cannot get evidence is the timer rule.
-async fn decide_with_evidence(
-    inbox: &Inbox,
-    w: i64,
-    stored: &[Hole],
-    (rows, complete): (Vec<InboxRow>, bool),
-    now: DateTime<Utc>,
-    cfg: PollConfig,
-    ev: HoleEvidenceConfig,
-) -> Result<Decided, PollError> {
-    let any_sighted = stored.iter().any(|h| h.seen_db_at.is_some());
-    let trx = match any_sighted {
-        true => inbox.trx_snapshot().await.ok().map(|snap| TrxEvidence {
-            read_at: snap.read_at,
-            oldest_started: snap.oldest_started,
-            cap: ev.cap,
-        }),
-        false => None,
-    };
-    let releasable = trx.is_some_and(|t| {
-        stored
-            .iter()
-            .any(|h| t.about(h.seen_db_at) == Some(Evidence::NoOlderTransaction))
-    });
-    // Read again after the list: a commit that landed meanwhile is visible now.
-    let (rows, complete) = if releasable {
-        read_window(inbox, w, cfg).await?
-    } else {
-        (rows, complete)
-    };
-    let ids: Vec<i64> = rows.iter().map(|r| r.id).collect();
-    let decision = advance(round(w, stored, &ids, complete, now, cfg, trx));
-    let front = decision
-        .open_hole
-        .and_then(|o| decision.holes.iter().find(|h| h.first == o.first_missing));
-    let evidence = match (trx, stored.first()) {
-        (Some(t), Some(h)) if h.first == w + 1 => t.about(h.seen_db_at),
-        _ => None,
-    };
-    Ok(Decided {
-        rows,
-        complete,
-        sighted: front.is_some_and(|h| h.seen_db_at.is_none()),
-        advance: decision,
-        evidence,
-    })
-}
-
-/// Gives every hole not yet sighted on the server clock the server's time now, read after
-/// the rows (a sighting read before them could predate the transaction). On failure the holes
-/// stay unsighted and are sighted again next round — later, which only ever counts more
-/// transactions as older (safe).
-async fn stamp_sightings(inbox: &Inbox, holes: &mut [Hole]) {
-    if holes.iter().all(|h| h.seen_db_at.is_some()) {
-        return;
-    }
-    match inbox.server_now().await {
-        Ok(at) => {
-            for h in holes.iter_mut().filter(|h| h.seen_db_at.is_none()) {
-                h.seen_db_at = Some(at);
-            }
-        }
-        Err(EvidenceError::Unavailable(reason)) => {
-            tracing::debug!(%reason, "no server time for the hole sighting");
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "reading the server time failed; the holes are sighted again next round");
-        }
-    }
-}
-
-/// The holes last announced as held past `max_commit_delay` (first id and sighting), so the
-/// "held" decision is counted and logged once per hole, not every round. Logging only: no
-/// decision depends on it.
-static HELD_ANNOUNCED: Mutex<Vec<(i64, DateTime<Utc>)>> = Mutex::new(Vec::new());
-
-fn report_evidence(decision: &Advance) {
-    let mut held = HELD_ANNOUNCED.lock().unwrap_or_else(|p| p.into_inner());
-    for &(first, d) in &decision.evidence {
-        if d == EvidenceDecision::Held {
-            let since = decision
-                .holes
-                .iter()
-                .find(|h| h.first == first)
-                .map_or(DateTime::<Utc>::MIN_UTC, |h| h.first_seen);
-            if held.contains(&(first, since)) {
-                continue;
-            }
-            held.push((first, since));
-            if held.len() > 64 {
-                held.remove(0);
-            }
-        }
-        telemetry::hole_evidence(d.as_str(), first);
-    }
 }

@@ -12,9 +12,14 @@
 //! `max_commit_delay` — holds per id, so k holes seen together cost one delay, not k, and W
 //! walks over every due hole in one round.
 
+mod evidence;
+
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
+
+use evidence::judge;
+pub use evidence::{Evidence, EvidenceDecision, TrxEvidence};
 
 /// The durable cursor `(W, HOLE_SINCE)` as read from `INBOX_CURSOR`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,70 +183,6 @@ impl Advance {
     /// Ids missing in the open holes (the `msgx_inbox_hole_missing_ids` gauge).
     pub fn missing_ids(&self) -> i64 {
         self.holes.iter().map(Hole::len).sum()
-    }
-}
-
-/// What `information_schema.INNODB_TRX` says about the missing ids of one hole, read by the
-/// poller after the hole's first sighting (on the MySQL server's clock). Only meaningful on
-/// the primary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Evidence {
-    /// No transaction that started at or before the sighting is still open, and a read made
-    /// after the transaction list still showed the hole: the transaction that took the missing
-    /// id has ended without committing it (rolled back), so the row can never appear.
-    NoOlderTransaction,
-    /// A transaction that started at or before the sighting is still open: it may still
-    /// commit the missing row.
-    OlderTransactionOpen,
-}
-
-/// One read of the transaction list, with the cap of holding on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TrxEvidence {
-    /// Server time the list was read at.
-    pub read_at: NaiveDateTime,
-    /// Start of the oldest transaction still open; `None` when none is.
-    pub oldest_started: Option<NaiveDateTime>,
-    /// A hole held on [`Evidence::OlderTransactionOpen`] is released (with an alert) once it
-    /// is this old; never shorter than `max_commit_delay` (a shorter cap acts as the delay).
-    pub cap: Duration,
-}
-
-impl TrxEvidence {
-    /// The evidence about a hole sighted at `seen` (server time); `None` when the hole was not
-    /// sighted on the server clock or the clock stepped back since (that proves nothing).
-    pub fn about(&self, seen: Option<NaiveDateTime>) -> Option<Evidence> {
-        let seen = seen?;
-        if self.read_at < seen {
-            return None;
-        }
-        Some(if self.oldest_started.is_some_and(|s| s <= seen) {
-            Evidence::OlderTransactionOpen
-        } else {
-            Evidence::NoOlderTransaction
-        })
-    }
-}
-
-/// A decision taken on evidence that the timer rule alone would have taken differently.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EvidenceDecision {
-    /// Released before `max_commit_delay`: the missing id's transaction rolled back.
-    ReleasedEarly,
-    /// Kept past `max_commit_delay`: an older transaction is still open.
-    Held,
-    /// Released at the cap although an older transaction is still open (alert).
-    CapReached,
-}
-
-impl EvidenceDecision {
-    /// Metric label (`telemetry::hole_evidence`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ReleasedEarly => crate::telemetry::HOLE_RELEASED_EARLY,
-            Self::Held => crate::telemetry::HOLE_HELD,
-            Self::CapReached => crate::telemetry::HOLE_CAP_REACHED,
-        }
     }
 }
 
@@ -466,49 +407,6 @@ impl<'a> Segments<'a> {
     }
 }
 
-/// Whether a gap may be released now, and what evidence changed about it.
-struct Verdict {
-    due: bool,
-    decision: Option<EvidenceDecision>,
-}
-
-fn judge(
-    gap: &[Hole],
-    now: DateTime<Utc>,
-    max_commit_delay: Duration,
-    evidence: Option<TrxEvidence>,
-) -> Verdict {
-    let mut due = true;
-    let (mut early, mut capped, mut held) = (false, false, false);
-    for part in gap {
-        let age = elapsed(part.first_seen, now);
-        let expired = age >= max_commit_delay;
-        match evidence.and_then(|e| e.about(part.seen_db_at).map(|seen| (seen, e.cap))) {
-            None => due &= expired,
-            Some((Evidence::NoOlderTransaction, _)) => early |= !expired,
-            Some((Evidence::OlderTransactionOpen, cap)) => {
-                if age >= cap.max(max_commit_delay) {
-                    capped = true;
-                } else {
-                    due = false;
-                    held |= expired;
-                }
-            }
-        }
-    }
-    let decision = if due {
-        if capped {
-            Some(EvidenceDecision::CapReached)
-        } else if early {
-            Some(EvidenceDecision::ReleasedEarly)
-        } else {
-            None
-        }
-    } else {
-        held.then_some(EvidenceDecision::Held)
-    };
-    Verdict { due, decision }
-}
 
 /// `now - since`, zero when the clock stepped back (never ages a hole by a clock jump back).
 fn elapsed(since: DateTime<Utc>, now: DateTime<Utc>) -> Duration {

@@ -13,6 +13,12 @@
 //!
 //! Not a timed test: it prints numbers. The databases are dropped unless `--keep`.
 
+mod writers;
+mod lags;
+
+use writers::{Writers, spawn_writers};
+use lags::report;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -85,17 +91,6 @@ pub async fn discovery(settings: &Settings, args: &DiscoveryBenchArgs) -> anyhow
         run(settings, args, dbs).await
     })
     .await
-}
-
-/// Commit wall times by id, written by the writers.
-type Commits = Arc<Mutex<BTreeMap<i64, DateTime<Utc>>>>;
-
-/// The writers, running: their tasks (each returns how many it rolled back) and commits.
-struct Writers {
-    tasks: tokio::task::JoinSet<anyhow::Result<u64>>,
-    commits: Commits,
-    started: Instant,
-    start_wall: DateTime<Utc>,
 }
 
 /// What the writers left and what discovery made of it.
@@ -181,67 +176,6 @@ fn start_poller(
     .start()
 }
 
-/// Starts the writers: together they offer `--rate`, each on its own connection and
-/// transaction, rolling back or holding their commit as asked.
-fn spawn_writers(
-    settings: &Settings,
-    args: &DiscoveryBenchArgs,
-    pool: &sqlx::MySqlPool,
-) -> anyhow::Result<Writers> {
-    let names = settings.inbox_names();
-    let commits: Commits = Arc::default();
-    let started = Instant::now();
-    let start_wall = Utc::now();
-    let interval = Duration::from_secs_f64(args.writers as f64 / args.rate);
-    let sql = format!(
-        "INSERT INTO {} ({}, {}) VALUES (NOW(), ?)",
-        names.table, names.received, names.message
-    );
-    let mut tasks = tokio::task::JoinSet::new();
-    for w in 0..args.writers {
-        let (pool, commits, sql) = (pool.clone(), commits.clone(), sql.clone());
-        let (rollback, hold, hold_max, duration) =
-            (args.rollback, args.hold, args.hold_max, args.duration);
-        tasks.spawn(async move {
-            let mut rng = rand::rngs::StdRng::seed_from_u64(w as u64 + 1);
-            // Writers start staggered and pace themselves: together they offer `rate`.
-            let mut next = Instant::now() + interval.mul_f64(w as f64 / 8.0_f64.max(1.0));
-            let mut rolled = 0u64;
-            while started.elapsed() < duration {
-                tokio::time::sleep_until(next.into()).await;
-                next += interval;
-                let mut conn = pool.acquire().await?;
-                let mut tx = conn.begin().await?;
-                let id = sqlx::query(&sql)
-                    .bind("<MSG/>")
-                    .execute(&mut *tx)
-                    .await?
-                    .last_insert_id() as i64;
-                if rng.random_bool(rollback) {
-                    tx.rollback().await?;
-                    rolled += 1;
-                    continue;
-                }
-                if rng.random_bool(hold) {
-                    tokio::time::sleep(hold_max.mul_f64(rng.random::<f64>())).await;
-                }
-                tx.commit().await?;
-                commits
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id, Utc::now());
-            }
-            anyhow::Ok(rolled)
-        });
-    }
-    Ok(Writers {
-        tasks,
-        commits,
-        started,
-        start_wall,
-    })
-}
-
 /// Samples the open holes every second while the writers write, joins them, then waits for W
 /// to reach the last committed row.
 async fn observe(
@@ -296,116 +230,5 @@ async fn wait_for_w(
             return Ok(None);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Discovery lags (enqueued_at − commit) of the rows the poller enqueued, per minute of
-/// commit time and overall, with the rows enqueued late and those missing.
-struct Lags {
-    per_minute: BTreeMap<i64, Vec<Duration>>,
-    all: Vec<Duration>,
-    late: u64,
-    missing: u64,
-}
-
-/// Reads what the poller enqueued and computes the lags.
-async fn lags(
-    store: &msgx_core::store::Store,
-    commits: &BTreeMap<i64, DateTime<Utc>>,
-    start_wall: DateTime<Utc>,
-) -> anyhow::Result<Lags> {
-    let enqueued: Vec<(i64, DateTime<Utc>, String)> =
-        sqlx::query_as("SELECT msg_id, enqueued_at, source FROM proc_state ORDER BY msg_id")
-            .fetch_all(store.pool())
-            .await?;
-    let mut per_minute: BTreeMap<i64, Vec<Duration>> = BTreeMap::new();
-    let mut all = Vec::with_capacity(enqueued.len());
-    let mut late = 0u64;
-    for (id, at, source) in &enqueued {
-        let Some(committed) = commits.get(id) else {
-            continue;
-        };
-        if source != "POLL" {
-            late += 1;
-            continue;
-        }
-        let lag = (*at - *committed).to_std().unwrap_or(Duration::ZERO);
-        let minute = (*committed - start_wall).num_seconds().max(0) / 60;
-        per_minute.entry(minute).or_default().push(lag);
-        all.push(lag);
-    }
-    let missing = commits.len() as u64 - all.len() as u64 - late;
-    all.sort_unstable();
-    Ok(Lags {
-        per_minute,
-        all,
-        late,
-        missing,
-    })
-}
-
-/// Prints the written rows, the lags per minute and overall, and when W reached the end.
-async fn report(
-    store: &msgx_core::store::Store,
-    args: &DiscoveryBenchArgs,
-    outcome: Outcome,
-    bound: Duration,
-) -> anyhow::Result<()> {
-    let start_wall = outcome.start_wall;
-    let commits = &outcome.commits;
-    let mut l = lags(store, commits, start_wall).await?;
-    println!(
-        "  written               : {} committed ({:.1} msg/s), {} rolled back, in {:.0}s",
-        commits.len(),
-        commits.len() as f64 / args.duration.as_secs_f64(),
-        outcome.rolled_back,
-        args.duration.as_secs_f64()
-    );
-    println!("  minute | committed | lag p50 | lag p99 | lag max | open holes (max)");
-    for (minute, lags) in &mut l.per_minute {
-        lags.sort_unstable();
-        println!(
-            "  {:>6} | {:>9} | {:>6.2}s | {:>6.2}s | {:>6.2}s | {:>5}",
-            minute,
-            lags.len(),
-            percentile(lags, 0.50).as_secs_f64(),
-            percentile(lags, 0.99).as_secs_f64(),
-            lags.last().copied().unwrap_or_default().as_secs_f64(),
-            outcome
-                .holes_by_minute
-                .get(&(*minute as u64))
-                .copied()
-                .unwrap_or(0),
-        );
-    }
-    print_overall(&l.all, outcome.reached, bound);
-    println!(
-        "  not enqueued by POLL  : {} late (LATE source), {} missing",
-        l.late, l.missing
-    );
-    Ok(())
-}
-
-/// The overall lag against the bound, and when W reached the last committed row.
-fn print_overall(all: &[Duration], reached: Option<Duration>, bound: Duration) {
-    let p99 = percentile(all, 0.99);
-    println!(
-        "  overall               : lag p50 {:.2}s  p99 {:.2}s  max {:.2}s   (bound {:.1}s; p99 {} the bound)",
-        percentile(all, 0.50).as_secs_f64(),
-        p99.as_secs_f64(),
-        all.last().copied().unwrap_or_default().as_secs_f64(),
-        bound.as_secs_f64(),
-        if p99 <= bound { "within" } else { "OVER" }
-    );
-    match reached {
-        Some(d) => println!(
-            "  W at the end          : reached the last committed row {:.1}s after the writers stopped (bound {:.1}s)",
-            d.as_secs_f64(),
-            bound.as_secs_f64()
-        ),
-        None => println!(
-            "  W at the end          : did NOT reach the last committed row within {:.0}s",
-            (3 * bound + Duration::from_secs(30)).as_secs_f64()
-        ),
     }
 }

@@ -6,7 +6,7 @@
 //! then an idle phase (nothing arriving: the statements the service sends the inbox per second);
 //! then, per steady offered rate (`--rates`, by default 100, 300, 1,000 msg/s, for `--steady`
 //! each), where a message's time goes from its inbox commit to its Kafka ack and to its inbox
-//! mark (`e2e_steady`), and the inbox statements per second under that load, with a bare
+//! mark (`e2e/steady.rs`), and the inbox statements per second under that load, with a bare
 //! produce probe against the same broker (its floor: send → ack of a plain producer with the
 //! dispatcher's settings) beside the phase at 100 records/s (the same moments and host load)
 //! and alone after it at the phase's rate. Not a timed test: it prints numbers.
@@ -21,10 +21,10 @@
 //!
 //! Fresh databases `msgx_bench_<pid>`, dropped at the end unless `--keep`.
 
-#[path = "e2e_drain.rs"]
-mod e2e_drain;
-#[path = "e2e_steady.rs"]
-mod e2e_steady;
+mod drain;
+mod idle;
+mod steady;
+mod txn_probe;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,10 +47,11 @@ use msgx_core::store::Store;
 
 use super::databases::BenchDbs;
 use super::inbox_stats::InboxStats;
-use super::pump::pump_load::load_messages;
+use super::pump::load::load_messages;
 use crate::percentile;
-use e2e_drain::drain;
-use e2e_steady::{idle, steady, Offer};
+use drain::drain;
+use idle::idle;
+use steady::{steady, Offer};
 
 /// End-to-end benchmark knobs.
 #[derive(Debug, Args)]
@@ -211,7 +212,7 @@ async fn phases(
             .await
             .map(|lat| print_probe("alone after it", rate, &lat));
         if result.is_ok() && settings.kafka.exactly_once() {
-            result = crate::txn_probe::bare_txn_probe(&service.dispatch, TXN_PROBES, 1024)
+            result = txn_probe::bare_txn_probe(&service.dispatch, TXN_PROBES, 1024)
                 .await
                 .map(|lat| print_txn_probe(&lat));
         }

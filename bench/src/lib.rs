@@ -42,7 +42,6 @@ mod mark;
 mod poller_run;
 mod pump;
 mod report;
-mod txn_probe;
 
 use std::borrow::Cow;
 use std::time::Duration;

@@ -39,17 +39,14 @@
 //!    time-matched bare rate, latency, the `raw copy` stage, WAL bytes per message and what the
 //!    copies take in the store.
 //!
-//! This file orchestrates; phase 1 lives in `pump_load`, 2 and 4 in `pump_bare`, 3 in
-//! `pump_run`, the printed report in `pump_report`.
+//! This file orchestrates; phase 1 lives in `pump/load.rs`, 2 and 4 in `pump/bare.rs`, 3 in
+//! `pump/run.rs` (its tenths and their bare probes in `pump/tenths.rs`), the printed report in
+//! `pump/report.rs`.
 
-#[path = "pump_bare.rs"]
-mod pump_bare;
-#[path = "pump_load.rs"]
-pub(crate) mod pump_load;
-#[path = "pump_report.rs"]
-mod pump_report;
-#[path = "pump_run.rs"]
-mod pump_run;
+mod bare;
+pub(crate) mod load;
+mod report;
+mod run;
 
 use std::time::Duration;
 
@@ -61,10 +58,10 @@ use msgx_core::store::Store;
 
 use super::checkpoint;
 use super::databases::BenchDbs;
-use pump_bare::{bare_shape, round_trips, BareLimits, BareShape, BareTables};
-use pump_load::{enqueue_all, load_messages};
-use pump_report::print_report;
-use pump_run::{pump_phase, Probe};
+use bare::{bare_shape, round_trips, BareLimits, BareShape, BareTables};
+use load::{enqueue_all, load_messages};
+use report::print_report;
+use run::{pump_phase, Probe};
 
 /// Pump benchmark knobs.
 #[derive(Debug, Args)]
@@ -166,17 +163,17 @@ struct Measured {
     /// Whether the store pool pings a connection before every checkout (read from the pool).
     test_before_acquire: bool,
     /// The enqueue (not timed, printed for orientation).
-    enqueue: pump_load::Enqueued,
+    enqueue: load::Enqueued,
     /// Bare limits before the pump.
     before: BareLimits,
     /// The bare transaction and the pump-shaped transaction after the pump.
     after: BareLimits,
     /// The pump run (with the stage timings the real step recorded).
-    run: pump_run::PumpRun,
+    run: run::PumpRun,
     /// `--raw-copy both`: the second run, with the raw copy on.
-    copy_run: Option<pump_run::PumpRun>,
+    copy_run: Option<run::PumpRun>,
     /// What the copies take in the store after the run that wrote them.
-    copies: Option<pump_run::CopyFacts>,
+    copies: Option<run::CopyFacts>,
 }
 
 /// Facts about the PostgreSQL server the numbers come from.
@@ -193,7 +190,7 @@ async fn measure(
     store: &Store,
     settings: &Settings,
     args: &PumpBenchArgs,
-    loaded: &pump_load::Loaded,
+    loaded: &load::Loaded,
 ) -> anyhow::Result<Measured> {
     let pool = store.pool();
     let server = server_facts(pool).await?;
@@ -236,14 +233,14 @@ async fn measure_with_tables(
     store: &Store,
     settings: &Settings,
     args: &PumpBenchArgs,
-    loaded: &pump_load::Loaded,
+    loaded: &load::Loaded,
     tables: &BareTables,
 ) -> anyhow::Result<(
     BareLimits,
     BareLimits,
-    pump_run::PumpRun,
-    Option<pump_run::PumpRun>,
-    Option<pump_run::CopyFacts>,
+    run::PumpRun,
+    Option<run::PumpRun>,
+    Option<run::CopyFacts>,
 )> {
     let pool = store.pool();
     let mut before = BareLimits::default();
@@ -266,11 +263,11 @@ async fn measure_with_tables(
     let run = pump_phase(inbox, store, settings, loaded, probe, first_on).await?;
     let mut copies = None;
     if first_on {
-        copies = Some(pump_run::copy_facts(store).await?);
+        copies = Some(run::copy_facts(store).await?);
     }
     let mut copy_run = None;
     if args.raw_copy == RawCopyRuns::Both {
-        let again = pump_run::reset_store(store).await?;
+        let again = run::reset_store(store).await?;
         enqueue_all(inbox, store, settings, loaded)
             .await
             .context("enqueueing the backlog again")?;
@@ -279,7 +276,7 @@ async fn measure_with_tables(
         );
         checkpoint(pool).await;
         copy_run = Some(pump_phase(inbox, store, settings, loaded, probe, true).await?);
-        copies = Some(pump_run::copy_facts(store).await?);
+        copies = Some(run::copy_facts(store).await?);
     }
 
     let mut after = BareLimits::default();

@@ -21,6 +21,7 @@
 //! docs/message-format.md, "Decoder decisions". The decoder never panics: no indexing, no
 //! unwrap, and no recursion over the document (see [`parse`]).
 
+mod fields;
 mod parse;
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,6 +29,10 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 
+use self::fields::{
+    body_element, check_format, cut, is_nil, meta_field, no_stray_text, parse_date8,
+    parse_time14, quote, quote_name, single, trim,
+};
 use self::parse::{is_xml_space, Node};
 use super::model::{Body, DecodedMessage, Field, FieldValue, FlightRecord, Meta, ScheduleKind};
 use super::{Codec, CodecError};
@@ -38,13 +43,6 @@ pub const DEFAULT_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// The `FLOP` subtypes the codec knows by default (SPEC Appendix A).
 pub const DEFAULT_FLOP_SUBTYPES: [&str; 7] =
     ["UPDT", "ARRE", "DEPE", "GATE", "STND", "CANC", "DELY"];
-
-/// How long a quoted value may be in an error message before it is cut.
-const QUOTE_MAX_CHARS: usize = 48;
-
-/// How long an XML-level error message may be (it can quote names and references of any
-/// length) before it is cut.
-const PARSE_ERROR_MAX_CHARS: usize = 240;
 
 /// The decoder of the assumed upstream XML format.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -407,155 +405,6 @@ impl Decoding<'_> {
     }
 }
 
-/// A META field: `None` when absent, empty or `xsi:nil`. Repeated or structured → malformed
-/// (the header identifies the message and must be unambiguous).
-fn meta_field(meta: &Node, tag: &str) -> Result<Option<String>, CodecError> {
-    let mut found = meta.children_named(tag);
-    let Some(node) = found.next() else {
-        return Ok(None);
-    };
-    if found.next().is_some() {
-        return Err(malformed(format!("META/{tag} appears more than once")));
-    }
-    if node.has_child_elements {
-        return Err(malformed(format!(
-            "META/{tag} holds nested elements instead of text"
-        )));
-    }
-    if is_nil(node, &format!("META/{tag}"))? {
-        return Ok(None);
-    }
-    let v = trim(&node.text);
-    Ok((!v.is_empty()).then(|| v.to_string()))
-}
-
-/// The body element `<tag>` of a `msg_type` message: exactly one.
-fn body_element<'n>(root: &'n Node, tag: &str, msg_type: &str) -> Result<&'n Node, CodecError> {
-    let body = single(root, tag, "MSG")?
-        .ok_or_else(|| malformed(format!("TYPE={msg_type} but <MSG> has no <{tag}> body")))?;
-    no_stray_text(body, tag)?;
-    Ok(body)
-}
-
-/// The child `<tag>` of `parent`, if any; malformed if there are several.
-fn single<'n>(
-    parent: &'n Node,
-    tag: &str,
-    parent_name: &str,
-) -> Result<Option<&'n Node>, CodecError> {
-    let mut found = parent.children_named(tag);
-    let first = found.next();
-    if found.next().is_some() {
-        return Err(malformed(format!(
-            "<{parent_name}> has more than one <{tag}>"
-        )));
-    }
-    Ok(first)
-}
-
-/// Whether the element carries `xsi:nil="true"` (or `1`); a nil element with content, or an
-/// `xsi:nil` value that is not an XML Schema boolean, is malformed.
-fn is_nil(node: &Node, what: &str) -> Result<bool, CodecError> {
-    let Some(value) = &node.nil else {
-        return Ok(false);
-    };
-    match trim(value) {
-        "true" | "1" => {
-            let text = trim(&node.text);
-            if text.is_empty() {
-                Ok(true)
-            } else {
-                Err(malformed(format!(
-                    "{what} is xsi:nil but has the content {}",
-                    quote(text)
-                )))
-            }
-        }
-        "false" | "0" => Ok(false),
-        other => Err(malformed(format!(
-            "{what} has the xsi:nil value {}, not a boolean",
-            quote(other)
-        ))),
-    }
-}
-
-/// Text directly inside a structural element (not in a child) is malformed.
-fn no_stray_text(node: &Node, what: &str) -> Result<(), CodecError> {
-    let text = trim(&node.text);
-    if text.is_empty() {
-        Ok(())
-    } else {
-        Err(malformed(format!(
-            "unexpected text {} directly inside <{what}>",
-            quote(text)
-        )))
-    }
-}
-
-/// Checks a carried value against its field's format (SPEC: bad field values → MALFORMED).
-fn check_format(field: Field, v: &str, label: &str) -> Result<(), CodecError> {
-    let expected = match field {
-        Field::Fexd if parse_date8(v).is_none() => "a YYYYMMDD date",
-        Field::Stot | Field::Etot | Field::Atot if parse_time14(v).is_none() => {
-            "a YYYYMMDDHHMMSS time"
-        }
-        Field::Flio if v != "A" && v != "D" => "A or D",
-        _ => return Ok(()),
-    };
-    Err(malformed(format!(
-        "{label}/{} {} is not {expected}",
-        field.tag(),
-        quote(v)
-    )))
-}
-
-/// `YYYYMMDD`, exactly eight ASCII digits naming a real day.
-fn parse_date8(v: &str) -> Option<NaiveDate> {
-    let [y, m, d] = [v.get(0..4)?, v.get(4..6)?, v.get(6..8)?];
-    if v.len() != 8 || !v.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    NaiveDate::from_ymd_opt(y.parse().ok()?, m.parse().ok()?, d.parse().ok()?)
-}
-
-/// `YYYYMMDDHHMMSS`, exactly fourteen ASCII digits naming a real local time (no leap second).
-fn parse_time14(v: &str) -> Option<NaiveDateTime> {
-    if v.len() != 14 || !v.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let date = parse_date8(v.get(0..8)?)?;
-    let [h, mi, s] = [v.get(8..10)?, v.get(10..12)?, v.get(12..14)?];
-    date.and_hms_opt(h.parse().ok()?, mi.parse().ok()?, s.parse().ok()?)
-}
-
-/// Trims XML white space (space, tab, CR, LF) only: other Unicode spaces are data.
-fn trim(s: &str) -> &str {
-    s.trim_matches(is_xml_space)
-}
-
-/// A value for an error message: quoted, escaped and cut to [`QUOTE_MAX_CHARS`] characters.
-fn quote(v: &str) -> String {
-    match v.char_indices().nth(QUOTE_MAX_CHARS) {
-        Some((cut, _)) => format!("{:?}…", v.get(..cut).unwrap_or(v)),
-        None => format!("{v:?}"),
-    }
-}
-
-/// An XML-level error message cut to [`PARSE_ERROR_MAX_CHARS`] characters.
-fn cut(why: String) -> String {
-    match why.char_indices().nth(PARSE_ERROR_MAX_CHARS) {
-        Some((at, _)) => format!("{}…", why.get(..at).unwrap_or(&why)),
-        None => why,
-    }
-}
-
-/// An element name for an error message, cut like [`quote`] but unquoted.
-fn quote_name(v: &str) -> String {
-    match v.char_indices().nth(QUOTE_MAX_CHARS) {
-        Some((cut, _)) => format!("{}…", v.get(..cut).unwrap_or(v)),
-        None => v.to_string(),
-    }
-}
 
 #[cfg(test)]
 mod fuzz;

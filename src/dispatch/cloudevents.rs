@@ -10,8 +10,9 @@ use rdkafka::message::{Header, OwnedHeaders};
 use crate::flight::EventType;
 use crate::store::events::PendingEvent;
 
-/// The extension header carrying `MSG_EVENT.EVENT_ID` (a number, unique only in one store).
-pub const EVENT_HEADER: &str = "ce_msgxevent";
+/// The extension header carrying `MSG_EVENT.EVENT_ID` (declared by the broker adapter, which
+/// reads it back to recognise its own records).
+pub use crate::kafka::consumer::EVENT_HEADER;
 
 /// `ce_type` of an event: `msgx.` + the lower-case event type, e.g. `msgx.flight_updated`.
 pub fn ce_type(event_type: &str) -> String {

@@ -51,6 +51,11 @@ pub fn read_committed(
     Ok(c.create_with_context(TracingContext)?)
 }
 
+/// The extension header carrying `MSG_EVENT.EVENT_ID` (a number, unique only in one store).
+/// Written by the dispatcher's CloudEvents headers (`dispatch::cloudevents`), read back here:
+/// the record's identity belongs to the broker adapter, so the adapter owns its name.
+pub const EVENT_HEADER: &str = "ce_msgxevent";
+
 /// What a record says of its event: `ce_id` and the `ce_msgxevent` event id (either absent
 /// on a record that is not an event of this service).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -74,7 +79,7 @@ impl RecordIdentity {
         };
         Self {
             ce_id: header("ce_id"),
-            event_id: header(crate::dispatch::cloudevents::EVENT_HEADER)
+            event_id: header(EVENT_HEADER)
                 .and_then(|v| v.parse().ok()),
         }
     }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{Ops, OpsError};
 use crate::inbox::RowMeta;
-use crate::store::replay::AuditEntry;
+use crate::store::audit::AuditEntry;
 
 /// The inbox side of a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -34,7 +34,7 @@ pub use survey::{Progress, Survey, SurveyRequest, TypeCount, SURVEY_BATCH};
 
 use crate::inbox::{Inbox, InboxError};
 use crate::settings::Settings;
-use crate::store::replay::AdminError;
+use crate::store::audit::AdminError;
 use crate::store::{Store, StoreError};
 
 /// Why an operation did not run (nothing changed, nothing audited).

@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::{Ops, OpsError};
 use crate::rows::{ErrorClass, ProcState};
-use crate::store::replay::{insert_audit, AuditRow};
+use crate::store::audit::{insert_audit, AuditRow};
 use crate::store::PIPELINE_LOCK_KEY;
 
 /// Rows per transaction (and per audit row).

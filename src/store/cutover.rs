@@ -3,8 +3,8 @@
 
 use chrono::{DateTime, Utc};
 
+use super::audit::{insert_audit, AuditRow};
 use super::late_watch::{insert_ranges, WatchRange};
-use super::replay::{insert_audit, AuditRow};
 use super::{SeedOutcome, Store, StoreError};
 use crate::rows::stock::{CutoverStock, StockSpan};
 

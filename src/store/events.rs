@@ -292,11 +292,11 @@ impl Store {
     pub async fn requeue_dead_events(
         &self,
         event_ids: &[i64],
-        audit: crate::store::replay::Audit<'_>,
+        audit: crate::store::audit::Audit<'_>,
         legacy_dlq_topic: &str,
         now: DateTime<Utc>,
-    ) -> Result<Requeued, crate::store::replay::AdminError> {
-        use crate::store::replay::{insert_audit, validate_action, AuditRow};
+    ) -> Result<Requeued, crate::store::audit::AdminError> {
+        use crate::store::audit::{insert_audit, validate_action, AuditRow};
         let (actor, why, ids) = validate_action(audit.actor, audit.reason, event_ids, "event")?;
         let ticket = audit.ticket.map(str::trim).filter(|t| !t.is_empty());
         let mut tx = self.pool().begin().await?;

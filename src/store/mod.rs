@@ -2,6 +2,7 @@
 //! (`schema`: migrations, the version guard), the discovery cursor and holes, the queue and its
 //! group transaction, events, marking, operator actions, cutover, retention and the lease.
 
+pub mod audit;
 pub mod backfill;
 pub mod batch;
 mod business;

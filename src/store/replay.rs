@@ -26,12 +26,22 @@
 //! revoked). A replayed row that was marked before is confirmed as "already marked" by the
 //! sweeper once it is terminal again; the audit row says which rows were marked at replay time
 //! (`backfill_at`).
+//!
+//! Files: this one holds the two actions and their statements; `replay/raw_text.rs` where a
+//! replay's text comes from; the audit vocabulary they share with every other audited action
+//! (`Audit`, `AdminReport`, `audit_log`) is `store/audit.rs`, re-exported here.
+
+mod raw_text;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 
-use super::{Store, StoreError, PIPELINE_LOCK_KEY};
+use super::audit::{audit_json, insert_audit, validate_action, AuditRow};
+use super::{Store, PIPELINE_LOCK_KEY};
 use crate::rows::{ErrorClass, ProcState, RawSource};
+use raw_text::{copy_inbox_text, raw_source};
+
+pub use super::audit::{AdminError, AdminReport, Audit, AuditEntry, RowOutcome, RowResult};
+pub use raw_text::{InboxText, NO_RAW_TEXT};
 
 /// Error classes a replay accepts (SPEC §2).
 pub const REPLAYABLE_CLASSES: &[ErrorClass] = &[
@@ -52,109 +62,12 @@ pub fn names<T: std::fmt::Display>(values: &[T]) -> String {
         .join(", ")
 }
 
-/// Why an operator action was not run at all (nothing changed, nothing audited).
-#[derive(Debug, thiserror::Error)]
-pub enum AdminError {
-    /// The request is incomplete: no rows, or no actor / reason for the audit.
-    #[error("operator action refused: {0}")]
-    Invalid(String),
-    /// The store failed; the transaction rolled back (nothing changed, nothing audited).
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
-impl From<sqlx::Error> for AdminError {
-    fn from(e: sqlx::Error) -> Self {
-        Self::Store(StoreError::Db(e))
-    }
-}
-
-/// The refusal of a replayable row without raw text.
-pub const NO_RAW_TEXT: &str = "no raw text to replay from: the inbox row is gone (purged) and \
-    there is no raw copy (retention.raw_copy was off when it was processed, or the copy expired \
-    after retention.replay_window)";
-
-/// What an action did to one row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RowOutcome {
-    /// Changed.
-    Applied {
-        /// State before.
-        previous_state: ProcState,
-        /// Error class before.
-        previous_class: Option<ErrorClass>,
-        /// Mark confirmation before (Some: the inbox row was marked and stays marked).
-        previous_backfill_at: Option<DateTime<Utc>>,
-        /// Abandon reason before.
-        previous_abandon: Option<String>,
-        /// A replay: where the pump will read the raw text (None: not checked, or not a replay).
-        source: Option<RawSource>,
-    },
-    /// Not changed, and why.
-    Refused {
-        /// For the operator and the audit.
-        reason: String,
-    },
-}
-
-impl RowOutcome {
-    /// Applied?
-    pub fn is_applied(&self) -> bool {
-        matches!(self, Self::Applied { .. })
-    }
-}
-
-/// One row's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RowResult {
-    /// The row.
-    pub msg_id: i64,
-    /// What happened.
-    pub outcome: RowOutcome,
-}
-
-/// The result of an operator action: per row, and the audit row that records it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdminReport {
-    /// `audit_log.id` (0 for a dry run: nothing was written, nothing audited).
-    pub audit_id: i64,
-    /// Per distinct requested id, ascending.
-    pub rows: Vec<RowResult>,
-    /// True when the action ran in a transaction that was rolled back (`--dry-run`): the rows
-    /// say what would have changed.
-    pub dry_run: bool,
-}
-
-impl AdminReport {
-    /// Rows applied.
-    pub fn applied(&self) -> usize {
-        self.rows.iter().filter(|r| r.outcome.is_applied()).count()
-    }
-
-    /// Rows refused.
-    pub fn refused(&self) -> usize {
-        self.rows.len() - self.applied()
-    }
-}
-
 /// `audit_log.action` of a replay.
 pub const ACTION_REPLAY: &str = "REPLAY";
 /// `audit_log.action` of a backfill recovery.
 pub const ACTION_RECOVER_BACKFILL: &str = "RECOVER_BACKFILL";
 
 /// Who asks for an audited action and why (both required), and the operator's ticket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Audit<'a> {
-    /// Who.
-    pub actor: &'a str,
-    /// Why.
-    pub reason: &'a str,
-    /// Change or incident number, if any (`audit_log.ticket`).
-    pub ticket: Option<&'a str>,
-    /// The name of the HTTP token that asked (`audit_log.token_name`); None from the CLI.
-    pub token: Option<&'a str>,
-}
-
 /// The row as the operator saw it: the action applies only while the row still is so, and is
 /// refused for a row that has moved since (G5: a FAILED row the pump escalated to DEAD and the
 /// sweeper marked a second later is not flipped back).
@@ -237,11 +150,6 @@ const RECOVER_SQL: &str = "WITH cur AS ( \
      ) \
      SELECT cur.state, cur.error_class, cur.backfill_at, cur.backfill_abandon_reason, \
             EXISTS (SELECT 1 FROM done) FROM cur";
-
-/// A replayed row's text as the inbox holds it when the replay is asked for: `Some(text)`,
-/// copied into `raw_copy` when the replay applies; `None` when the row holds text the caller
-/// did not carry (over the copy limit): replayed from the inbox, without a copy.
-pub type InboxText = (i64, Option<String>);
 
 /// The action [`run_action`] runs.
 #[derive(Debug, Clone, Copy)]
@@ -427,42 +335,6 @@ async fn act_on_row(
     Ok(outcome)
 }
 
-/// A replay applied from the inbox: its own copy of the text, in the replay's transaction
-/// (see the module doc). A copy already there is replaced (the inbox text is the one the pump
-/// would read now) and its replay window starts again.
-async fn copy_inbox_text(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    msg_id: i64,
-    in_inbox: &[InboxText],
-    now: DateTime<Utc>,
-) -> Result<(), sqlx::Error> {
-    let Ok(i) = in_inbox.binary_search_by_key(&msg_id, |t| t.0) else {
-        return Ok(());
-    };
-    let Some(text) = in_inbox[i].1.as_deref() else {
-        return Ok(());
-    };
-    let copy = match super::raw_copy::PendingCopy::of(msg_id, text) {
-        Ok(Some(copy)) => copy,
-        Ok(None) => return Ok(()),
-        Err(e) => return Err(sqlx::Error::Protocol(e.to_string())),
-    };
-    sqlx::query(
-        "INSERT INTO raw_copy (msg_id, copied_at, raw_bytes, encoding, body) \
-         VALUES ($1, $2, $3, $4, $5) \
-         ON CONFLICT (msg_id) DO UPDATE SET copied_at = EXCLUDED.copied_at, \
-             raw_bytes = EXCLUDED.raw_bytes, encoding = EXCLUDED.encoding, body = EXCLUDED.body",
-    )
-    .bind(msg_id)
-    .bind(now)
-    .bind(copy.raw_bytes)
-    .bind(super::raw_copy::ENCODING)
-    .bind(&copy.body)
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
 /// The columns `proc_state` and `proc_state_hst` share (migration 0014: a column added to one
 /// is added to both; `proc_state_all` lists them in the same order).
 const PROC_STATE_COLUMNS: &str = "msg_id, state, source, received_at, enqueued_at, attempts, \
@@ -581,140 +453,4 @@ fn log_action(rows: &[RowResult], audit: AuditRow<'_>, action: Action<'_>) {
 /// A replay's state and class (the statement's own condition, for the refusal text).
 fn replayable(state: ProcState, class: Option<ErrorClass>) -> bool {
     REPLAYABLE_STATES.contains(&state) && class.is_some_and(|c| REPLAYABLE_CLASSES.contains(&c))
-}
-
-/// Where a replayed row's raw text is: `Some(Inbox)` when the caller found it in the inbox,
-/// else `Some(RawCopy)` when our copy exists (share-locked in `tx`), else None.
-async fn raw_source(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    msg_id: i64,
-    in_inbox: &[InboxText],
-) -> Result<Option<RawSource>, sqlx::Error> {
-    if in_inbox.binary_search_by_key(&msg_id, |t| t.0).is_ok() {
-        return Ok(Some(RawSource::Inbox));
-    }
-    let copy: Option<i64> =
-        sqlx::query_scalar("SELECT msg_id FROM raw_copy WHERE msg_id = $1 FOR KEY SHARE")
-            .bind(msg_id)
-            .fetch_optional(&mut **tx)
-            .await?;
-    Ok(copy.map(|_| RawSource::RawCopy))
-}
-
-/// Checks an operator action's request: who and why (trimmed, both required) and the distinct
-/// ids (ascending, so two actions lock rows in the same order; at least one). `what` names the
-/// ids in the refusal ("message", "event").
-pub(crate) fn validate_action<'a>(
-    actor: &'a str,
-    reason: &'a str,
-    ids: &[i64],
-    what: &str,
-) -> Result<(&'a str, &'a str, Vec<i64>), AdminError> {
-    let (actor, why) = (actor.trim(), reason.trim());
-    if actor.is_empty() || why.is_empty() {
-        return Err(AdminError::Invalid(
-            "an audited action needs who (actor) and why (reason)".into(),
-        ));
-    }
-    let mut ids = ids.to_vec();
-    ids.sort_unstable();
-    ids.dedup();
-    if ids.is_empty() {
-        return Err(AdminError::Invalid(format!("no {what} ids given")));
-    }
-    Ok((actor, why, ids))
-}
-
-/// The who/what/why of one `audit_log` row.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AuditRow<'a> {
-    pub actor: &'a str,
-    pub action: &'a str,
-    pub reason: &'a str,
-    pub ticket: Option<&'a str>,
-    /// The HTTP token's name (migration 0019); None from the CLI and the cutover seed.
-    pub token: Option<&'a str>,
-}
-
-/// Writes the `audit_log` row of an action inside its transaction; returns its id.
-pub(crate) async fn insert_audit(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    now: DateTime<Utc>,
-    row: AuditRow<'_>,
-    msg_ids: &[i64],
-    result: serde_json::Value,
-) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(
-        "INSERT INTO audit_log (at, actor, action, reason, msg_ids, result, ticket, token_name) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
-    )
-    .bind(now)
-    .bind(row.actor)
-    .bind(row.action)
-    .bind(row.reason)
-    .bind(msg_ids)
-    .bind(result)
-    .bind(row.ticket)
-    .bind(row.token)
-    .fetch_one(&mut **tx)
-    .await
-}
-
-/// `{"applied": n, "refused": m, "rows": [{"msg_id", "result", …}]}`.
-fn audit_json(rows: &[RowResult]) -> serde_json::Value {
-    let per_row: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|r| match &r.outcome {
-            RowOutcome::Applied {
-                previous_state,
-                previous_class,
-                previous_backfill_at,
-                previous_abandon,
-                source,
-            } => {
-                let mut row = json!({
-                    "msg_id": r.msg_id,
-                    "result": "applied",
-                    "previous_state": previous_state,
-                    "previous_class": previous_class,
-                    "previous_backfill_at": previous_backfill_at.map(|t| t.to_rfc3339()),
-                    "previous_abandon_reason": previous_abandon,
-                });
-                if let Some(source) = source {
-                    row["source"] = json!(source.as_str());
-                }
-                row
-            }
-            RowOutcome::Refused { reason } => json!({
-                "msg_id": r.msg_id,
-                "result": "refused",
-                "reason": reason,
-            }),
-        })
-        .collect();
-    let applied = rows.iter().filter(|r| r.outcome.is_applied()).count();
-    json!({ "applied": applied, "refused": rows.len() - applied, "rows": per_row })
-}
-
-/// One `audit_log` row.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow, serde::Serialize)]
-pub struct AuditEntry {
-    /// Row id.
-    pub id: i64,
-    /// When (the caller's clock).
-    pub at: DateTime<Utc>,
-    /// Who.
-    pub actor: String,
-    /// `REPLAY`, `RECOVER_BACKFILL`, …
-    pub action: String,
-    /// Why.
-    pub reason: String,
-    /// Which rows were asked for (distinct, ascending).
-    pub msg_ids: Vec<i64>,
-    /// `{"applied", "refused", "rows": [{"msg_id", "result", "reason" | "previous_…"}]}`.
-    pub result: serde_json::Value,
-    /// The operator's ticket, if given.
-    pub ticket: Option<String>,
-    /// The name of the HTTP token that ran it (None from the CLI).
-    pub token_name: Option<String>,
 }

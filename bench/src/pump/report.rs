@@ -8,9 +8,9 @@ use msgx_core::settings::{redact_url, Settings};
 use super::super::databases::BenchDbs;
 use super::super::percentile;
 use super::super::report::rate;
-use super::pump_bare::{BareLimits, BareRun, BareShape};
-use super::pump_load::Loaded;
-use super::pump_run::PumpRun;
+use super::bare::{BareLimits, BareRun, BareShape};
+use super::load::Loaded;
+use super::run::PumpRun;
 use super::{Measured, PumpBenchArgs};
 use msgx_core::pump::stages::Stage;
 

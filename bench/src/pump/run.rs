@@ -8,6 +8,11 @@
 //! before the first step and after every tenth, with the pump paused: each tenth is compared
 //! with the bare rates measured right around it.
 
+mod tenths;
+
+pub(super) use tenths::Probe;
+use tenths::{Tenth, Tenths, PROBE_SHAPES};
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,70 +25,9 @@ use msgx_core::pump::{Outcome, PumpCore, StepOutcome};
 use msgx_core::settings::Settings;
 use msgx_core::store::Store;
 
-use super::super::rss_mib;
-use super::pump_bare::{bare_shape, BareRun, BareShape, BareTables};
-use super::pump_load::Loaded;
-
-/// How the interleaved bare probes run.
-#[derive(Clone, Copy)]
-pub(super) struct Probe<'a> {
-    /// The scratch tables.
-    pub(super) tables: &'a BareTables,
-    /// Longest probe.
-    pub(super) time: Duration,
-    /// Most transactions per probe.
-    pub(super) units: u64,
-}
-
-/// The shapes every probe runs.
-pub(super) const PROBE_SHAPES: [BareShape; 3] =
-    [BareShape::Tx, BareShape::PumpTx, BareShape::PumpMessage];
-
-impl Probe<'_> {
-    /// One probe: each of `shapes` for `time` (or `units`).
-    pub(super) async fn run(&self, shapes: &[BareShape]) -> anyhow::Result<Vec<BareRun>> {
-        let mut out = Vec::with_capacity(shapes.len());
-        for &shape in shapes {
-            out.push(
-                bare_shape(self.tables, shape, self.units, self.time)
-                    .await
-                    .with_context(|| format!("bare probe {}", shape.label()))?,
-            );
-        }
-        Ok(out)
-    }
-}
-
-/// One tenth of the run.
-#[derive(Debug)]
-pub(super) struct Tenth {
-    /// Messages in it.
-    pub(super) messages: u64,
-    /// Its wall time.
-    pub(super) elapsed: Duration,
-    /// Sum of `step_group()` wall time minus `took` (the whole group's wall time counts on its
-    /// first message): the head query (and the head decision).
-    pub(super) head: Duration,
-    /// Sum of `took` (stamp to terminal state).
-    pub(super) took: Duration,
-    /// RSS at its end.
-    pub(super) rss: Option<f64>,
-    /// The bare probe right after it.
-    pub(super) probe_after: Vec<BareRun>,
-}
-
-impl Tenth {
-    fn empty() -> Self {
-        Self {
-            messages: 0,
-            elapsed: Duration::ZERO,
-            head: Duration::ZERO,
-            took: Duration::ZERO,
-            rss: None,
-            probe_after: Vec::new(),
-        }
-    }
-}
+use crate::rss_mib;
+use crate::pump::bare::{bare_shape, BareRun, BareShape, BareTables};
+use crate::pump::load::Loaded;
 
 /// The pump run.
 #[derive(Debug)]
@@ -274,68 +218,6 @@ async fn group_once(
         }
     }
     Ok(done)
-}
-
-/// The progress of the run between its tenths.
-struct Tenths {
-    done: Vec<Tenth>,
-    current: Tenth,
-    started: Instant,
-    /// Time spent in the probes between the tenths (not the pump's).
-    paused: Duration,
-    /// WAL written by the probes between the tenths, taken out of the run's.
-    probe_wal: u64,
-}
-
-impl Tenths {
-    /// Counts one processed message in the current tenth.
-    fn count(&mut self, took_one: Duration, wall: Duration) {
-        let tenth = &mut self.current;
-        tenth.messages += 1;
-        tenth.head += wall.saturating_sub(took_one);
-        tenth.took += took_one;
-    }
-
-    /// Closes the current tenth: RSS, the bare probe (pump paused, its WAL counted apart) and
-    /// a progress line on stderr.
-    async fn close(
-        &mut self,
-        probe: &Probe<'_>,
-        store: &Store,
-        msg_id: i64,
-        run_started: Instant,
-    ) -> anyhow::Result<()> {
-        let tenth = &mut self.current;
-        tenth.elapsed = self.started.elapsed();
-        tenth.rss = rss_mib();
-        let pause = Instant::now();
-        let wal_before = wal_lsn(store).await;
-        let bare = probe.run(&PROBE_SHAPES).await?;
-        if let Some((a, b)) = wal_before.zip(wal_lsn(store).await) {
-            self.probe_wal += b.saturating_sub(a);
-        }
-        self.paused += pause.elapsed();
-        let rates: Vec<String> = bare
-            .iter()
-            .map(|r| format!("{} {:.0}/s", r.shape.label(), r.rate()))
-            .collect();
-        eprintln!(
-            "bench pump: {:>3}% message {msg_id} after {:.1}s, this tenth {:.0} msg/s; \
-             bare probe {}; RSS {}",
-            (self.done.len() + 1) * 10,
-            (run_started.elapsed() - self.paused).as_secs_f64(),
-            tenth.messages as f64 / tenth.elapsed.as_secs_f64().max(1e-9),
-            rates.join(", "),
-            tenth
-                .rss
-                .map_or_else(|| "n/a".to_string(), |v| format!("{v:.1} MiB"))
-        );
-        tenth.probe_after = bare;
-        self.done
-            .push(std::mem::replace(&mut self.current, Tenth::empty()));
-        self.started = Instant::now();
-        Ok(())
-    }
 }
 
 /// The pump's core with the service's codec and knobs (and `raw_copy` as asked), and its

@@ -1,10 +1,5 @@
-//! The idle and steady phases of `msgx-bench e2e`, after the drain.
-//!
-//! Idle: nothing arrives for `--idle`; the statements the service sends the inbox in that
-//! time, per second and per `poll_interval` (`inbox_stats`: counted by MariaDB for the
-//! service's own inbox user).
-//!
-//! Steady: well-formed messages committed into the inbox at a fixed rate (one autocommit INSERT
+//! The steady phases of `msgx-bench e2e`, after the drain and the idle phase (`e2e/idle.rs`):
+//! well-formed messages committed into the inbox at a fixed rate (one autocommit INSERT
 //! each, timed on this host's clock after the commit), then, per message, where its time went,
 //! from the stamps the service writes with its own clock (same host):
 //!
@@ -42,41 +37,9 @@ pub(super) struct Offer<'a> {
     pub(super) length: Duration,
 }
 
-/// The idle phase: inbox statements while nothing arrives; with `trace`, also which ones, by
-/// shape (MariaDB's general log, on for the phase only).
-pub(super) async fn idle(
-    stats: &InboxStats,
-    length: Duration,
-    poll_interval: Duration,
-    trace: bool,
-) -> anyhow::Result<()> {
-    let tracing = if trace {
-        Some(stats.trace_start().await?)
-    } else {
-        None
-    };
-    let before = stats.read().await?;
-    let began = Instant::now();
-    tokio::time::sleep(length).await;
-    let ran = stats.read().await?.since(&before);
-    let secs = began.elapsed().as_secs_f64();
-    println!(
-        "  idle {:.0}s              : inbox statements {:.2}/s = {:.2} per poll_interval {poll_interval:?} ({})",
-        secs,
-        ran.total() as f64 / secs,
-        ran.total() as f64 / secs * poll_interval.as_secs_f64(),
-        split(&ran, secs)
-    );
-    if let Some(t) = tracing {
-        for (shape, n) in stats.trace_end(t).await? {
-            println!("    {n:>5} x {shape}");
-        }
-    }
-    Ok(())
-}
 
 /// Statements per second by kind.
-fn split(ran: &Commands, secs: f64) -> String {
+pub(super) fn split(ran: &Commands, secs: f64) -> String {
     format!(
         "SELECT {:.2}/s, UPDATE {:.2}/s, other {:.2}/s",
         ran.select as f64 / secs,
