@@ -12,8 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
 # The demo runs `dev inbox-fixture` and `dev simulate-upstream`: the dev-tools feature (which
-# the Debian package's build never has). The tests' builds have it too: one feature set.
-cargo build --workspace --features msgx-actors/dev-tools
+# the Debian package's build never has). The tests' build has it too, in the same profile and
+# target dir with the same dependency features: after scripts/test.sh this builds nothing.
+cargo build --locked -p msgx-actors --features dev-tools --bin msgexchange
 bin=${CARGO_TARGET_DIR:-target}/debug/msgexchange
 export MSGX_INBOX__URL=${MSGX_INBOX__URL:-mysql://root@127.0.0.1:3306/msgx_inbox}
 export MSGX_STORE__URL=${MSGX_STORE__URL:-postgres://postgres@127.0.0.1:5432/msgx}

@@ -14,7 +14,7 @@ for db in $(mariadb -h 127.0.0.1 -uroot -N -e "SELECT schema_name FROM informati
 done
 
 # The tools the tests need besides cargo (Debian's prometheus, three PyPI packages, one npm
-# parser, cargo-deny) are fetched in the background while cargo compiles: they wait on the
+# parser, cargo-deny, cargo-deb) are fetched in the background while cargo compiles: they wait on the
 # network, the build on the CPU. Their output goes to a log shown only when they fail.
 tools() {
   # Alert rules: promtool comes with Debian's prometheus package, and so does the real Prometheus
@@ -46,6 +46,10 @@ tools() {
   if ! command -v cargo-deny >/dev/null 2>&1; then
     cargo install -q cargo-deny --locked
   fi
+  # The package test's packer (scripts/package.sh).
+  if ! command -v cargo-deb >/dev/null 2>&1; then
+    cargo install -q cargo-deb --locked
+  fi
   cargo fetch -q --locked
 }
 # Each background job runs in its own process group (set -m while it is started), so that an
@@ -56,43 +60,30 @@ tools >"$tools_log" 2>&1 &
 tools_pid=$!
 set +m
 
-# The Debian package a site installs (release profile, for the package test in
-# tests/config_cli.rs; under CI=true it fails instead of skipping when the package is missing) and
-# the previous release's binary (tests/upgrade.rs, scripts/prev_release.sh) build in their own
-# target dir, target/package-build/, beside the test build: two builds of one workspace in one
-# target dir would wait for each other's lock, and side by side their serial stretches (a C
-# library's build, one large crate, a link) fill each other's idle core. The previous release
-# builds after the package, so it reuses the package's release-profile dependencies.
-package() {
-  if ! command -v cargo-deb >/dev/null 2>&1; then
-    cargo install -q cargo-deb --locked
-  fi
-  CARGO_TARGET_DIR=target/package-build scripts/package.sh -q  # the SBOM, then cargo deb
-  scripts/prev_release.sh >/dev/null
-}
-package_log=$(mktemp)
-set -m
-package >"$package_log" 2>&1 &
-package_pid=$!
-set +m
-# A failed test build (or Ctrl-C) ends the script: the background builds and installs end with
-# it instead of running on orphaned. After a normal end the groups are gone and this is a no-op.
-trap 'kill -- -"$tools_pid" -"$package_pid" 2>/dev/null || true' EXIT
+# One profile, one target dir, one build after another (issue 43: the second of the README's
+# two commands builds nothing new). First the binary the Debian package ships: built without
+# the tests' `dev-tools` feature, and copied aside before the test build relinks
+# target/debug/msgexchange with the feature on. It compiles every dependency of the service,
+# which the test build then reuses; only msgx-actors compiles twice (with and without the
+# feature). The package test packs this test-profile binary; a site's package is the same
+# files with the release profile (`scripts/package.sh`, docs/operations.md "Installing").
+cargo build --locked -q -p msgx-actors --bin msgexchange
+mkdir -p target/package-build/debug
+cp "${CARGO_TARGET_DIR:-target}/debug/msgexchange" target/package-build/debug/msgexchange
 
 cargo test --workspace --exclude msgx-testkit --all-targets --no-run -q
 
-if ! wait "$package_pid"; then
-  cat "$package_log" >&2
-  echo "scripts/test.sh: building the package or the previous release failed (above)" >&2
-  exit 1
-fi
-rm -f "$package_log"
 if ! wait "$tools_pid"; then
   cat "$tools_log" >&2
   echo "scripts/test.sh: installing the test tools failed (above)" >&2
   exit 1
 fi
 rm -f "$tools_log"
+# The package (`cargo deb --no-build` packs the binary copied aside above, with the SBOM;
+# tests/config_cli.rs installs it), then the previous release's binary for tests/upgrade.rs
+# (scripts/prev_release.sh: same profile and target dir, so it reuses these dependencies).
+CARGO_TARGET_DIR=target/package-build scripts/package.sh -q --no-build --profile dev --fast
+scripts/prev_release.sh >/dev/null
 (cd prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
 
 # --no-fail-fast: one red test binary must not hide the others (CI reads every binary's result).

@@ -903,6 +903,51 @@ async fn the_actor_sweeps_on_start_and_early_when_woken() {
     env.cleanup().await;
 }
 
+/// Issue 43 (idle means idle): a sweep that confirmed marks wakes the purge watch, which reads on
+/// within a second instead of at its period (an hour here). During a drain the boundary keeps
+/// pace, so nothing is left to read once the inbox goes quiet.
+#[actix_rt::test]
+async fn a_sweep_that_confirmed_marks_wakes_the_purge_watch() {
+    use actix::Actor;
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    use msgx_actors::backfill_sweeper::BackfillSweeper;
+    use msgx_actors::messages::RefreshBoundary;
+    use msgx_actors::purge_watch::PurgeWatch;
+    use msgx_actors::wiring::Wiring;
+
+    // The actors run on this thread (actix_rt::test): the local recorder sees their gauges.
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let boundary = || {
+        let text = metrics.render();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("msgx_purge_boundary_id "));
+        line.and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    let env = TestEnv::new("bf_wakes_watch").await;
+    let settings = env.settings(&[("MSGX_BACKFILL__PERIOD", "1h")]);
+    let ids = processed(&env, &flops(1, 3), &[]).await;
+    let period = settings.backfill.period;
+    let watch = PurgeWatch::new(env.inbox.clone(), env.store.clone(), period).start();
+    // Nothing is confirmed yet: no row may be purged.
+    let first = common::pipeline::ask(&watch, RefreshBoundary).await;
+    assert!(first.caught_up);
+    assert_eq!(boundary(), Some(0.0));
+
+    let wiring = Wiring::default();
+    wiring.update(|r| r.confirmed = vec![watch.clone().recipient()]);
+    let cfg = SweepConfig::new(&settings.backfill, &env.names);
+    let clock = common::shared(&env.clock);
+    let sweeper = BackfillSweeper::new(env.inbox.clone(), env.store.clone(), clock, cfg, period);
+    // Its first sweep (at start) marks and confirms the three rows, then tells the watch.
+    let _sweeper = sweeper.with_wiring(wiring).start();
+    let last = ids[2] as f64;
+    wait_until(|| async { boundary() == Some(last) }).await;
+    env.cleanup().await;
+}
+
 async fn wait_until<F, Fut>(mut check: F)
 where
     F: FnMut() -> Fut,

@@ -810,8 +810,9 @@ fn a_mark_budget_the_idle_timeout_does_not_cover_is_refused() {
     );
 }
 
-/// The Debian package `scripts/test.sh` builds (`cargo deb`, release profile, in its own target
-/// dir beside the test build), if any.
+/// The Debian package `scripts/test.sh` packs (`scripts/package.sh --no-build --profile dev`:
+/// the package's files around the test profile's build of the binary without `dev-tools`), if
+/// any.
 fn built_package() -> Option<std::path::PathBuf> {
     let dir = common::repo_root().join("target/package-build/debian");
     let mut debs: Vec<_> = std::fs::read_dir(dir)

@@ -190,14 +190,24 @@ async fn kill_9_at_random_points_never_lets_w_pass_an_unenqueued_row() {
     let mut rng_state = 0x9e37_79b9u64;
     let mut watermarks = Vec::new();
     for round in 0..6 {
+        let port = free_port();
         let mut svc = spawn_service(
             &env,
             &[
                 ("MSGX_PIPELINE__CLAIM_BATCH", "50"),
                 ("MSGX_PIPELINE__ASYNC_ENQUEUE_COMMIT", "true"),
             ],
-            free_port(),
+            port,
         );
+        // The random window starts when the service is up, not at the spawn: on a loaded
+        // host the start alone can outlast the window, and a kill before the first poll
+        // lands nowhere (seen: W unmoved in four of six rounds while other builds ran).
+        wait_for("service ready", Duration::from_secs(30), || async {
+            common::http::get(port, "/readyz")
+                .await
+                .is_ok_and(|r| r.starts_with("HTTP/1.1 200"))
+        })
+        .await;
         rng_state = rng_state
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);

@@ -2,14 +2,16 @@
 //! only when to run the next: every `backfill.period` (a schedule, not a deadline), at once
 //! while full batches drain a backlog, and early — at most once per `wake_gap` — when the pump
 //! says a row became terminal ([`TerminalCommitted`]). Sweeps never overlap (the mailbox waits
-//! on each). The sweep itself reports to telemetry.
+//! on each). The sweep itself reports to telemetry; a sweep that confirmed marks tells the purge
+//! watch ([`MarksConfirmed`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::child::Child;
-use crate::messages::{SweepNow, TerminalCommitted, WorkError};
+use crate::messages::{MarksConfirmed, SweepNow, TerminalCommitted, WorkError};
 use crate::next_run::NextRun;
+use crate::wiring::Wiring;
 use crate::work::Handles;
 use actix::{Actor, AtomicResponse, Context, Handler};
 use msgx_core::backfill::rules::sweep_again_now;
@@ -34,6 +36,8 @@ pub struct BackfillSweeper {
     next: NextRun,
     /// Start of the last sweep.
     last_start: Option<Instant>,
+    /// Who hears of confirmed marks (the purge watch; none unless wired).
+    wiring: Wiring,
 }
 
 impl BackfillSweeper {
@@ -52,7 +56,14 @@ impl BackfillSweeper {
             wake_gap: DEFAULT_WAKE_GAP.min(period),
             next: NextRun::default(),
             last_start: None,
+            wiring: Wiring::default(),
         }
+    }
+
+    /// Tells `wiring`'s confirmed-marks receivers after each sweep that confirmed marks.
+    pub fn with_wiring(mut self, wiring: Wiring) -> Self {
+        self.wiring = wiring;
+        self
     }
 
     /// Sets the shortest gap between a sweep and a sweep woken by [`TerminalCommitted`].
@@ -67,6 +78,12 @@ impl BackfillSweeper {
     }
 
     fn after_sweep(&mut self, result: &Result<SweepReport, StoreError>, ctx: &mut Context<Self>) {
+        if let Ok(r) = result {
+            if !r.confirmed.is_empty() {
+                let rows = r.confirmed.len();
+                self.wiring.marks_confirmed(MarksConfirmed { rows });
+            }
+        }
         let delay = match result {
             Ok(r)
                 if sweep_again_now(r.selected, self.cfg.batch, r.transient() + r.locked.len()) =>

@@ -129,6 +129,16 @@ pub struct RequestTick;
 #[rtype(result = "Result<Advance, WorkError>")]
 pub struct RefreshBoundary;
 
+/// A sweep confirmed marks (`backfill_at` set): the purge boundary may move, so the purge
+/// watch reads on soon instead of at its next period — during a drain it keeps pace, and the
+/// inbox stays quiet once the drain is over (issue 43: idle means idle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]
+#[rtype(result = "()")]
+pub struct MarksConfirmed {
+    /// Rows the sweep confirmed.
+    pub rows: usize,
+}
+
 /// The pump committed a terminal state (with its backfill intent): a sweep may come early
 /// (the backfill sweeper).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Message)]

@@ -7,8 +7,14 @@
 //! to the first row that is not purgeable. It is a child of its own, so a long first catch-up
 //! never delays polling, processing or marking; when a round hits its row cap it runs the next
 //! one at once.
+//!
+//! A sweep that confirmed marks wakes it early ([`MarksConfirmed`], at most one round per
+//! [`WAKE_GAP`]): during a drain it reads on over a second's confirmations at a time instead of
+//! `backfill.period`'s worth, so when the drain ends nothing is left to read and an idle inbox
+//! sees the poller's one statement per `poll_interval` and this watch's one per period
+//! (issue 43; before, a million-row drain left ~30 reads of 5,000 rows for the idle minutes).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, AtomicResponse, Context, Handler, WrapFuture};
 use msgx_core::inbox::Inbox;
@@ -16,8 +22,12 @@ use msgx_core::ops::{Advance, BoundaryWatch, BOUNDARY_MAX_ROWS};
 use msgx_core::store::Store;
 
 use crate::child::Child;
-use crate::messages::{RefreshBoundary, WorkError};
+use crate::messages::{MarksConfirmed, RefreshBoundary, WorkError};
 use crate::next_run::NextRun;
+
+/// Shortest gap from a round's start to a round woken by [`MarksConfirmed`]: the sweep confirms
+/// every second or so during a drain, and one read of 5,000 rows covers a second of it.
+pub const WAKE_GAP: Duration = Duration::from_secs(1);
 
 /// The purge boundary watcher.
 pub struct PurgeWatch {
@@ -31,6 +41,8 @@ pub struct PurgeWatch {
     period: Duration,
     /// The pending timer.
     next: NextRun,
+    /// Start of the last round (a wake waits out [`WAKE_GAP`] from it).
+    last_start: Option<Instant>,
 }
 
 impl PurgeWatch {
@@ -42,6 +54,7 @@ impl PurgeWatch {
             watch: BoundaryWatch::default(),
             period,
             next: NextRun::default(),
+            last_start: None,
         }
     }
 }
@@ -60,6 +73,7 @@ impl Handler<RefreshBoundary> for PurgeWatch {
 
     fn handle(&mut self, _: RefreshBoundary, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
+        self.last_start = Some(Instant::now());
         let (inbox, store) = (self.inbox.clone(), self.store.clone());
         let mut watch = self.watch.clone();
         let round = async move {
@@ -88,6 +102,21 @@ impl Handler<RefreshBoundary> for PurgeWatch {
             act.next.arm(ctx, RefreshBoundary, after, false);
             r.map_err(WorkError::from)
         })))
+    }
+}
+
+impl Handler<MarksConfirmed> for PurgeWatch {
+    type Result = ();
+
+    fn handle(&mut self, msg: MarksConfirmed, ctx: &mut Self::Context) {
+        let since_last = self.last_start.map_or(WAKE_GAP, |t| t.elapsed());
+        let after = WAKE_GAP.saturating_sub(since_last);
+        tracing::trace!(
+            rows = msg.rows,
+            ?after,
+            "marks confirmed: purge boundary round soon"
+        );
+        self.next.arm(ctx, RefreshBoundary, after, true);
     }
 }
 

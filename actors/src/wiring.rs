@@ -7,8 +7,8 @@ use actix::Recipient;
 
 use crate::child::Child;
 use crate::messages::{
-    EventsQueued, HolesReleased, HousekeepNow, PollNow, Shutdown, Step, TerminalCommitted,
-    WatermarkMoved,
+    EventsQueued, HolesReleased, HousekeepNow, MarksConfirmed, PollNow, Shutdown, Step,
+    TerminalCommitted, WatermarkMoved,
 };
 
 /// The current receivers.
@@ -24,6 +24,8 @@ pub struct Receivers {
     pub pump: Option<Recipient<Step>>,
     /// Told when the pump commits a terminal row (the backfill sweeper wakes early).
     pub terminal: Vec<Recipient<TerminalCommitted>>,
+    /// Told when a sweep confirmed marks (the purge watch reads on soon).
+    pub confirmed: Vec<Recipient<MarksConfirmed>>,
     /// Told when the pump commits events (the dispatcher wakes at once).
     pub events: Vec<Recipient<EventsQueued>>,
     /// The current housekeeper (tests and tools start a retention job now).
@@ -60,6 +62,11 @@ impl Wiring {
     /// Tells every terminal-row receiver.
     pub fn terminal_committed(&self, msg: TerminalCommitted) {
         self.tell(|r| &r.terminal, msg);
+    }
+
+    /// Tells every confirmed-marks receiver.
+    pub fn marks_confirmed(&self, msg: MarksConfirmed) {
+        self.tell(|r| &r.confirmed, msg);
     }
 
     /// Tells every event receiver.

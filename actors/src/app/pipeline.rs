@@ -277,14 +277,15 @@ fn late_detector(d: &PipelineDeps) -> ChildFactory {
     )
 }
 
-/// Wakes on `TerminalCommitted`.
+/// Wakes on `TerminalCommitted`; tells of `MarksConfirmed`.
 fn backfill_sweeper(d: &PipelineDeps) -> ChildFactory {
     let (inbox, store, clock) = (d.inbox.clone(), d.store.clone(), d.clock.clone());
     let (cfg, period) = (d.backfill.clone(), d.backfill_period);
     ChildFactory::of(
-        move |_| {
+        move |wiring| {
             let (i, s, c) = (inbox.clone(), store.clone(), clock.clone());
-            Some(BackfillSweeper::new(i, s, c, cfg.clone(), period))
+            let sweeper = BackfillSweeper::new(i, s, c, cfg.clone(), period);
+            Some(sweeper.with_wiring(wiring.clone()))
         },
         |r, addr| r.terminal = vec![addr.clone().recipient()],
     )
@@ -322,12 +323,12 @@ fn schedule_requester(d: &PipelineDeps, outbound: Outbound) -> ChildFactory {
     )
 }
 
-/// Receives nothing but `Shutdown`.
+/// Wakes on `MarksConfirmed`.
 fn purge_watch(d: &PipelineDeps) -> ChildFactory {
     let (inbox, store, period) = (d.inbox.clone(), d.store.clone(), d.backfill_period);
     ChildFactory::of(
         move |_| Some(PurgeWatch::new(inbox.clone(), store.clone(), period)),
-        |_, _| {},
+        |r, addr| r.confirmed = vec![addr.clone().recipient()],
     )
 }
 

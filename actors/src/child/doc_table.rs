@@ -60,9 +60,11 @@ fn rows() -> Vec<Row> {
                 NONE,
                 &["late::detect_once", "late::compensation_scan"],
             ),
-            Child::BackfillSweeper => {
-                row::<BackfillSweeper>(child, NONE, &["backfill::sweep_once"])
-            }
+            Child::BackfillSweeper => row::<BackfillSweeper>(
+                child,
+                ("the purge watch `MarksConfirmed`", &["MarksConfirmed"]),
+                &["backfill::sweep_once"],
+            ),
             Child::Dispatcher => row::<Dispatcher>(
                 child,
                 NONE,
