@@ -13,7 +13,8 @@ const END: &str = "<!-- /layers -->";
 /// `(module path, rank)` from the doc's table, rank 0 the lowest. A row's modules are
 /// backticked paths (`inbox::names`); the longest matching path decides.
 fn table() -> Vec<(String, usize)> {
-    let doc = std::fs::read_to_string(root().join("docs/architecture.md")).expect("architecture.md");
+    let doc =
+        std::fs::read_to_string(root().join("docs/architecture.md")).expect("architecture.md");
     let start = doc.find(BEGIN).expect("layers table begin marker") + BEGIN.len();
     let stop = doc[start..].find(END).expect("layers table end marker") + start;
     let rows = doc[start..stop]
@@ -62,7 +63,11 @@ fn sources() -> Vec<(PathBuf, String)> {
     }
     files
         .into_iter()
-        .filter(|f| !test_only.iter().any(|t| f == t || f.starts_with(t.with_extension(""))))
+        .filter(|f| {
+            !test_only
+                .iter()
+                .any(|t| f == t || f.starts_with(t.with_extension("")))
+        })
         .map(|f| {
             let rel = f.strip_prefix(&src).expect("under src").with_extension("");
             let mut parts: Vec<String> = rel

@@ -407,7 +407,6 @@ impl<'a> Segments<'a> {
     }
 }
 
-
 /// `now - since`, zero when the clock stepped back (never ages a hole by a clock jump back).
 fn elapsed(since: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
     (now - since).to_std().unwrap_or(Duration::ZERO)

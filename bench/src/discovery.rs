@@ -13,14 +13,14 @@
 //!
 //! Not a timed test: it prints numbers. The databases are dropped unless `--keep`.
 
-mod writers;
 mod lags;
+mod writers;
 
-use writers::{Writers, spawn_writers};
 use lags::report;
+use writers::{spawn_writers, Writers};
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Actor;
@@ -29,16 +29,13 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use msgx_core::clock::{SharedClock, SystemClock};
 use msgx_core::settings::Settings;
-use rand::{Rng, SeedableRng};
 use sqlx::mysql::MySqlPoolOptions;
-use sqlx::Connection;
 
 use msgx_actors::health::Health;
 use msgx_actors::inbox_poller::InboxPoller;
 use msgx_actors::wiring::Wiring;
 
 use crate::databases::BenchDbs;
-use crate::report::percentile;
 
 /// Discovery benchmark knobs.
 #[derive(Debug, Args)]

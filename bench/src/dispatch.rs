@@ -30,28 +30,21 @@ use steady::{print_latency, steady};
 
 pub(crate) use bare::{acked, bare_latency_probe, probe_headers};
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Actor;
 use anyhow::Context as _;
 use clap::Args;
-use futures::future::join_all;
-use msgx_core::clock::{SharedClock, SystemClock};
-use msgx_core::dispatch::{cloudevents, txn, DispatchState};
-use msgx_core::kafka::producer::Outgoing;
+use msgx_core::clock::SystemClock;
+use msgx_core::dispatch::{txn, DispatchState};
 use msgx_core::kafka::EventProducer;
-use msgx_core::settings::{Delivery, Settings};
-use msgx_core::store::events::PendingEvent;
+use msgx_core::settings::Settings;
 use msgx_core::store::Store;
 
 use super::databases::BenchDbs;
 use super::dispatch_round;
 use super::percentile;
-use super::report::{rate, Pacer};
+use super::report::rate;
 use msgx_actors::app::{kafka_bootstrap, DispatchDeps};
-use msgx_actors::dispatcher::Dispatcher;
-use msgx_actors::messages::EventsQueued;
 
 /// Dispatch benchmark knobs.
 #[derive(Debug, Args)]

@@ -26,43 +26,31 @@
 //!    lag `BACKFILL_AT − TERMINAL_AT` is read back afterwards.
 
 mod bare;
-mod sweeps;
-mod steady;
 mod report;
+mod steady;
+mod sweeps;
 
 use bare::{BareRun, BareTable};
-use sweeps::{Stages, SweepRun, stage_phase, sweep_phase};
-use steady::{Steady, steady_phase};
-use report::{ms, print_report};
+use report::print_report;
+use steady::{steady_phase, Steady};
+use sweeps::{stage_phase, sweep_phase, Stages, SweepRun};
 
-use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use actix::Actor;
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::Args;
-use msgx_core::backfill::rules::{classify, overdue_before};
 use msgx_core::backfill::{sweep_once, SweepConfig};
-use msgx_core::clock::{Clock, SharedClock, SystemClock};
+use msgx_core::clock::SystemClock;
 use msgx_core::inbox::names::InboxNames;
-use msgx_core::inbox::time::utc_to_local;
 use msgx_core::inbox::Inbox;
 use msgx_core::settings::{redact_url, Settings};
-use msgx_core::store::backfill::SweepWrite;
 use msgx_core::store::Store;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::{ConnectOptions, Connection};
 
 use super::checkpoint;
 use super::databases::BenchDbs;
 use super::inbox_load::{load_inbox, Loaded};
-use super::percentile;
 use super::report::rate;
-use msgx_actors::backfill_sweeper::{BackfillSweeper, DEFAULT_WAKE_GAP};
-use msgx_actors::messages::TerminalCommitted;
 
 /// Mark benchmark knobs.
 #[derive(Debug, Args)]

@@ -26,14 +26,14 @@ mod parse;
 
 use std::collections::{BTreeMap, HashMap};
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, NaiveDate, TimeZone, Utc};
 use chrono_tz::Tz;
 
 use self::fields::{
-    body_element, check_format, cut, is_nil, meta_field, no_stray_text, parse_date8,
-    parse_time14, quote, quote_name, single, trim,
+    body_element, check_format, cut, is_nil, meta_field, no_stray_text, parse_date8, parse_time14,
+    quote, quote_name, single, trim,
 };
-use self::parse::{is_xml_space, Node};
+use self::parse::Node;
 use super::model::{Body, DecodedMessage, Field, FieldValue, FlightRecord, Meta, ScheduleKind};
 use super::{Codec, CodecError};
 
@@ -404,7 +404,6 @@ impl Decoding<'_> {
         })
     }
 }
-
 
 #[cfg(test)]
 mod fuzz;

@@ -79,8 +79,7 @@ impl RecordIdentity {
         };
         Self {
             ce_id: header("ce_id"),
-            event_id: header(EVENT_HEADER)
-                .and_then(|v| v.parse().ok()),
+            event_id: header(EVENT_HEADER).and_then(|v| v.parse().ok()),
         }
     }
 

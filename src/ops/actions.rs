@@ -2,7 +2,7 @@
 //! and id range), backfill recovery, dead-event requeue; and the dead-event listing.
 
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 mod reports;
 
@@ -10,10 +10,8 @@ pub use reports::{ActionReport, DeadEvent, DeadEvents, RefusedEvent, RequeueRepo
 
 use super::{Ops, OpsError};
 use crate::inbox::RawMessage;
-use crate::rows::{ErrorClass, ProcState, RawSource};
-use crate::store::replay::{
-    self, AdminReport, Audit, Expect, RowOutcome, REPLAYABLE_CLASSES, REPLAYABLE_STATES,
-};
+use crate::rows::{ErrorClass, ProcState};
+use crate::store::replay::{self, Audit, Expect, REPLAYABLE_CLASSES, REPLAYABLE_STATES};
 
 /// Most ids one request may name or select (one transaction holds the pipeline lock for all).
 pub const MAX_IDS: usize = 10_000;

@@ -7,27 +7,21 @@
 use std::sync::Arc;
 
 use actix::{Actor, Addr};
-use anyhow::Context as _;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use msgx_core::backfill::SweepConfig;
-use msgx_core::clock::{Clock, SharedClock, SystemClock};
+use msgx_core::clock::SharedClock;
 use msgx_core::codec::xml::XmlCodec;
 use msgx_core::codec::Codec;
-use msgx_core::cutover::seed::Approval;
-use msgx_core::cutover::CutoverMode;
 use msgx_core::dispatch::{DispatchConfig, RetryRules};
 use msgx_core::inbox::Inbox;
-use msgx_core::kafka::{EmbeddedCluster, EventProducer};
+use msgx_core::kafka::EventProducer;
 use msgx_core::late::DetectConfig;
 use msgx_core::outbound::Outbound;
 use msgx_core::poller::PollConfig;
 use msgx_core::pump::{HeadRules, PumpConfig, PumpCore};
 use msgx_core::settings::{
-    redact_url, KafkaSettings, LateSettings, PipelineSettings, ProcessingSettings,
-    RetentionSettings, Settings,
+    KafkaSettings, LateSettings, PipelineSettings, ProcessingSettings, RetentionSettings, Settings,
 };
-use msgx_core::store::{InstanceLock, SchemaState, SeedOutcome, Store};
-use msgx_core::telemetry;
+use msgx_core::store::{InstanceLock, Store};
 use tokio::sync::mpsc;
 
 use crate::backfill_sweeper::BackfillSweeper;

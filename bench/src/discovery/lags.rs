@@ -3,23 +3,12 @@
 //! committed row, beside the bound `max_commit_delay + 2 × poll_interval`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-use actix::Actor;
-use anyhow::Context as _;
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
-use clap::Args;
-use msgx_core::clock::{SharedClock, SystemClock};
-use msgx_core::settings::Settings;
-use rand::{Rng, SeedableRng};
-use sqlx::mysql::MySqlPoolOptions;
-use sqlx::Connection;
-use msgx_actors::health::Health;
-use msgx_actors::inbox_poller::InboxPoller;
-use msgx_actors::wiring::Wiring;
-use crate::databases::BenchDbs;
-use crate::report::percentile;
+
 use super::{DiscoveryBenchArgs, Outcome};
+use crate::report::percentile;
 
 /// Discovery lags (enqueued_at − commit) of the rows the poller enqueued, per minute of
 /// commit time and overall, with the rows enqueued late and those missing.

@@ -6,21 +6,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use actix::Actor;
-use anyhow::Context as _;
+
 use chrono::{DateTime, Utc};
-use clap::Args;
-use msgx_core::clock::{SharedClock, SystemClock};
 use msgx_core::settings::Settings;
 use rand::{Rng, SeedableRng};
-use sqlx::mysql::MySqlPoolOptions;
 use sqlx::Connection;
-use msgx_actors::health::Health;
-use msgx_actors::inbox_poller::InboxPoller;
-use msgx_actors::wiring::Wiring;
-use crate::databases::BenchDbs;
-use crate::report::percentile;
-use super::{DiscoveryBenchArgs};
+
+use super::DiscoveryBenchArgs;
 
 /// Commit wall times by id, written by the writers.
 pub(super) type Commits = Arc<Mutex<BTreeMap<i64, DateTime<Utc>>>>;

@@ -4,28 +4,19 @@
 //! used by `msgx-bench e2e` and the transaction probe). Apart from the dispatcher's own rounds
 //! because none of it runs our code.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use actix::Actor;
+
 use anyhow::Context as _;
-use clap::Args;
 use futures::future::join_all;
-use msgx_core::clock::{SharedClock, SystemClock};
-use msgx_core::dispatch::{cloudevents, txn, DispatchState};
+use msgx_actors::app::DispatchDeps;
+use msgx_core::dispatch::cloudevents;
 use msgx_core::kafka::producer::Outgoing;
 use msgx_core::kafka::EventProducer;
-use msgx_core::settings::{Delivery, Settings};
+use msgx_core::settings::Delivery;
 use msgx_core::store::events::PendingEvent;
 use msgx_core::store::Store;
-use crate::databases::BenchDbs;
-use crate::dispatch_round;
-use crate::percentile;
+
 use crate::report::{rate, Pacer};
-use msgx_actors::app::{kafka_bootstrap, DispatchDeps};
-use msgx_actors::dispatcher::Dispatcher;
-use msgx_actors::messages::EventsQueued;
-use super::{ms};
-use super::steady::{steady};
 
 /// The bare probes' producer: the dispatcher's client settings, never transactional (the
 /// bare limit of the broker, whichever `kafka.delivery` the dispatcher runs).
@@ -37,7 +28,11 @@ pub(super) fn bare_producer(deps: &DispatchDeps) -> anyhow::Result<EventProducer
 
 /// Records per second of a bare produce loop: the backlog's own rows as records, all queued
 /// (librdkafka's queue bounds what is in flight), then every ack awaited.
-pub(super) async fn bare_produce(deps: &DispatchDeps, store: &Store, n: u64) -> anyhow::Result<f64> {
+pub(super) async fn bare_produce(
+    deps: &DispatchDeps,
+    store: &Store,
+    n: u64,
+) -> anyhow::Result<f64> {
     let rows = store
         .deliverable_events(
             chrono::Utc::now(),

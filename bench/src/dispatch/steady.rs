@@ -4,25 +4,18 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
 use actix::Actor;
-use anyhow::Context as _;
-use clap::Args;
-use futures::future::join_all;
-use msgx_core::clock::{SharedClock, SystemClock};
-use msgx_core::dispatch::{cloudevents, txn, DispatchState};
-use msgx_core::kafka::producer::Outgoing;
-use msgx_core::kafka::EventProducer;
-use msgx_core::settings::{Delivery, Settings};
-use msgx_core::store::events::PendingEvent;
-use msgx_core::store::Store;
-use crate::databases::BenchDbs;
-use crate::dispatch_round;
-use crate::percentile;
-use crate::report::{rate, Pacer};
-use msgx_actors::app::{kafka_bootstrap, DispatchDeps};
+use msgx_actors::app::DispatchDeps;
 use msgx_actors::dispatcher::Dispatcher;
 use msgx_actors::messages::EventsQueued;
-use super::{DispatchBenchArgs, ms, seed};
+use msgx_core::clock::{SharedClock, SystemClock};
+use msgx_core::kafka::EventProducer;
+use msgx_core::store::Store;
+
+use super::{ms, seed, DispatchBenchArgs};
+use crate::percentile;
+use crate::report::Pacer;
 
 /// Steady phase: commit → SENT under a constant rate with the real actor; returns the
 /// latencies.

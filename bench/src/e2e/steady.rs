@@ -37,7 +37,6 @@ pub(super) struct Offer<'a> {
     pub(super) length: Duration,
 }
 
-
 /// Statements per second by kind.
 pub(super) fn split(ran: &Commands, secs: f64) -> String {
     format!(

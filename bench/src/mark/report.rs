@@ -1,33 +1,11 @@
 //! What `msgx-bench mark` prints: every phase's figures beside the bare limits of the same run.
 //! Apart from the phases so the measuring code and the wording change independently.
 
-use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use actix::Actor;
-use anyhow::Context as _;
-use chrono::{DateTime, Utc};
-use clap::Args;
-use msgx_core::backfill::rules::{classify, overdue_before};
-use msgx_core::backfill::{sweep_once, SweepConfig};
-use msgx_core::clock::{Clock, SharedClock, SystemClock};
-use msgx_core::inbox::names::InboxNames;
-use msgx_core::inbox::time::utc_to_local;
-use msgx_core::inbox::Inbox;
-use msgx_core::settings::{redact_url, Settings};
-use msgx_core::store::backfill::SweepWrite;
-use msgx_core::store::Store;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::{ConnectOptions, Connection};
-use crate::checkpoint;
-use crate::databases::BenchDbs;
-use crate::inbox_load::{load_inbox, Loaded};
+use std::time::Duration;
+
+use super::{Ctx, Measured};
 use crate::percentile;
 use crate::report::rate;
-use msgx_actors::backfill_sweeper::{BackfillSweeper, DEFAULT_WAKE_GAP};
-use msgx_actors::messages::TerminalCommitted;
-use super::{Ctx, Measured, mark};
 
 /// The printed report.
 pub(super) fn print_report(ctx: &Ctx<'_>, batch: u32, m: &Measured) {

@@ -3,34 +3,19 @@
 //! oldest unmarked age is sampled and the per-row lag read back. The steady stage, apart from
 //! the backlog.
 
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
 use actix::Actor;
 use anyhow::Context as _;
-use chrono::{DateTime, Utc};
-use clap::Args;
-use msgx_core::backfill::rules::{classify, overdue_before};
-use msgx_core::backfill::{sweep_once, SweepConfig};
-use msgx_core::clock::{Clock, SharedClock, SystemClock};
-use msgx_core::inbox::names::InboxNames;
-use msgx_core::inbox::time::utc_to_local;
-use msgx_core::inbox::Inbox;
-use msgx_core::settings::{redact_url, Settings};
-use msgx_core::store::backfill::SweepWrite;
-use msgx_core::store::Store;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::{ConnectOptions, Connection};
-use crate::checkpoint;
-use crate::databases::BenchDbs;
-use crate::inbox_load::{load_inbox, Loaded};
-use crate::percentile;
-use crate::report::rate;
+use chrono::Utc;
 use msgx_actors::backfill_sweeper::{BackfillSweeper, DEFAULT_WAKE_GAP};
 use msgx_actors::messages::TerminalCommitted;
-use super::{Ctx, insert_terminal, run};
-use super::report::{ms};
+use msgx_core::clock::{SharedClock, SystemClock};
+use msgx_core::store::Store;
+
+use super::{insert_terminal, Ctx};
 
 /// One steady run.
 pub(super) struct Steady {
@@ -63,7 +48,12 @@ impl Steady {
 
 /// Phase 5: terminal rows `first..` appear at `steady_rate`/s for `steady` while the real
 /// actor sweeps (in its own arbiter).
-pub(super) async fn steady_phase(ctx: &Ctx<'_>, first: i64, rows: u64, woken: bool) -> anyhow::Result<Steady> {
+pub(super) async fn steady_phase(
+    ctx: &Ctx<'_>,
+    first: i64,
+    rows: u64,
+    woken: bool,
+) -> anyhow::Result<Steady> {
     let clock: SharedClock = Arc::new(SystemClock);
     let arbiter = actix::Arbiter::new();
     let sweeper = BackfillSweeper::new(
@@ -155,7 +145,11 @@ pub(super) async fn offer_terminal(
 
 /// `BACKFILL_AT − TERMINAL_AT` of the rows `first..end` marked (ascending), and how many are
 /// still unmarked.
-pub(super) async fn marked_lag(ctx: &Ctx<'_>, first: i64, end: i64) -> anyhow::Result<(Vec<Duration>, i64)> {
+pub(super) async fn marked_lag(
+    ctx: &Ctx<'_>,
+    first: i64,
+    end: i64,
+) -> anyhow::Result<(Vec<Duration>, i64)> {
     let lag_ms: Vec<f64> = sqlx::query_scalar(
         "SELECT EXTRACT(EPOCH FROM (backfill_at - terminal_at))::float8 * 1000 \
          FROM proc_state WHERE msg_id >= $1 AND msg_id < $2 AND backfill_at IS NOT NULL",

@@ -3,33 +3,17 @@
 //! stage timed apart (where the time goes). The backlog stage, apart from the bare limits and
 //! the steady stream.
 
-use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use actix::Actor;
+
 use anyhow::Context as _;
-use chrono::{DateTime, Utc};
-use clap::Args;
+use chrono::Utc;
 use msgx_core::backfill::rules::{classify, overdue_before};
-use msgx_core::backfill::{sweep_once, SweepConfig};
-use msgx_core::clock::{Clock, SharedClock, SystemClock};
-use msgx_core::inbox::names::InboxNames;
-use msgx_core::inbox::time::utc_to_local;
-use msgx_core::inbox::Inbox;
-use msgx_core::settings::{redact_url, Settings};
+use msgx_core::backfill::sweep_once;
+use msgx_core::clock::{Clock, SystemClock};
 use msgx_core::store::backfill::SweepWrite;
-use msgx_core::store::Store;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
-use sqlx::{ConnectOptions, Connection};
+
+use super::Ctx;
 use crate::checkpoint;
-use crate::databases::BenchDbs;
-use crate::inbox_load::{load_inbox, Loaded};
-use crate::percentile;
-use crate::report::rate;
-use msgx_actors::backfill_sweeper::{BackfillSweeper, DEFAULT_WAKE_GAP};
-use msgx_actors::messages::TerminalCommitted;
-use super::{Ctx, mark};
 
 /// The real sweeps.
 pub(super) struct SweepRun {

@@ -25,9 +25,9 @@ use msgx_core::pump::{Outcome, PumpCore, StepOutcome};
 use msgx_core::settings::Settings;
 use msgx_core::store::Store;
 
-use crate::rss_mib;
-use crate::pump::bare::{bare_shape, BareRun, BareShape, BareTables};
+use crate::pump::bare::{BareRun, BareShape};
 use crate::pump::load::Loaded;
+use crate::rss_mib;
 
 /// The pump run.
 #[derive(Debug)]

@@ -41,7 +41,11 @@ pub(super) fn meta_field(meta: &Node, tag: &str) -> Result<Option<String>, Codec
 }
 
 /// The body element `<tag>` of a `msg_type` message: exactly one.
-pub(super) fn body_element<'n>(root: &'n Node, tag: &str, msg_type: &str) -> Result<&'n Node, CodecError> {
+pub(super) fn body_element<'n>(
+    root: &'n Node,
+    tag: &str,
+    msg_type: &str,
+) -> Result<&'n Node, CodecError> {
     let body = single(root, tag, "MSG")?
         .ok_or_else(|| malformed(format!("TYPE={msg_type} but <MSG> has no <{tag}> body")))?;
     no_stray_text(body, tag)?;

@@ -3,20 +3,14 @@
 //! bare rates measured right around it. Apart from the pump loop (`pump/run.rs`) because this
 //! is the yardstick, not the thing measured.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
 use anyhow::Context as _;
-use msgx_core::clock::{SharedClock, SystemClock};
-use msgx_core::inbox::Inbox;
-use msgx_core::pump::stages::StageTimes;
-use msgx_core::pump::{Outcome, PumpCore, StepOutcome};
-use msgx_core::settings::Settings;
 use msgx_core::store::Store;
-use crate::rss_mib;
+
+use super::wal_lsn;
 use crate::pump::bare::{bare_shape, BareRun, BareShape, BareTables};
-use crate::pump::load::Loaded;
-use super::{wal_lsn};
+use crate::rss_mib;
 
 /// How the interleaved bare probes run.
 #[derive(Clone, Copy)]
