@@ -65,6 +65,8 @@ mod ops_broker;
 mod ops_cutover;
 #[path = "ops_pair.rs"]
 mod ops_pair;
+#[path = "ops_pair_more.rs"]
+mod ops_pair_more;
 #[path = "ops_purge.rs"]
 mod ops_purge;
 #[path = "ops_requeue.rs"]
@@ -137,6 +139,12 @@ struct Seq {
     purge_races_holds: bool,
     /// The last purge's span: its readiness call to its delete (a pair's overlap check).
     purge_span: Option<(Instant, Instant)>,
+    /// The last takeover's span: the active instance frozen to the standby ready (a pair's
+    /// overlap check).
+    takeover_span: Option<(Instant, Instant)>,
+    /// Told when the next takeover has frozen the active instance (a pair's action waits for
+    /// it, so that it runs across the takeover).
+    on_freeze: Option<Arc<tokio::sync::Notify>>,
     model: Model,
 }
 
@@ -521,6 +529,8 @@ impl Seq {
             n: 50_000,
             purge_races_holds: false,
             purge_span: None,
+            takeover_span: None,
+            on_freeze: None,
             holes: Arc::default(),
             id_regressions: 0.0,
             live: Arc::default(),
@@ -644,6 +654,7 @@ impl Seq {
                 Step::Rotate => self.rotate().await,
                 Step::Requeue => self.requeue().await,
                 Step::Takeover => self.takeover().await,
+                Step::CutoverPlan => self.cutover_plan_live().await,
                 Step::Pause { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
             }
             if stalls {

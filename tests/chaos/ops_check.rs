@@ -414,6 +414,7 @@ async fn check_events(
     if !lost.is_empty() {
         model.violation(format!("requeued events never reached the topic: {lost:?}"));
     }
+    check_requeued_across_takeover(model, kafka);
     // A requeued event may first be seen after later events of its key (docs/consuming-events
     // .md): it leaves the order check, every other event of the key keeps its place.
     let requeued_msgs: HashSet<(String, i64)> = rows
@@ -447,6 +448,36 @@ async fn check_events(
         model.violation(format!(
             "{dups} duplicate records on the topic in a sequence without a crash, kill or \
              store cut (at-least-once allows them only there)"
+        ));
+    }
+}
+
+/// Events requeued while a takeover ran (a pair, `ops_pair_more`): on the topic once each in
+/// exactly-once mode (at least once otherwise), and within a key first seen in event order.
+fn check_requeued_across_takeover(model: &mut Model, kafka: &[Received]) {
+    let ids: HashSet<i64> = model.requeued_across_takeover.iter().copied().collect();
+    let mut seen: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut first: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for r in kafka.iter().filter(|r| ids.contains(&r.event_id())) {
+        let n = seen.entry(r.event_id()).or_default();
+        if *n == 0 {
+            first.entry(&r.key).or_default().push(r.event_id());
+        }
+        *n += 1;
+    }
+    let wrong: Vec<(i64, usize)> = ids
+        .iter()
+        .map(|id| (*id, seen.get(id).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n == 0 || (*n > 1 && model.exactly_once))
+        .collect();
+    let unordered: Vec<(&str, Vec<i64>)> = first
+        .into_iter()
+        .filter(|(_, evs)| evs.windows(2).any(|w| w[0] > w[1]))
+        .collect();
+    if !wrong.is_empty() || !unordered.is_empty() {
+        model.violation(format!(
+            "events requeued across a takeover: not on the topic once each (event, copies) \
+             {wrong:?}; out of event order within their key {unordered:?}"
         ));
     }
 }

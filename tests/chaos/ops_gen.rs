@@ -62,8 +62,16 @@ pub fn generate(seed: u64) -> Plan {
         let o = g.overlap();
         steps.insert(at, o);
     }
-    if let Some((at, pair)) = pair_of(seed, steps.len()) {
-        steps.insert(at, pair);
+    if let Some((at, pair)) = pair_of(seed, steps.len(), dispatch_outage) {
+        // A requeue has DEAD events only until it created the events topic: requeue ∥
+        // takeover takes the place of the plan's requeue.
+        let requeue = steps.iter().position(|s| matches!(s, Step::Requeue));
+        match (&pair, requeue) {
+            (Step::Pair { first, .. }, Some(i)) if matches!(**first, Step::Requeue) => {
+                steps[i] = pair
+            }
+            _ => steps.insert(at, pair),
+        }
     }
     Plan {
         seed,
@@ -76,24 +84,42 @@ pub fn generate(seed: u64) -> Plan {
 }
 
 /// Two operator actions at once in about a third of the seeds (replay ∥ purge, recover ∥
-/// purge), at a place among `steps` steps: drawn from a stream of its own, so the other steps
-/// of a seed stay what they were.
-fn pair_of(seed: u64, steps: usize) -> Option<(usize, Step)> {
+/// purge, skip ∥ `cutover plan`, and requeue ∥ takeover where the events topic is missing at
+/// first, so that the requeue has DEAD events), at a place among `steps` steps: drawn from a
+/// stream of its own, so the other steps of a seed stay what they were.
+fn pair_of(seed: u64, steps: usize, dispatch_outage: bool) -> Option<(usize, Step)> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5041_4952);
     if !rng.random_bool(0.35) {
         return None;
     }
-    let first = if rng.random_bool(0.5) {
-        Step::Replay {
-            by_class: rng.random_bool(0.4),
-            max_rows: rng.random_range(1..=3),
-        }
+    // Requeue ∥ takeover is drawn only where a requeue has work, and more often there: those
+    // seeds are few. The other three take turns by seed, so that a few seeds cover them all.
+    let kind = if dispatch_outage && rng.random_bool(0.4) {
+        3
     } else {
-        Step::RecoverBackfill
+        seed % 3
+    };
+    let (first, second) = match kind {
+        0 => (
+            Step::Replay {
+                by_class: rng.random_bool(0.4),
+                max_rows: rng.random_range(1..=3),
+            },
+            Step::Purge,
+        ),
+        1 => (Step::RecoverBackfill, Step::Purge),
+        2 => (
+            Step::Skip {
+                followers: rng.random_range(1..=4),
+                before: rng.random_range(0..=3),
+            },
+            Step::CutoverPlan,
+        ),
+        _ => (Step::Requeue, Step::Takeover),
     };
     let pair = Step::Pair {
         first: Box::new(first),
-        second: Box::new(Step::Purge),
+        second: Box::new(second),
     };
     Some((rng.random_range(1..=steps), pair))
 }
@@ -333,6 +359,25 @@ fn a_seed_makes_the_same_plan_and_the_ci_seeds_cover_every_action() {
         "pair",
     ] {
         assert!(kinds.contains(k), "{k} missing from the CI seeds");
+    }
+    let pairs: std::collections::HashSet<(&str, &str)> = plans
+        .iter()
+        .flat_map(|p| &p.steps)
+        .filter_map(|s| match s {
+            Step::Pair { first, second } => Some((first.kind(), second.kind())),
+            _ => None,
+        })
+        .collect();
+    for pair in [
+        ("replay", "purge"),
+        ("recover_backfill", "purge"),
+        ("skip", "cutover_plan"),
+        ("requeue", "takeover"),
+    ] {
+        assert!(
+            pairs.contains(&pair),
+            "pair {pair:?} missing from the CI seeds"
+        );
     }
     for mode in [Delivery::AtLeastOnce, Delivery::ExactlyOnce] {
         let n = plans.iter().filter(|p| p.delivery == mode).count();

@@ -92,6 +92,9 @@ pub struct Model {
     pub recovered: Vec<i64>,
     /// Events requeued.
     pub requeued: BTreeSet<i64>,
+    /// Events requeued while a takeover ran (a pair): each reaches the topic once (exactly-once;
+    /// at least once otherwise), in event order within its key.
+    pub requeued_across_takeover: Vec<i64>,
     /// Process exits: (instance, expected, seen).
     pub exits: Vec<(String, Exit, Option<ExitStatus>)>,
     /// Actions by kind.

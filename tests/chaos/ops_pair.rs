@@ -1,4 +1,5 @@
-//! Two operator actions at once (issue 41 item 3): a replay or a recover-backfill, prepared
+//! Two operator actions at once (issue 41 item 3; skip ∥ `cutover plan` and requeue ∥
+//! takeover are in [`super::ops_pair_more`]): a replay or a recover-backfill, prepared
 //! first, has its CLI call run while the DB owner's purge runs (`purge-readiness`, then the
 //! delete up to its READY boundary). Both are timed; the overlap must have happened (a pair
 //! whose two spans did not meet is a failure of the harness, not a pass), and each action is
@@ -21,6 +22,13 @@ enum First {
 
 impl Seq {
     pub(super) async fn pair(&mut self, first: &Step, second: &Step) {
+        match (first, second) {
+            (Step::Skip { followers, before }, Step::CutoverPlan) => {
+                return self.skip_with_cutover_plan(*followers, *before).await;
+            }
+            (Step::Requeue, Step::Takeover) => return self.requeue_across_takeover().await,
+            _ => {}
+        }
         self.model.acted(first.kind());
         // A held commit of an earlier step would make the purge wait first, past the other
         // action: it ends before the pair starts.
@@ -92,8 +100,20 @@ impl Seq {
 
     /// The first action's CLI span against the purge's (its readiness call to its delete): they
     /// must meet.
-    fn judge_overlap(&mut self, first: &str, (a0, a1): (Instant, Instant), second: &str) {
-        let Some((b0, b1)) = self.purge_span.take() else {
+    fn judge_overlap(&mut self, first: &str, a: (Instant, Instant), second: &str) {
+        let span = self.purge_span.take();
+        self.judge_spans(first, a, second, span);
+    }
+
+    /// Two actions' spans (`second`'s as it recorded it, if it did): they must meet.
+    pub(super) fn judge_spans(
+        &mut self,
+        first: &str,
+        (a0, a1): (Instant, Instant),
+        second: &str,
+        span: Option<(Instant, Instant)>,
+    ) {
+        let Some((b0, b1)) = span else {
             self.model.violation(format!(
                 "harness: pair {first} ∥ {second}: the {second} recorded no span"
             ));

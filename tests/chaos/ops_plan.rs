@@ -112,8 +112,9 @@ pub enum Step {
         hold_ms: u64,
         rollback: bool,
     },
-    /// Two operator actions at once: `first`'s CLI call (a replay or a recover-backfill,
-    /// prepared before) runs while `second` (a purge) runs; the overlap is timed and checked.
+    /// Two operator actions at once: `first`'s CLI call (a replay, a recover-backfill, a skip
+    /// or a requeue, prepared before) runs while `second` (a purge, a `cutover plan` or a
+    /// takeover) runs; the overlap is timed and checked.
     Pair {
         first: Box<Step>,
         second: Box<Step>,
@@ -137,6 +138,8 @@ pub enum Step {
     Rotate,
     Requeue,
     Takeover,
+    /// `cutover plan` on the live store: read-only, it reports the seeding as not applicable.
+    CutoverPlan,
     Pause {
         ms: u64,
     },
@@ -176,6 +179,7 @@ impl Step {
             Step::Rotate => "rotate",
             Step::Requeue => "requeue",
             Step::Takeover => "takeover",
+            Step::CutoverPlan => "cutover_plan",
             Step::Pause { .. } => "pause",
         }
     }

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Seq, ACTOR, TICKET};
-use crate::common::instance::off_runtime;
+use crate::common::instance::{off_runtime, CliOut};
 use crate::ops_effect::Predict;
 use crate::ops_model::Exit;
 
@@ -17,6 +17,27 @@ impl Seq {
             self.model.effect("requeue", Predict::Idle(why), false, "");
             return;
         }
+        let dead = self.requeue_prepare().await;
+        let before = self.model.requeued.len();
+        if self.plan.delivery == msgx_core::settings::Delivery::ExactlyOnce && dead {
+            self.requeue_across_a_restart().await;
+        }
+        self.requeue_until_none_dead().await;
+        // The topic is missing and events exist (the runner wrote one if none had come): every
+        // send fails, 2 attempts of 2 s, and the event goes DEAD (SPEC §7).
+        let why = "events raised while the events topic is missing go DEAD".to_string();
+        let took = dead && self.model.requeued.len() > before;
+        let what = format!(
+            "DEAD events seen: {dead}; requeued {}",
+            self.model.requeued.len() - before
+        );
+        self.model
+            .effect("requeue", Predict::Effective(why), took, &what);
+    }
+
+    /// Events raised while the topic is missing (the runner writes one if none came), DEAD
+    /// ones waited for, then the topic created. True when some went DEAD.
+    pub(super) async fn requeue_prepare(&mut self) -> bool {
         let pool = self.env.store.pool().clone();
         let count = |sql: &'static str| {
             let pool = pool.clone();
@@ -43,21 +64,7 @@ impl Seq {
             .await;
         let (a, t) = (self.broker.clone(), self.topic.clone());
         off_runtime(move || a.create_topic(&t, 3)).await;
-        let before = self.model.requeued.len();
-        if self.plan.delivery == msgx_core::settings::Delivery::ExactlyOnce && dead {
-            self.requeue_across_a_restart().await;
-        }
-        self.requeue_until_none_dead().await;
-        // The topic is missing and events exist (the runner wrote one if none had come): every
-        // send fails, 2 attempts of 2 s, and the event goes DEAD (SPEC §7).
-        let why = "events raised while the events topic is missing go DEAD".to_string();
-        let took = dead && self.model.requeued.len() > before;
-        let what = format!(
-            "DEAD events seen: {dead}; requeued {}",
-            self.model.requeued.len() - before
-        );
-        self.model
-            .effect("requeue", Predict::Effective(why), took, &what);
+        dead
     }
 
     /// Issue 40, a requeue across a restart: the active instance frozen (so its dispatcher
@@ -112,7 +119,7 @@ impl Seq {
     }
 
     /// The ids `events list-dead` lists.
-    async fn dead_event_ids(&mut self) -> Vec<String> {
+    pub(super) async fn dead_event_ids(&mut self) -> Vec<String> {
         let out = self
             .cli(&["events", "list-dead", "--limit", "1000", "--json"])
             .await;
@@ -127,7 +134,7 @@ impl Seq {
 
     /// `events list-dead` and `events requeue` until no event is DEAD any more and events that
     /// were in flight when the topic came back had time to fail (2 attempts of 2 s).
-    async fn requeue_until_none_dead(&mut self) {
+    pub(super) async fn requeue_until_none_dead(&mut self) {
         let since = Instant::now();
         loop {
             let ids = self.dead_event_ids().await;
@@ -144,33 +151,46 @@ impl Seq {
 
     /// `events requeue` of `ids`, audited; a refusal is a violation.
     async fn requeue_ids(&mut self, ids: &[String]) {
-        let list = ids.join(",");
-        let out = self
-            .cli(&[
-                "events",
-                "requeue",
-                "--ids",
-                &list,
-                "--actor",
-                ACTOR,
-                "--reason",
-                "the events topic is back",
-                "--ticket",
-                TICKET,
-                "--json",
-            ])
-            .await;
+        let args = requeue_args(ids);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = self.cli(&args).await;
+        self.requeue_judge(&out);
+    }
+
+    /// An `events requeue` call's answer: a refusal is a violation; what it requeued goes to
+    /// the model. The requeued ids.
+    pub(super) fn requeue_judge(&mut self, out: &CliOut) -> Vec<i64> {
         let r = out.json();
         if out.code != Some(0) || r["refused"].as_array().is_some_and(|a| !a.is_empty()) {
             self.model
                 .violation(format!("events requeue: {}", out.all()));
         }
-        self.model.requeued.extend(
-            r["requeued"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_i64()),
-        );
+        let ids: Vec<i64> = r["requeued"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_i64())
+            .collect();
+        self.model.requeued.extend(ids.iter().copied());
+        ids
     }
+}
+
+/// `events requeue` of `ids`, audited.
+pub(super) fn requeue_args(ids: &[String]) -> Vec<String> {
+    [
+        "events",
+        "requeue",
+        "--ids",
+        &ids.join(","),
+        "--actor",
+        ACTOR,
+        "--reason",
+        "the events topic is back",
+        "--ticket",
+        TICKET,
+        "--json",
+    ]
+    .map(String::from)
+    .to_vec()
 }

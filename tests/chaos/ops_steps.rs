@@ -1,7 +1,7 @@
 //! The operator procedures on the pipeline's rows, each as a site runs it through the real
 //! `msgexchange` CLI (replay, approved skip, recover-backfill after the DB owner deleted and
 //! restored a row), with the reads of the store they need. Each records what it did in the
-//! model. A replay and a recover are split at their CLI call so that a pair
+//! model. A replay, a skip and a recover are split at their CLI call so that a pair
 //! ([`super::ops_pair`]) can run it while another action runs.
 
 use std::collections::{BTreeSet, HashSet};
@@ -20,6 +20,16 @@ const EXHAUST_MIN: Duration = Duration::from_millis(1700);
 
 /// Time left for the skip CLI to start and apply before the blocker could be poisoned.
 const SKIP_CLI_MARGIN: Duration = Duration::from_millis(1100);
+
+/// A skip ready to run: its CLI arguments and what the model expects of it.
+pub(super) struct SkipPlan {
+    pub args: Vec<String>,
+    predict: Predict,
+    /// The blocker and its followers.
+    queued: Vec<i64>,
+    from: i64,
+    to: i64,
+}
 
 /// A replay ready to run: its CLI arguments and what the model expects of it.
 pub(super) struct ReplayPlan {
@@ -230,6 +240,22 @@ impl Seq {
     /// inside that time must catch the blocker and every follower (FIFO: nothing passes the
     /// head). Later, the blocker may already be DEAD and the followers done: either outcome.
     pub(super) async fn skip(&mut self, followers: usize, before: usize) {
+        let Some(prep) = self.skip_prepare(followers, before).await else {
+            return;
+        };
+        let at = Instant::now();
+        let args: Vec<&str> = prep.args.iter().map(String::as_str).collect();
+        let out = self.cli(&args).await;
+        self.skip_judge(prep, at, out).await;
+    }
+
+    /// The blocker and its followers written, W past them, the prediction made: the skip's
+    /// CLI call ready to run (None: judged already, W did not pass).
+    pub(super) async fn skip_prepare(
+        &mut self,
+        followers: usize,
+        before: usize,
+    ) -> Option<SkipPlan> {
         let m = self.runtime_unknown();
         let written_at = Instant::now();
         let blocker = self.write(m).await;
@@ -252,7 +278,7 @@ impl Seq {
             let why = "W passes committed rows, SPEC §3".to_string();
             self.model
                 .effect("skip", Predict::Effective(why), false, &what);
-            return;
+            return None;
         }
         let age = written_at.elapsed();
         let predict = if age + SKIP_CLI_MARGIN < EXHAUST_MIN {
@@ -266,24 +292,40 @@ impl Seq {
                  ({EXHAUST_MIN:?} of retries) and its followers processed"
             ))
         };
-        let (f, t) = (from.to_string(), to.to_string());
-        let at = Instant::now();
-        let out = self
-            .cli(&[
-                "skip",
-                "--from",
-                &f,
-                "--to",
-                &t,
-                "--approver",
-                "ops-lead",
-                "--reason",
-                "ops test skip",
-                "--ticket",
-                "CHG-19",
-                "--json",
-            ])
-            .await;
+        let args = [
+            "skip",
+            "--from",
+            &from.to_string(),
+            "--to",
+            &to.to_string(),
+            "--approver",
+            "ops-lead",
+            "--reason",
+            "ops test skip",
+            "--ticket",
+            "CHG-19",
+            "--json",
+        ]
+        .map(String::from)
+        .to_vec();
+        Some(SkipPlan {
+            args,
+            predict,
+            queued,
+            from,
+            to,
+        })
+    }
+
+    /// The skip's CLI call (started at `at`) judged against the model's prediction.
+    pub(super) async fn skip_judge(&mut self, p: SkipPlan, at: Instant, out: CliOut) {
+        let SkipPlan {
+            predict,
+            queued,
+            from,
+            to,
+            ..
+        } = p;
         if out.code != Some(0) {
             self.model
                 .violation(format!("skip {from}..{to} failed: {}", out.all()));

@@ -56,11 +56,15 @@ impl Seq {
         self.add_metrics(&a.name, &text);
         a.signal("-STOP");
         let frozen = Instant::now();
+        if let Some(n) = self.on_freeze.take() {
+            n.notify_one();
+        }
         if !b.try_wait_ready(Duration::from_secs(25)).await {
             self.model
                 .violation(format!("{name} did not take over within 25s"));
         }
         let took = frozen.elapsed();
+        self.takeover_span = Some((frozen, Instant::now()));
         a.signal("-CONT");
         let st = a.exited_within(Duration::from_secs(15)).await;
         self.model.exited(&a.name, Exit::Fenced, st);
