@@ -127,9 +127,8 @@ impl Handler<TerminalCommitted> for BackfillSweeper {
     type Result = ();
 
     fn handle(&mut self, _: TerminalCommitted, ctx: &mut Self::Context) {
-        let since_last = self.last_start.map_or(self.wake_gap, |t| t.elapsed());
-        let after = self.wake_gap.saturating_sub(since_last);
-        self.schedule(ctx, after, true);
+        self.next
+            .arm_woken(ctx, SweepNow, self.last_start, self.wake_gap);
     }
 }
 

@@ -31,6 +31,27 @@ impl NextRun {
         self.timer = Some((ctx.notify_later(msg, after), at));
     }
 
+    /// Arms the timer for a wake-up (another actor said there is work): at the earliest `gap`
+    /// after the last step's start (`last_start`; at once when none ran yet or the gap has
+    /// passed), unless the armed timer already fires sooner. Many wakes within a gap are one
+    /// step, not one step each.
+    pub fn arm_woken<A, M>(
+        &mut self,
+        ctx: &mut Context<A>,
+        msg: M,
+        last_start: Option<Instant>,
+        gap: Duration,
+    ) -> Duration
+    where
+        A: Actor<Context = Context<A>> + Handler<M>,
+        M: Message + 'static,
+    {
+        let since_last = last_start.map_or(gap, |t| t.elapsed());
+        let after = gap.saturating_sub(since_last);
+        self.arm(ctx, msg, after, true);
+        after
+    }
+
     /// Disarms the timer (the step is running now).
     pub fn cancel<A>(&mut self, ctx: &mut Context<A>)
     where

@@ -109,14 +109,14 @@ impl Handler<MarksConfirmed> for PurgeWatch {
     type Result = ();
 
     fn handle(&mut self, msg: MarksConfirmed, ctx: &mut Self::Context) {
-        let since_last = self.last_start.map_or(WAKE_GAP, |t| t.elapsed());
-        let after = WAKE_GAP.saturating_sub(since_last);
+        let after = self
+            .next
+            .arm_woken(ctx, RefreshBoundary, self.last_start, WAKE_GAP);
         tracing::trace!(
             rows = msg.rows,
             ?after,
             "marks confirmed: purge boundary round soon"
         );
-        self.next.arm(ctx, RefreshBoundary, after, true);
     }
 }
 
