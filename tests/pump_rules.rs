@@ -671,20 +671,15 @@ async fn run_inbox(spec: &[Gen], group_max: &str) -> (Snapshot, u64) {
         ("MSGX_PROCESSING__READ_AHEAD", "16"),
     ]);
     let mut outcomes = Vec::new();
-    for _ in 0..100_000 {
-        match pump.step().await.expect("step") {
-            StepOutcome::Idle => break,
-            StepOutcome::Waiting { until, .. } => {
-                let now = msgx_core::clock::Clock::now(&env.clock);
-                let wait = (until - now).to_std().unwrap_or(Duration::ZERO);
-                env.clock.advance(wait + Duration::from_secs(1));
-            }
+    for step in steps_until_idle(&env, &mut pump, 100_000).await {
+        match step {
             StepOutcome::Poisoned { msg_id, .. } => {
                 outcomes.push((msg_id, "poisoned".into(), "EXHAUSTED".into()))
             }
             StepOutcome::Processed {
                 msg_id, outcome, ..
             } => outcomes.push((msg_id, outcome.label().into(), outcome.class().into())),
+            StepOutcome::Idle | StepOutcome::Waiting { .. } => {}
         }
     }
     let pool = env.store.pool();
@@ -893,6 +888,24 @@ async fn boom_trigger(env: &TestEnv) {
     .execute(env.store.pool())
     .await
     .expect("trigger");
+}
+
+/// Steps the pump until it is idle (at most `max` steps), moving the clock over every wait;
+/// the steps that did something (processed or poisoned), in order.
+async fn steps_until_idle(env: &TestEnv, pump: &mut Stepper, max: usize) -> Vec<StepOutcome> {
+    let mut done = Vec::new();
+    for _ in 0..max {
+        match pump.step().await.expect("step") {
+            StepOutcome::Idle => break,
+            StepOutcome::Waiting { until, .. } => {
+                let now = msgx_core::clock::Clock::now(&env.clock);
+                let wait = (until - now).to_std().unwrap_or(Duration::ZERO);
+                env.clock.advance(wait + Duration::from_secs(1));
+            }
+            step => done.push(step),
+        }
+    }
+    done
 }
 
 /// One step; a store error (a pooled connection the cut left broken) is retried.

@@ -152,21 +152,16 @@ async fn a_failing_member_falls_back_without_losing_or_reordering_the_others() {
     );
 
     // The failed head retries, is poisoned, and the members after it run in order.
-    let mut after = Vec::new();
-    for _ in 0..20 {
-        match pump.step().await.expect("step") {
-            StepOutcome::Idle => break,
-            StepOutcome::Waiting { until, .. } => {
-                let now = msgx_core::clock::Clock::now(&env.clock);
-                let wait = (until - now).to_std().unwrap_or(Duration::ZERO);
-                env.clock.advance(wait + Duration::from_secs(1));
-            }
+    let after: Vec<i64> = steps_until_idle(&env, &mut pump, 20)
+        .await
+        .into_iter()
+        .filter_map(|step| match step {
             StepOutcome::Processed {
                 msg_id, outcome, ..
-            } if outcome.is_terminal() => after.push(msg_id),
-            _ => {}
-        }
-    }
+            } if outcome.is_terminal() => Some(msg_id),
+            _ => None,
+        })
+        .collect();
     assert_eq!(after, ids[4..], "the rest, in order");
     assert_eq!(stored_gate(&env, "F1").await, "A3");
     assert_eq!(stored_gate(&env, "F2").await, "B2");
