@@ -125,13 +125,6 @@ impl Seq {
             self.model.requeued_across_takeover.extend(requeued);
         }
         self.requeue_until_none_dead().await;
-        let why = "events raised while the events topic is missing go DEAD".to_string();
-        let took = dead && self.model.requeued.len() > before;
-        let what = format!(
-            "DEAD events seen: {dead}; requeued {} (across a takeover)",
-            self.model.requeued.len() - before
-        );
-        self.model
-            .effect("requeue", Predict::Effective(why), took, &what);
+        self.requeue_effect(dead, before, " (across a takeover)");
     }
 }

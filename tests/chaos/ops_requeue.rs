@@ -23,12 +23,18 @@ impl Seq {
             self.requeue_across_a_restart().await;
         }
         self.requeue_until_none_dead().await;
-        // The topic is missing and events exist (the runner wrote one if none had come): every
-        // send fails, 2 attempts of 2 s, and the event goes DEAD (SPEC §7).
+        self.requeue_effect(dead, before, "");
+    }
+
+    /// The requeue's effect, judged against the prediction: the topic is missing and events
+    /// exist (the runner wrote one if none had come), so every send fails, 2 attempts of 2 s,
+    /// and the event goes DEAD (SPEC §7) — a requeue must then have requeued some. `how` is
+    /// added to the report (e.g. " (across a takeover)").
+    pub(super) fn requeue_effect(&mut self, dead: bool, before: usize, how: &str) {
         let why = "events raised while the events topic is missing go DEAD".to_string();
         let took = dead && self.model.requeued.len() > before;
         let what = format!(
-            "DEAD events seen: {dead}; requeued {}",
+            "DEAD events seen: {dead}; requeued {}{how}",
             self.model.requeued.len() - before
         );
         self.model
