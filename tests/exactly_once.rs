@@ -7,13 +7,15 @@
 //! duplicates. Fencing: the lease holder is frozen (SIGSTOP) while a standby takes over and
 //! fences its producer; woken (SIGCONT), nothing more of it reaches the topic.
 //!
-//! Broker: librdkafka's mock cluster, which does not fence a zombie producer (the frozen
-//! holder here is stopped by the store's fencing: its lease epoch is stale, and every commit is
-//! preceded by a check through the fenced store) and keeps an aborted transaction's records
-//! visible (no control records). tansu 0.6 fences a zombie producer but keeps aborted records
-//! visible to `read_committed` too (`scripts/tansu_txn_repro.py`). Either way a record of a
-//! transaction cut by the kill stays in the log; the recovery reads it as delivered, so
-//! "exactly once in the log" is what these tests check. The sequences of issue 40 (event
+//! Brokers: the kill tests run on librdkafka's mock cluster (its round-trip delay keeps the
+//! kills inside the drain). The mock does not fence a zombie producer: a holder frozen with
+//! records still queued in librdkafka appends them when woken, before its pre-commit check
+//! through the fenced store refuses the commit, and the mock keeps them visible (no control
+//! records) — so the fencing test runs on tansu, which refuses a fenced producer's appends the
+//! way Kafka does (`scripts/tansu_txn_repro.py`). tansu keeps aborted records visible to
+//! `read_committed` too. Either way a record of a transaction cut by the kill stays in the
+//! log; the recovery reads it as delivered, so "exactly once in the log" is what these tests
+//! check. The sequences of issue 40 (event
 //! identity across stores, requeue, commit timeout, fencing by the recorded id, a recreated
 //! topic) are in `exactly_once/identity.rs`.
 
@@ -30,6 +32,7 @@ use common::kafka::{consume, Received};
 use common::service::wait_for;
 use common::{msgs, TestEnv};
 use msgx_core::settings::Delivery;
+use msgx_testkit::tansu::Tansu;
 use rand::Rng;
 use rdkafka::mocking::MockCluster;
 
@@ -64,6 +67,14 @@ fn mock_cluster() -> (Cluster, String) {
         .expect("rtt");
     let bootstrap = cluster.bootstrap_servers();
     (cluster, bootstrap)
+}
+
+/// A real broker with both topics: the one that fences a zombie producer's appends.
+fn tansu() -> Tansu {
+    let t = Tansu::start();
+    t.create_topic(TOPIC, 3);
+    t.create_topic(DLQ, 3);
+    t
 }
 
 async fn backlog(env: &TestEnv) {
@@ -247,7 +258,13 @@ async fn at_least_once_under_the_same_kills_reports_its_duplicates() {
 
 #[tokio::test]
 async fn a_frozen_holder_is_fenced_and_adds_nothing_when_woken() {
-    let (env, _cluster, bootstrap, v) = drain("eo_fence", Delivery::ExactlyOnce).await;
+    // On tansu: a holder frozen with records queued in librdkafka sends them when woken, and
+    // only a broker that fences (as Kafka does) refuses them; the mock cluster appends them.
+    let broker = tansu();
+    let bootstrap = broker.bootstrap.clone();
+    let env = TestEnv::new("eo_fence").await;
+    backlog(&env).await;
+    let v = vars(&env, &bootstrap, Delivery::ExactlyOnce);
     let mut a = Instance::spawn(&v, "eo-fence-old", &[]);
     wait_for(
         "the old holder sending",

@@ -29,11 +29,10 @@ use msgx_core::clock::Clock;
 use msgx_core::dispatch::{txn, DispatchError, DispatchState};
 use msgx_core::kafka::EventProducer;
 use msgx_testkit::kafka::{consume, RawMock, Received};
-use msgx_testkit::tansu::Tansu;
 use msgx_testkit::{audit, TestEnv};
 use rdkafka::types::RDKafkaApiKey;
 
-use super::{DLQ, TOPIC};
+use super::{tansu, DLQ, TOPIC};
 
 /// A store's dispatcher driven by hand: its env, deps, producer and carried state.
 struct Holder {
@@ -124,13 +123,6 @@ impl Holder {
 async fn seed(env: &TestEnv, n: i64, flights: i64) -> Vec<i64> {
     let keys: Vec<String> = (0..n).map(|i| format!("FL{:02}", i % flights)).collect();
     env.seed_events(&keys).await
-}
-
-fn tansu() -> Tansu {
-    let t = Tansu::start();
-    t.create_topic(TOPIC, 3);
-    t.create_topic(DLQ, 3);
-    t
 }
 
 async fn read_all(bootstrap: &str, topic: &'static str, at_least: usize) -> Vec<Received> {
