@@ -816,20 +816,20 @@ async fn replay_waits_for_the_sweep_that_holds_the_row() {
     env.cleanup().await;
 }
 
-#[tokio::test]
-async fn a_replayed_marked_row_is_confirmed_as_already_marked_after_reprocessing() {
-    let env = TestEnv::new("bf_replay_marked").await;
+/// A DEAD row, marked and confirmed, then replayed and processed again: SUCCEEDED, its
+/// confirmation cleared by the replay. Returns its id and the mark it carries.
+async fn replayed_after_its_mark(env: &TestEnv) -> (i64, (Option<String>, Option<String>)) {
     // A FLOP subtype the codec does not know yet: FAILED UNSUPPORTED, then poison (1 attempt).
     let text = flop(1, "F1", &[("GATE", "A1")]).replace("<STYP>UPDT</STYP>", "<STYP>ZZZZ</STYP>");
-    let ids = processed(&env, &[text], &[("MSGX_PROCESSING__MAX_ATTEMPTS", "1")]).await;
+    let ids = processed(env, &[text], &[("MSGX_PROCESSING__MAX_ATTEMPTS", "1")]).await;
     let id = ids[0];
     assert_eq!(
         env.state_of(id).await,
         ("DEAD".into(), Some("EXHAUSTED".into()))
     );
-    let first = sweep_default(&env).await;
+    let first = sweep_default(env).await;
     assert_eq!(first.marked, 1);
-    let first_mark = mark(&env, id).await;
+    let first_mark = mark(env, id).await;
 
     env.clock.advance(Duration::from_secs(600));
     let rep = env
@@ -853,7 +853,18 @@ async fn a_replayed_marked_row_is_confirmed_as_already_marked_after_reprocessing
         StepOutcome::Processed { .. }
     ));
     assert_eq!(env.state_of(id).await.0, "SUCCEEDED");
+    assert!(
+        bf(env, id).await.backfill_at.is_none(),
+        "the replay cleared it"
+    );
     env.clock.advance(Duration::from_secs(600));
+    (id, first_mark)
+}
+
+#[tokio::test]
+async fn a_replayed_marked_row_is_confirmed_as_already_marked_after_reprocessing() {
+    let env = TestEnv::new("bf_replay_marked").await;
+    let (id, first_mark) = replayed_after_its_mark(&env).await;
     let second = sweep_default(&env).await;
     assert_eq!((second.marked, second.already_marked), (0, 1));
     assert_eq!(
@@ -862,6 +873,24 @@ async fn a_replayed_marked_row_is_confirmed_as_already_marked_after_reprocessing
         "the first mark stays as it was"
     );
     assert!(bf(&env, id).await.backfill_at.is_some());
+    env.cleanup().await;
+}
+
+/// Issue 41: the owner may purge a marked row whenever it likes — also while a replay has it
+/// processed again. The row was marked all along, so the sweep confirms it; a MISSING_ROW
+/// "purged before mark" alert would accuse the owner of a breach that never happened.
+#[tokio::test]
+async fn a_replayed_marked_row_the_owner_purged_is_confirmed_not_abandoned() {
+    let env = TestEnv::new("bf_replay_purged").await;
+    let (id, _) = replayed_after_its_mark(&env).await;
+    assert_eq!(env.delete_as_owner(&[id]).await, 1);
+    let second = sweep_default(&env).await;
+    assert!(second.missing.is_empty(), "{second:?}");
+    assert_eq!(second.gone_after_mark, vec![id]);
+    assert_eq!((second.marked, second.already_marked), (0, 1));
+    let row = bf(&env, id).await;
+    assert!(row.backfill_at.is_some(), "confirmed: {row:?}");
+    assert_eq!(row.backfill_abandon_reason, None);
     env.cleanup().await;
 }
 

@@ -99,6 +99,9 @@ pub struct SweepReport {
     pub already: Vec<(i64, String)>,
     /// Rows whose inbox row is gone: abandoned `MISSING_ROW` at once.
     pub missing: Vec<(i64, MissingKind)>,
+    /// Rows whose inbox row is gone after a mark we confirmed before a replay reopened them
+    /// (the owner purged them marked): confirmed, counted in `already_marked`.
+    pub gone_after_mark: Vec<i64>,
     /// Transient failures backed off: the row and its next try.
     pub backed_off: Vec<(i64, DateTime<Utc>)>,
     /// Transient failures that reached `max_attempts`: abandoned `MAX_ATTEMPTS`.
@@ -176,6 +179,7 @@ pub async fn sweep_once(
         confirmed: Vec::new(),
         already: Vec::new(),
         missing: Vec::new(),
+        gone_after_mark: Vec::new(),
         backed_off: Vec::new(),
         abandoned: Vec::new(),
         deferred: Vec::new(),

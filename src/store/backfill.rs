@@ -38,6 +38,9 @@ pub struct BackfillRow {
     /// Since when another inbox session has held the row (`backfill_lock`), if it did at the
     /// last try.
     pub locked_since: Option<DateTime<Utc>>,
+    /// When we had confirmed its mark before a replay reopened it (migration 0021): a row
+    /// gone since was purged after its mark, not before.
+    pub marked_before_replay_at: Option<DateTime<Utc>>,
 }
 
 /// What a sweep writes back, all in its one transaction.
@@ -125,7 +128,7 @@ impl Store {
     ) -> Result<SweepTx, StoreError> {
         let mut tx = self.pool().begin().await?;
         let rows: Vec<BackfillRow> = sqlx::query_as(&format!(
-            "SELECT msg_id, state, source, backfill_attempts, \
+            "SELECT msg_id, state, source, backfill_attempts, marked_before_replay_at, \
                     (SELECT l.since FROM backfill_lock l WHERE l.msg_id = p.msg_id) AS locked_since \
              FROM proc_state p \
              WHERE {UNMARKED} \

@@ -25,7 +25,9 @@
 //! Replay never touches the inbox: a mark that is already there stays (marks are never
 //! revoked). A replayed row that was marked before is confirmed as "already marked" by the
 //! sweeper once it is terminal again; the audit row says which rows were marked at replay time
-//! (`backfill_at`).
+//! (`backfill_at`), and the row keeps it (`marked_before_replay_at`, migration 0021): the DB
+//! owner may purge a marked row at any time, also while it is processed again, and the sweep
+//! then confirms it rather than report a purge before the mark.
 //!
 //! Files: this one holds the two actions and their statements; `replay/raw_text.rs` where a
 //! replay's text comes from; the audit vocabulary they share with every other audited action
@@ -108,10 +110,12 @@ type Locked = (
 /// newest version; the UPDATE applies only if that version is replayable (`$6`: the classes,
 /// `$7`: the states), as the operator saw it (`$3`, `$4`) and its raw text is there (`$5`).
 const REPLAY_SQL: &str = "WITH cur AS ( \
-         SELECT msg_id, state, error_class, backfill_at, backfill_abandon_reason \
+         SELECT msg_id, state, error_class, backfill_at, backfill_abandon_reason, \
+                marked_before_replay_at \
          FROM proc_state WHERE msg_id = $1 FOR UPDATE \
      ), done AS ( \
          UPDATE proc_state p SET state = 'PENDING', attempts = 0, \
+                marked_before_replay_at = COALESCE(cur.marked_before_replay_at, cur.backfill_at), \
                 processing_started_at = NULL, next_attempt_at = NULL, \
                 error_class = NULL, error_text = NULL, processed_seq = NULL, \
                 terminal_reason = NULL, terminal_at = NULL, identity_key = NULL, \

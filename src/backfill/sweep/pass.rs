@@ -255,13 +255,27 @@ impl Pass<'_> {
     }
 }
 
-/// Rows with no inbox row: abandon `MISSING_ROW` at once.
+/// Rows with no inbox row: abandon `MISSING_ROW` at once — unless we had confirmed the row's
+/// mark before a replay reopened it: the owner purged a marked row (its right, §6), which
+/// confirms it.
 fn missing(rows: &[BackfillRow], ids: &[i64], report: &mut SweepReport, write: &mut SweepWrite) {
     if ids.is_empty() {
         return;
     }
     let by_id: HashMap<i64, &BackfillRow> = rows.iter().map(|r| (r.msg_id, r)).collect();
     for &id in ids {
+        if let Some(at) = by_id.get(&id).and_then(|r| r.marked_before_replay_at) {
+            tracing::info!(
+                msg_id = id,
+                marked_at = %at,
+                "backfill: inbox row purged after the mark confirmed before its replay; confirmed"
+            );
+            report.already_marked += 1;
+            report.gone_after_mark.push(id);
+            report.confirmed.push(id);
+            write.confirmed.push(id);
+            continue;
+        }
         let kind = by_id.get(&id).map_or(MissingKind::NeverSeen, |r| {
             MissingKind::of(r.source, r.state)
         });
