@@ -7,8 +7,9 @@
 //! (`kill -9`, SIGTERM, store connections cut through a proxy, a standby takeover) and runs
 //! operator actions through the real `msgexchange` CLI or as the DB owner's SQL — cutover with
 //! stock (each mode, `cutover plan` first), replay, approved skip, recover-backfill, the owner
-//! purging the READY boundary, plan B rotation, events requeue — some of them *while* a fault
-//! is live ([`Step::Overlap`]). After every sequence: `verify --kafka`, and the reference
+//! purging the READY boundary, plan B rotation, events requeue, a commit left in doubt by a
+//! slow broker ([`ops_slow_commit`]), a rebuilt store delivering on the same topic
+//! ([`ops_shared_topic`]) — some of them *while* a fault is live ([`Step::Overlap`]). After every sequence: `verify --kafka`, and the reference
 //! model ([`super::ops_reference`]) against PostgreSQL, the inbox marks and the topic
 //! ([`super::ops_check`]).
 //!
@@ -45,7 +46,7 @@ use rand::Rng as _;
 
 use super::ops_gen::generate;
 use super::ops_model::{Exit, Model};
-use super::ops_plan::{runs_open, Plan, Step, StoreKind, KNOWN_OPEN};
+use super::ops_plan::{runs_open, Plan, Step, StoreKind, KNOWN_OPEN, SLOW_COMMIT_WAIT};
 use crate::common::instance::{
     cli, log_dir, off_runtime, proxied, service_env_in, set_var, settled_above, simulator, CliOut,
     Instance, SimOpts,
@@ -71,6 +72,10 @@ mod ops_pair_more;
 mod ops_purge;
 #[path = "ops_requeue.rs"]
 mod ops_requeue;
+#[path = "ops_shared_topic.rs"]
+mod ops_shared_topic;
+#[path = "ops_slow_commit.rs"]
+mod ops_slow_commit;
 #[path = "ops_steps.rs"]
 mod ops_steps;
 #[path = "ops_takeover.rs"]
@@ -228,6 +233,8 @@ async fn operator_actions_against_a_live_pipeline() {
             bootstrap: t.bootstrap.clone(),
             admin: t.admin(),
         },
+        // A slow commit delays the broker's next EndTxn, whoever sends it: a mock of its own.
+        (false, _, Some(_)) if p.defused().0.slow_commits() => Broker::mock(),
         (false, _, Some(m)) => m.clone(),
         _ => unreachable!("a broker is started for every plan"),
     };
@@ -481,6 +488,9 @@ impl Seq {
             );
             set_var(&mut v, "MSGX_LEASE__TTL", "5s");
             set_var(&mut v, "MSGX_PROCESSING__MAX_ATTEMPTS", "6");
+            if plan.slow_commits() {
+                set_var(&mut v, "MSGX_KAFKA__TRANSACTION_TIMEOUT", SLOW_COMMIT_WAIT);
+            }
             if outage {
                 set_var(&mut v, "MSGX_KAFKA__DELIVERY_TIMEOUT", "2s");
                 set_var(&mut v, "MSGX_DISPATCH__MAX_ATTEMPTS", "2");
@@ -507,7 +517,7 @@ impl Seq {
         model.duplicates_allowed = plan.dispatch_outage
             || kinds
                 .iter()
-                .any(|k| matches!(*k, "kill9" | "takeover" | "cut_pg"));
+                .any(|k| matches!(*k, "kill9" | "takeover" | "cut_pg" | "shared_topic"));
         model.requeued_by_hand = plan.dispatch_outage;
         model.exactly_once = plan.delivery == Delivery::ExactlyOnce;
         Self {
@@ -655,6 +665,8 @@ impl Seq {
                 Step::Requeue => self.requeue().await,
                 Step::Takeover => self.takeover().await,
                 Step::CutoverPlan => self.cutover_plan_live().await,
+                Step::SlowCommit { ms } => self.slow_commit(*ms).await,
+                Step::SharedTopic { msgs } => self.shared_topic(*msgs).await,
                 Step::Pause { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
             }
             if stalls {
@@ -891,7 +903,8 @@ impl Seq {
         }
     }
 
-    /// Every record a consumer reads back from the sequence's topic (duplicates included).
+    /// Every record of ours a consumer reads back from the sequence's topic (duplicates
+    /// included; another deployment's records left out).
     async fn consumed(&self) -> Vec<Received> {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event")
             .fetch_one(self.env.store.pool())
@@ -901,7 +914,14 @@ impl Seq {
             return Vec::new();
         }
         let (b, t) = (self.broker.bootstrap().to_string(), self.topic.clone());
-        off_runtime(move || consume(&b, &t, 3, n as usize)).await
+        let mut all = off_runtime(move || consume(&b, &t, 3, n as usize)).await;
+        let foreign = &self.model.foreign_sources;
+        all.retain(|r| {
+            r.headers
+                .get("ce_source")
+                .is_none_or(|s| !foreign.contains(s))
+        });
+        all
     }
 }
 

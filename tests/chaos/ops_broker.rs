@@ -11,6 +11,8 @@
 //!   (`scripts/tansu_fenced_repro.py`); the dispatch outage here only creates a missing topic,
 //!   which a transactional producer on tansu lived through in one probe (2026-12-04) and in the
 //!   takeover plans with an outage, but the rest were not moved without a soak of their own.
+//!   A plan with a slow commit (`Step::SlowCommit`) gets a mock cluster of its own: the delay
+//!   is for the broker's next `EndTxn`, whichever producer sends it.
 //!
 //! Neither hides an aborted transaction's records from `read_committed`
 //! (`scripts/tansu_txn_repro.py`; the mock writes no control records), so what the end check
@@ -19,10 +21,12 @@
 //! delivered (as `tests/exactly_once.rs` checks); a round aborted and sent again would show as
 //! a duplicate here although a real broker hides it, and is reported for a look.
 
-use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
 
-use rdkafka::mocking::MockCluster;
+use rdkafka::types::RDKafkaApiKey;
 
+use crate::common::kafka::RawMock;
 use crate::common::tansu::TansuAdmin;
 
 /// What a sequence needs of its broker: where it is, and creating topics (from any thread).
@@ -33,35 +37,34 @@ pub enum Broker {
         bootstrap: String,
         admin: TansuAdmin,
     },
-    /// The mock cluster, owned by a thread of its own (it is not `Send`): topics are created
-    /// by a request to it.
+    /// The mock cluster (one broker), held by its raw handle: topics are created and a
+    /// request's answer delayed ([`Broker::slow_next_commit`]) from any thread. It stops when
+    /// the last clone is dropped.
     Mock {
         bootstrap: String,
-        create: mpsc::Sender<(String, u32, mpsc::Sender<()>)>,
+        mock: Arc<RawMock>,
     },
 }
 
 impl Broker {
-    /// A mock cluster of one broker, living until the test process ends.
+    /// A mock cluster of one broker.
     pub fn mock() -> Broker {
-        let (tx, rx) = mpsc::channel::<(String, u32, mpsc::Sender<()>)>();
-        let (ready_tx, ready_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let cluster = MockCluster::new(1).expect("mock cluster");
-            ready_tx
-                .send(cluster.bootstrap_servers())
-                .expect("bootstrap");
-            for (topic, partitions, done) in rx {
-                cluster
-                    .create_topic(&topic, partitions as i32, 1)
-                    .expect("mock topic");
-                let _ = done.send(());
-            }
-        });
-        let bootstrap = ready_rx.recv().expect("mock cluster started");
+        let mock = RawMock::new(1, &[]);
         Broker::Mock {
-            bootstrap,
-            create: tx,
+            bootstrap: mock.bootstrap(),
+            mock: Arc::new(mock),
+        }
+    }
+
+    /// The broker answers the next `EndTxn` only after `after` (a commit left in doubt past
+    /// the service's commit wait). Only the mock cluster can: None on tansu.
+    pub fn slow_next_commit(&self, after: Duration) -> Option<()> {
+        match self {
+            Broker::Tansu { .. } => None,
+            Broker::Mock { mock, .. } => {
+                mock.delay_next(1, RDKafkaApiKey::EndTxn, 1, after);
+                Some(())
+            }
         }
     }
 
@@ -76,13 +79,7 @@ impl Broker {
     pub fn create_topic(&self, name: &str, partitions: u32) {
         match self {
             Broker::Tansu { admin, .. } => admin.create_topic(name, partitions),
-            Broker::Mock { create, .. } => {
-                let (done, wait) = mpsc::channel();
-                create
-                    .send((name.to_string(), partitions, done))
-                    .expect("mock cluster thread");
-                wait.recv().expect("mock topic created");
-            }
+            Broker::Mock { mock, .. } => mock.create_topic(name, partitions as i32),
         }
     }
 }

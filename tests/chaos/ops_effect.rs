@@ -19,6 +19,8 @@ pub const REQUIRED_SHARE: &[(&str, f64)] = &[
     ("purge", 0.6),
     ("rotate", 0.5),
     ("requeue", 0.9),
+    ("slow_commit", 0.9),
+    ("shared_topic", 0.9),
 ];
 
 /// Fewer plans than this (one seed, one plan file) are not judged by share.

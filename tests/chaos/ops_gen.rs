@@ -73,14 +73,47 @@ pub fn generate(seed: u64) -> Plan {
             _ => steps.insert(at, pair),
         }
     }
-    Plan {
+    let mut plan = Plan {
         seed,
         note: String::new(),
         cutover,
         dispatch_outage,
         delivery: delivery_of(seed),
         steps,
+    };
+    if let Some((at, slow)) = slow_commit_of(&plan) {
+        plan.steps.insert(at, slow);
     }
+    if let Some((at, shared)) = shared_topic_of(&plan) {
+        plan.steps.insert(at, shared);
+    }
+    plan
+}
+
+/// A rebuilt store on the shared topic in about a quarter of the plans whose events topic is
+/// there from the start, at a place among the plan's steps (a stream of its own).
+fn shared_topic_of(plan: &Plan) -> Option<(usize, Step)> {
+    let mut rng = StdRng::seed_from_u64(plan.seed ^ 0x5348_4152);
+    if plan.dispatch_outage || !rng.random_bool(0.25) {
+        return None;
+    }
+    let at = rng.random_range(1..=plan.steps.len());
+    let msgs = rng.random_range(5..=15);
+    Some((at, Step::SharedTopic { msgs }))
+}
+
+/// A slow commit in about half of the exactly-once plans that run on the mock cluster (no
+/// takeover) with the events topic there from the start (an abort on the missing topic would
+/// take the delay), at a place among the plan's steps: drawn from a stream of its own, so the
+/// other steps of a seed stay what they were.
+fn slow_commit_of(plan: &Plan) -> Option<(usize, Step)> {
+    let mut rng = StdRng::seed_from_u64(plan.seed ^ 0x534C_4F57);
+    let fits = plan.delivery == Delivery::ExactlyOnce && !plan.dispatch_outage && !plan.on_tansu();
+    if !fits || !rng.random_bool(0.5) {
+        return None;
+    }
+    let at = rng.random_range(1..=plan.steps.len());
+    Some((at, Step::SlowCommit { ms: 7000 }))
 }
 
 /// Two operator actions at once in about a third of the seeds (replay ∥ purge, recover ∥
@@ -357,6 +390,8 @@ fn a_seed_makes_the_same_plan_and_the_ci_seeds_cover_every_action() {
         "owner_row_lock",
         "purge_during_held_commit",
         "pair",
+        "slow_commit",
+        "shared_topic",
     ] {
         assert!(kinds.contains(k), "{k} missing from the CI seeds");
     }

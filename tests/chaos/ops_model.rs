@@ -25,6 +25,8 @@ pub enum Exit {
     Term,
     /// The old holder, thawed after a takeover: exit 1.
     Fenced,
+    /// A failpoint's abort (`MSGEXCHANGE_FAILPOINT`): killed by SIGABRT.
+    Aborted,
 }
 
 /// One replay as the model saw it.
@@ -60,6 +62,9 @@ pub struct Model {
     pub premarked: BTreeSet<i64>,
     /// A legacy plan's simulator wrote rows the model does not know (judged by invariants).
     pub foreign_writers: bool,
+    /// `ce_source`s of other deployments that wrote on the sequence's topic (a rebuilt store,
+    /// `ops_shared_topic`): their records are left out of every check of ours.
+    pub foreign_sources: Vec<String>,
     /// Duplicate records of our events on the topic.
     pub kafka_duplicates: usize,
     /// The sequence crashed, killed or cut a store: at-least-once may duplicate.
@@ -77,9 +82,6 @@ pub struct Model {
     pub replays: Vec<Replayed>,
     /// Approved skips.
     pub skips: Vec<Skip>,
-    /// Rows a replay took back while a purge deleted them (a pair): they may end abandoned
-    /// MISSING_ROW ([`super::ops_pair`]).
-    pub may_abandon: BTreeSet<i64>,
     /// Rows the DB owner deleted and restored (a recover-backfill step).
     pub owner_deleted: BTreeSet<i64>,
     /// Of those, the rows that carried their mark when deleted.
@@ -142,6 +144,7 @@ impl Model {
             (Exit::Killed, Some(s)) => s.signal() == Some(9),
             (Exit::Term, Some(s)) => s.code() == Some(0),
             (Exit::Fenced, Some(s)) => s.code() == Some(1),
+            (Exit::Aborted, Some(s)) => s.signal() == Some(6),
             (_, None) => false,
         };
         if !ok {

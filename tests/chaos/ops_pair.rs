@@ -76,11 +76,11 @@ impl Seq {
         }
     }
 
-    /// The second outcome this pair allows: a row the replay took back that the purge deleted
-    /// — READY when `purge-readiness` answered (DEAD and marked), PENDING again by the time
-    /// the DB owner deleted it, marked all along — is processed again from our raw copy and
-    /// its new mark finds the row gone: abandoned MISSING_ROW (SPEC §5; the lifecycle clears
-    /// the confirmation on a replay). Marked or abandoned, depending on which came first.
+    /// A row the replay took back that the purge deleted — READY when `purge-readiness`
+    /// answered (DEAD and marked), PENDING again by the time the DB owner deleted it, marked
+    /// all along — is processed again from our raw copy and its new sweep finds the row gone:
+    /// confirmed, as any row purged after its mark (the replay kept when the mark was
+    /// confirmed, migration 0021); never abandoned MISSING_ROW (the check of every row).
     fn replayed_under_purge(&mut self, purged_before: i64) {
         let to = self.model.purged_to;
         let Some(r) = self.model.replays.last() else {
@@ -95,7 +95,6 @@ impl Seq {
         if !covered.is_empty() {
             eprintln!("ops: pair: replayed rows {covered:?} under the purge up to {to}");
         }
-        self.model.may_abandon.extend(covered);
     }
 
     /// The first action's CLI span against the purge's (its readiness call to its delete): they

@@ -140,6 +140,19 @@ pub enum Step {
     Takeover,
     /// `cutover plan` on the live store: read-only, it reports the seeding as not applicable.
     CutoverPlan,
+    /// The broker answers the dispatcher's next `EndTxn` only after `ms`, past its commit
+    /// wait (`kafka.transaction_timeout`, [`SLOW_COMMIT_WAIT`] in such plans): the commit in
+    /// doubt must be called again, never aborted and its batch sent again (issue 40's commit
+    /// timeout; exactly-once on a mock cluster of the plan's own, [`Plan::slow_commits`]).
+    SlowCommit {
+        ms: u64,
+    },
+    /// A second deployment (a rebuilt store: its own store and inbox, event numbers from 1
+    /// like ours) delivers `msgs` messages' events on this plan's topic; then ours is killed
+    /// and started again, its recovery reading past the other's records (`ops_shared_topic`).
+    SharedTopic {
+        msgs: usize,
+    },
     Pause {
         ms: u64,
     },
@@ -180,6 +193,8 @@ impl Step {
             Step::Requeue => "requeue",
             Step::Takeover => "takeover",
             Step::CutoverPlan => "cutover_plan",
+            Step::SlowCommit { .. } => "slow_commit",
+            Step::SharedTopic { .. } => "shared_topic",
             Step::Pause { .. } => "pause",
         }
     }
@@ -229,6 +244,10 @@ pub struct Plan {
 /// fix goes here).
 pub const KNOWN_OPEN: &[(&str, &str)] = &[];
 
+/// `kafka.transaction_timeout` (the dispatcher's commit wait) in a plan with a slow commit:
+/// the slow `EndTxn` is answered after it, within a second call.
+pub const SLOW_COMMIT_WAIT: &str = "5s";
+
 /// True when sequences of this kind run as planned.
 pub fn runs_open(kind: &str) -> bool {
     std::env::var("MSGEXCHANGE_OPS_OPEN").is_ok_and(|v| v == "1")
@@ -251,6 +270,12 @@ impl Plan {
             k.push("cutover_above_head");
         }
         k
+    }
+
+    /// A plan with a slow commit: its broker (a mock cluster) delays the next `EndTxn`, which
+    /// only the plan's own producer may send, so it gets a mock cluster of its own.
+    pub fn slow_commits(&self) -> bool {
+        self.kinds().contains(&"slow_commit")
     }
 
     /// Whether the sequence runs on tansu rather than the mock cluster (`ops_broker`): every

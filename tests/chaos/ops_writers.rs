@@ -16,7 +16,7 @@ use crate::ops_reference::Written;
 pub type Ledger = Arc<Mutex<Vec<Written>>>;
 
 /// Inserts one message, committed at once; its id.
-async fn insert(owner: &MySqlPool, msg: &Msg) -> i64 {
+pub(super) async fn insert(owner: &MySqlPool, msg: &Msg) -> i64 {
     let r = sqlx::query(
         "INSERT INTO CMINMSGS (CMINMSGS_DATE_RECEIVED, CMINMSGS_CLOB_MSG) VALUES (NOW(), ?)",
     )

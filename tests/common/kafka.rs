@@ -141,22 +141,27 @@ impl RawMock {
             cluster,
         };
         for (name, partitions) in topics {
-            let name = std::ffi::CString::new(*name).expect("topic name");
-            // SAFETY: a valid cluster; librdkafka copies the name.
-            let err = unsafe {
-                rdkafka::bindings::rd_kafka_mock_topic_create(
-                    mock.cluster,
-                    name.as_ptr(),
-                    *partitions,
-                    1,
-                )
-            };
-            assert_eq!(
-                err,
-                rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
-            );
+            mock.create_topic(name, *partitions);
         }
         mock
+    }
+
+    /// Creates a topic of `partitions` partitions (replication 1).
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        let name = std::ffi::CString::new(name).expect("topic name");
+        // SAFETY: a valid cluster; librdkafka copies the name.
+        let err = unsafe {
+            rdkafka::bindings::rd_kafka_mock_topic_create(
+                self.cluster,
+                name.as_ptr(),
+                partitions,
+                1,
+            )
+        };
+        assert_eq!(
+            err,
+            rdkafka::types::RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR
+        );
     }
 
     /// `host:port,…` of its brokers.
