@@ -260,7 +260,9 @@ fn order(
         let pos = observed.clamp(lo, hi);
         if pos != observed {
             problems.push(format!(
-                "late row {id} processed at place {observed} of the rows taken in id order;                  the model allows {lo}..={hi} (after every lower id, before every row                  committed after it was surely found)"
+                "late row {id} processed at place {observed} of the rows taken in id order; \
+                 the model allows {lo}..={hi} (after every lower id, before every row \
+                 committed after it was surely found)"
             ));
         }
         fifo.insert(pos, id);
