@@ -403,9 +403,10 @@ impl Handler<DispatchNow> for Dispatcher {
                     Err(e) => {
                         telemetry::dispatch_failed(e);
                         if e.producer_fatal() && act.eo.is_some() {
-                            // Fenced: a newer producer took our transactional.id. The next
-                            // dispatcher starts over from the lease.
-                            tracing::error!(error = %e, "kafka producer fenced; dispatcher stops");
+                            // Fenced (a newer producer took our transactional.id), or a
+                            // transaction this producer can no longer end: the next
+                            // dispatcher starts over from the lease with a new producer.
+                            tracing::error!(error = %e, "kafka producer given up (fenced, or its transaction left open); dispatcher stops");
                             ctx.stop();
                         }
                         act.idle_poll

@@ -60,15 +60,25 @@ pub enum DispatchError {
     /// `exactly-once`: the configured `transactional.id` is not the deployment's.
     #[error(transparent)]
     TransactionalId(#[from] crate::store::event_scan::TransactionalIdMismatch),
+    /// `exactly-once`: a round's transaction was left open — the store failed between its
+    /// `begin_transaction` and the end of its commit (the fence check before a commit call),
+    /// or the producer would not begin one. Every later `begin_transaction` of this producer
+    /// would fail: only a new producer's `init_transactions` settles it, as after a crash (its
+    /// recovery reads back what landed).
+    #[error("kafka transaction left open: {0}")]
+    TransactionLeftOpen(String),
 }
 
 impl DispatchError {
-    /// True when the producer is fenced or broken for good (`exactly-once`): the dispatcher
-    /// stops and its successor starts a new producer after confirming the lease.
+    /// True when the producer is fenced, broken for good or holds a transaction it can no
+    /// longer end (`exactly-once`): the dispatcher stops and its successor starts a new
+    /// producer after confirming the lease.
     pub fn producer_fatal(&self) -> bool {
         match self {
             DispatchError::Producer(e) => e.is_fatal(),
-            DispatchError::CommitUnresolved(_) | DispatchError::TransactionalId(_) => true,
+            DispatchError::CommitUnresolved(_)
+            | DispatchError::TransactionalId(_)
+            | DispatchError::TransactionLeftOpen(_) => true,
             _ => false,
         }
     }

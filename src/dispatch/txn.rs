@@ -254,7 +254,15 @@ pub async fn send_txn_round(
         t0,
     } = sel;
     let mut out = Unrecorded::default();
-    producer.begin_transaction()?;
+    // A begin refused for the state it is in (a transaction of this producer left open)
+    // would be refused at every round: the producer is given up.
+    producer.begin_transaction().map_err(|e| {
+        if e.is_fatal() {
+            e.into()
+        } else {
+            DispatchError::TransactionLeftOpen(format!("begin: {e}"))
+        }
+    })?;
     let sends_began = std::time::Instant::now();
     // Queued in event order (join_all polls each future, and so queues its record, in turn):
     // one key's events keep their order inside the transaction.
@@ -286,7 +294,7 @@ pub async fn send_txn_round(
         report.stages[1] = t0.elapsed() - report.stages[0];
         return Ok((report, out));
     }
-    if let Err(e) = commit(store, producer, cfg).await? {
+    if let Err(e) = commit(store, producer, cfg).await.map_err(left_open)? {
         // Aborted: nothing of it is visible; the whole batch goes again.
         tracing::warn!(error = %e, "kafka transaction commit failed; the round was aborted");
         report.failures = vec![(0, e.to_string())];
@@ -333,6 +341,16 @@ async fn commit(
         abort(producer, cfg).await?;
         return Ok(Err(e));
     }
+}
+
+/// A commit that returned an error of its own (the store failed its fence check, before the
+/// first call or between calls) leaves the transaction open, perhaps committing: give the
+/// producer up (a fatal error passes as it is).
+fn left_open(e: DispatchError) -> DispatchError {
+    if e.producer_fatal() {
+        return e;
+    }
+    DispatchError::TransactionLeftOpen(format!("commit: {e}"))
 }
 
 /// Aborts the open transaction; a fatal error (fenced) is returned, any other is logged

@@ -28,8 +28,9 @@ use msgx_actors::app::DispatchDeps;
 use msgx_core::clock::Clock;
 use msgx_core::dispatch::{txn, DispatchError, DispatchState};
 use msgx_core::kafka::EventProducer;
+use msgx_testkit::dispatch_round::round;
 use msgx_testkit::kafka::{consume, RawMock, Received};
-use msgx_testkit::{audit, TestEnv};
+use msgx_testkit::{audit, pg_admin, TestEnv};
 use rdkafka::types::RDKafkaApiKey;
 
 use super::{tansu, DLQ, TOPIC};
@@ -307,6 +308,80 @@ async fn a_commit_that_times_out_is_called_again_not_resent() {
     assert_eq!(got.len(), ids.len(), "the batch is in the log once");
     assert_each_once(&h.identities().await, &got, "after the slow commit");
     h.env.cleanup().await;
+}
+
+/// A commit in doubt (its first call timed out) whose next fence check fails — the store
+/// refuses connections meanwhile: the round gives its producer up instead of returning a store
+/// error with the transaction left open (every later `begin_transaction` of that producer was
+/// refused: found by the issue-41 oracle, a slow commit under a PostgreSQL cut). A new
+/// producer's start settles it, and the batch is in the log once.
+#[tokio::test]
+async fn a_store_failure_inside_a_commit_in_doubt_gives_the_producer_up() {
+    let mock = RawMock::new(1, &[(TOPIC, 3), (DLQ, 3)]);
+    let b = mock.bootstrap();
+    let extra = [
+        ("MSGX_KAFKA__TRANSACTION_TIMEOUT", "4s"),
+        ("MSGX_KAFKA__DELIVERY_TIMEOUT", "3s"),
+    ];
+    let mut h = Holder::new("eid_open", &b, &extra).await;
+    let ids = seed(&h.env, 14, 2).await;
+    h.prepare().await.expect("start");
+    mock.delay_next(1, RDKafkaApiKey::EndTxn, 1, Duration::from_secs(6));
+    let db = h.env.db.clone();
+    let cut = async {
+        // Inside the first commit call's 4 s wait.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        store_connections(&db, false).await;
+    };
+    let Holder { env, d, p, state } = &mut h;
+    let (r, ()) = tokio::join!(round(&env.store, p, &env.clock, &d.cfg, state), cut);
+    store_connections(&db, true).await;
+    let e = r.expect_err("the round fails");
+    assert!(e.producer_fatal(), "the producer is given up: {e}");
+    assert!(e.to_string().contains("left open"), "{e}");
+    // The pool's connections the cut ended fail once each, as the service's next start would
+    // retry past them.
+    for _ in 0..10 {
+        if sqlx::query("SELECT 1")
+            .execute(h.env.store.pool())
+            .await
+            .is_ok()
+        {
+            break;
+        }
+    }
+    let (_old, _) = h.restart().await;
+    h.drain().await;
+    let got = read_all(&b, TOPIC, ids.len()).await;
+    assert_eq!(got.len(), ids.len(), "the batch is in the log once");
+    assert_each_once(
+        &h.identities().await,
+        &got,
+        "after the producer was given up",
+    );
+    h.env.cleanup().await;
+}
+
+/// Lets the store's database take connections, or refuses them and ends those it has.
+async fn store_connections(db: &str, allow: bool) {
+    let admin = pg_admin().await.expect("postgres admin");
+    sqlx::query(&format!(
+        "ALTER DATABASE \"{db}\" ALLOW_CONNECTIONS {allow}"
+    ))
+    .execute(&admin)
+    .await
+    .expect("allow connections");
+    if !allow {
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = $1 AND pid <> pg_backend_pid()",
+        )
+        .bind(db)
+        .execute(&admin)
+        .await
+        .expect("end the store's connections");
+    }
+    admin.close().await;
 }
 
 #[tokio::test]
