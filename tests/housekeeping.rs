@@ -956,7 +956,9 @@ async fn a_record_archived_while_abandoned_is_recovered_and_frees_the_purge() {
     // As an older release archived it.
     env.exec_with(
         "WITH moved AS (DELETE FROM proc_state WHERE msg_id = $1 RETURNING *) \
-         INSERT INTO proc_state_hst SELECT moved.*, $2 FROM moved",
+         INSERT INTO proc_state_hst SELECT (jsonb_populate_record(NULL::proc_state_hst, \
+             to_jsonb(moved) || jsonb_build_object('archived_at', $2::timestamptz))).* \
+         FROM moved",
         |q| q.bind(rows[0]).bind(env.clock.now()),
     )
     .await;

@@ -5,6 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::replay::PROC_STATE_COLUMNS;
 use super::{Store, StoreError};
 
 /// What one archive batch did.
@@ -129,9 +130,10 @@ impl Store {
             tx.rollback().await?;
             return Ok(ArchiveBatch::default());
         }
-        let copied = sqlx::query(
-            "INSERT INTO proc_state_hst SELECT p.*, $2 FROM proc_state p WHERE p.msg_id = ANY($1)",
-        )
+        let copied = sqlx::query(&format!(
+            "INSERT INTO proc_state_hst ({PROC_STATE_COLUMNS}, archived_at) \
+             SELECT {PROC_STATE_COLUMNS}, $2 FROM proc_state p WHERE p.msg_id = ANY($1)"
+        ))
         .bind(&ids)
         .bind(now)
         .execute(&mut *tx)
