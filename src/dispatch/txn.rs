@@ -256,13 +256,9 @@ pub async fn send_txn_round(
     let mut out = Unrecorded::default();
     // A begin refused for the state it is in (a transaction of this producer left open)
     // would be refused at every round: the producer is given up.
-    producer.begin_transaction().map_err(|e| {
-        if e.is_fatal() {
-            e.into()
-        } else {
-            DispatchError::TransactionLeftOpen(format!("begin: {e}"))
-        }
-    })?;
+    producer
+        .begin_transaction()
+        .map_err(|e| left_open("begin", e.into()))?;
     let sends_began = std::time::Instant::now();
     // Queued in event order (join_all polls each future, and so queues its record, in turn):
     // one key's events keep their order inside the transaction.
@@ -294,7 +290,10 @@ pub async fn send_txn_round(
         report.stages[1] = t0.elapsed() - report.stages[0];
         return Ok((report, out));
     }
-    if let Err(e) = commit(store, producer, cfg).await.map_err(left_open)? {
+    if let Err(e) = commit(store, producer, cfg)
+        .await
+        .map_err(|e| left_open("commit", e))?
+    {
         // Aborted: nothing of it is visible; the whole batch goes again.
         tracing::warn!(error = %e, "kafka transaction commit failed; the round was aborted");
         report.failures = vec![(0, e.to_string())];
@@ -343,14 +342,14 @@ async fn commit(
     }
 }
 
-/// A commit that returned an error of its own (the store failed its fence check, before the
-/// first call or between calls) leaves the transaction open, perhaps committing: give the
-/// producer up (a fatal error passes as it is).
-fn left_open(e: DispatchError) -> DispatchError {
+/// An error of `what` (the begin, or the commit: the store failed its fence check, before the
+/// first call or between calls) inside a round leaves the transaction open, perhaps
+/// committing: give the producer up (a fatal error passes as it is).
+fn left_open(what: &str, e: DispatchError) -> DispatchError {
     if e.producer_fatal() {
         return e;
     }
-    DispatchError::TransactionLeftOpen(format!("commit: {e}"))
+    DispatchError::TransactionLeftOpen(format!("{what}: {e}"))
 }
 
 /// Aborts the open transaction; a fatal error (fenced) is returned, any other is logged

@@ -40,6 +40,16 @@ pub use raw_copy::{purge_expired_raw_copies, PendingCopy, StoredCopy};
 pub use schema::SchemaState;
 pub use vacuum::{Maintenance, TableActivity, MAINTAINED_TABLES};
 
+/// The columns `proc_state` and `proc_state_hst` share (a column added to one is added to
+/// both; `proc_state_hst` has `archived_at` besides, and a later column comes after it, so the
+/// archive names these instead of `p.*`). `proc_state_all` lists those of migration 0014, all
+/// that its live-or-archived reads use.
+pub(crate) const PROC_STATE_COLUMNS: &str = "msg_id, state, source, received_at, enqueued_at, \
+    attempts, next_attempt_at, error_class, error_text, processing_started_at, terminal_reason, \
+    terminal_at, identity_key, backfill_next_at, backfill_at, backfill_attempts, \
+    backfill_abandon_reason, backfill_abandoned_at, updated_at, processed_seq, msg_type, \
+    stale_fields, backfill_error, marked_before_replay_at";
+
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

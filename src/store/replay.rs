@@ -38,7 +38,7 @@ mod raw_text;
 use chrono::{DateTime, Utc};
 
 use super::audit::{audit_json, insert_audit, validate_action, AuditRow};
-use super::{Store, PIPELINE_LOCK_KEY};
+use super::{Store, PIPELINE_LOCK_KEY, PROC_STATE_COLUMNS};
 use crate::rows::{ErrorClass, ProcState, RawSource};
 use raw_text::{copy_inbox_text, raw_source};
 
@@ -338,16 +338,6 @@ async fn act_on_row(
     }
     Ok(outcome)
 }
-
-/// The columns `proc_state` and `proc_state_hst` share (a column added to one is added to
-/// both; `proc_state_hst` has `archived_at` besides, and a later column comes after it, so the
-/// archive names these instead of `p.*`). `proc_state_all` lists those of migration 0014, all
-/// that its live-or-archived reads use.
-pub(super) const PROC_STATE_COLUMNS: &str = "msg_id, state, source, received_at, enqueued_at, \
-    attempts, next_attempt_at, error_class, error_text, processing_started_at, terminal_reason, \
-    terminal_at, identity_key, backfill_next_at, backfill_at, backfill_attempts, \
-    backfill_abandon_reason, backfill_abandoned_at, updated_at, processed_seq, msg_type, \
-    stale_fields, backfill_error, marked_before_replay_at";
 
 /// A recovery of a record the archive took while it was abandoned MAX_ATTEMPTS (releases
 /// before issue 29 archived them after `retention.abandoned_grace`): moved back to

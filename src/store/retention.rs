@@ -5,8 +5,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::replay::PROC_STATE_COLUMNS;
-use super::{Store, StoreError};
+use super::{Store, StoreError, PROC_STATE_COLUMNS};
 
 /// What one archive batch did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::ops_slow_commit::delivered;
 use super::ops_writers::insert;
 use super::Seq;
 use crate::common::instance::{off_runtime, set_var, Instance};
@@ -53,14 +54,15 @@ impl Seq {
         other.cleanup().await;
     }
 
-    /// The other deployment: `msgs` messages in its inbox, its instance until every event is
-    /// SENT (true) or 40 s passed, then SIGTERM.
+    /// The other deployment: `msgs` messages in its inbox, its instance until they are
+    /// processed and every event is SENT (true) or 40 s passed, then SIGTERM.
     async fn run_other(&mut self, other: &TestEnv, source: &str, msgs: usize) -> bool {
         let mut vars = self.direct.clone();
         set_var(&mut vars, "MSGX_STORE__URL", &other.pg_url);
         set_var(&mut vars, "MSGX_INBOX__URL", &other.my_url);
         set_var(&mut vars, "MSGX_KAFKA__CE_SOURCE", source);
         set_var(&mut vars, "MSGX_KAFKA__CLIENT_ID", OTHER_CLIENT);
+        let mut ids = Vec::with_capacity(msgs);
         for i in 0..msgs {
             let m = Msg::Flop {
                 n: i as i64 + 1,
@@ -68,13 +70,13 @@ impl Seq {
                 gate: format!("RG{i}"),
                 stnd: None,
             };
-            insert(&other.owner, &m).await;
+            ids.push(insert(&other.owner, &m).await);
         }
         let name = self.name("rebuilt");
         let mut inst = Instance::spawn(&vars, &name, &[]);
         inst.wait_ready(Duration::from_secs(40)).await;
         let sent = self
-            .wait_until(Duration::from_secs(40), || all_sent(other, msgs))
+            .wait_until(Duration::from_secs(40), || delivered(other, &ids))
             .await;
         inst.signal("-TERM");
         let st = inst.exited_within(Duration::from_secs(15)).await;
@@ -157,19 +159,6 @@ impl Seq {
             ));
         }
     }
-}
-
-/// The other deployment processed its `msgs` messages and sent each of their events.
-async fn all_sent(env: &TestEnv, msgs: usize) -> bool {
-    sqlx::query_scalar::<_, bool>(
-        "SELECT (SELECT count(*) FROM proc_state WHERE state = 'SUCCEEDED') = $1 \
-            AND EXISTS (SELECT 1 FROM msg_event) \
-            AND NOT EXISTS (SELECT 1 FROM msg_event WHERE state <> 'SENT')",
-    )
-    .bind(msgs as i64)
-    .fetch_one(env.store.pool())
-    .await
-    .unwrap_or(false)
 }
 
 /// The `ce_id`s of the other deployment's events.

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use super::{metric, Seq};
+use crate::common::TestEnv;
 use crate::ops_effect::Predict;
 
 /// The counter of commit calls made again after one whose outcome was unknown.
@@ -49,7 +50,7 @@ impl Seq {
             })
             .await;
         let delivered = self
-            .wait_until(Duration::from_secs(20), || self.delivered(&ids))
+            .wait_until(Duration::from_secs(20), || delivered(&self.env, &ids))
             .await;
         let after = self.commit_retries().await.unwrap_or(before);
         let why = format!(
@@ -73,19 +74,19 @@ impl Seq {
         let a = self.active.as_ref()?;
         metric(&a.metrics().await, COMMIT_RETRIES)
     }
+}
 
-    /// The messages `ids` processed and each of their events SENT.
-    async fn delivered(&self, ids: &[i64]) -> bool {
-        sqlx::query_scalar::<_, bool>(
-            "SELECT (SELECT count(*) FROM proc_state WHERE msg_id = ANY($1) \
-                     AND state = 'SUCCEEDED') = $2 \
-                AND NOT EXISTS (SELECT 1 FROM msg_event WHERE msg_id = ANY($1) \
-                     AND state <> 'SENT')",
-        )
-        .bind(ids)
-        .bind(ids.len() as i64)
-        .fetch_one(self.env.store.pool())
-        .await
-        .unwrap_or(false)
-    }
+/// The messages `ids` of `env`'s store processed (SUCCEEDED) and each of their events SENT.
+pub(super) async fn delivered(env: &TestEnv, ids: &[i64]) -> bool {
+    sqlx::query_scalar::<_, bool>(
+        "SELECT (SELECT count(*) FROM proc_state WHERE msg_id = ANY($1) \
+                 AND state = 'SUCCEEDED') = $2 \
+            AND NOT EXISTS (SELECT 1 FROM msg_event WHERE msg_id = ANY($1) \
+                 AND state <> 'SENT')",
+    )
+    .bind(ids)
+    .bind(ids.len() as i64)
+    .fetch_one(env.store.pool())
+    .await
+    .unwrap_or(false)
 }

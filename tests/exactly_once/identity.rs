@@ -282,20 +282,31 @@ async fn an_operators_requeue_survives_a_restart() {
     h.env.cleanup().await;
 }
 
-#[tokio::test]
-async fn a_commit_that_times_out_is_called_again_not_resent() {
+/// A holder (`tag`) on a mock cluster of its own whose commit call waits 4 s
+/// (`transaction_timeout`): [`slow_next_commit`] makes the broker answer the next EndTxn past it.
+async fn slow_commit_holder(tag: &str) -> (RawMock, String, Holder) {
     let mock = RawMock::new(1, &[(TOPIC, 3), (DLQ, 3)]);
     let b = mock.bootstrap();
-    // The commit call waits 4 s (transaction_timeout); the broker answers EndTxn after 6 s.
     let extra = [
         ("MSGX_KAFKA__TRANSACTION_TIMEOUT", "4s"),
         ("MSGX_KAFKA__DELIVERY_TIMEOUT", "3s"),
     ];
-    let mut h = Holder::new("eid_commit", &b, &extra).await;
+    let h = Holder::new(tag, &b, &extra).await;
+    (mock, b, h)
+}
+
+/// The broker answers the next EndTxn after 6 s, past the 4 s commit wait.
+fn slow_next_commit(mock: &RawMock) {
+    mock.delay_next(1, RDKafkaApiKey::EndTxn, 1, Duration::from_secs(6));
+}
+
+#[tokio::test]
+async fn a_commit_that_times_out_is_called_again_not_resent() {
+    let (mock, b, mut h) = slow_commit_holder("eid_commit").await;
     let ids = seed(&h.env, 21, 3).await;
     h.prepare().await.expect("start");
     assert_eq!(h.round().await, 7);
-    mock.delay_next(1, RDKafkaApiKey::EndTxn, 1, Duration::from_secs(6));
+    slow_next_commit(&mock);
     let started = std::time::Instant::now();
     assert_eq!(h.round().await, 7, "the slow commit resolved as committed");
     assert!(
@@ -317,16 +328,10 @@ async fn a_commit_that_times_out_is_called_again_not_resent() {
 /// producer's start settles it, and the batch is in the log once.
 #[tokio::test]
 async fn a_store_failure_inside_a_commit_in_doubt_gives_the_producer_up() {
-    let mock = RawMock::new(1, &[(TOPIC, 3), (DLQ, 3)]);
-    let b = mock.bootstrap();
-    let extra = [
-        ("MSGX_KAFKA__TRANSACTION_TIMEOUT", "4s"),
-        ("MSGX_KAFKA__DELIVERY_TIMEOUT", "3s"),
-    ];
-    let mut h = Holder::new("eid_open", &b, &extra).await;
+    let (mock, b, mut h) = slow_commit_holder("eid_open").await;
     let ids = seed(&h.env, 14, 2).await;
     h.prepare().await.expect("start");
-    mock.delay_next(1, RDKafkaApiKey::EndTxn, 1, Duration::from_secs(6));
+    slow_next_commit(&mock);
     let db = h.env.db.clone();
     let cut = async {
         // Inside the first commit call's 4 s wait.

@@ -264,7 +264,8 @@ fn missing(rows: &[BackfillRow], ids: &[i64], report: &mut SweepReport, write: &
     }
     let by_id: HashMap<i64, &BackfillRow> = rows.iter().map(|r| (r.msg_id, r)).collect();
     for &id in ids {
-        if let Some(at) = by_id.get(&id).and_then(|r| r.marked_before_replay_at) {
+        let row = by_id.get(&id);
+        if let Some(at) = row.and_then(|r| r.marked_before_replay_at) {
             tracing::info!(
                 msg_id = id,
                 marked_at = %at,
@@ -276,7 +277,7 @@ fn missing(rows: &[BackfillRow], ids: &[i64], report: &mut SweepReport, write: &
             write.confirmed.push(id);
             continue;
         }
-        let kind = by_id.get(&id).map_or(MissingKind::NeverSeen, |r| {
+        let kind = row.map_or(MissingKind::NeverSeen, |r| {
             MissingKind::of(r.source, r.state)
         });
         report.missing.push((id, kind));
