@@ -265,7 +265,9 @@ async fn a_frozen_holder_is_fenced_and_adds_nothing_when_woken() {
     let env = TestEnv::new("eo_fence").await;
     backlog(&env).await;
     let v = vars(&env, &bootstrap, Delivery::ExactlyOnce);
-    let mut a = Instance::spawn(&v, "eo-fence-old", &[]);
+    // Named per process: parallel runs of this test keep their own logs.
+    let pid = std::process::id();
+    let mut a = Instance::spawn(&v, &format!("eo-fence-old-{pid}"), &[]);
     wait_for(
         "the old holder sending",
         Duration::from_secs(30),
@@ -276,7 +278,7 @@ async fn a_frozen_holder_is_fenced_and_adds_nothing_when_woken() {
         },
     )
     .await;
-    let b = Instance::spawn(&v, "eo-fence-new", &[]);
+    let b = Instance::spawn(&v, &format!("eo-fence-new-{pid}"), &[]);
     a.signal("-STOP");
     b.wait_ready(Duration::from_secs(30)).await;
     wait_for(
@@ -289,7 +291,8 @@ async fn a_frozen_holder_is_fenced_and_adds_nothing_when_woken() {
     let status = a.exited_within(Duration::from_secs(20)).await;
     assert!(
         status.is_some_and(|s| !s.success()),
-        "the woken holder stops non-zero: {status:?}"
+        "the woken holder stops non-zero: {status:?}; its log ends:\n{}",
+        a.log_tail(40)
     );
     wait_for("the backlog drained", Duration::from_secs(90), || {
         settled(&env)

@@ -7,6 +7,7 @@ use msgx_actors::cli_ops;
 use msgx_actors::dev_cli::{self, DevCommand};
 use msgx_core::settings::Settings;
 use std::process::ExitCode;
+use std::time::Duration;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -22,30 +23,48 @@ fn main() -> ExitCode {
     init_logging(&settings.log.level, &settings.log.format);
     let system = actix_rt::System::new();
     let code = run(&system, cli, settings);
-    shut_down(system);
-    code
+    shut_down(system, code);
+    ExitCode::from(code)
 }
+
+/// How long the system's drop may take before the process exits anyway (see [`shut_down`]).
+const EXIT_BOUND: Duration = Duration::from_secs(5);
 
 /// Drops the actix system inside its Tokio runtime, whatever ended the run (a signal, a
 /// fatal lease loss, an error). Actors still alive at that point — a poll round or a pump
 /// step with a statement in flight — hold pooled store connections, and sqlx hands a dropped
 /// connection back to its pool by spawning a task: outside a runtime that panics ("this
 /// functionality requires a Tokio context") instead of exiting with the documented code.
-fn shut_down(system: actix_rt::SystemRunner) {
+///
+/// The drop waits for every blocking task, and a librdkafka call may still be running in one:
+/// a fenced transactional producer's abort retries its epoch bump for up to
+/// `kafka.transaction_timeout`. Nothing such a call does is needed once the run ended (the store
+/// holds every outcome; the next holder's `init_transactions` settles an open transaction, as
+/// after a `kill -9`), so after [`EXIT_BOUND`] the process exits with its code regardless.
+fn shut_down(system: actix_rt::SystemRunner, code: u8) {
+    std::thread::spawn(move || {
+        std::thread::sleep(EXIT_BOUND);
+        tracing::warn!(
+            bound = ?EXIT_BOUND,
+            code,
+            "shutdown still waiting on a blocking call; exiting without it"
+        );
+        std::process::exit(code.into());
+    });
     let runtime = system.runtime().tokio_runtime().handle().clone();
     let _inside = runtime.enter();
     drop(system);
 }
 
 /// Runs the command on the system; the process's exit code.
-fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> ExitCode {
+fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> u8 {
     if let Some(Command::Verify(args)) = &cli.command {
         // Exit 1 on a violation, 2 when the check could not run.
         return match system.block_on(msgx_actors::verify_cmd::run(&settings, args)) {
-            Ok(report) => ExitCode::from(msgx_actors::verify_cmd::print(&report, args.json)),
+            Ok(report) => msgx_actors::verify_cmd::print(&report, args.json),
             Err(e) => {
                 eprintln!("msgexchange: {}", msgx_actors::refusal::error_line(&e));
-                ExitCode::from(2)
+                2
             }
         };
     }
@@ -87,13 +106,13 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> Exi
         }
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => {
             let line = msgx_actors::refusal::error_line(&e);
             tracing::error!(error = %line, "msgexchange stopped with an error");
             eprintln!("msgexchange: {line}");
             // 2 and 3: refusals a restart cannot fix (the unit's RestartPreventExitStatus).
-            ExitCode::from(msgx_actors::refusal::exit_code(&e))
+            msgx_actors::refusal::exit_code(&e)
         }
     }
 }

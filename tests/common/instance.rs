@@ -171,6 +171,13 @@ impl Instance {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// The last `n` lines of the log, for a failure's message (CI keeps no instance logs).
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
     /// Sends a signal (`-STOP`, `-CONT`, `-TERM`) with kill(1).
     pub fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
