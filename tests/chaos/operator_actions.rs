@@ -33,8 +33,8 @@
 //! seed, `MSGEXCHANGE_OPS_SEQUENCES=<n>` n random seeds (a soak: issue 41 asks ≥ 500); `MSGEXCHANGE_OPS_CONCURRENCY`
 //! sets how many run at once; `MSGEXCHANGE_OPS_OPEN=1` runs the [`KNOWN_OPEN`] kinds as planned;
 //! `MSGX_TEST_DELIVERY=exactly-once|at-least-once` runs every plan in that mode.
-//! A failing plan is written to `/tmp/msgx-chaos/plan-<tag>.json`: copy it into
-//! `tests/chaos/regressions/` to keep it.
+//! A failing plan is written to `/tmp/msgx-chaos/plan-<tag>.json` (a seed's plan also with
+//! `MSGEXCHANGE_OPS_WRITE_PLAN=1`): copy it into `tests/chaos/regressions/` to keep it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -178,7 +178,14 @@ fn plans() -> Vec<(String, Plan)> {
         )];
     }
     if let Some(s) = var("MSGEXCHANGE_OPS_SEED").and_then(|v| v.parse().ok()) {
-        return vec![(format!("s{s}"), generate(s))];
+        let plan = generate(s);
+        // A soak's failure the harness itself could not write (the soak stopped) kept anyway.
+        if var("MSGEXCHANGE_OPS_WRITE_PLAN").is_some_and(|v| v == "1") {
+            let path = log_dir().join(format!("plan-s{s}.json"));
+            std::fs::write(&path, plan.to_json()).expect("plan file");
+            eprintln!("ops: plan of seed {s} written to {}", path.display());
+        }
+        return vec![(format!("s{s}"), plan)];
     }
     if let Some(n) = var("MSGEXCHANGE_OPS_SEQUENCES").and_then(|v| v.parse::<usize>().ok()) {
         let mut rng = rand::rng();

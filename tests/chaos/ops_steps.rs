@@ -40,6 +40,8 @@ pub(super) struct ReplayPlan {
     by_class: bool,
     /// The highest `processed_seq` before the replay ran.
     seq_before: i64,
+    /// How far the owner had purged when the DEAD rows were listed.
+    purged_before: i64,
 }
 
 impl Seq {
@@ -186,6 +188,7 @@ impl Seq {
             predicted,
             by_class,
             seq_before,
+            purged_before: self.model.purged_to,
         })
     }
 
@@ -211,7 +214,26 @@ impl Seq {
         // poisoned meanwhile) is rightly applied too: allowed only if the model predicts it DEAD.
         let extra_ok =
             |id: &i64| r.by_class && (r.predicted.contains(id) || self.model.foreign_writers);
-        let missing: Vec<&i64> = r.expect.difference(&got).collect();
+        // A row the owner's purge (run beside the replay) deleted after the listing may have
+        // been gone when the CLI read the inbox texts: with no raw copy (retention.raw_copy is
+        // off in these plans) the replay rightly refuses it for want of text. Either outcome,
+        // only for rows the purge deleted and only with that refusal.
+        let no_text = refused_for_no_text(&report);
+        let purged_meanwhile = |id: &i64| *id > r.purged_before && *id <= self.model.purged_to;
+        let excused: BTreeSet<i64> = r
+            .expect
+            .difference(&got)
+            .filter(|id| purged_meanwhile(id) && no_text.contains(id))
+            .copied()
+            .collect();
+        if !excused.is_empty() {
+            eprintln!("ops: replay: rows {excused:?} purged beside it, refused for no raw text");
+        }
+        let missing: Vec<&i64> = r
+            .expect
+            .difference(&got)
+            .filter(|id| !excused.contains(id))
+            .collect();
         let extra: Vec<&i64> = got.difference(&r.expect).filter(|i| !extra_ok(i)).collect();
         if !missing.is_empty() || !extra.is_empty() {
             self.model.violation(format!(
@@ -220,14 +242,17 @@ impl Seq {
                 r.expect
             ));
         }
-        let why = format!("{} DEAD row(s) asked for", r.expect.len());
         let what = format!("applied {applied:?}");
-        self.model.effect(
-            "replay",
-            Predict::Effective(why),
-            !applied.is_empty(),
-            &what,
-        );
+        let predict = if excused.len() == r.expect.len() {
+            Predict::Either(format!(
+                "every asked row ({excused:?}) was purged beside the replay: applied from the \
+                 text read first, or refused for no raw text"
+            ))
+        } else {
+            Predict::Effective(format!("{} DEAD row(s) asked for", r.expect.len()))
+        };
+        self.model
+            .effect("replay", predict, !applied.is_empty(), &what);
         self.model.replays.push(Replayed {
             ids: applied,
             seq_before: r.seq_before,
@@ -489,4 +514,20 @@ pub(super) fn recover_args(id: i64) -> Vec<String> {
         "--json",
     ];
     args.into_iter().map(String::from).collect()
+}
+
+/// The rows a replay's `--json` report refused for want of raw text.
+fn refused_for_no_text(report: &serde_json::Value) -> BTreeSet<i64> {
+    report["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["result"] == "refused")
+        .filter(|r| {
+            r["reason"]
+                .as_str()
+                .is_some_and(|why| why == msgx_core::store::replay::NO_RAW_TEXT)
+        })
+        .filter_map(|r| r["msg_id"].as_i64())
+        .collect()
 }
