@@ -220,20 +220,13 @@ impl Seq {
         // only for rows the purge deleted and only with that refusal.
         let no_text = refused_for_no_text(&report);
         let purged_meanwhile = |id: &i64| *id > r.purged_before && *id <= self.model.purged_to;
-        let excused: BTreeSet<i64> = r
+        let (excused, missing): (BTreeSet<i64>, BTreeSet<i64>) = r
             .expect
             .difference(&got)
-            .filter(|id| purged_meanwhile(id) && no_text.contains(id))
-            .copied()
-            .collect();
+            .partition(|id| purged_meanwhile(id) && no_text.contains(id));
         if !excused.is_empty() {
             eprintln!("ops: replay: rows {excused:?} purged beside it, refused for no raw text");
         }
-        let missing: Vec<&i64> = r
-            .expect
-            .difference(&got)
-            .filter(|id| !excused.contains(id))
-            .collect();
         let extra: Vec<&i64> = got.difference(&r.expect).filter(|i| !extra_ok(i)).collect();
         if !missing.is_empty() || !extra.is_empty() {
             self.model.violation(format!(
