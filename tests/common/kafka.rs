@@ -1,10 +1,11 @@
 //! Reading topics back from a (mock) Kafka cluster, as a consumer would.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Headers;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Headers};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
 /// One record read back.
@@ -39,14 +40,18 @@ impl Received {
     }
 }
 
-/// Reads every record of `topic` from the beginning until `at_least` arrived and no more came
-/// for a moment, as an exactly-once consumer reads (`isolation.level=read_committed`; records
-/// outside transactions, the at-least-once mode's, are all visible that way too).
+/// Reads every record of `topic` from the beginning until `at_least` arrived, every partition
+/// was read to its end, and no more came for a moment, as an exactly-once consumer reads
+/// (`isolation.level=read_committed`; records outside transactions, the at-least-once mode's,
+/// are all visible that way too). The end is the broker's partition EOF, not a quiet spell:
+/// a broker that answers one partition's fetch late (tansu) once ended a read here with a
+/// partition unread, and the records looked lost (issue 41's soak, seed 279182457).
 pub fn consume(bootstrap: &str, topic: &str, partitions: i32, at_least: usize) -> Vec<Received> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", "msgx-test-reader")
         .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
         .create()
         .expect("consumer");
@@ -57,40 +62,56 @@ pub fn consume(bootstrap: &str, topic: &str, partitions: i32, at_least: usize) -
     }
     consumer.assign(&tpl).expect("assign");
     let mut out = Vec::new();
+    // Partitions read to their end since their last record.
+    let mut at_end = HashSet::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut quiet_since = Instant::now();
     while Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
-                let headers = m
-                    .headers()
-                    .map(|h| {
-                        h.iter()
-                            .map(|x| {
-                                let v = x.value.map(|v| String::from_utf8_lossy(v).into_owned());
-                                (x.key.to_string(), v.unwrap_or_default())
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                out.push(Received {
-                    key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    headers,
-                    payload: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
-                });
+                at_end.remove(&m.partition());
+                out.push(received(&m));
                 quiet_since = Instant::now();
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
             }
             Some(Err(e)) => panic!("consumer error: {e}"),
             None => {
-                if out.len() >= at_least && quiet_since.elapsed() > Duration::from_millis(500) {
+                let read_all = at_end.len() == partitions as usize;
+                if read_all && out.len() >= at_least && quiet_since.elapsed() > QUIET {
                     break;
                 }
             }
         }
     }
     out
+}
+
+/// How long no record may come before a read that reached every partition's end stops: a
+/// late duplicate still being written is read too.
+const QUIET: Duration = Duration::from_millis(500);
+
+/// One record as text.
+fn received(m: &BorrowedMessage<'_>) -> Received {
+    let headers = m
+        .headers()
+        .map(|h| {
+            h.iter()
+                .map(|x| {
+                    let v = x.value.map(|v| String::from_utf8_lossy(v).into_owned());
+                    (x.key.to_string(), v.unwrap_or_default())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Received {
+        key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+        partition: m.partition(),
+        offset: m.offset(),
+        headers,
+        payload: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+    }
 }
 
 /// Raises a fatal error inside the producer's librdkafka exactly as a broker-caused one would
