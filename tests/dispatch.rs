@@ -557,6 +557,94 @@ async fn a_failed_event_holds_back_the_later_events_of_its_key() {
     rig.cleanup().await;
 }
 
+/// Issue 43 item 3: one key's events are in flight together, one record per produce request
+/// here (`batch.num.messages=1`). The broker refuses the third for good and, as Kafka does for
+/// an idempotent producer, answers every batch after it out of sequence (the mock checks
+/// sequences only for transactional producers, so the test gives Kafka's answers): the two
+/// before it land, it backs off, and the three after it fail with it (the gapless guarantee's
+/// fatal error; the producer is rebuilt) without an attempt of their own.
+#[tokio::test]
+async fn a_refusal_mid_chain_fails_the_rest_of_its_key_and_nothing_overtakes_it() {
+    let mut rig = mid_chain_rig("disp_midchain").await;
+    // Kafka answers every later batch of the producer out of sequence (its sequence 2 never
+    // landed), retries included, until they time out (`kafka.delivery_timeout`).
+    let out_of_sequence = RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER;
+    let refusal = [
+        &[NO_ERROR, NO_ERROR, TOO_LARGE][..],
+        &[out_of_sequence; 200],
+    ]
+    .concat();
+    rig.cluster()
+        .request_errors(RDKafkaApiKey::Produce, &refusal);
+    let r = rig.round().await;
+    // Whatever of the refusal the failed producer did not use is not the next one's.
+    rig.cluster().clear_request_errors(RDKafkaApiKey::Produce);
+    let seen = (r.selected, r.acked, r.failed, r.held_back, r.overtaken);
+    assert_eq!(seen, (6, 2, 1, 3, 0), "{r:?}");
+    assert!(r.producer_recreated.is_some(), "a fatal error: {r:?}");
+    // The two before it sent, it charged an attempt, the three after it not.
+    let held = ("PENDING", 0);
+    let want = rows(&[("SENT", 0), ("SENT", 0), ("PENDING", 1), held, held, held]);
+    assert_eq!(mid_chain_states(&mut rig).await, want);
+
+    rig.drain(50).await;
+    rig.assert_exactly_the_events_arrived();
+    rig.cleanup().await;
+}
+
+/// The same refusal on a broker that appends what it gets without checking an idempotent
+/// producer's sequence (the mock as it is): batches already in flight behind the refused one
+/// land before it. The round records them SENT (they are on the topic) and counts them as
+/// overtaken (an alert in the log), so a broker that breaks the order is seen, not hidden.
+#[tokio::test]
+async fn a_broker_without_sequence_checks_shows_as_overtaken() {
+    let mut rig = mid_chain_rig("disp_overtaken").await;
+    rig.cluster()
+        .request_errors(RDKafkaApiKey::Produce, &[NO_ERROR, NO_ERROR, TOO_LARGE]);
+    let r = rig.round().await;
+    rig.cluster().clear_request_errors(RDKafkaApiKey::Produce);
+    assert_eq!((r.failed, r.acked), (1, 2 + r.overtaken), "{r:?}");
+    let states = mid_chain_states(&mut rig).await;
+    let sent_after = states[3..].iter().filter(|(s, _)| s == "SENT").count();
+    assert_eq!(sent_after, r.overtaken, "{states:?}");
+    assert_eq!(
+        states[..3],
+        rows(&[("SENT", 0), ("SENT", 0), ("PENDING", 1)])
+    );
+
+    rig.drain(50).await;
+    let got = rig.read_back(TOPIC);
+    assert_eq!(ce_ids(&got), rig.ids.iter().copied().collect(), "none lost");
+    rig.cleanup().await;
+}
+
+const NO_ERROR: RDKafkaRespErr = RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR;
+const TOO_LARGE: RDKafkaRespErr = RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE;
+
+/// Six events of one key on a mock cluster, one record per produce request.
+async fn mid_chain_rig(tag: &str) -> Rig {
+    let extra = [
+        ("MSGX_DISPATCH__BATCH", "60"),
+        ("MSGX_KAFKA__EXTRA", "batch.num.messages=1"),
+    ];
+    Rig::on_mock(tag, 1, &extra, &keys(6, 1)).await
+}
+
+/// Each event's state and attempts, in event order, once the round's outcome is written.
+async fn mid_chain_states(rig: &mut Rig) -> Vec<(String, i32)> {
+    flush(&rig.env.store, &mut rig.state, &rig.d.cfg)
+        .await
+        .expect("flush");
+    rig.env
+        .rows("SELECT state::text, attempts FROM msg_event ORDER BY event_id")
+        .await
+}
+
+/// `(state, attempts)` rows as [`mid_chain_states`] gives them.
+fn rows(want: &[(&str, i32)]) -> Vec<(String, i32)> {
+    want.iter().map(|(s, a)| (s.to_string(), *a)).collect()
+}
+
 /// The same promise against a real Kafka-protocol broker that is not librdkafka's mock
 /// (tansu): every event arrives, in order per key by first sighting, read back by an
 /// independent consumer; a second producer generation (a restart) only duplicates.

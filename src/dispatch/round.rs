@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
+use rdkafka::producer::DeliveryFuture;
 
 use super::cloudevents;
 use super::outcome::{Skips, Unrecorded};
@@ -102,8 +103,12 @@ pub struct RoundReport {
     pub acked: usize,
     /// Failed sends that will be retried (or go to the DLQ next).
     pub failed: usize,
-    /// Events not attempted because an earlier event of their key failed in this round.
+    /// Events not attempted, or failed only with an earlier event of their key, because that
+    /// earlier event failed in this round.
     pub held_back: usize,
+    /// Events acknowledged although an earlier event of their key failed in this round: on the
+    /// topic out of key order. The gapless guarantee forbids it; counted to be seen if not.
+    pub overtaken: usize,
     /// Dead-letter copies that failed (retried later).
     pub dlq_failed: usize,
     /// The batch was full: there may be more right now.
@@ -135,6 +140,7 @@ impl RoundReport {
             failures: &self.failures,
             dead_events: &self.dead_events,
             dlq_failed: self.dlq_failed,
+            overtaken: self.overtaken,
             producer_recreated: self.producer_recreated.as_deref(),
         }
     }
@@ -152,6 +158,26 @@ pub(super) async fn send_one(
     topic: &str,
     headers: Vec<(&'static str, String)>,
 ) -> SendResult {
+    match queue_one(producer, ev, topic, headers) {
+        Ok(q) => q.ack(clock).await,
+        Err(refused) => refused,
+    }
+}
+
+/// One record queued in the producer, its ack still to come.
+pub(super) struct Queued<'a> {
+    ev: &'a PendingEvent,
+    fut: DeliveryFuture,
+    start: Instant,
+}
+
+/// Queues `ev` without waiting; the producer's refusal (queue full, too large) is its result.
+fn queue_one<'a>(
+    producer: &EventProducer,
+    ev: &'a PendingEvent,
+    topic: &str,
+    headers: Vec<(&'static str, String)>,
+) -> Result<Queued<'a>, SendResult> {
     let start = Instant::now();
     let rec = Outgoing {
         topic,
@@ -159,28 +185,35 @@ pub(super) async fn send_one(
         payload: ev.payload.as_bytes(),
         timestamp_ms: ev.created_at.timestamp_millis(),
     };
-    let fut = match producer.send(rec, cloudevents::to_headers(&headers)) {
-        Ok(f) => f,
-        Err(e) => return SendResult::Failed(ev.event_id, e.to_string()),
-    };
-    match fut.await {
-        Ok(Ok(delivery)) => {
-            let commit_to_ack = (Utc::now() - ev.created_at).to_std().ok();
-            SendResult::Acked(
-                Acked {
-                    event_id: ev.event_id,
-                    partition: delivery.partition,
-                    offset: delivery.offset,
-                    at: clock.now(),
-                },
-                AckTiming {
-                    produce: start.elapsed(),
-                    commit_to_ack,
-                },
-            )
+    match producer.send(rec, cloudevents::to_headers(&headers)) {
+        Ok(fut) => Ok(Queued { ev, fut, start }),
+        Err(e) => Err(SendResult::Failed(ev.event_id, e.to_string())),
+    }
+}
+
+impl Queued<'_> {
+    /// What the broker said.
+    async fn ack(self, clock: &dyn Clock) -> SendResult {
+        let ev = self.ev;
+        match self.fut.await {
+            Ok(Ok(delivery)) => {
+                let commit_to_ack = (Utc::now() - ev.created_at).to_std().ok();
+                SendResult::Acked(
+                    Acked {
+                        event_id: ev.event_id,
+                        partition: delivery.partition,
+                        offset: delivery.offset,
+                        at: clock.now(),
+                    },
+                    AckTiming {
+                        produce: self.start.elapsed(),
+                        commit_to_ack,
+                    },
+                )
+            }
+            Ok(Err((e, _))) => SendResult::Failed(ev.event_id, e.to_string()),
+            Err(_) => SendResult::Failed(ev.event_id, "producer dropped the delivery".into()),
         }
-        Ok(Err((e, _))) => SendResult::Failed(ev.event_id, e.to_string()),
-        Err(_) => SendResult::Failed(ev.event_id, "producer dropped the delivery".into()),
     }
 }
 
@@ -200,30 +233,31 @@ pub(super) async fn send_dead_letters(
     .await
 }
 
-/// Sends one key's events in order, stopping at the first failure (the rest are held back).
+/// Sends one key's events, all in flight at once (issue 43 item 3: a far broker costs one round
+/// trip per round, not one per event of the key). They are queued in event order and queueing
+/// stops at the first refusal; the idempotent producer keeps a partition's queue order through
+/// its retries, and `enable.gapless.guarantee` turns a batch the broker refused for good into a
+/// fatal producer error, which fails every later record of the key too. Returns the results of
+/// the queued events, in chain order, and how many were not queued.
 async fn send_chain(
     producer: &EventProducer,
     clock: &dyn Clock,
     chain: &[PendingEvent],
     cfg: &DispatchConfig,
 ) -> (Vec<SendResult>, usize) {
-    let mut out = Vec::with_capacity(chain.len());
+    let mut queued = Vec::with_capacity(chain.len());
     for (i, ev) in chain.iter().enumerate() {
-        let r = send_one(
-            producer,
-            clock,
-            ev,
-            &cfg.topic,
-            cloudevents::attributes(ev, &cfg.ce_source),
-        )
-        .await;
-        let failed = matches!(r, SendResult::Failed(..));
-        out.push(r);
-        if failed {
-            return (out, chain.len() - i - 1);
+        let headers = cloudevents::attributes(ev, &cfg.ce_source);
+        match queue_one(producer, ev, &cfg.topic, headers) {
+            Ok(q) => queued.push(q),
+            Err(refused) => {
+                let mut out = join_all(queued.into_iter().map(|q| q.ack(clock))).await;
+                out.push(refused);
+                return (out, chain.len() - i - 1);
+            }
         }
     }
-    (out, 0)
+    (join_all(queued.into_iter().map(|q| q.ack(clock))).await, 0)
 }
 
 /// A round's selection: the deliverable events split into the exhausted ones (copied to the
@@ -313,14 +347,22 @@ fn collect_chain_results(
 ) {
     for (chain, (results, held)) in chains.iter().zip(chain_results) {
         report.held_back += held;
-        // `results` follows the chain's order (a chain stops at its first failure).
+        let mut failed = false;
+        // `results` follows the chain's order (queueing stops at its first refusal).
         for (ev, r) in chain.iter().zip(results) {
             match r {
                 SendResult::Acked(a, t) => {
+                    // On the topic whatever came before it: recorded, and counted if it
+                    // overtook a failed event of its key (the gapless guarantee forbids it).
+                    report.overtaken += usize::from(failed);
                     out.acked.push(a);
                     report.timings.push(t);
                 }
+                // Failed with the one before it (the fatal error that stopped the producer):
+                // held back, not an attempt of its own.
+                SendResult::Failed(..) if failed => report.held_back += 1,
                 SendResult::Failed(id, error) => {
+                    failed = true;
                     let next_attempt_at =
                         match rules::after_failure(ev.attempts + 1, at, &cfg.retry) {
                             AfterFailure::RetryAt(t) => t,

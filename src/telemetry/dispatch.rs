@@ -178,6 +178,8 @@ pub struct DispatchRound<'a> {
     pub dead_events: &'a [(i64, String)],
     /// Dead-letter copies that failed.
     pub dlq_failed: usize,
+    /// Acknowledged after an earlier event of their key failed: out of key order on the topic.
+    pub overtaken: usize,
     /// The producer was rebuilt after a fatal error (why).
     pub producer_recreated: Option<&'a str>,
 }
@@ -203,6 +205,13 @@ impl DispatchRound<'_> {
             tracing::error!(
                 count = self.dlq_failed,
                 "dead-letter copy failed; the events stay PENDING and are retried"
+            );
+        }
+        if self.overtaken > 0 {
+            tracing::error!(
+                count = self.overtaken,
+                alert = true,
+                "events acknowledged after an earlier event of their key failed: per-key order broken on the topic"
             );
         }
         if let Some(reason) = self.producer_recreated {
