@@ -13,8 +13,9 @@
 //! consumers de-duplicate on `ce_id`); one key's events reach the topic in event order (a key's
 //! events are in flight together in queue order on the idempotent producer, whose gapless
 //! guarantee fails the later ones with a failed one, and an event backing off holds back the
-//! later events of its key only). In `exactly-once` mode: each event once in the `read_committed` view (a
-//! round's events commit or abort together; many events per key go in one transaction).
+//! later events of its key only). In `exactly-once` mode: each event once in the
+//! `read_committed` view (a round's events commit or abort together; many events per key go in
+//! one transaction).
 
 pub mod cloudevents;
 pub mod outcome;

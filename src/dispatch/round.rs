@@ -107,7 +107,8 @@ pub struct RoundReport {
     /// earlier event failed in this round.
     pub held_back: usize,
     /// Events acknowledged although an earlier event of their key failed in this round: on the
-    /// topic out of key order. The gapless guarantee forbids it; counted to be seen if not.
+    /// topic out of key order. A broker that checks an idempotent producer's sequences (Kafka)
+    /// refuses them; one that does not (librdkafka's mock) shows here.
     pub overtaken: usize,
     /// Dead-letter copies that failed (retried later).
     pub dlq_failed: usize,
@@ -237,8 +238,10 @@ pub(super) async fn send_dead_letters(
 /// trip per round, not one per event of the key). They are queued in event order and queueing
 /// stops at the first refusal; the idempotent producer keeps a partition's queue order through
 /// its retries, and `enable.gapless.guarantee` turns a batch the broker refused for good into a
-/// fatal producer error, which fails every later record of the key too. Returns the results of
-/// the queued events, in chain order, and how many were not queued.
+/// fatal producer error: the records queued behind it are purged and those already in flight
+/// are refused out of sequence by the broker (Kafka checks an idempotent producer's sequence),
+/// so no later event of the key lands before the failed one. Returns the results of the queued
+/// events, in chain order, and how many were not queued.
 async fn send_chain(
     producer: &EventProducer,
     clock: &dyn Clock,
@@ -353,7 +356,7 @@ fn collect_chain_results(
             match r {
                 SendResult::Acked(a, t) => {
                     // On the topic whatever came before it: recorded, and counted if it
-                    // overtook a failed event of its key (the gapless guarantee forbids it).
+                    // overtook a failed event of its key (a broker without sequence checks).
                     report.overtaken += usize::from(failed);
                     out.acked.push(a);
                     report.timings.push(t);
