@@ -166,7 +166,7 @@ pub(super) async fn send_one(
 }
 
 /// One record queued in the producer, its ack still to come.
-pub(super) struct Queued<'a> {
+struct Queued<'a> {
     ev: &'a PendingEvent,
     fut: DeliveryFuture,
     start: Instant,
@@ -249,18 +249,21 @@ async fn send_chain(
     cfg: &DispatchConfig,
 ) -> (Vec<SendResult>, usize) {
     let mut queued = Vec::with_capacity(chain.len());
-    for (i, ev) in chain.iter().enumerate() {
+    let mut refused = None;
+    for ev in chain {
         let headers = cloudevents::attributes(ev, &cfg.ce_source);
         match queue_one(producer, ev, &cfg.topic, headers) {
             Ok(q) => queued.push(q),
-            Err(refused) => {
-                let mut out = join_all(queued.into_iter().map(|q| q.ack(clock))).await;
-                out.push(refused);
-                return (out, chain.len() - i - 1);
+            Err(r) => {
+                refused = Some(r);
+                break;
             }
         }
     }
-    (join_all(queued.into_iter().map(|q| q.ack(clock))).await, 0)
+    let not_queued = chain.len() - queued.len() - usize::from(refused.is_some());
+    let mut out = join_all(queued.into_iter().map(|q| q.ack(clock))).await;
+    out.extend(refused);
+    (out, not_queued)
 }
 
 /// A round's selection: the deliverable events split into the exhausted ones (copied to the

@@ -138,17 +138,16 @@ pub fn client_config(k: &KafkaSettings, bootstrap: &str) -> Result<ClientConfig,
     {
         c.set(key, value);
     }
-    if !k.exactly_once() {
-        // A key's events are in flight together (`dispatch::round`): a batch the broker
-        // refuses for good must fail the records queued after it too (a fatal error), or a
-        // later event of the key would land before its failed predecessor is re-sent.
-        c.set("enable.gapless.guarantee", "true");
-    }
     if k.exactly_once() {
         c.set("transactional.id", k.transactional_id()).set(
             "transaction.timeout.ms",
             k.transaction_timeout.as_millis().to_string(),
         );
+    } else {
+        // A key's events are in flight together (`dispatch::round`): a batch the broker
+        // refuses for good must fail the records queued after it too (a fatal error), or a
+        // later event of the key would land before its failed predecessor is re-sent.
+        c.set("enable.gapless.guarantee", "true");
     }
     Ok(c)
 }
