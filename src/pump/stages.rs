@@ -78,6 +78,9 @@ pub struct StageTimes {
     pub groups: u64,
     /// Messages run in them.
     pub messages: u64,
+    /// Batch outcome statements run (a member that writes on its own splits its group's
+    /// batch in two: these per group show how often).
+    pub batches: u64,
 }
 
 impl StageTimes {
@@ -120,6 +123,11 @@ impl StageLog {
         let mut t = self.lock();
         t.groups += 1;
         t.messages += messages;
+    }
+
+    /// Counts one batch outcome statement.
+    pub fn batch(&self) {
+        self.lock().batches += 1;
     }
 
     /// The totals so far.
@@ -186,9 +194,10 @@ mod tests {
         }
         let _ = log.time(Stage::Load);
         log.group(3);
+        log.batch();
         let s = log.snapshot();
         assert_eq!(s.get(Stage::Decode).1, 3);
         assert_eq!(s.get(Stage::Load).1, 1);
-        assert_eq!((s.groups, s.messages), (1, 3));
+        assert_eq!((s.groups, s.messages, s.batches), (1, 3, 1));
     }
 }

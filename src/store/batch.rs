@@ -3,15 +3,19 @@
 //! O(1) round trips instead of a savepoint and a write per message. The rows of a batch are
 //! exactly what the members' one-by-one writes would leave: a flight that several members
 //! change is written once with the last member's state, events keep their order (event ids in
-//! member order, then plan order), and `processed_seq` ascends with `MSG_ID`.
+//! member order, then plan order), and `processed_seq` ascends with `MSG_ID`. Members that end
+//! without business work (DEAD, a duplicate SKIPPED) ride in the same statement as terminal
+//! rows, so a malformed message in the middle of a group does not split its batch in two.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use sqlx::{Postgres, Transaction};
 
-use super::StoreError;
+use super::queue::ERROR_TEXT_MAX;
+use super::{truncate, StoreError};
 use crate::flight::{Flight, FlightChange, Plan};
+use crate::rows::{ErrorClass, ProcState, SingleTerminal};
 
 /// A member's planned outcome, waiting for the batch statement.
 #[derive(Debug, Clone)]
@@ -42,6 +46,25 @@ pub(super) struct MemberWrite<'a> {
     /// What the late guard refused (`proc_state.stale_fields`); None: nothing.
     pub stale: Option<serde_json::Value>,
     /// Its processing time (terminal, event and flight times).
+    pub now: DateTime<Utc>,
+}
+
+/// A member that ends without business work, waiting for the batch statement: the row
+/// `GroupTx::finish_single` would write (state, class, detail, processing order, backfill
+/// intent), written beside the planned members in `MSG_ID` order.
+#[derive(Debug, Clone)]
+pub struct TerminalWrite {
+    /// The member.
+    pub msg_id: i64,
+    /// DEAD or SKIPPED.
+    pub state: SingleTerminal,
+    /// Why (also its `terminal_reason`).
+    pub class: ErrorClass,
+    /// The error text (cut to the stored length).
+    pub detail: String,
+    /// `TYPE` or `TYPE-STYP` when known (a duplicate); None keeps the row's.
+    pub msg_type: Option<String>,
+    /// Its processing time.
     pub now: DateTime<Utc>,
 }
 
@@ -94,39 +117,88 @@ pub fn joins(batch: &[PlannedWrite], plan: &Plan) -> bool {
 
 /// The outcome statement's columns for a run of members, built in Rust before the statement
 /// (the pump times this CPU work apart from the statement's round trip): every flight once with
-/// its last state, the events in member then plan order, the members' SUCCEEDED rows.
+/// its last state, the events in member then plan order, the members' terminal rows in
+/// `MSG_ID` order (the planned ones SUCCEEDED, the others as their [`TerminalWrite`] says).
 pub struct BatchRows<'a> {
     flights: FlightRows<'a>,
     events: EventRows<'a>,
+    members: MemberRows<'a>,
+}
+
+/// The members' rows of the batch statement, one entry per member in `MSG_ID` order.
+#[derive(Default)]
+struct MemberRows<'a> {
     ids: Vec<i64>,
-    types: Vec<&'a str>,
-    idents: Vec<&'a str>,
+    states: Vec<&'static str>,
+    classes: Vec<Option<&'static str>>,
+    texts: Vec<Option<&'a str>>,
+    types: Vec<Option<&'a str>>,
+    idents: Vec<Option<&'a str>>,
     ats: Vec<DateTime<Utc>>,
     stale: Vec<Option<serde_json::Value>>,
 }
 
+impl<'a> MemberRows<'a> {
+    fn succeeded(&mut self, w: &MemberWrite<'a>) {
+        self.ids.push(w.msg_id);
+        self.states.push(ProcState::Succeeded.as_str());
+        self.classes.push(None);
+        self.texts.push(None);
+        self.types.push(Some(w.msg_type));
+        self.idents.push(Some(w.identity));
+        self.ats.push(w.now);
+        self.stale.push(w.stale.clone());
+    }
+
+    fn terminal(&mut self, t: &'a TerminalWrite) {
+        self.ids.push(t.msg_id);
+        self.states.push(t.state.as_str());
+        self.classes.push(Some(t.class.as_str()));
+        self.texts.push(Some(truncate(&t.detail, ERROR_TEXT_MAX)));
+        self.types.push(t.msg_type.as_deref());
+        self.idents.push(None);
+        self.ats.push(t.now);
+        self.stale.push(None);
+    }
+}
+
 impl<'a> BatchRows<'a> {
-    /// The columns of a batch of planned members.
-    pub fn of(batch: &'a [PlannedWrite]) -> Result<Self, StoreError> {
-        let members: Vec<MemberWrite<'a>> = batch.iter().map(PlannedWrite::member).collect();
-        Self::of_members(&members)
+    /// The columns of a batch: planned members and members ending without business work, each
+    /// list in `MSG_ID` order (a group's members are), merged into that order.
+    pub fn of(
+        batch: &'a [PlannedWrite],
+        terminals: &'a [TerminalWrite],
+    ) -> Result<Self, StoreError> {
+        let planned: Vec<MemberWrite<'a>> = batch.iter().map(PlannedWrite::member).collect();
+        let mut members = MemberRows::default();
+        let mut ts = terminals.iter().peekable();
+        for w in &planned {
+            while let Some(t) = ts.next_if(|t| t.msg_id < w.msg_id) {
+                members.terminal(t);
+            }
+            members.succeeded(w);
+        }
+        ts.for_each(|t| members.terminal(t));
+        Ok(Self {
+            flights: FlightRows::of(&planned)?,
+            events: EventRows::of(&planned),
+            members,
+        })
     }
 
     fn of_members(batch: &[MemberWrite<'a>]) -> Result<Self, StoreError> {
+        let mut members = MemberRows::default();
+        batch.iter().for_each(|w| members.succeeded(w));
         Ok(Self {
             flights: FlightRows::of(batch)?,
             events: EventRows::of(batch),
-            ids: batch.iter().map(|w| w.msg_id).collect(),
-            types: batch.iter().map(|w| w.msg_type).collect(),
-            idents: batch.iter().map(|w| w.identity).collect(),
-            ats: batch.iter().map(|w| w.now).collect(),
-            stale: batch.iter().map(|w| w.stale.clone()).collect(),
+            members,
         })
     }
 
     /// How many members the rows are of.
     pub fn members(&self) -> usize {
-        self.ids.len()
+        self.members.ids.len()
     }
 }
 
@@ -166,11 +238,14 @@ pub(super) async fn write_rows(
         .bind(&events.kind)
         .bind(&events.payload)
         .bind(&events.at)
-        .bind(&rows.ids)
-        .bind(&rows.types)
-        .bind(&rows.idents)
-        .bind(&rows.ats)
-        .bind(&rows.stale)
+        .bind(&rows.members.ids)
+        .bind(&rows.members.types)
+        .bind(&rows.members.idents)
+        .bind(&rows.members.ats)
+        .bind(&rows.members.stale)
+        .bind(&rows.members.states)
+        .bind(&rows.members.classes)
+        .bind(&rows.members.texts)
         .execute(&mut **tx)
         .await?;
     if done.rows_affected() != rows.members() as u64 {
@@ -188,9 +263,13 @@ pub(super) async fn write_rows(
 }
 
 /// The batch statement: flight upserts (`$1`–`$7`, `fields` and `versions` as JSON text) and
-/// deletes (`$8`), events (`$9`–`$13`) and the members' SUCCEEDED states (`$14`–`$18`). `m`:
-/// the processing order. A volatile function in the select list is evaluated after the ORDER
-/// BY, so `processed_seq` follows the members' MSG_ID order.
+/// deletes (`$8`), events (`$9`–`$13`) and the members' terminal states (`$14`–`$21`: SUCCEEDED
+/// with its type, identity and refusals, or DEAD/SKIPPED with its class and text, which keep the
+/// row's identity, refusals and — when None — type, as `finish_single` does). `m`: the
+/// processing order. A volatile function in the select list is evaluated after the ORDER BY, so
+/// `processed_seq` follows the members' MSG_ID order. Only unfinished rows are written (the
+/// planned members are locked so by the group's load; a terminal one is not loaded): a
+/// shortfall fails the statement's count check.
 const BATCH_SQL: &str = "WITH up AS ( \
          INSERT INTO flight_state (flid, master_flid, fields, versions, created_by_msg, \
                                    updated_by_msg, updated_at) \
@@ -210,16 +289,19 @@ const BATCH_SQL: &str = "WITH up AS ( \
          ORDER BY e.o \
          RETURNING 1), \
      m AS ( \
-         SELECT u.id, u.ty, u.ident, u.at, u.stale, nextval('proc_order_seq') AS seq \
+         SELECT u.id, u.ty, u.ident, u.at, u.stale, u.st, u.cls, u.txt, \
+                nextval('proc_order_seq') AS seq \
          FROM UNNEST($14::bigint[], $15::text[], $16::text[], $17::timestamptz[], \
-                     $18::jsonb[]) \
-              WITH ORDINALITY AS u(id, ty, ident, at, stale, o) \
+                     $18::jsonb[], $19::text[], $20::text[], $21::text[]) \
+              WITH ORDINALITY AS u(id, ty, ident, at, stale, st, cls, txt, o) \
          ORDER BY u.o) \
-     UPDATE proc_state p SET state = 'SUCCEEDED', error_class = NULL, error_text = NULL, \
-            terminal_reason = NULL, terminal_at = m.at, next_attempt_at = NULL, \
-            processed_seq = m.seq, backfill_next_at = m.at, msg_type = m.ty, \
-            stale_fields = m.stale, updated_at = m.at, identity_key = m.ident \
-     FROM m WHERE p.msg_id = m.id";
+     UPDATE proc_state p SET state = m.st, error_class = m.cls, error_text = m.txt, \
+            terminal_reason = m.cls, terminal_at = m.at, next_attempt_at = NULL, \
+            processed_seq = m.seq, backfill_next_at = m.at, \
+            msg_type = COALESCE(m.ty, p.msg_type), \
+            stale_fields = CASE WHEN m.st = 'SUCCEEDED' THEN m.stale ELSE p.stale_fields END, \
+            updated_at = m.at, identity_key = COALESCE(m.ident, p.identity_key) \
+     FROM m WHERE p.msg_id = m.id AND p.state IN ('PENDING', 'FAILED')";
 
 /// Each flight the batch changes once, with its final state, in first-touched order.
 fn finals<'a>(batch: &[MemberWrite<'a>]) -> Vec<(&'a str, Final<'a>)> {

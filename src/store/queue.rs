@@ -32,7 +32,7 @@ pub struct Backlog {
 pub(super) const UNFINISHED: &str = "state IN ('PENDING', 'FAILED')";
 
 /// Longest `error_text` kept.
-const ERROR_TEXT_MAX: usize = 2000;
+pub(super) const ERROR_TEXT_MAX: usize = 2000;
 
 /// `msg_id, state, attempts, next_attempt_at, processing_started_at, since, source`.
 pub(super) type HeadTuple = (

@@ -202,3 +202,135 @@ async fn events_of_a_set_applied_mixed_group_equal_one_by_one() {
     assert_eq!(one.events, grouped.events, "type, subject, payload, order");
     assert_eq!(one, grouped, "and every row");
 }
+
+/// The outcomes of one group as `(msg_id, label)`.
+fn labels(group: &[StepOutcome]) -> Vec<(i64, &'static str)> {
+    group
+        .iter()
+        .map(|s| match s {
+            StepOutcome::Processed {
+                msg_id, outcome, ..
+            } => (*msg_id, outcome.label()),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Members that end without business work — malformed (DEAD) and a duplicate (SKIPPED) —
+/// between planned ones ride in the group's ONE outcome statement instead of splitting it
+/// (a realistic feed has ~2 % malformed messages: a group of 256 was cut into ~6 statements),
+/// and leave exactly the rows their own statements left: class, text, type, processing order.
+#[tokio::test]
+async fn dead_and_duplicate_members_ride_in_the_batch_statement() {
+    let env = TestEnv::new("pump_batch_terminals").await;
+    let texts = [
+        flop(1, "F1", &[("GATE", "A1")]),
+        "<MSG><META><SNDR>AODB</SNDR></META>".to_string(),
+        flop(2, "F2", &[("GATE", "B1")]),
+        flop(1, "F9", &[("GATE", "Z")]), // the identity of the first
+        flop(3, "F1", &[("GATE", "A2")]),
+        "   ".to_string(),
+        flop(4, "F3", &[("GATE", "C1")]),
+    ];
+    let mut ids = Vec::new();
+    for text in &texts {
+        ids.push(env.insert_message(text).await);
+    }
+    env.poll(env.poll_cfg(100)).await;
+    let mut pump = env.stepper(&[("MSGX_PROCESSING__GROUP_MAX", "64")]);
+
+    let group = pump.step_group().await.expect("group");
+    let want = [
+        "succeeded",
+        "dead",
+        "succeeded",
+        "skipped",
+        "succeeded",
+        "dead",
+        "succeeded",
+    ];
+    let want: Vec<(i64, &str)> = ids.iter().copied().zip(want).collect();
+    assert_eq!(labels(&group), want);
+    let stages = pump.core().stages();
+    assert_eq!(
+        (stages.groups, stages.batches),
+        (1, 1),
+        "one group, one outcome statement"
+    );
+    assert_eq!(
+        env.processing_order().await,
+        ids,
+        "processed in MSG_ID order"
+    );
+    for id in [ids[1], ids[5]] {
+        assert_eq!(
+            env.state_of(id).await,
+            ("DEAD".into(), Some("MALFORMED".into()))
+        );
+    }
+    assert_eq!(
+        env.state_of(ids[3]).await,
+        ("SKIPPED".into(), Some("DUPLICATE".into()))
+    );
+    let (ty, text, reason, identity): (Option<String>, String, String, Option<String>) =
+        sqlx::query_as(
+            "SELECT msg_type, error_text, terminal_reason, identity_key FROM proc_state \
+             WHERE msg_id = $1",
+        )
+        .bind(ids[3])
+        .fetch_one(env.store.pool())
+        .await
+        .expect("duplicate row");
+    assert_eq!(ty.as_deref(), Some("FLOP-UPDT"));
+    assert!(
+        text.contains(&ids[0].to_string()),
+        "names the holder: {text}"
+    );
+    assert_eq!((reason.as_str(), identity), ("DUPLICATE", None));
+    assert_eq!(stored_gate(&env, "F1").await, "A2");
+    env.cleanup().await;
+}
+
+/// A batch holding a DEAD member whose statement fails (a planned member after it is refused):
+/// one by one, the DEAD member keeps its place — the member before it commits, it is DEAD, the
+/// refused one FAILED, and the one after it does not run.
+#[tokio::test]
+async fn a_dead_member_keeps_its_place_when_its_batch_falls_back() {
+    let env = TestEnv::new("pump_batch_terminal_boom").await;
+    boom_trigger(&env).await;
+    let texts = [
+        flop(1, "F1", &[("GATE", "A1")]),
+        "<MSG><META><SNDR>AODB</SNDR></META>".to_string(),
+        flop(2, "BOOM", &[("GATE", "X")]),
+        flop(3, "F1", &[("GATE", "A2")]),
+    ];
+    let mut ids = Vec::new();
+    for text in &texts {
+        ids.push(env.insert_message(text).await);
+    }
+    env.poll(env.poll_cfg(100)).await;
+    let mut pump = env.stepper(&[
+        ("MSGX_PROCESSING__GROUP_MAX", "64"),
+        ("MSGX_PROCESSING__MAX_ATTEMPTS", "2"),
+    ]);
+
+    let group = pump.step_group().await.expect("group");
+    assert_eq!(
+        labels(&group),
+        [(ids[0], "succeeded"), (ids[1], "dead"), (ids[2], "failed")]
+    );
+    assert_eq!(
+        pump.core().stages().batches,
+        1,
+        "one statement, then one by one"
+    );
+    assert_eq!(env.processing_order().await, ids[..2]);
+    assert_eq!(
+        env.state_of(ids[1]).await,
+        ("DEAD".into(), Some("MALFORMED".into()))
+    );
+    assert_eq!(env.state_of(ids[3]).await, ("PENDING".into(), None));
+    assert_eq!(stamp_of(&env, ids[3]).await, (0, None), "never ran");
+    assert_eq!(stored_gate(&env, "F1").await, "A1");
+    env.cleanup().await;
+}

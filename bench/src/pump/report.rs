@@ -337,9 +337,11 @@ fn print_stages(run: &PumpRun, before: &BareLimits) {
     let total = run.elapsed.as_secs_f64() * 1e3 / n;
     println!(
         "  where the time goes   : recorded by PumpCore itself over the run: {} groups, {:.1} \
-         messages per group (processing.group_max / group_max_wait)",
+         messages per group (processing.group_max / group_max_wait), {:.2} batch outcome \
+         statements per group",
         st.groups,
-        n / st.groups.max(1) as f64
+        n / st.groups.max(1) as f64,
+        st.batches as f64 / st.groups.max(1) as f64
     );
     println!("    stage                 mean ms/msg   share   calls   ms/call");
     for stage in Stage::ALL {

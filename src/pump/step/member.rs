@@ -12,8 +12,40 @@ use crate::pump::outcome::{ErrorClass, Outcome, SingleTerminal};
 use crate::pump::rules::backoff;
 use crate::pump::stages::Stage;
 use crate::rows::Source;
+use crate::store::batch::TerminalWrite;
 use crate::store::{BusinessResult, GroupTx, StoreError};
 use crate::telemetry;
+
+/// Writes a member's terminal row on its own (one statement, `GroupTx::finish_single`).
+pub(super) async fn write_terminal(
+    tx: &mut GroupTx,
+    row: TerminalWrite,
+) -> Result<Outcome, StoreError> {
+    tx.finish_single(
+        row.msg_id,
+        row.state,
+        row.class,
+        &row.detail,
+        row.msg_type.as_deref(),
+        row.now,
+    )
+    .await?;
+    Ok(terminal_outcome(row))
+}
+
+/// The outcome a terminal row records.
+pub(super) fn terminal_outcome(row: TerminalWrite) -> Outcome {
+    match row.state {
+        SingleTerminal::Dead => Outcome::Dead {
+            class: row.class,
+            detail: row.detail,
+        },
+        SingleTerminal::Skipped => Outcome::Skipped {
+            reason: row.class,
+            detail: row.detail,
+        },
+    }
+}
 
 impl PumpCore {
     /// A member that writes on its own inside the group transaction (DEAD, FAILED, or the
@@ -27,7 +59,9 @@ impl PumpCore {
     ) -> Result<Outcome, StoreError> {
         let msg_id = m.row.head.msg_id;
         let msg = match prepared {
-            Prepared::Dead(class, detail) => return self.dead(tx, msg_id, class, detail).await,
+            Prepared::Dead(class, detail) => {
+                return write_terminal(tx, self.dead_row(msg_id, class, detail)).await
+            }
             Prepared::Fail(class, detail) => {
                 return self.fail(tx, msg_id, m.attempts, class, detail).await
             }
@@ -120,34 +154,38 @@ impl PumpCore {
         msg_type: &str,
         key: &str,
     ) -> Result<Outcome, StoreError> {
-        let detail = format!("identity {key} already bound to message {holder}");
-        let now = self.clock.now();
-        tx.finish_single(
-            msg_id,
-            SingleTerminal::Skipped,
-            ErrorClass::Duplicate,
-            &detail,
-            Some(msg_type),
-            now,
-        )
-        .await?;
-        Ok(Outcome::Skipped {
-            reason: ErrorClass::Duplicate,
-            detail,
-        })
+        let row = self.duplicate_row(msg_id, holder, msg_type, key);
+        write_terminal(tx, row).await
     }
 
-    async fn dead(
+    /// A business duplicate's row: SKIPPED(DUPLICATE), naming the holder of its identity.
+    pub(super) fn duplicate_row(
         &self,
-        tx: &mut GroupTx,
         msg_id: i64,
-        class: ErrorClass,
-        detail: String,
-    ) -> Result<Outcome, StoreError> {
-        let now = self.clock.now();
-        tx.finish_single(msg_id, SingleTerminal::Dead, class, &detail, None, now)
-            .await?;
-        Ok(Outcome::Dead { class, detail })
+        holder: i64,
+        msg_type: &str,
+        key: &str,
+    ) -> TerminalWrite {
+        TerminalWrite {
+            msg_id,
+            state: SingleTerminal::Skipped,
+            class: ErrorClass::Duplicate,
+            detail: format!("identity {key} already bound to message {holder}"),
+            msg_type: Some(msg_type.to_string()),
+            now: self.clock.now(),
+        }
+    }
+
+    /// A DEAD member's row (no business work: malformed, missing text).
+    pub(super) fn dead_row(&self, msg_id: i64, class: ErrorClass, detail: String) -> TerminalWrite {
+        TerminalWrite {
+            msg_id,
+            state: SingleTerminal::Dead,
+            class,
+            detail,
+            msg_type: None,
+            now: self.clock.now(),
+        }
     }
 
     pub(super) async fn fail(

@@ -10,7 +10,7 @@ use super::{Member, PumpCore, StepOutcome};
 use crate::codec::DecodedMessage;
 use crate::flight;
 use crate::pump::stages::Stage;
-use crate::store::batch::PlannedWrite;
+use crate::store::batch::{PlannedWrite, TerminalWrite};
 use crate::store::{GroupLoad, GroupTx, StoreError};
 
 /// How a member is written (see [`PumpCore::route`]).
@@ -37,24 +37,42 @@ pub(super) struct Routed {
     pub(super) routing: Duration,
 }
 
-/// Planned members waiting for their one outcome statement: their writes, and in member order
-/// the provisional outcomes — of each write with its attempt number (for a FAILED outcome in
-/// the fallback), and of members finished elsewhere meanwhile (no write: they ride along so
-/// the outcomes stay in member order).
+/// Members waiting for their one outcome statement: the planned writes, the terminal rows of
+/// members ending without business work (DEAD, a duplicate SKIPPED), and in member order the
+/// provisional outcomes with what each one is in the batch (for the one-by-one fallback).
 #[derive(Default)]
 pub(super) struct Batch {
     pub(super) writes: Vec<PlannedWrite>,
-    pub(super) members: Vec<(Option<i32>, StepOutcome)>,
+    pub(super) terminals: Vec<TerminalWrite>,
+    pub(super) members: Vec<(Pending, StepOutcome)>,
+}
+
+/// What a member is in the batch.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Pending {
+    /// The next of the planned writes, with its attempt number (for a FAILED outcome in the
+    /// fallback).
+    Planned(i32),
+    /// The next of the terminal rows.
+    Terminal,
+    /// Finished elsewhere meanwhile: no write, it rides along so the outcomes stay in member
+    /// order.
+    Rides,
 }
 
 impl Batch {
     pub(super) fn push(&mut self, attempts: i32, write: PlannedWrite, step: StepOutcome) {
         self.writes.push(write);
-        self.members.push((Some(attempts), step));
+        self.members.push((Pending::Planned(attempts), step));
+    }
+
+    pub(super) fn terminal(&mut self, write: TerminalWrite, step: StepOutcome) {
+        self.terminals.push(write);
+        self.members.push((Pending::Terminal, step));
     }
 
     pub(super) fn ride(&mut self, step: StepOutcome) {
-        self.members.push((None, step));
+        self.members.push((Pending::Rides, step));
     }
 
     pub(super) fn len(&self) -> usize {

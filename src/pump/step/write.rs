@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::route::{Batch, Route, Routed};
+use super::member::{terminal_outcome, write_terminal};
+use super::read_ahead::Prepared;
+use super::route::{Batch, Pending, Route, Routed};
 use super::{Member, PumpCore, StepOutcome};
 use crate::pump::outcome::{ErrorClass, Outcome};
 use crate::pump::stages::Stage;
@@ -41,7 +43,9 @@ impl PumpCore {
             }
             let started = Instant::now();
             let flush_first = match &route {
-                Route::Elsewhere => false,
+                Route::Elsewhere | Route::Duplicate { .. } | Route::Own(Prepared::Dead(..)) => {
+                    false
+                }
                 Route::Planned(w) if w.plan.snapshot.is_none() => {
                     !batch::joins(&pending.writes, &w.plan)
                 }
@@ -68,6 +72,22 @@ impl PumpCore {
                 }
                 Route::Elsewhere if !pending.is_empty() => {
                     pending.ride(step(Outcome::FinishedElsewhere, started.elapsed()));
+                    None
+                }
+                // Ending without business work: a row of the batch statement, so a malformed
+                // message or a duplicate does not split the batch around it.
+                Route::Duplicate {
+                    holder,
+                    msg_type,
+                    key,
+                } => {
+                    let row = self.duplicate_row(m.row.head.msg_id, holder, &msg_type, &key);
+                    pending.terminal(row.clone(), step(terminal_outcome(row), started.elapsed()));
+                    None
+                }
+                Route::Own(Prepared::Dead(class, detail)) => {
+                    let row = self.dead_row(m.row.head.msg_id, class, detail);
+                    pending.terminal(row.clone(), step(terminal_outcome(row), started.elapsed()));
                     None
                 }
                 route => Some(self.write_own(tx, &m, route).await?),
@@ -110,27 +130,38 @@ impl PumpCore {
         }
     }
 
-    /// Writes the pending batch in one statement, its members' outcomes then joining `done`.
-    /// When that statement fails (a constraint, a trigger), its members are written one by one
-    /// under their own savepoints, exactly as without batching: the first that fails takes its
-    /// FAILED outcome, the group ends with it (the members after it did not run) and `true` is
-    /// returned.
+    /// Writes the pending batch in one statement, its members' outcomes then joining `done`
+    /// (terminal rows without a planned member: one statement each, the batch statement costs
+    /// more). When that statement fails (a constraint, a trigger), its members are written one
+    /// by one (the planned ones under their own savepoints), exactly as without batching: the
+    /// first that fails takes its FAILED outcome, the group ends with it (the members after it
+    /// did not run) and `true` is returned.
     async fn flush(
         &mut self,
         tx: &mut GroupTx,
         batch: &mut Batch,
         done: &mut Vec<StepOutcome>,
     ) -> Result<bool, StoreError> {
-        if batch.writes.is_empty() {
+        let Batch {
+            writes,
+            terminals,
+            members,
+        } = std::mem::take(batch);
+        if writes.is_empty() {
+            for row in terminals {
+                write_terminal(tx, row).await?;
+            }
+            done.extend(members.into_iter().map(|(_, step)| step));
             return Ok(false);
         }
-        let Batch { writes, members } = std::mem::take(batch);
+        let count = (writes.len() + terminals.len()) as u64;
         let mut timer = self.stages.time(Stage::Rows);
-        timer.calls(writes.len() as u64);
-        let rows = BatchRows::of(&writes);
+        timer.calls(count);
+        let rows = BatchRows::of(&writes, &terminals);
         drop(timer);
         let mut timer = self.stages.time(Stage::Business);
-        timer.calls(writes.len() as u64);
+        timer.calls(count);
+        self.stages.batch();
         let written = match rows {
             Ok(rows) => tx.write_batch(&rows).await?,
             Err(e) => Err(e), // a flight that does not serialize: one by one finds its member
@@ -142,16 +173,31 @@ impl PumpCore {
         };
         tracing::warn!(
             error = %e,
-            members = writes.len(),
-            first = writes[0].msg_id,
+            members = members.len(),
+            first = members_first(&writes, &terminals),
             "batch outcome statement failed; writing its members one by one"
         );
-        let mut next_write = writes.iter();
-        for (attempts, mut step) in members {
-            let (Some(attempts), Some(w)) = (attempts, attempts.and_then(|_| next_write.next()))
-            else {
-                done.push(step); // finished elsewhere: nothing to write
-                continue;
+        let (mut next_write, mut next_terminal) = (writes.iter(), terminals.into_iter());
+        for (pending, mut step) in members {
+            let (attempts, w) = match pending {
+                Pending::Planned(attempts) => {
+                    let Some(w) = next_write.next() else {
+                        done.push(step); // cannot be: one planned write per planned member
+                        continue;
+                    };
+                    (attempts, w)
+                }
+                Pending::Terminal => {
+                    if let Some(row) = next_terminal.next() {
+                        write_terminal(tx, row).await?;
+                    }
+                    done.push(step);
+                    continue;
+                }
+                Pending::Rides => {
+                    done.push(step); // finished elsewhere: nothing to write
+                    continue;
+                }
             };
             let outcome = self.write_alone(tx, w, attempts).await?;
             let stop = !outcome.is_terminal();
@@ -250,6 +296,14 @@ impl PumpCore {
         }
         Ok(steps)
     }
+}
+
+/// The first member of a batch (its planned writes and terminal rows are each in `MSG_ID`
+/// order), for the log.
+fn members_first(writes: &[PlannedWrite], terminals: &[batch::TerminalWrite]) -> Option<i64> {
+    let w = writes.first().map(|w| w.msg_id);
+    let t = terminals.first().map(|t| t.msg_id);
+    w.into_iter().chain(t).min()
 }
 
 /// Whether this step recorded an outcome for `msg_id` in the group (a row another path had
