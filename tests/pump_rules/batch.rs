@@ -90,28 +90,15 @@ async fn a_failing_member_falls_back_without_losing_or_reordering_the_others() {
         flop(5, "F1", &[("GATE", "A3")]),
         flop(6, "F2", &[("GATE", "B2")]),
     ];
-    let mut ids = Vec::new();
-    for text in &texts {
-        ids.push(env.insert_message(text).await);
-    }
-    env.poll(env.poll_cfg(100)).await;
+    let ids = enqueued(&env, &texts).await;
     let mut pump = env.stepper(&[
         ("MSGX_PROCESSING__GROUP_MAX", "64"),
         ("MSGX_PROCESSING__MAX_ATTEMPTS", "2"),
     ]);
 
     let group = pump.step_group().await.expect("group");
-    let got: Vec<(i64, &str)> = group
-        .iter()
-        .map(|s| match s {
-            StepOutcome::Processed {
-                msg_id, outcome, ..
-            } => (*msg_id, outcome.label()),
-            other => panic!("{other:?}"),
-        })
-        .collect();
     assert_eq!(
-        got,
+        labels(&group),
         [
             (ids[0], "succeeded"),
             (ids[1], "succeeded"),
@@ -203,6 +190,16 @@ async fn events_of_a_set_applied_mixed_group_equal_one_by_one() {
     assert_eq!(one, grouped, "and every row");
 }
 
+/// Inserts the texts into the inbox and enqueues them; their ids, in order.
+async fn enqueued(env: &TestEnv, texts: &[String]) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for text in texts {
+        ids.push(env.insert_message(text).await);
+    }
+    env.poll(env.poll_cfg(100)).await;
+    ids
+}
+
 /// The outcomes of one group as `(msg_id, label)`.
 fn labels(group: &[StepOutcome]) -> Vec<(i64, &'static str)> {
     group
@@ -232,11 +229,7 @@ async fn dead_and_duplicate_members_ride_in_the_batch_statement() {
         "   ".to_string(),
         flop(4, "F3", &[("GATE", "C1")]),
     ];
-    let mut ids = Vec::new();
-    for text in &texts {
-        ids.push(env.insert_message(text).await);
-    }
-    env.poll(env.poll_cfg(100)).await;
+    let ids = enqueued(&env, &texts).await;
     let mut pump = env.stepper(&[("MSGX_PROCESSING__GROUP_MAX", "64")]);
 
     let group = pump.step_group().await.expect("group");
@@ -304,11 +297,7 @@ async fn a_dead_member_keeps_its_place_when_its_batch_falls_back() {
         flop(2, "BOOM", &[("GATE", "X")]),
         flop(3, "F1", &[("GATE", "A2")]),
     ];
-    let mut ids = Vec::new();
-    for text in &texts {
-        ids.push(env.insert_message(text).await);
-    }
-    env.poll(env.poll_cfg(100)).await;
+    let ids = enqueued(&env, &texts).await;
     let mut pump = env.stepper(&[
         ("MSGX_PROCESSING__GROUP_MAX", "64"),
         ("MSGX_PROCESSING__MAX_ATTEMPTS", "2"),
