@@ -170,9 +170,16 @@ impl<'a> BatchRows<'a> {
         terminals: &'a [TerminalWrite],
     ) -> Result<Self, StoreError> {
         let planned: Vec<MemberWrite<'a>> = batch.iter().map(PlannedWrite::member).collect();
+        Self::of_members(&planned, terminals)
+    }
+
+    fn of_members(
+        planned: &[MemberWrite<'a>],
+        terminals: &'a [TerminalWrite],
+    ) -> Result<Self, StoreError> {
         let mut members = MemberRows::default();
         let mut ts = terminals.iter().peekable();
-        for w in &planned {
+        for w in planned {
             while let Some(t) = ts.next_if(|t| t.msg_id < w.msg_id) {
                 members.terminal(t);
             }
@@ -180,18 +187,8 @@ impl<'a> BatchRows<'a> {
         }
         ts.for_each(|t| members.terminal(t));
         Ok(Self {
-            flights: FlightRows::of(&planned)?,
-            events: EventRows::of(&planned),
-            members,
-        })
-    }
-
-    fn of_members(batch: &[MemberWrite<'a>]) -> Result<Self, StoreError> {
-        let mut members = MemberRows::default();
-        batch.iter().for_each(|w| members.succeeded(w));
-        Ok(Self {
-            flights: FlightRows::of(batch)?,
-            events: EventRows::of(batch),
+            flights: FlightRows::of(planned)?,
+            events: EventRows::of(planned),
             members,
         })
     }
@@ -214,7 +211,7 @@ pub(super) async fn write_outcomes(
     if batch.is_empty() {
         return Ok(());
     }
-    write_rows(tx, &BatchRows::of_members(batch)?).await
+    write_rows(tx, &BatchRows::of_members(batch, &[])?).await
 }
 
 /// Runs the outcome statement on built rows inside the group transaction (the caller of a

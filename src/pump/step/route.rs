@@ -1,7 +1,7 @@
 //! Routing and batching: how each member of a group is written, decided without I/O on the
-//! group's one load (planned on it and joining the batch, a duplicate of another message's
-//! identity, finished elsewhere, or writing on its own), and the batch that planned members
-//! join until their one outcome statement.
+//! group's one load (planned on it and joining the batch, a terminal row joining it — DEAD, or
+//! a duplicate of another message's identity —, finished elsewhere, or writing on its own), and
+//! the batch that members join until their one outcome statement.
 
 use std::time::{Duration, Instant};
 
@@ -18,15 +18,12 @@ pub(super) enum Route {
     /// Planned on the group's load: joins the batch (written alone when it carries a
     /// schedule snapshot).
     Planned(PlannedWrite),
-    /// Its identity is held by another message: SKIPPED(DUPLICATE).
-    Duplicate {
-        holder: i64,
-        msg_type: String,
-        key: String,
-    },
+    /// Ends without business work — DEAD (malformed, missing text) or SKIPPED(DUPLICATE), its
+    /// identity held by another message: a terminal row that joins the batch.
+    Terminal(TerminalWrite),
     /// No longer unfinished in the load: nothing to write.
     Elsewhere,
-    /// Writes on its own: DEAD, FAILED, or business work with its own load.
+    /// Writes on its own: FAILED, or business work with its own load.
     Own(Prepared),
 }
 
@@ -108,9 +105,9 @@ impl PumpCore {
             .collect()
     }
 
-    /// How a member is written, decided on the group's load without I/O: a decoded member
-    /// that is not `LATE` is checked (still unfinished, identity free) and planned on the
-    /// load, which then holds its changes for the members after it.
+    /// How a member is written, decided on the group's load without I/O: a DEAD one is a
+    /// terminal row; a decoded member that is not `LATE` is checked (still unfinished, identity
+    /// free) and planned on the load, which then holds its changes for the members after it.
     fn route(&mut self, m: &Member, prepared: Prepared, cache: &mut Option<GroupLoad>) -> Route {
         let msg_id = m.row.head.msg_id;
         if m.row.source.is_late() {
@@ -118,7 +115,12 @@ impl PumpCore {
             *cache = None;
         }
         let (Prepared::Decoded(msg), Some(load)) = (&prepared, cache.as_mut()) else {
-            return Route::Own(prepared);
+            return match prepared {
+                Prepared::Dead(class, detail) => {
+                    Route::Terminal(self.dead_row(msg_id, class, detail))
+                }
+                prepared => Route::Own(prepared),
+            };
         };
         if !load.states.get(&msg_id).is_some_and(|s| s.is_unfinished()) {
             return Route::Elsewhere;
@@ -126,11 +128,7 @@ impl PumpCore {
         let msg_type = type_label(msg);
         let key = msg.identity_key(self.cfg.identity_with_date, self.cfg.tz);
         if let Some(&holder) = load.holders.get(&key).filter(|h| **h != msg_id) {
-            return Route::Duplicate {
-                holder,
-                msg_type,
-                key,
-            };
+            return Route::Terminal(self.duplicate_row(msg_id, holder, &msg_type, &key));
         }
         let timer = self.stages.time(Stage::Plan);
         let current = load.current(&flight::flights_to_load(msg));

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::member::{terminal_outcome, write_terminal};
-use super::read_ahead::Prepared;
 use super::route::{Batch, Pending, Route, Routed};
 use super::{Member, PumpCore, StepOutcome};
 use crate::pump::outcome::{ErrorClass, Outcome};
@@ -43,9 +42,7 @@ impl PumpCore {
             }
             let started = Instant::now();
             let flush_first = match &route {
-                Route::Elsewhere | Route::Duplicate { .. } | Route::Own(Prepared::Dead(..)) => {
-                    false
-                }
+                Route::Elsewhere | Route::Terminal(_) => false,
                 Route::Planned(w) if w.plan.snapshot.is_none() => {
                     !batch::joins(&pending.writes, &w.plan)
                 }
@@ -76,18 +73,9 @@ impl PumpCore {
                 }
                 // Ending without business work: a row of the batch statement, so a malformed
                 // message or a duplicate does not split the batch around it.
-                Route::Duplicate {
-                    holder,
-                    msg_type,
-                    key,
-                } => {
-                    let row = self.duplicate_row(m.row.head.msg_id, holder, &msg_type, &key);
-                    pending.terminal(row.clone(), step(terminal_outcome(row), started.elapsed()));
-                    None
-                }
-                Route::Own(Prepared::Dead(class, detail)) => {
-                    let row = self.dead_row(m.row.head.msg_id, class, detail);
-                    pending.terminal(row.clone(), step(terminal_outcome(row), started.elapsed()));
+                Route::Terminal(row) => {
+                    let outcome = terminal_outcome(row.clone());
+                    pending.terminal(row, step(outcome, started.elapsed()));
                     None
                 }
                 route => Some(self.write_own(tx, &m, route).await?),
@@ -118,14 +106,7 @@ impl PumpCore {
         match route {
             Route::Elsewhere => Ok(Outcome::FinishedElsewhere),
             Route::Planned(w) => self.write_alone(tx, &w, m.attempts).await,
-            Route::Duplicate {
-                holder,
-                msg_type,
-                key,
-            } => {
-                self.duplicate(tx, m.row.head.msg_id, holder, &msg_type, &key)
-                    .await
-            }
+            Route::Terminal(row) => write_terminal(tx, row).await,
             Route::Own(p) => self.member(tx, m, p).await,
         }
     }
@@ -174,7 +155,7 @@ impl PumpCore {
         tracing::warn!(
             error = %e,
             members = members.len(),
-            first = members_first(&writes, &terminals),
+            first = writes[0].msg_id,
             "batch outcome statement failed; writing its members one by one"
         );
         let (mut next_write, mut next_terminal) = (writes.iter(), terminals.into_iter());
@@ -296,14 +277,6 @@ impl PumpCore {
         }
         Ok(steps)
     }
-}
-
-/// The first member of a batch (its planned writes and terminal rows are each in `MSG_ID`
-/// order), for the log.
-fn members_first(writes: &[PlannedWrite], terminals: &[batch::TerminalWrite]) -> Option<i64> {
-    let w = writes.first().map(|w| w.msg_id);
-    let t = terminals.first().map(|t| t.msg_id);
-    w.into_iter().chain(t).min()
 }
 
 /// Whether this step recorded an outcome for `msg_id` in the group (a row another path had
