@@ -2,7 +2,9 @@
 //! process (pump, group commit), mark (backfill sweeper) and deliver (dispatcher, to the
 //! configured Kafka: the embedded mock cluster when `kafka.brokers` is unset) — started exactly as `run_service`
 //! starts the pipeline. Prints, per stage, the throughput of every tenth of the backlog (is it
-//! flat?), the total time and the peak RSS of this process (the service and the bench share it);
+//! flat?), the total time and the peak RSS of this process (the service and the bench share it),
+//! and where the service's pump spent its time, by stage (its `msgx_pump_stage_seconds`, the
+//! table `msgx-bench pump` prints for the pump alone);
 //! then an idle phase (nothing arriving: the statements the service sends the inbox per second);
 //! then, per steady offered rate (`--rates`, by default 100, 300, 1,000 msg/s, for `--steady`
 //! each), where a message's time goes from its inbox commit to its Kafka ack and to its inbox
@@ -23,6 +25,7 @@
 
 mod drain;
 mod idle;
+mod pump_stages;
 mod steady;
 mod txn_probe;
 

@@ -4,14 +4,19 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::telemetry;
+
 /// The stages of a group, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
     /// The head and the candidates behind it (one index-backed read).
     Head,
-    /// The attempt stamp of the whole group (one relaxed autocommit statement).
+    /// The attempt stamp of the whole group (one relaxed autocommit statement) and, at the
+    /// same time, the inbox read of the texts not buffered (one round trip per `read_ahead`):
+    /// the wall time of the two together.
     Stamp,
-    /// The raw texts from the inbox (one round trip per `read_ahead`; 0 when buffered).
+    /// The texts read taken into the buffer; for rows the DB owner purged, their copies read
+    /// from our store (a round trip only then).
     RawRead,
     /// Decoding the text (CPU only).
     Decode,
@@ -51,21 +56,13 @@ impl Stage {
         Stage::Commit,
     ];
 
-    /// Its name in reports.
+    // One label per stage: `as_str` indexes the label list.
+    const _LABELED: () = assert!(telemetry::PUMP_STAGES.len() == Stage::ALL.len());
+
+    /// Its name in reports and in the `stage` label of `msgx_pump_stage_seconds`
+    /// ([`telemetry::PUMP_STAGES`], listed in this enum's order).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::Head => "head",
-            Stage::Stamp => "stamp",
-            Stage::RawRead => "raw_read",
-            Stage::Decode => "decode",
-            Stage::Load => "group load",
-            Stage::Plan => "plan",
-            Stage::Savepoint => "savepoint",
-            Stage::Rows => "outcome rows",
-            Stage::Business => "business",
-            Stage::RawCopy => "raw copy",
-            Stage::Commit => "commit",
-        }
+        telemetry::PUMP_STAGES[self as usize]
     }
 }
 
@@ -162,12 +159,22 @@ impl Drop for StageTimer {
     fn drop(&mut self) {
         let took = self.started.elapsed();
         self.log.lock().add(self.stage, took, self.calls);
+        telemetry::pump_stage(self.stage.as_str(), took);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_stage_has_its_label_in_order() {
+        for (i, stage) in Stage::ALL.iter().enumerate() {
+            assert_eq!(*stage as usize, i, "{stage:?} out of order");
+        }
+        assert_eq!(Stage::Stamp.as_str(), "stamp_and_raw_read");
+        assert_eq!(Stage::Commit.as_str(), "commit");
+    }
 
     #[test]
     fn sums_per_stage() {

@@ -164,8 +164,8 @@ impl Store {
     }
 
     /// Starts an attempt of every message of a group in ONE autocommit statement on the
-    /// relaxed pool, before any of them is read: a message that kills the process still counts
-    /// its attempt. Relaxed commit: the group's synchronous commit flushes the WAL up to and
+    /// relaxed pool, before any of them is decoded (their texts are read beside it): a message
+    /// that kills the process still counts its attempt. Relaxed commit: the group's synchronous commit flushes the WAL up to and
     /// including this record, so the stamp is durable whenever its outcome is; a crash before
     /// that may lose it, and the attempt is simply stamped again. Returns `(msg_id, attempts)`
     /// of the rows still unfinished, in MSG_ID order.

@@ -30,6 +30,24 @@ pub const PIPELINE_ESTIMATED_DRAIN_SECONDS: &str = "msgx_pipeline_estimated_drai
 pub const PUMP_GROUP_SIZE: &str = "msgx_pump_group_size";
 /// A group's wall time: first member started → commit returned.
 pub const PUMP_GROUP_SECONDS: &str = "msgx_pump_group_seconds";
+/// Wall time of one stage of a group, by stage: where the pump's time goes.
+pub const PUMP_STAGE_SECONDS: &str = "msgx_pump_stage_seconds";
+
+/// `stage` of [`PUMP_STAGE_SECONDS`], in the order a group runs them: the one spelling of the
+/// pump's stages (`pump::stages::Stage` is indexed like this list; the benches print it too).
+pub const PUMP_STAGES: &[&str] = &[
+    "head",
+    "stamp_and_raw_read",
+    "raw_texts_in",
+    "decode",
+    "group_load",
+    "plan",
+    "savepoint",
+    "outcome_rows",
+    "business",
+    "raw_copy",
+    "commit",
+];
 
 /// `outcome` of [`PIPELINE_PROCESSED_TOTAL`] (`Outcome::label`, plus `dead` for a poisoned head).
 pub const OUTCOMES_UNCLASSED: &[&str] = &["succeeded", "finished_elsewhere"];
@@ -74,6 +92,7 @@ pub(super) fn defs() -> Vec<Def> {
         Def::gauge(PIPELINE_ESTIMATED_DRAIN_SECONDS, "seconds", "Unfinished messages divided by the recent processing rate (G6); +Inf when stalled with a backlog, NaN before the first rate"),
         Def::histogram(PUMP_GROUP_SIZE, "messages", "Messages per pump group (one business transaction, one commit)"),
         Def::histogram(PUMP_GROUP_SECONDS, "seconds", "Pump group wall time, first member to commit"),
+        Def::histogram(PUMP_STAGE_SECONDS, "seconds", "Wall time of one stage of a pump group (its _sum by stage: where the pump's time goes; the stamp and the inbox read of the texts run at once, as one stage)").label("stage", PUMP_STAGES),
     ]
 }
 
@@ -89,6 +108,12 @@ pub(super) fn histogram_buckets() -> Vec<(&'static str, Vec<f64>)> {
         (
             PUMP_GROUP_SIZE,
             vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
+        ),
+        (
+            PUMP_STAGE_SECONDS,
+            vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0,
+            ],
         ),
         (
             PUMP_GROUP_SECONDS,
@@ -250,6 +275,12 @@ impl PumpStep<&str, Processed<'_>> {
 pub fn pump_step_failed(error: &dyn std::error::Error) {
     counter!(PIPELINE_STEP_ERRORS_TOTAL).increment(1);
     tracing::error!(error = %error, "pump step failed on the store; retrying");
+}
+
+/// One stage of a group took `took` (`stage`: one of [`PUMP_STAGES`]). No log line: eleven
+/// per group; the group's own line is [`pump_group`].
+pub fn pump_stage(stage: &'static str, took: Duration) {
+    histogram!(PUMP_STAGE_SECONDS, "stage" => stage).record(took.as_secs_f64());
 }
 
 /// A group committed.

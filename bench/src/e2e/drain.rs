@@ -51,6 +51,7 @@ pub(super) async fn drain(service: &Service, total: u64, timeout: Duration) -> a
         sampled.sampling.as_secs_f64() * 1e3
     );
     print_tenths(&sampled, total, elapsed);
+    super::pump_stages::print(&service.metrics, total, elapsed);
     Ok(total as f64 / elapsed.as_secs_f64().max(1e-9))
 }
 

@@ -201,9 +201,16 @@ impl PumpCore {
     ) -> Result<Vec<StepOutcome>, StoreError> {
         let group = self.group_of(candidates, now);
         let ids: Vec<i64> = group.iter().map(|r| r.head.msg_id).collect();
+        // The texts are read beside the stamp: two servers, two round trips at once. A text
+        // read for a member that then is not stamped stays buffered, as read-ahead does.
+        let read_ids = self.ahead_ids(candidates, &ids);
         let timer = self.stages.time(Stage::Stamp);
-        let stamped = self.store.stamp_attempts(&ids, now).await?;
+        let (stamped, texts) = futures::join!(
+            self.store.stamp_attempts(&ids, now),
+            self.read_texts(&read_ids)
+        );
         drop(timer);
+        let stamped = stamped?;
         let members: Vec<Member> = group
             .iter()
             .filter_map(|row| {
@@ -229,7 +236,7 @@ impl PumpCore {
             return Ok(vec![StepOutcome::Idle]); // finished elsewhere meanwhile
         }
         let timer = self.stages.time(Stage::RawRead);
-        self.read_ahead(candidates, &members).await;
+        self.take_texts(texts).await;
         drop(timer);
         let result = self.run_group(&members, now).await;
         if result.is_err() {
@@ -314,8 +321,9 @@ impl PumpCore {
     /// never waits for heads that are not there. Stages: prepare (texts, decode, copies),
     /// load, route (plan on the load, no I/O), write (batches and own writes), finish (copies,
     /// stamps of members that did not run, commit). Members planned on the group's load are
-    /// written together by one outcome statement per batch; the others (DEAD, FAILED,
-    /// duplicates, LATE rows, schedules) write on their own, after the batch before them.
+    /// written together by one outcome statement per batch, and so are the terminal rows of
+    /// DEAD members and duplicates; the others (FAILED, LATE rows, schedules) write on their
+    /// own, after the batch before them.
     async fn run_group(
         &mut self,
         members: &[Member],

@@ -1,15 +1,18 @@
 //! Read-ahead: the raw texts of a group's members, read in one inbox round trip outside any
-//! transaction together with the candidates behind them (a purged row's text from our raw
-//! copy), then decoded — and compressed for our own copy when `retention.raw_copy` is on. A
+//! transaction together with the candidates behind them, beside the group's stamp (a purged
+//! row's text from our raw copy), then decoded — and compressed for our own copy when `retention.raw_copy` is on. A
 //! member whose text or decode fails is prepared as DEAD or FAILED here, without I/O.
 
 use super::{Member, PumpCore};
 use crate::codec::{CodecError, DecodedMessage};
-use crate::inbox::RawMessage;
+use crate::inbox::{InboxError, RawMessage};
 use crate::pump::outcome::ErrorClass;
 use crate::pump::stages::Stage;
 use crate::store::{HeadRow, PendingCopy, StoreError, StoredCopy};
 use crate::telemetry;
+
+/// What one inbox read of raw texts returned.
+pub(super) type TextRead = Result<Vec<(i64, RawMessage)>, InboxError>;
 
 /// What the work outside PostgreSQL (raw read, decode) made of a member.
 pub(super) enum Prepared {
@@ -24,35 +27,46 @@ pub(super) enum Prepared {
 }
 
 impl PumpCore {
-    /// Makes sure the raw texts of the members are buffered: one inbox round trip for the
-    /// members not buffered yet and the candidates after them (up to `read_ahead`). Outside
-    /// any PostgreSQL transaction; a failure is kept and fails the first member it left out.
-    pub(super) async fn read_ahead(&mut self, candidates: &[HeadRow], members: &[Member]) {
+    /// The texts the group `ids` still needs read, or none when all are buffered: the first
+    /// id not buffered and the candidates after it, up to `read_ahead` (at least the group).
+    /// Resets the last read's failure; forgets the buffer when the head itself is not in it.
+    pub(super) fn ahead_ids(&mut self, candidates: &[HeadRow], ids: &[i64]) -> Vec<i64> {
         self.ahead_error = None;
         self.ahead_outage = false;
-        let Some(missing) = members
-            .iter()
-            .map(|m| m.row.head.msg_id)
-            .find(|id| !self.ahead.contains_key(id))
-        else {
-            return;
+        let Some(missing) = ids.iter().copied().find(|id| !self.ahead.contains_key(id)) else {
+            return Vec::new();
         };
-        if missing == members[0].row.head.msg_id {
+        if missing == ids[0] {
             self.ahead.clear();
         }
-        let want = (self.cfg.read_ahead as usize).max(members.len());
-        let ids: Vec<i64> = candidates
+        let want = (self.cfg.read_ahead as usize).max(ids.len());
+        candidates
             .iter()
             .map(|r| r.head.msg_id)
             .filter(|id| *id >= missing)
             .take(want)
-            .collect();
-        match self
-            .inbox
-            .raw_messages(&ids, self.cfg.max_message_bytes)
-            .await
-        {
-            Ok(texts) => {
+            .collect()
+    }
+
+    /// One inbox round trip for the texts of `ids` (none when empty), outside any PostgreSQL
+    /// transaction. It borrows only the inbox, so it runs beside the group's stamp.
+    pub(super) async fn read_texts(&self, ids: &[i64]) -> Option<TextRead> {
+        if ids.is_empty() {
+            return None;
+        }
+        Some(
+            self.inbox
+                .raw_messages(ids, self.cfg.max_message_bytes)
+                .await,
+        )
+    }
+
+    /// Buffers what [`PumpCore::read_texts`] read (a purged row's text from our raw copy); a
+    /// failure is kept and fails the first member it left out.
+    pub(super) async fn take_texts(&mut self, read: Option<TextRead>) {
+        match read {
+            None => {}
+            Some(Ok(texts)) => {
                 self.outages = 0;
                 let gone: Vec<i64> = texts
                     .iter()
@@ -64,7 +78,7 @@ impl PumpCore {
                     self.read_copies(&gone).await;
                 }
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 self.ahead_outage = e.is_outage();
                 self.ahead_error = Some(e.to_string());
             }
