@@ -91,10 +91,7 @@ async fn a_failing_member_falls_back_without_losing_or_reordering_the_others() {
         flop(6, "F2", &[("GATE", "B2")]),
     ];
     let ids = enqueued(&env, &texts).await;
-    let mut pump = env.stepper(&[
-        ("MSGX_PROCESSING__GROUP_MAX", "64"),
-        ("MSGX_PROCESSING__MAX_ATTEMPTS", "2"),
-    ]);
+    let mut pump = fallback_stepper(&env);
 
     let group = pump.step_group().await.expect("group");
     assert_eq!(
@@ -200,6 +197,15 @@ async fn enqueued(env: &TestEnv, texts: &[String]) -> Vec<i64> {
     ids
 }
 
+/// A pump for the fallback tests: groups of up to 64 fresh heads (`max_attempts` 2, so the
+/// group is not cut to one member).
+fn fallback_stepper(env: &TestEnv) -> Stepper {
+    env.stepper(&[
+        ("MSGX_PROCESSING__GROUP_MAX", "64"),
+        ("MSGX_PROCESSING__MAX_ATTEMPTS", "2"),
+    ])
+}
+
 /// The outcomes of one group as `(msg_id, label)`.
 fn labels(group: &[StepOutcome]) -> Vec<(i64, &'static str)> {
     group
@@ -298,10 +304,7 @@ async fn a_dead_member_keeps_its_place_when_its_batch_falls_back() {
         flop(3, "F1", &[("GATE", "A2")]),
     ];
     let ids = enqueued(&env, &texts).await;
-    let mut pump = env.stepper(&[
-        ("MSGX_PROCESSING__GROUP_MAX", "64"),
-        ("MSGX_PROCESSING__MAX_ATTEMPTS", "2"),
-    ]);
+    let mut pump = fallback_stepper(&env);
 
     let group = pump.step_group().await.expect("group");
     assert_eq!(
