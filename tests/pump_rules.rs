@@ -195,7 +195,8 @@ async fn duplicate_malformed_unsupported_and_missing_rows() {
     // The duplicate changed nothing.
     assert_eq!(stored_gate(&env, "F1").await, "A1");
 
-    // Past the unsupported head (poison), the purged row is DEAD MALFORMED, not retried.
+    // Past the unsupported head (poison), the purged row is read again for
+    // `processing.missing_row_grace` (1m) from its first attempt, then DEAD MALFORMED.
     env.clock.advance(Duration::from_secs(3600));
     assert!(matches!(
         pump.step().await.expect("step"),
@@ -204,9 +205,71 @@ async fn duplicate_malformed_unsupported_and_missing_rows() {
     let (id, o) = outcome(pump.step().await.expect("step"));
     assert_eq!(id, purged);
     assert!(
+        matches!(o, Outcome::Failed { class: ErrorClass::Malformed, ref detail, .. } if detail.contains("missing")),
+        "{o:?}"
+    );
+    env.clock.advance(Duration::from_secs(61));
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!(id, purged);
+    assert!(
         matches!(o, Outcome::Dead { class: ErrorClass::Malformed, ref detail } if detail.contains("missing")),
         "{o:?}"
     );
+    env.cleanup().await;
+}
+
+/// A row the pump finds missing may be gone only for a moment: a plan B rotation done in
+/// steps (copy the rows above the boundary, `RENAME`, then copy the rows written to the old
+/// table meanwhile) leaves a discovered row absent between the `RENAME` and the catch-up copy.
+/// Read in that window, it is FAILED and read again with the backoff, and ends as its text
+/// says once the copy lands — never DEAD(MALFORMED), which is not replayable.
+#[tokio::test]
+async fn a_row_missing_for_a_moment_is_read_again_not_dead() {
+    let env = TestEnv::new("pump_missing_moment").await;
+    let before = env.insert_message(&flop(1, "M1", &[("GATE", "A1")])).await;
+    let caught = env.insert_message(&flop(2, "M2", &[("GATE", "B2")])).await;
+    let behind = env.insert_message(&flop(3, "M3", &[("GATE", "C3")])).await;
+    env.poll(env.poll_cfg(100)).await;
+    // The rotation's first steps, as the DB owner: the new table holds the rows copied before
+    // `caught` and `behind` were written; the rename makes it the inbox.
+    env.owner_exec("CREATE TABLE CMINMSGS_NEW LIKE CMINMSGS")
+        .await;
+    env.owner_exec(&format!(
+        "INSERT INTO CMINMSGS_NEW SELECT * FROM CMINMSGS WHERE CMINMSGS_ID <= {before}"
+    ))
+    .await;
+    env.owner_exec("RENAME TABLE CMINMSGS TO CMINMSGS_OLD, CMINMSGS_NEW TO CMINMSGS")
+        .await;
+    let mut pump = env.stepper(&[]);
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!((id, o.label()), (before, "succeeded"));
+    let (id, o) = outcome(pump.step().await.expect("step"));
+    assert_eq!(id, caught);
+    assert!(
+        matches!(o, Outcome::Failed { class: ErrorClass::Malformed, ref detail, .. } if detail.contains("missing")),
+        "{o:?}"
+    );
+    assert_eq!(env.state_of(caught).await.0, "FAILED");
+    // FIFO: the row behind waits for it.
+    assert!(matches!(
+        pump.step().await.expect("step"),
+        StepOutcome::Waiting { msg_id, .. } if msg_id == caught
+    ));
+    // The catch-up copy; the retry is due after `processing.retry_initial` (5s).
+    env.owner_exec(
+        "INSERT INTO CMINMSGS SELECT o.* FROM CMINMSGS_OLD o \
+         LEFT JOIN CMINMSGS n ON n.CMINMSGS_ID = o.CMINMSGS_ID WHERE n.CMINMSGS_ID IS NULL",
+    )
+    .await;
+    env.owner_exec("DROP TABLE CMINMSGS_OLD").await;
+    env.clock.advance(Duration::from_secs(5));
+    let mut ends = Vec::new();
+    for _ in 0..2 {
+        let (id, o) = outcome(pump.step().await.expect("step"));
+        ends.push((id, o.label()));
+    }
+    assert_eq!(ends, [(caught, "succeeded"), (behind, "succeeded")]);
+    assert_eq!(stored_gate(&env, "M2").await, "B2");
     env.cleanup().await;
 }
 
@@ -563,7 +626,8 @@ enum Gen {
     Unknown,
     /// Flight BOOM: the business transaction fails (trigger) every time → FAILED(INFRA), poison.
     Boom,
-    /// Purged from the inbox after enqueue: DEAD(MALFORMED) "missing".
+    /// Purged from the inbox after enqueue: FAILED(MALFORMED) "missing", read again until its
+    /// last attempt, then DEAD(MALFORMED).
     Purged,
 }
 

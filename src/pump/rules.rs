@@ -16,6 +16,9 @@ pub struct HeadRules {
     pub retry_initial: Duration,
     /// Longest retry delay.
     pub retry_max: Duration,
+    /// How long after its first attempt a message whose inbox row is missing is still read
+    /// again ([`missing_row_is_final`]).
+    pub missing_row_grace: Duration,
 }
 
 pub use crate::rows::Head;
@@ -80,6 +83,27 @@ pub fn backoff(attempts: i32, rules: &HeadRules) -> Duration {
     crate::backoff::doubling(attempts, rules.retry_initial, rules.retry_max)
 }
 
+/// Whether attempt `attempts` of a message whose inbox row is missing (and has no raw copy)
+/// ends it DEAD(MALFORMED) (SPEC §4) or fails it to be read again with the backoff. A row can
+/// be gone for a moment — a table rotation between its `RENAME` and its catch-up copy — and a
+/// DEAD(MALFORMED) message is not replayable, so it is read again while `missing_row_grace`
+/// since its first attempt (`started`; none: this is the first) lasts. Its last attempt —
+/// `max_attempts`, or one whose retry would fall at or past `head_deadline` — is final too,
+/// so a missing row never ends DEAD(EXHAUSTED).
+pub fn missing_row_is_final(
+    attempts: i32,
+    started: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    rules: &HeadRules,
+) -> bool {
+    let age = started.map_or(Duration::ZERO, |s| {
+        (now - s).to_std().unwrap_or(Duration::ZERO)
+    });
+    attempts >= rules.max_attempts
+        || age >= rules.missing_row_grace
+        || age.saturating_add(backoff(attempts, rules)) >= rules.head_deadline
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +113,7 @@ mod tests {
         max_attempts: 5,
         retry_initial: Duration::from_secs(5),
         retry_max: Duration::from_secs(60),
+        missing_row_grace: Duration::from_secs(60),
     };
 
     fn t(s: i64) -> DateTime<Utc> {
@@ -152,5 +177,38 @@ mod tests {
         assert_eq!(d, vec![5, 10, 20, 40, 60, 60]);
         assert_eq!(backoff(0, &RULES).as_secs(), 5);
         assert_eq!(backoff(i32::MAX, &RULES).as_secs(), 60);
+    }
+
+    #[test]
+    fn a_missing_row_is_read_again_within_its_grace() {
+        // First attempt (not stamped before), then retries 5 s, 10 s, 20 s apart.
+        assert!(!missing_row_is_final(1, None, t(0), &RULES));
+        assert!(!missing_row_is_final(2, Some(t(0)), t(5), &RULES));
+        assert!(!missing_row_is_final(3, Some(t(0)), t(59), &RULES));
+        assert!(
+            missing_row_is_final(4, Some(t(0)), t(60), &RULES),
+            "grace over"
+        );
+        assert!(
+            missing_row_is_final(5, Some(t(0)), t(1), &RULES),
+            "last attempt"
+        );
+        let short = HeadRules {
+            head_deadline: Duration::from_secs(30),
+            ..RULES
+        };
+        assert!(!missing_row_is_final(2, Some(t(0)), t(14), &short));
+        assert!(
+            missing_row_is_final(3, Some(t(0)), t(15), &short),
+            "its retry (20 s on) would fall past the head deadline: DEAD(MALFORMED), not EXHAUSTED"
+        );
+        let none = HeadRules {
+            missing_row_grace: Duration::ZERO,
+            ..RULES
+        };
+        assert!(
+            missing_row_is_final(1, None, t(0), &none),
+            "0s: DEAD at once"
+        );
     }
 }

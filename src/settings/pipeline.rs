@@ -87,6 +87,13 @@ pub struct ProcessingSettings {
     /// Longest retry delay.
     #[serde(with = "duration")]
     pub retry_max: Duration,
+    /// An unfinished message whose inbox row is missing is read again (FAILED, the retry
+    /// backoff) until this long after its first attempt, before it is DEAD(MALFORMED): a row
+    /// can be gone for a moment (a table rotation between its rename and its catch-up copy).
+    /// Its last attempt, or one whose retry would fall past `head_deadline`, is DEAD(MALFORMED)
+    /// too. `0s`: DEAD at the first missing read.
+    #[serde(with = "duration")]
+    pub missing_row_grace: Duration,
     /// A message larger than this is MALFORMED (and never transferred).
     pub max_message_bytes: u64,
     /// Add the send date to the business identity (Q11: SEQN may reset).

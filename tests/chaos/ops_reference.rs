@@ -81,8 +81,9 @@ pub struct Timing {
     pub late: BTreeSet<i64>,
     /// Rows an approved skip caught.
     pub approved: BTreeSet<i64>,
-    /// Rows the DB owner deleted for a while that the pump found missing (SPEC §4: inbox row
-    /// missing when reading raw → DEAD(MALFORMED)).
+    /// Rows the DB owner deleted for a while that the pump found missing until its last read
+    /// (SPEC §4: inbox row missing when reading raw → DEAD(MALFORMED); read again first while
+    /// `processing.missing_row_grace` and its attempts last).
     pub missing: BTreeSet<i64>,
     /// Rows an operator replayed: processed again out of id order (SPEC §2), placed like late
     /// rows and under the same field guard.

@@ -150,8 +150,9 @@ fn missing(w: &Written, model: &Model) -> Fact {
         return Fact::Never;
     }
     Fact::Either(
-        "the DB owner deleted it unmarked: the pump read its text before the delete (its own \
-         end) or after (DEAD(MALFORMED))"
+        "the DB owner deleted it unmarked (and restores it only once it is marked or \
+         abandoned): the pump read its text before the delete (its own end) or after, on \
+         every attempt (DEAD(MALFORMED))"
             .into(),
     )
 }

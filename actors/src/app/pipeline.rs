@@ -195,6 +195,7 @@ pub fn pump_config(
             max_attempts: p.max_attempts,
             retry_initial: p.retry_initial,
             retry_max: p.retry_max,
+            missing_row_grace: p.missing_row_grace,
         },
         max_message_bytes: p.max_message_bytes,
         identity_with_date: p.identity_with_date,

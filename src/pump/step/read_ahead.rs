@@ -1,12 +1,16 @@
 //! Read-ahead: the raw texts of a group's members, read in one inbox round trip outside any
 //! transaction together with the candidates behind them, beside the group's stamp (a purged
-//! row's text from our raw copy), then decoded — and compressed for our own copy when `retention.raw_copy` is on. A
-//! member whose text or decode fails is prepared as DEAD or FAILED here, without I/O.
+//! row's text from our raw copy), then decoded — and compressed for our own copy when
+//! `retention.raw_copy` is on. A member whose text or decode fails is prepared as DEAD or
+//! FAILED here, without I/O; a missing row is read again for a while before it is DEAD.
+
+use chrono::{DateTime, Utc};
 
 use super::{Member, PumpCore};
 use crate::codec::{CodecError, DecodedMessage};
 use crate::inbox::{InboxError, RawMessage};
 use crate::pump::outcome::ErrorClass;
+use crate::pump::rules::missing_row_is_final;
 use crate::pump::stages::Stage;
 use crate::store::{HeadRow, PendingCopy, StoreError, StoredCopy};
 use crate::telemetry;
@@ -126,8 +130,9 @@ impl PumpCore {
     ) -> Result<(Vec<Prepared>, Vec<PendingCopy>), StoreError> {
         let mut timer = self.stages.time(Stage::Decode);
         let mut prepared = Vec::with_capacity(members.len());
+        let now = self.clock.now();
         for m in members {
-            let p = self.prepare(m.row.head.msg_id);
+            let p = self.prepare(m, now);
             let stop = matches!(p, Prepared::Fail(..) | Prepared::Outage(_));
             prepared.push(p);
             if stop {
@@ -146,8 +151,8 @@ impl PumpCore {
     }
 
     /// Raw text and decode of a member (no I/O: the text was read ahead).
-    fn prepare(&self, msg_id: i64) -> Prepared {
-        let raw = match self.ahead.get(&msg_id) {
+    fn prepare(&self, m: &Member, now: DateTime<Utc>) -> Prepared {
+        let raw = match self.ahead.get(&m.row.head.msg_id) {
             Some(raw) => raw,
             None => {
                 let detail = self
@@ -162,12 +167,7 @@ impl PumpCore {
         };
         let text = match raw {
             RawMessage::Text(text) => text,
-            RawMessage::Missing => {
-                return Prepared::Dead(
-                    ErrorClass::Malformed,
-                    "inbox row missing when reading the raw message".into(),
-                )
-            }
+            RawMessage::Missing => return self.missing(m, now),
             RawMessage::Empty => {
                 return Prepared::Dead(
                     ErrorClass::Malformed,
@@ -188,6 +188,22 @@ impl PumpCore {
             Err(CodecError::Unsupported(d)) => Prepared::Fail(ErrorClass::Unsupported, d),
             Err(CodecError::Codec(d)) => Prepared::Fail(ErrorClass::CodecError, d),
         }
+    }
+
+    /// A member whose inbox row is missing (and has no raw copy): DEAD(MALFORMED) once
+    /// [`missing_row_is_final`], else FAILED to be read again (the failure clears the
+    /// read-ahead buffer, so its retry reads the inbox anew).
+    fn missing(&self, m: &Member, now: DateTime<Utc>) -> Prepared {
+        const MISSING: &str = "inbox row missing when reading the raw message";
+        let head = &m.row.head;
+        if missing_row_is_final(m.attempts, head.processing_started_at, now, &self.cfg.rules) {
+            return Prepared::Dead(ErrorClass::Malformed, MISSING.into());
+        }
+        let grace = humantime::format_duration(self.cfg.rules.missing_row_grace);
+        Prepared::Fail(
+            ErrorClass::Malformed,
+            format!("{MISSING}: read again within processing.missing_row_grace {grace}"),
+        )
     }
 
     /// The copies of the members' raw texts (compressed here, outside the transaction), when
