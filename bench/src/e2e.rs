@@ -23,9 +23,11 @@
 //!
 //! Fresh databases `msgx_bench_<pid>`, dropped at the end unless `--keep`.
 
+mod cpu;
 mod drain;
 mod idle;
 mod pump_stages;
+mod rendered;
 mod steady;
 mod txn_probe;
 

@@ -13,6 +13,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use msgx_core::store::Store;
 use msgx_core::telemetry;
 
+use super::cpu::CpuTimes;
+use super::rendered;
 use super::Service;
 use crate::rss_mib;
 
@@ -34,9 +36,11 @@ struct Sampled {
 /// Returns the end-to-end rate (messages a second).
 pub(super) async fn drain(service: &Service, total: u64, timeout: Duration) -> anyhow::Result<f64> {
     let rss_start = rss_mib();
+    let cpu_start = CpuTimes::now();
     let started = Instant::now();
     let sampled = sample_until_drained(service, total, timeout, started, rss_start).await?;
     let elapsed = started.elapsed();
+    let cpu_end = CpuTimes::now();
     println!(
         "  total                 : {total} messages and {} events enqueued, processed, marked and delivered in {:.1}s ({:.0} msg/s); peak RSS {:.1} MiB (start {:.1})",
         sampled.events,
@@ -51,6 +55,7 @@ pub(super) async fn drain(service: &Service, total: u64, timeout: Duration) -> a
         sampled.sampling.as_secs_f64() * 1e3
     );
     print_tenths(&sampled, total, elapsed);
+    super::cpu::print(cpu_start, cpu_end, elapsed);
     super::pump_stages::print(&service.metrics, total, elapsed);
     Ok(total as f64 / elapsed.as_secs_f64().max(1e-9))
 }
@@ -163,20 +168,14 @@ struct Progress {
 
 impl Progress {
     fn read(metrics: &PrometheusHandle) -> Self {
-        let text = metrics.render();
         let mut p = Progress::default();
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((series, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let Ok(v) = value.parse::<f64>() else {
-                continue;
-            };
-            let name = series.split('{').next().unwrap_or(series);
+        for (series, v) in rendered::samples(metrics) {
             let v = v as i64;
-            match name {
+            match rendered::name(&series) {
                 telemetry::INBOX_ENQUEUED_TOTAL => p.enqueued += v,
-                telemetry::PIPELINE_PROCESSED_TOTAL if !series.contains("outcome=\"failed\"") => {
+                telemetry::PIPELINE_PROCESSED_TOTAL
+                    if rendered::label(&series, "outcome") != Some("failed") =>
+                {
                     p.processed += v
                 }
                 telemetry::BACKFILL_MARKED_TOTAL | telemetry::BACKFILL_ABANDONED_TOTAL => {

@@ -9,29 +9,25 @@ use std::time::Duration;
 use metrics_exporter_prometheus::PrometheusHandle;
 use msgx_core::telemetry::{PUMP_STAGES, PUMP_STAGE_SECONDS};
 
+use super::rendered;
+
 /// `(seconds, calls)` per stage, read from the recorder's `_sum` and `_count` series.
 fn read(metrics: &PrometheusHandle) -> BTreeMap<String, (f64, u64)> {
     let (sum, count) = (
-        format!("{PUMP_STAGE_SECONDS}_sum{{"),
-        format!("{PUMP_STAGE_SECONDS}_count{{"),
+        format!("{PUMP_STAGE_SECONDS}_sum"),
+        format!("{PUMP_STAGE_SECONDS}_count"),
     );
     let mut stages = BTreeMap::new();
-    for line in metrics.render().lines() {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Some(stage) = series
-            .split("stage=\"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-        else {
+    for (series, value) in rendered::samples(metrics) {
+        let Some(stage) = rendered::label(&series, "stage") else {
             continue;
         };
         let entry = stages.entry(stage.to_string()).or_insert((0.0, 0));
-        if series.starts_with(&sum) {
-            entry.0 += value.parse::<f64>().unwrap_or(0.0);
-        } else if series.starts_with(&count) {
-            entry.1 += value.parse::<f64>().unwrap_or(0.0) as u64;
+        let name = rendered::name(&series);
+        if name == sum {
+            entry.0 += value;
+        } else if name == count {
+            entry.1 += value as u64;
         }
     }
     stages
