@@ -82,7 +82,8 @@ pub struct Inbox {
 /// The raw text of one inbox row, as the processor reads it (outside any PG transaction).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RawMessage {
-    /// No such row: it was purged (or never existed). DEAD MALFORMED, never "retry".
+    /// No such row: it was purged (or never existed), or is gone for a moment (a table
+    /// rotation): read again for `processing.missing_row_grace`, then DEAD(MALFORMED).
     Missing,
     /// The row holds no text.
     Empty,
@@ -99,6 +100,8 @@ struct InboxSql {
     max_id: String,
     /// Prefix of the raw read; the `IN (…)` list is appended per call.
     raw_prefix: String,
+    /// The raw read of the rows after an id, in id order (the pump's read behind a group).
+    raw_after: String,
 }
 
 impl InboxSql {
@@ -114,6 +117,10 @@ impl InboxSql {
             raw_prefix: n.sql(
                 "SELECT {id}, LENGTH({message}), CASE WHEN LENGTH({message}) <= ? THEN {message} END \
                  FROM {table} WHERE {id} IN ",
+            ),
+            raw_after: n.sql(
+                "SELECT {id}, LENGTH({message}), CASE WHEN LENGTH({message}) <= ? THEN {message} END \
+                 FROM {table} WHERE {id} > ? ORDER BY {id} LIMIT ?",
             ),
         }
     }
@@ -222,21 +229,29 @@ impl Inbox {
         let rows = self.timed(query.fetch_all(&self.pool)).await?;
         let mut found = std::collections::HashMap::with_capacity(rows.len());
         for row in &rows {
-            let id: i64 = row.try_get(0)?;
-            let len: Option<i64> = row.try_get(1)?;
-            let text: Option<String> = row.try_get(2)?;
-            let raw = match (len, text) {
-                (None, _) | (Some(0), _) => RawMessage::Empty,
-                (Some(_), Some(text)) if text.trim().is_empty() => RawMessage::Empty,
-                (Some(_), Some(text)) => RawMessage::Text(text),
-                (Some(len), None) => RawMessage::TooLarge(len.max(0) as u64),
-            };
+            let (id, raw) = raw_of(row)?;
             found.insert(id, raw);
         }
         Ok(ids
             .iter()
             .map(|id| (*id, found.remove(id).unwrap_or(RawMessage::Missing)))
             .collect())
+    }
+
+    /// Raw texts of up to `limit` rows after `after`, in id order (one statement). An id
+    /// without a row is simply not there: nothing here says "missing".
+    pub async fn raw_messages_after(
+        &self,
+        after: i64,
+        limit: u32,
+        max_bytes: u64,
+    ) -> Result<Vec<(i64, RawMessage)>, InboxError> {
+        let query = sqlx::query(&self.sql.raw_after)
+            .bind(max_bytes)
+            .bind(after)
+            .bind(limit);
+        let rows = self.timed(query.fetch_all(&self.pool)).await?;
+        rows.iter().map(raw_of).collect()
     }
 
     async fn timed<T>(
@@ -258,4 +273,18 @@ pub(crate) async fn within<T, E: From<sqlx::Error>>(
         Ok(r) => r.map_err(E::from),
         Err(_) => Err(timed_out(limit)),
     }
+}
+
+/// One row of a raw read: its id and text (`LENGTH` first: a text over the limit is not sent).
+fn raw_of(row: &sqlx::mysql::MySqlRow) -> Result<(i64, RawMessage), InboxError> {
+    let id: i64 = row.try_get(0)?;
+    let len: Option<i64> = row.try_get(1)?;
+    let text: Option<String> = row.try_get(2)?;
+    let raw = match (len, text) {
+        (None, _) | (Some(0), _) => RawMessage::Empty,
+        (Some(_), Some(text)) if text.trim().is_empty() => RawMessage::Empty,
+        (Some(_), Some(text)) => RawMessage::Text(text),
+        (Some(len), None) => RawMessage::TooLarge(len.max(0) as u64),
+    };
+    Ok((id, raw))
 }

@@ -27,6 +27,8 @@ struct Sampled {
     /// Events in the store at the end (all SENT).
     events: i64,
     peak_rss: f64,
+    /// Peak RSS (MiB) within each tenth of the drain's wall time.
+    rss_tenths: [f64; 10],
     /// Time spent reading the counters.
     sampling: Duration,
 }
@@ -55,6 +57,15 @@ pub(super) async fn drain(service: &Service, total: u64, timeout: Duration) -> a
         sampled.sampling.as_secs_f64() * 1e3
     );
     print_tenths(&sampled, total, elapsed);
+    let rss: Vec<String> = sampled
+        .rss_tenths
+        .iter()
+        .map(|m| format!("{m:.1}"))
+        .collect();
+    println!(
+        "    RSS MiB   : {}  (peak within each tenth of the drain's wall time)",
+        rss.join(" ")
+    );
     super::cpu::print(cpu_start, cpu_end, elapsed);
     super::pump_stages::print(&service.metrics, total, elapsed);
     Ok(total as f64 / elapsed.as_secs_f64().max(1e-9))
@@ -72,15 +83,19 @@ async fn sample_until_drained(
         samples: Vec::new(),
         events: 0,
         peak_rss: rss_start.unwrap_or(0.0),
+        rss_tenths: [0.0; 10],
         sampling: Duration::ZERO,
     };
+    let mut rss = Vec::new();
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let now = started.elapsed();
         let t0 = Instant::now();
         let c = Progress::read(&service.metrics);
         s.sampling += t0.elapsed();
-        s.peak_rss = s.peak_rss.max(rss_mib().unwrap_or(0.0));
+        let now_rss = rss_mib().unwrap_or(0.0);
+        s.peak_rss = s.peak_rss.max(now_rss);
+        rss.push((now, now_rss));
         s.samples
             .push((now, [c.enqueued, c.processed, c.marked, c.sent]));
         let counted = [c.enqueued, c.processed, c.marked];
@@ -89,6 +104,7 @@ async fn sample_until_drained(
             // PENDING), then count once.
             if !pending_events(&service.store).await? {
                 s.events = check_store(&service.store, total).await?;
+                s.rss_tenths = tenths_peak(&rss, now);
                 return Ok(s);
             }
         }
@@ -101,6 +117,17 @@ async fn sample_until_drained(
             c.sent
         );
     }
+}
+
+/// The highest of `(when, value)` samples within each tenth of `wall`.
+fn tenths_peak(samples: &[(Duration, f64)], wall: Duration) -> [f64; 10] {
+    let mut peak = [0.0_f64; 10];
+    let wall = wall.as_secs_f64().max(1e-9);
+    for (t, v) in samples {
+        let tenth = ((t.as_secs_f64() / wall * 10.0) as usize).min(9);
+        peak[tenth] = peak[tenth].max(*v);
+    }
+    peak
 }
 
 /// Counts the store once: every message enqueued, processed and marked, every event SENT.

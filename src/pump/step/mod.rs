@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
+use self::read_ahead::TextRead;
 use super::outcome::Outcome;
 use super::rules::{decide, HeadDecision, HeadRules, PoisonReason};
 use super::stages::{Stage, StageLog, StageTimes};
@@ -114,6 +115,9 @@ pub struct PumpCore {
     group_cap: u32,
     /// Stamps of a failed group that the store could not take back yet (at most one group's).
     unreturned: Vec<Stamp>,
+    /// On a backlog, the texts of the rows after the last group, read while it ran
+    /// ([`PumpCore::read_behind`]).
+    behind: Option<tokio::task::JoinHandle<TextRead>>,
 }
 
 /// A group member: its head row and the attempt number just stamped.
@@ -145,6 +149,7 @@ impl PumpCore {
             stages: StageLog::default(),
             group_cap: cfg.group_max,
             unreturned: Vec::new(),
+            behind: None,
         }
     }
 
@@ -169,6 +174,7 @@ impl PumpCore {
         drop(timer);
         let Some(first) = candidates.first().copied() else {
             self.ahead.clear();
+            self.drop_behind();
             return Ok(vec![StepOutcome::Idle]);
         };
         let head = first.head;
@@ -187,7 +193,10 @@ impl PumpCore {
                     reason: reason.to_string(),
                 }])
             }
-            HeadDecision::Process => self.process(&candidates, now).await,
+            HeadDecision::Process => {
+                let backlog = candidates.len() >= limit as usize;
+                self.process(&candidates, backlog, now).await
+            }
         }
     }
 
@@ -197,10 +206,12 @@ impl PumpCore {
     async fn process(
         &mut self,
         candidates: &[HeadRow],
+        backlog: bool,
         now: DateTime<Utc>,
     ) -> Result<Vec<StepOutcome>, StoreError> {
         let group = self.group_of(candidates, now);
         let ids: Vec<i64> = group.iter().map(|r| r.head.msg_id).collect();
+        self.take_behind();
         // The texts are read beside the stamp: two servers, two round trips at once. A text
         // read for a member that then is not stamped stays buffered, as read-ahead does.
         let read_ids = self.ahead_ids(candidates, &ids);
@@ -238,6 +249,9 @@ impl PumpCore {
         let timer = self.stages.time(Stage::RawRead);
         self.take_texts(texts).await;
         drop(timer);
+        if let (true, Some(&last)) = (backlog, ids.last()) {
+            self.read_behind(last, candidates.len());
+        }
         let result = self.run_group(&members, now).await;
         if result.is_err() {
             self.give_back(stamps).await;

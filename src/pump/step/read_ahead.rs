@@ -5,6 +5,7 @@
 //! FAILED here, without I/O; a missing row is read again for a while before it is DEAD.
 
 use chrono::{DateTime, Utc};
+use futures::FutureExt as _;
 
 use super::{Member, PumpCore};
 use crate::codec::{CodecError, DecodedMessage};
@@ -63,6 +64,53 @@ impl PumpCore {
                 .raw_messages(ids, self.cfg.max_message_bytes)
                 .await,
         )
+    }
+
+    /// On a backlog (a full page of heads), the texts of the `rows` rows after `last` (this
+    /// group's last member) are read while the group runs, so the next group finds them
+    /// buffered and its stamp goes alone: the inbox round trip leaves the pump's chain. The
+    /// read runs as its own task (reads have no side effects); [`PumpCore::take_behind`]
+    /// takes it only once it is done, never waiting for it.
+    pub(super) fn read_behind(&mut self, last: i64, rows: usize) {
+        if self.behind.is_some() {
+            return;
+        }
+        let inbox = self.inbox.clone();
+        let (limit, max_bytes) = (rows as u32, self.cfg.max_message_bytes);
+        self.behind = Some(tokio::spawn(async move {
+            inbox.raw_messages_after(last, limit, max_bytes).await
+        }));
+    }
+
+    /// Buffers the texts [`PumpCore::read_behind`] read, if that read is done (a text already
+    /// buffered stays); a read still running is dropped — the group reads its own texts, as
+    /// it would without it — and so is a failed one (the group's own read meets the failure).
+    pub(super) fn take_behind(&mut self) {
+        let Some(read) = self.behind.take() else {
+            return;
+        };
+        if !read.is_finished() {
+            read.abort();
+            return;
+        }
+        match read.now_or_never() {
+            Some(Ok(Ok(texts))) => {
+                for (id, raw) in texts {
+                    self.ahead.entry(id).or_insert(raw);
+                }
+            }
+            Some(Ok(Err(e))) => {
+                tracing::debug!(error = %e, "the read behind the last group failed")
+            }
+            _ => {}
+        }
+    }
+
+    /// Drops the read behind the last group (the pump went idle: nothing follows it).
+    pub(super) fn drop_behind(&mut self) {
+        if let Some(read) = self.behind.take() {
+            read.abort();
+        }
     }
 
     /// Buffers what [`PumpCore::read_texts`] read (a purged row's text from our raw copy); a
