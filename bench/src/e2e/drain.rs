@@ -26,9 +26,8 @@ struct Sampled {
     samples: Vec<(Duration, [i64; 4])>,
     /// Events in the store at the end (all SENT).
     events: i64,
-    peak_rss: f64,
-    /// Peak RSS (MiB) within each tenth of the drain's wall time.
-    rss_tenths: [f64; 10],
+    /// `(when, RSS MiB)` at every sample.
+    rss: Vec<(Duration, f64)>,
     /// Time spent reading the counters.
     sampling: Duration,
 }
@@ -40,15 +39,20 @@ pub(super) async fn drain(service: &Service, total: u64, timeout: Duration) -> a
     let rss_start = rss_mib();
     let cpu_start = CpuTimes::now();
     let started = Instant::now();
-    let sampled = sample_until_drained(service, total, timeout, started, rss_start).await?;
+    let sampled = sample_until_drained(service, total, timeout, started).await?;
     let elapsed = started.elapsed();
     let cpu_end = CpuTimes::now();
+    let peak_rss = sampled
+        .rss
+        .iter()
+        .map(|(_, m)| *m)
+        .fold(rss_start.unwrap_or(0.0), f64::max);
     println!(
         "  total                 : {total} messages and {} events enqueued, processed, marked and delivered in {:.1}s ({:.0} msg/s); peak RSS {:.1} MiB (start {:.1})",
         sampled.events,
         elapsed.as_secs_f64(),
         total as f64 / elapsed.as_secs_f64().max(1e-9),
-        sampled.peak_rss,
+        peak_rss,
         rss_start.unwrap_or(0.0)
     );
     println!(
@@ -57,8 +61,7 @@ pub(super) async fn drain(service: &Service, total: u64, timeout: Duration) -> a
         sampled.sampling.as_secs_f64() * 1e3
     );
     print_tenths(&sampled, total, elapsed);
-    let rss: Vec<String> = sampled
-        .rss_tenths
+    let rss: Vec<String> = tenths_peak(&sampled.rss, elapsed)
         .iter()
         .map(|m| format!("{m:.1}"))
         .collect();
@@ -77,25 +80,20 @@ async fn sample_until_drained(
     total: u64,
     timeout: Duration,
     started: Instant,
-    rss_start: Option<f64>,
 ) -> anyhow::Result<Sampled> {
     let mut s = Sampled {
         samples: Vec::new(),
         events: 0,
-        peak_rss: rss_start.unwrap_or(0.0),
-        rss_tenths: [0.0; 10],
+        rss: Vec::new(),
         sampling: Duration::ZERO,
     };
-    let mut rss = Vec::new();
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let now = started.elapsed();
         let t0 = Instant::now();
         let c = Progress::read(&service.metrics);
         s.sampling += t0.elapsed();
-        let now_rss = rss_mib().unwrap_or(0.0);
-        s.peak_rss = s.peak_rss.max(now_rss);
-        rss.push((now, now_rss));
+        s.rss.push((now, rss_mib().unwrap_or(0.0)));
         s.samples
             .push((now, [c.enqueued, c.processed, c.marked, c.sent]));
         let counted = [c.enqueued, c.processed, c.marked];
@@ -104,7 +102,6 @@ async fn sample_until_drained(
             // PENDING), then count once.
             if !pending_events(&service.store).await? {
                 s.events = check_store(&service.store, total).await?;
-                s.rss_tenths = tenths_peak(&rss, now);
                 return Ok(s);
             }
         }

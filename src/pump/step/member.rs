@@ -196,7 +196,7 @@ impl PumpCore {
         class: ErrorClass,
         detail: String,
     ) -> Result<Outcome, StoreError> {
-        self.ahead.clear();
+        self.forget_texts();
         let now = self.clock.now();
         let delay = backoff(attempts, &self.cfg.rules);
         let next = crate::clock::plus(now, delay);
@@ -224,7 +224,7 @@ impl PumpCore {
         m: &Member,
         detail: String,
     ) -> Result<Outcome, StoreError> {
-        self.ahead.clear();
+        self.forget_texts();
         self.outages = self.outages.saturating_add(1);
         let now = self.clock.now();
         let next = crate::clock::plus(now, backoff(self.outages, &self.cfg.rules));

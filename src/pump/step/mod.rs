@@ -173,8 +173,7 @@ impl PumpCore {
         let candidates = self.store.heads(i64::from(limit)).await?;
         drop(timer);
         let Some(first) = candidates.first().copied() else {
-            self.ahead.clear();
-            self.drop_behind();
+            self.forget_texts();
             return Ok(vec![StepOutcome::Idle]);
         };
         let head = first.head;
@@ -344,7 +343,7 @@ impl PumpCore {
         now: DateTime<Utc>,
     ) -> Result<Vec<StepOutcome>, StoreError> {
         let group_started = Instant::now();
-        let (prepared, copies) = self.prepare_stage(members)?;
+        let (prepared, copies) = self.prepare_stage(members, now)?;
         let mut tx = self.store.begin_group().await?;
         let timer = self.stages.time(Stage::Load);
         let load = self.load_group(&mut tx, members, &prepared).await?;

@@ -72,9 +72,7 @@ impl PumpCore {
     /// read runs as its own task (reads have no side effects); [`PumpCore::take_behind`]
     /// takes it only once it is done, never waiting for it.
     pub(super) fn read_behind(&mut self, last: i64, rows: usize) {
-        if self.behind.is_some() {
-            return;
-        }
+        self.drop_behind();
         let inbox = self.inbox.clone();
         let (limit, max_bytes) = (rows as u32, self.cfg.max_message_bytes);
         self.behind = Some(tokio::spawn(async move {
@@ -106,8 +104,14 @@ impl PumpCore {
         }
     }
 
-    /// Drops the read behind the last group (the pump went idle: nothing follows it).
-    pub(super) fn drop_behind(&mut self) {
+    /// Forgets every text read ahead or behind (the pump went idle, or a member failed: its
+    /// retry, and the rows after it, are read anew).
+    pub(super) fn forget_texts(&mut self) {
+        self.ahead.clear();
+        self.drop_behind();
+    }
+
+    fn drop_behind(&mut self) {
         if let Some(read) = self.behind.take() {
             read.abort();
         }
@@ -175,10 +179,10 @@ impl PumpCore {
     pub(super) fn prepare_stage(
         &mut self,
         members: &[Member],
+        now: DateTime<Utc>,
     ) -> Result<(Vec<Prepared>, Vec<PendingCopy>), StoreError> {
         let mut timer = self.stages.time(Stage::Decode);
         let mut prepared = Vec::with_capacity(members.len());
-        let now = self.clock.now();
         for m in members {
             let p = self.prepare(m, now);
             let stop = matches!(p, Prepared::Fail(..) | Prepared::Outage(_));
