@@ -18,6 +18,9 @@ use common::TestEnv;
 #[path = "config_cli/least_privilege.rs"]
 mod least_privilege;
 
+#[path = "config_cli/migration_locks.rs"]
+mod migration_locks;
+
 fn msgx(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = common::instance::msgexchange();
     cmd.args(args)

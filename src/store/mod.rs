@@ -296,16 +296,36 @@ async fn refuse(pool: &PgPool, state: &SchemaState) -> StoreError {
         .unwrap_or_else(|| StoreError::Schema("the schema is current".into()))
 }
 
-/// Runs the migrations on one session without our statement/lock timeouts (an index build on
-/// a large table may take longer); the session is closed afterwards, not returned to the pool.
+/// Runs the pending migrations; one that lost a deadlock to a running instance's statements
+/// ([`schema::lost_a_deadlock`]) is run again after a short pause, a few times.
 async fn migrate_untimed(pool: &PgPool) -> Result<(), StoreError> {
+    let mut attempt = 1;
+    loop {
+        match migrate_once(pool).await {
+            Err(StoreError::Migrate(e))
+                if attempt < schema::MIGRATION_ATTEMPTS && schema::lost_a_deadlock(&e) =>
+            {
+                tracing::warn!(attempt, error = %e, "a migration lost a deadlock to a running instance's statements and was rolled back; running it again");
+                tokio::time::sleep(std::time::Duration::from_millis(200 * u64::from(attempt)))
+                    .await;
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Runs the migrations on one session without our statement/lock timeouts (an index build on
+/// a large table may take longer); the session is closed afterwards, not returned to the pool
+/// (on a failure too: closing it drops sqlx's migration lock).
+async fn migrate_once(pool: &PgPool) -> Result<(), StoreError> {
     use sqlx::Executor as _;
     let mut conn = pool.acquire().await?.detach();
     conn.execute("SET statement_timeout = 0; SET lock_timeout = 0; SET idle_in_transaction_session_timeout = 0")
         .await?;
-    MIGRATOR.run(&mut conn).await?;
+    let result = MIGRATOR.run(&mut conn).await;
     let _ = conn.close().await;
-    Ok(())
+    Ok(result?)
 }
 
 /// `CREATE DATABASE` through the maintenance database when the target does not exist.

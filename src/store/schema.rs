@@ -68,6 +68,24 @@ impl SchemaState {
 /// release before issue 30 did.
 pub const LEASE_SCHEMA: i64 = 11;
 
+/// How many times a migration is tried when it loses a deadlock to a running instance.
+pub(super) const MIGRATION_ATTEMPTS: u32 = 5;
+
+/// Whether a failed migration lost a deadlock (SQLSTATE `40P01`) and may simply run again: a
+/// migration that alters a table the running previous release writes (`msgexchange migrate`
+/// under it, docs/operations.md "Rolling upgrade") takes its locks in another order than the
+/// pump's statements, and PostgreSQL may cancel the migration to break the cycle. Each
+/// migration is its own transaction, so the cancelled one left nothing behind.
+pub(super) fn lost_a_deadlock(e: &sqlx::migrate::MigrateError) -> bool {
+    use sqlx::migrate::MigrateError;
+    let (MigrateError::ExecuteMigration(sqlx::Error::Database(db), _)
+    | MigrateError::Execute(sqlx::Error::Database(db))) = e
+    else {
+        return false;
+    };
+    db.code().as_deref() == Some("40P01")
+}
+
 /// This binary's newest migration.
 pub fn binary_version() -> i64 {
     MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
