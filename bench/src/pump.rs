@@ -28,7 +28,9 @@
 //!    every outcome must be
 //!    SUCCEEDED, in MSG_ID order. Short bare probes run before it and after every tenth (pump
 //!    paused), so the ratio is time-matched although the disk's flush time drifts on a shared
-//!    machine;
+//!    machine; in the same pause the housekeeper's vacuum rule (`retention.vacuum*`) maintains
+//!    the store's tables, as the running service does beside its pump (without it a 1,000,000
+//!    run's head read walks the dead index entries of every row processed before);
 //! 4. the bare transaction and the pump-shaped transaction again (the two runs bracket the
 //!    pump, so drift on a shared machine shows);
 //! 5. where the time goes: the stage timings `PumpCore` recorded itself during phase 3
@@ -257,6 +259,7 @@ async fn measure_with_tables(
         tables,
         time: args.bare_time / 5,
         units: args.bare_tx,
+        vacuum: msgx_core::retention::vacuum::VacuumPolicy::from_settings(&settings.retention),
     };
     checkpoint(pool).await;
     let first_on = args.raw_copy == RawCopyRuns::On;

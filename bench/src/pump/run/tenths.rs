@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use msgx_core::retention::vacuum::{vacuum_step, VacuumPolicy};
 use msgx_core::store::Store;
 
 use super::wal_lsn;
@@ -21,6 +22,10 @@ pub(in crate::pump) struct Probe<'a> {
     pub(in crate::pump) time: Duration,
     /// Most transactions per probe.
     pub(in crate::pump) units: u64,
+    /// The housekeeper's vacuum rule (`retention.vacuum*`), applied between the tenths with
+    /// the pump paused: the service keeps the pump's tables vacuumed while it runs (the
+    /// e2e bench's pump has that), so the pump alone gets it too, without its cost.
+    pub(in crate::pump) vacuum: VacuumPolicy,
 }
 
 /// The shapes every probe runs.
@@ -108,6 +113,9 @@ impl Tenths {
         let pause = Instant::now();
         let wal_before = wal_lsn(store).await;
         let bare = probe.run(&PROBE_SHAPES).await?;
+        let vacuumed = vacuum_step(store, &probe.vacuum)
+            .await
+            .context("vacuum between the tenths")?;
         if let Some((a, b)) = wal_before.zip(wal_lsn(store).await) {
             self.probe_wal += b.saturating_sub(a);
         }
@@ -116,13 +124,19 @@ impl Tenths {
             .iter()
             .map(|r| format!("{} {:.0}/s", r.shape.label(), r.rate()))
             .collect();
+        let vacuumed: Vec<String> = vacuumed
+            .done
+            .iter()
+            .map(|(t, what, took)| format!("{} {t} {:.1}s", what.label(), took.as_secs_f64()))
+            .collect();
         eprintln!(
             "bench pump: {:>3}% message {msg_id} after {:.1}s, this tenth {:.0} msg/s; \
-             bare probe {}; RSS {}",
+             bare probe {}; paused for [{}]; RSS {}",
             (self.done.len() + 1) * 10,
             (run_started.elapsed() - self.paused).as_secs_f64(),
             tenth.messages as f64 / tenth.elapsed.as_secs_f64().max(1e-9),
             rates.join(", "),
+            vacuumed.join(", "),
             tenth
                 .rss
                 .map_or_else(|| "n/a".to_string(), |v| format!("{v:.1} MiB"))
