@@ -13,7 +13,7 @@ use super::wal_lsn;
 use crate::pump::bare::{bare_shape, BareRun, BareShape, BareTables};
 use crate::rss_mib;
 
-/// How the interleaved bare probes run.
+/// What runs in the pauses between the tenths: the bare probes and the vacuum rule.
 #[derive(Clone, Copy)]
 pub(in crate::pump) struct Probe<'a> {
     /// The scratch tables.
@@ -83,9 +83,10 @@ pub(in crate::pump) struct Tenths {
     pub(in crate::pump) done: Vec<Tenth>,
     pub(in crate::pump) current: Tenth,
     pub(in crate::pump) started: Instant,
-    /// Time spent in the probes between the tenths (not the pump's).
+    /// Time spent in the pauses between the tenths, probes and vacuum (not the pump's).
     pub(in crate::pump) paused: Duration,
-    /// WAL written by the probes between the tenths, taken out of the run's.
+    /// WAL written in the pauses between the tenths (probes and vacuum), taken out of the
+    /// run's.
     pub(in crate::pump) probe_wal: u64,
 }
 
@@ -98,8 +99,8 @@ impl Tenths {
         tenth.took += took_one;
     }
 
-    /// Closes the current tenth: RSS, the bare probe (pump paused, its WAL counted apart) and
-    /// a progress line on stderr.
+    /// Closes the current tenth: RSS, the bare probe and the vacuum rule (pump paused, their
+    /// time and WAL counted apart) and a progress line on stderr.
     pub(in crate::pump) async fn close(
         &mut self,
         probe: &Probe<'_>,
