@@ -509,7 +509,10 @@ pub(super) fn recover_args(id: i64) -> Vec<String> {
     args.into_iter().map(String::from).collect()
 }
 
-/// The rows a replay's `--json` report refused for want of raw text.
+/// The rows a replay's `--json` report refused for want of raw text. The CLI appends where
+/// the DB owner's purge stands to that refusal ("; the DB owner's purge: …"), so the reason
+/// starts with [`NO_RAW_TEXT`](msgx_core::store::replay::NO_RAW_TEXT) rather than equals it
+/// (`procedures::raw_copy` holds the service to that prefix).
 fn refused_for_no_text(report: &serde_json::Value) -> BTreeSet<i64> {
     report["rows"]
         .as_array()
@@ -519,8 +522,24 @@ fn refused_for_no_text(report: &serde_json::Value) -> BTreeSet<i64> {
         .filter(|r| {
             r["reason"]
                 .as_str()
-                .is_some_and(|why| why == msgx_core::store::replay::NO_RAW_TEXT)
+                .is_some_and(|why| why.starts_with(msgx_core::store::replay::NO_RAW_TEXT))
         })
         .filter_map(|r| r["msg_id"].as_i64())
         .collect()
+}
+
+/// CI stop 50: the CLI's refusal carried the purge note, the oracle compared the whole reason,
+/// and a row the purge beside the replay deleted was reported missing.
+#[test]
+fn a_refusal_for_no_text_is_recognised_with_the_purge_note_and_nothing_else_is() {
+    use msgx_core::store::replay::NO_RAW_TEXT;
+    let with_note = format!("{NO_RAW_TEXT}; the DB owner's purge: the inbox now starts at id 24");
+    let report = serde_json::json!({ "rows": [
+        { "msg_id": 23, "result": "refused", "reason": with_note },
+        { "msg_id": 24, "result": "refused", "reason": "the row moved since it was seen" },
+        { "msg_id": 25, "result": "applied", "reason": null },
+        { "msg_id": 26, "result": "refused", "reason": NO_RAW_TEXT },
+    ]});
+    let got: Vec<i64> = refused_for_no_text(&report).into_iter().collect();
+    assert_eq!(got, vec![23, 26]);
 }

@@ -7,6 +7,7 @@ use chrono::{Duration as Days, Utc};
 use msgx_core::ops::ReplayRequest;
 use msgx_core::pump::{Outcome, StepOutcome};
 use msgx_core::store::raw_copy::{compress, purge_expired_raw_copies};
+use msgx_core::store::replay;
 use msgx_core::store::StoredCopy;
 
 use super::common::msgs::flop;
@@ -217,6 +218,8 @@ async fn replay_without_a_copy_refuses_once_the_row_is_gone() {
     let report = env.ops_replay(&replay_req(id)).await;
     assert_eq!((report.applied, report.refused), (0, 1), "{report:?}");
     let reason = report.rows[0].reason.clone().unwrap_or_default();
+    // The chaos oracle knows this refusal by its prefix (`ops_steps::refused_for_no_text`).
+    assert!(reason.starts_with(replay::NO_RAW_TEXT), "{reason}");
     assert!(
         reason.contains("no raw text") && reason.contains("retention.raw_copy"),
         "{reason}"
