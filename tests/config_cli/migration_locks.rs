@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use msgx_core::store::schema;
 use msgx_testkit as common;
 use sqlx::Connection;
 
@@ -78,7 +79,7 @@ async fn a_migration_that_loses_a_deadlock_to_the_running_pump_runs_again() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
-    let binary = msgx_core::store::schema::binary_version();
+    let binary = schema::binary_version();
     for v in FK_MIGRATION..=binary {
         assert!(
             stdout.contains(&format!("applied migration {v}\n")),
@@ -90,12 +91,8 @@ async fn a_migration_that_loses_a_deadlock_to_the_running_pump_runs_again() {
         1,
         "one retry, said once: {stderr}"
     );
-    let version: i64 =
-        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
-            .fetch_one(&pool)
-            .await
-            .expect("schema version");
-    assert_eq!(version, binary);
+    let state = schema::schema_state(&pool).await.expect("schema state");
+    assert_eq!(state, schema::SchemaState::Current { version: binary });
     let fk: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_constraint WHERE conname = 'msg_event_msg_id_fkey'",
     )
