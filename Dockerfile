@@ -55,6 +55,9 @@ RUN groupadd --system --gid 10001 msgexchange \
 COPY --from=build /msgexchange /usr/local/bin/msgexchange
 # The CycloneDX SBOM of this binary (scripts/sbom.py; the Debian package ships the same file).
 COPY --from=build /msgexchange.cdx.json /usr/share/doc/msgexchange/sbom.cdx.json
+# The docs book as HTML, built before `docker build` (`mdbook build docs` writes target/book,
+# the one part of target/ .dockerignore lets in); the alerts' runbook_url falls back to it.
+COPY target/book /usr/share/doc/msgexchange/html
 COPY config /etc/msgexchange
 ENV MSGEXCHANGE_CONFIG=/etc/msgexchange/default.toml
 USER 10001:10001

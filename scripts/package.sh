@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Debian package a site installs (docs/operations.md "Installing"): the CycloneDX SBOM of
+# The Debian package a site installs (docs/operations/installing.md): the CycloneDX SBOM of
 # this build (scripts/sbom.py, from Cargo.lock) in target/sbom/, then `cargo deb`, which ships
 # it with the binary. Honours CARGO_TARGET_DIR for the build; extra arguments go to cargo deb.
 set -euo pipefail
@@ -9,4 +9,8 @@ cd "$(dirname "$0")/.."
 # feature on in the packaged binary (the package test refuses that).
 mkdir -p target/sbom
 python3 scripts/sbom.py --out target/sbom/msgexchange.cdx.json
+# The docs book as HTML (docs/book.toml writes target/book; the package installs it under
+# /usr/share/doc/msgexchange/html, where the alerts' runbook_url points). Needs mdbook
+# (scripts/test.sh installs the pinned version).
+mdbook build docs
 cargo deb -p msgx-actors --locked "$@"

@@ -2,6 +2,8 @@
 # Renders every generated part of the docs, then checks them as the test run does:
 #   - docs/architecture.md's actor table (from the actors' code),
 #   - docs/metrics.md (from src/telemetry, prometheus/alerts.yml and the dashboards),
+#   - the generated top of each alert page docs/alerts/<alert>.md (from prometheus/alerts.yml
+#     and the dashboards; telemetry::tests::alert_pages),
 #   - docs/img/dashboard-*.png and docs/img/rendered.json (scripts/render_dashboards.py, from
 #     grafana/dashboards/msgexchange.json and the scenario data docs/img/scenario.json).
 # The unit tests fail while any of them is stale (actors/src/rendered_docs.rs says which test
@@ -19,6 +21,6 @@ if [ "${1:-}" = "--scenario" ]; then
   cargo test --workspace --test observability -- --ignored scenario_for_pictures --nocapture
 fi
 python3 scripts/render_dashboards.py
-MSGX_WRITE_DOCS=1 cargo test --workspace --lib -- architecture_doc metrics_doc
+MSGX_WRITE_DOCS=1 cargo test --workspace --lib -- architecture_doc metrics_doc alert_pages
 # What the test run will say.
-cargo test --workspace --lib -- architecture_doc metrics_doc dashboard_pictures
+cargo test --workspace --lib -- architecture_doc metrics_doc alert_pages dashboard_pictures

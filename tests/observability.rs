@@ -339,17 +339,16 @@ fn metric_names_skip_strings_and_functions() {
     );
 }
 
-/// Every alert says what it means (`description`) and links its runbook entry
-/// (`runbook_url`: the site's base URL, the Prometheus external label `msgx_runbook_base`, or
-/// else the package's installed docs, plus the `### Name` heading's anchor of
-/// docs/operations.md), and none selects a scrape job by name.
+/// Every alert says what it means (`description`) and links its runbook page (`runbook_url`:
+/// the site's base URL, the Prometheus external label `msgx_runbook_base`, or else the book
+/// the package installs, plus the alert's page of the book, `alerts/<name>.html`, and its
+/// title's anchor; tests/docs_book.rs follows each URL into the built book), and none selects
+/// a scrape job by name.
 #[test]
 fn every_alert_has_a_description_and_a_runbook_url() {
     let text = std::fs::read_to_string(common::repo_root().join("prometheus/alerts.yml"))
         .expect("alerts.yml");
     let doc: Value = serde_yaml_ng::from_str(&text).expect("alerts.yml is YAML");
-    let ops = std::fs::read_to_string(common::repo_root().join("docs/operations.md"))
-        .expect("operations.md");
     let mut alerts = 0;
     for g in doc["groups"].as_array().expect("groups") {
         for r in g["rules"].as_array().expect("rules") {
@@ -362,12 +361,12 @@ fn every_alert_has_a_description_and_a_runbook_url() {
                 a["description"].as_str().is_some_and(|d| d.len() > 20),
                 "{name}: no description"
             );
-            // The site's base URL (external label), else the installed file; the anchor is
-            // the runbook heading's.
+            // The site's base URL (external label), else the installed book; the anchor is
+            // the page title's.
+            let page = name.to_lowercase();
             let url = format!(
                 "{{{{ with $externalLabels.msgx_runbook_base }}}}{{{{ . }}}}{{{{ else }}}}\
-                 file:///usr/share/doc/msgexchange{{{{ end }}}}/operations.md#{}",
-                name.to_lowercase()
+                 file:///usr/share/doc/msgexchange/html{{{{ end }}}}/alerts/{page}.html#{page}"
             );
             assert_eq!(a["runbook_url"].as_str(), Some(url.as_str()), "{name}");
             // No alert is tied to a scrape job's name (a site names its jobs).
@@ -380,9 +379,12 @@ fn every_alert_has_a_description_and_a_runbook_url() {
                 a["runbook"].is_null(),
                 "{name}: `runbook` is runbook_url now"
             );
+            let doc = common::repo_root().join(format!("docs/alerts/{page}.md"));
+            let text = std::fs::read_to_string(&doc).unwrap_or_default();
             assert!(
-                ops.contains(&format!("\n### {name}\n")),
-                "{name}: no runbook entry"
+                text.starts_with(&format!("# {name}\n")),
+                "{name}: no runbook page {} titled with its name",
+                doc.display()
             );
         }
     }

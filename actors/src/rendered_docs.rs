@@ -330,3 +330,63 @@ fn dashboard_pictures_are_current() {
         );
     }
 }
+
+/// The versions of CHANGELOG.md's releases, newest first (`## [x.y.z] - YYYY-MM-DD`), after
+/// checking that `[Unreleased]` is the first section (where the next release's lines go).
+pub(crate) fn changelog_releases(changelog: &str) -> Vec<String> {
+    let headings: Vec<&str> = changelog
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .collect();
+    assert_eq!(
+        headings.first(),
+        Some(&"[Unreleased]"),
+        "CHANGELOG.md: [Unreleased] is the first section"
+    );
+    headings[1..]
+        .iter()
+        .map(|h| {
+            let (version, date) = h
+                .strip_prefix('[')
+                .and_then(|h| h.split_once("] - "))
+                .unwrap_or_else(|| panic!("CHANGELOG.md: `## {h}` is not `## [x.y.z] - date`"));
+            let parts: Vec<&str> = version.split('.').collect();
+            assert!(
+                parts.len() == 3 && parts.iter().all(|p| p.parse::<u32>().is_ok()),
+                "CHANGELOG.md: {version} is no semantic version"
+            );
+            assert!(
+                date.len() == 10 && date.as_bytes()[4] == b'-' && date.as_bytes()[7] == b'-',
+                "CHANGELOG.md: {version}'s date {date} is not YYYY-MM-DD"
+            );
+            version.to_string()
+        })
+        .collect()
+}
+
+/// The package (`msgexchange --version`, the .deb) is the newest release of CHANGELOG.md, and
+/// the releases go down strictly (a version bump without its changelog entry, or an entry
+/// without the bump, fails here).
+#[test]
+fn the_changelog_top_release_is_the_package_version() {
+    let text = std::fs::read_to_string(doc_path("CHANGELOG.md")).expect("CHANGELOG.md");
+    let releases = changelog_releases(&text);
+    assert_eq!(
+        releases.first().map(String::as_str),
+        Some(env!("CARGO_PKG_VERSION")),
+        "CHANGELOG.md's newest release is not msgx-actors' version (actors/Cargo.toml)"
+    );
+    let key = |v: &String| -> Vec<u32> {
+        v.split('.')
+            .map(|p| p.parse().expect("checked above"))
+            .collect()
+    };
+    for pair in releases.windows(2) {
+        assert!(
+            key(&pair[0]) > key(&pair[1]),
+            "CHANGELOG.md: {} is listed above {} but is not newer",
+            pair[0],
+            pair[1]
+        );
+    }
+}

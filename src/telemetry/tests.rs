@@ -5,6 +5,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 use super::*;
 
+mod alert_pages;
+
 /// Labels named `msgx_…` that a site's Prometheus sets: the runbook's base URL (an external
 /// label) and the scrape targets' service label `MsgxDown` selects on.
 const SITE_LABELS: &[&str] = &["msgx_runbook_base", "msgx_service"];
@@ -39,16 +41,18 @@ pub(super) fn referenced(text: &str) -> Vec<String> {
 fn dashboards_and_alerts_use_only_known_metrics() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let (mut checked, all) = (0, names());
-    for file in [
-        "prometheus/alerts.yml",
-        "grafana/dashboards/msgexchange.json",
-        "docs/operations.md",
-    ] {
-        let text = std::fs::read_to_string(root.join(file)).expect("readable");
+    let mut files = vec![
+        root.join("prometheus/alerts.yml"),
+        root.join("grafana/dashboards/msgexchange.json"),
+    ];
+    files.extend(alert_pages::runbook_pages(root));
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("readable");
         for name in referenced(&text) {
             assert!(
                 all.contains(&name.as_str()),
-                "{file} uses unknown metric {name}"
+                "{} uses unknown metric {name}",
+                file.display()
             );
             checked += 1;
         }
@@ -395,20 +399,23 @@ fn metrics_doc_is_current() {
     );
 }
 
-/// Every alert has a runbook entry (`### Name` in docs/operations.md) and a `promtool test
-/// rules` case in prometheus/alerts_test.yml; every alert names at least one of our metrics.
+/// Every alert has a runbook page (docs/alerts/<name>.md, titled with its name; the pages'
+/// generated parts are checked in `alert_pages`) and a `promtool test rules` case in
+/// prometheus/alerts_test.yml; every alert names at least one of our metrics.
 #[test]
 fn every_alert_has_a_runbook_entry_and_a_test() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let ops = std::fs::read_to_string(root.join("docs/operations.md")).expect("operations.md");
     let tests =
         std::fs::read_to_string(root.join("prometheus/alerts_test.yml")).expect("alerts_test");
     let alerts = alert_rules();
     assert!(alerts.len() > 30, "{} alerts", alerts.len());
     for (name, metrics) in &alerts {
+        let page = root.join(format!("docs/alerts/{}.md", name.to_lowercase()));
+        let text = std::fs::read_to_string(&page).unwrap_or_default();
         assert!(
-            ops.lines().any(|l| l.trim() == format!("### {name}")),
-            "docs/operations.md has no `### {name}` runbook entry"
+            text.starts_with(&format!("# {name}\n")),
+            "{} is not {name}'s runbook page",
+            page.display()
         );
         assert!(
             tests.contains(&format!("alertname: {name}\n")),
