@@ -314,6 +314,9 @@ fn metrics_doc() -> String {
          <!-- Generated from src/telemetry (defs), prometheus/alerts.yml and \
          grafana/dashboards/*.json; checked by the test telemetry::tests::metrics_doc_is_current. \
          Regenerate with every other generated section: scripts/render-docs.sh -->\n\n\
+         This page is generated from the code (`telemetry::defs`), the alert rules and the \
+         dashboards, and checked against them by the test \
+         `telemetry::tests::metrics_doc_is_current`.\n\n\
          Every series below is registered when the service starts (`telemetry::register`, \
          called by `install_metrics`): counters at 0 for every label combination listed, so \
          `increase()` sees the first event and no panel shows \"No data\"; gauges at their start \
