@@ -62,14 +62,14 @@ tools() {
     cargo install -q cargo-deb --locked --debug
   fi
   # The docs book (docs/book.toml): mdbook pinned, without its default features (no HTTP
-  # server, file watcher or search index: MDBOOK_BUILD below), built here and then by
-  # scripts/package.sh into target/book, which the package and tests/docs_book.rs use.
+  # server, file watcher or search index, none of which a build needs). scripts/package.sh
+  # builds the book into target/book for the package; tests/docs_book.rs builds and checks it.
   if ! mdbook --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
     cargo install -q --locked mdbook --version "$MDBOOK_VERSION" --no-default-features
   fi
   cargo fetch -q --locked
 }
-MDBOOK_VERSION=MDBOOK_PIN
+MDBOOK_VERSION=0.5.4
 # Each background job runs in its own process group (set -m while it is started), so that an
 # early exit stops it with everything it started (cargo, rustc, pip, test binaries), not only
 # its subshell.

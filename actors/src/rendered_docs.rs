@@ -10,6 +10,8 @@
 //! - docs/img/dashboard-*.png: drawn by `scripts/render_dashboards.py`, which records in
 //!   docs/img/rendered.json the SHA-256 of what it drew them from and of each picture; checked
 //!   here against the files, the dashboard's rows and docs/dashboards.md.
+//! - CHANGELOG.md: its newest release is this package's version (`msgexchange --version`,
+//!   the .deb), below an `[Unreleased]` section.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
