@@ -66,6 +66,21 @@ fn rules() -> Vec<Rule> {
     out
 }
 
+/// A description as a reader sees it outside Prometheus: a value the alert looks up when it
+/// fires (`{{ with query "m" }}…{{ end }}`) is named by its series instead.
+fn plain(description: &str) -> String {
+    let mut text = description.to_string();
+    while let Some(start) = text.find("{{ with query \"") {
+        let rest = &text[start + "{{ with query \"".len()..];
+        let series = rest.split('"').next().unwrap_or_default().to_string();
+        let end = text[start..]
+            .find("{{ end }}")
+            .map_or(text.len(), |e| start + e + "{{ end }}".len());
+        text.replace_range(start..end, &format!("`{series}`"));
+    }
+    text
+}
+
 /// The generated part of `rule`'s page, up to its hand-written part.
 fn generated(rule: &Rule, metrics: &[String], panels: &[(String, Vec<String>)]) -> String {
     let mut page = format!(
@@ -81,7 +96,7 @@ fn generated(rule: &Rule, metrics: &[String], panels: &[(String, Vec<String>)]) 
         severity = rule.severity,
         pending = rule.pending,
         expr = rule.expr,
-        description = rule.description,
+        description = plain(&rule.description),
     );
     let showing: Vec<String> = panels
         .iter()
