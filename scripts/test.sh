@@ -64,8 +64,10 @@ tools() {
   # The docs book (docs/book.toml): mdbook pinned, without its default features (no HTTP
   # server, file watcher or search index, none of which a build needs). scripts/package.sh
   # builds the book into target/book for the package; tests/docs_book.rs builds and checks it.
+  # Dev profile like the two above: 125 s of CPU to build (2 m 57 s wall beside other builds)
+  # against 233 s (4 m 37 s) with its release profile; the book then builds in 1.0 s, not 0.14 s.
   if ! mdbook --version 2>/dev/null | grep -qx "mdbook v$MDBOOK_VERSION"; then
-    cargo install -q --locked mdbook --version "$MDBOOK_VERSION" --no-default-features
+    cargo install -q --locked mdbook --version "$MDBOOK_VERSION" --no-default-features --debug
   fi
   cargo fetch -q --locked
 }
