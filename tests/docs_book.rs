@@ -216,12 +216,7 @@ fn runbook_pages_and_dashboard_pictures_render() {
             .find(|(n, _)| n == name)
             .unwrap_or_else(|| panic!("{name} is an alert"));
         let anchor = name.to_lowercase();
-        let dom = render(
-            &chromium,
-            url,
-            &shots.join(format!("{anchor}.png")),
-            900,
-        );
+        let dom = render(&chromium, url, &shots.join(format!("{anchor}.png")), 900);
         assert!(
             dom.contains(&format!("<title>{name} - msgexchange</title>")),
             "{name}: title missing in the rendered page"
@@ -239,8 +234,11 @@ fn runbook_pages_and_dashboard_pictures_render() {
     let probe = "<script>window.addEventListener('load', () => { for (const i of \
                  document.images) i.setAttribute('data-width', i.naturalWidth); });</script>";
     let checked = book.join("dashboards-rendered.html");
-    std::fs::write(&checked, html.replace("</body>", &format!("{probe}</body>")))
-        .expect("write the probe page");
+    std::fs::write(
+        &checked,
+        html.replace("</body>", &format!("{probe}</body>")),
+    )
+    .expect("write the probe page");
     let dom = render(
         &chromium,
         &format!("file://{}", checked.display()),
@@ -258,7 +256,11 @@ fn runbook_pages_and_dashboard_pictures_render() {
         .iter()
         .filter_map(|tag| tag.split("src=\"").nth(1)?.split('"').next())
         .collect();
-    assert_eq!(sources.len(), 7, "the seven dashboard pictures: {sources:?}");
+    assert_eq!(
+        sources.len(),
+        7,
+        "the seven dashboard pictures: {sources:?}"
+    );
     for tag in pictures {
         let width = tag
             .split("data-width=\"")
@@ -266,7 +268,10 @@ fn runbook_pages_and_dashboard_pictures_render() {
             .and_then(|w| w.split('"').next())
             .and_then(|w| w.parse::<u32>().ok())
             .unwrap_or(0);
-        assert!(width > 100, "a dashboard picture did not render: <img {tag}");
+        assert!(
+            width > 100,
+            "a dashboard picture did not render: <img {tag}"
+        );
     }
     eprintln!("screenshots: {}", shots.display());
 }

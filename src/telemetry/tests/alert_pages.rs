@@ -152,7 +152,9 @@ fn alert_pages_are_current() {
             from = text[from..]
                 .find(section)
                 .map(|i| from + i)
-                .unwrap_or_else(|| panic!("{}: {section:?} missing or out of order", path.display()));
+                .unwrap_or_else(|| {
+                    panic!("{}: {section:?} missing or out of order", path.display())
+                });
         }
         if text[..at] != want {
             if write {
