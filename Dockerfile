@@ -7,6 +7,24 @@
 # tags to; refresh both together with `docker buildx imagetools inspect rust:1.95-bookworm` (and
 # debian:bookworm-slim) when moving to a newer toolchain or for the base image's security fixes.
 # tests/config_cli.rs (container_image_*) checks every FROM carries one.
+
+# The runtime image's base, a stage of its own so that the build stage can read its package
+# database for the SBOM (below). Its system packages are pinned by version: a rebuild installs
+# the same ones or fails, never whatever the mirror holds that day. Debian's mirrors keep only
+# the current version of each package of a release: when a security update replaces one, the
+# build fails at this line; refresh the three versions together (`apt-cache policy
+# ca-certificates libssl3 zlib1g` in the base image after `apt-get update`) and rebuild.
+# tests/config_cli.rs (container_image_*) checks every package here carries a version.
+FROM debian:bookworm-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251 AS runtime
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      ca-certificates=20250419~deb12u2 libssl3=3.0.22-1~deb12u2 zlib1g=1:1.2.13.dfsg-1+deb12u1 \
+ && rm -rf /var/lib/apt/lists/*
+# Never root: a system user with a fixed uid (runAsNonRoot in Kubernetes needs a numeric USER).
+RUN groupadd --system --gid 10001 msgexchange \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin msgexchange
+
 FROM rust:1.95-bookworm@sha256:6258907abe69656e41cd992e0b705cdcfabcbbe3db374f92ed2d47121282d4a1 AS build
 WORKDIR /src
 # scripts/sbom.py (the image's SBOM, below) runs on python3: installed only where the base image
@@ -39,27 +57,32 @@ RUN cargo build --release --locked --offline -p msgx-actors --bin msgexchange \
 #    stand-ins just built: touch the crate roots so cargo rebuilds both crates.
 #    MSGX_FEATURES: empty for a site's image (no `dev` commands, like the Debian package);
 #    docker-compose.yml's demo passes `dev-tools` (it runs `dev inbox-fixture` and the simulator).
+#    The SBOM covers the image's system libraries too: the runtime stage's package database
+#    (dpkg's status file) and its os-release, read by scripts/sbom.py.
 COPY . .
 ARG MSGX_FEATURES=""
+COPY --from=runtime /var/lib/dpkg/status /usr/lib/os-release /runtime/
 RUN touch src/lib.rs actors/src/lib.rs actors/src/main.rs \
  && cargo build --release --locked --offline -p msgx-actors --bin msgexchange --features "$MSGX_FEATURES" \
  && cp target/release/msgexchange /msgexchange \
- && python3 scripts/sbom.py --offline --out /msgexchange.cdx.json
+ && python3 scripts/sbom.py --offline --dpkg-status /runtime/status --os-release /runtime/os-release \
+      --out /msgexchange.cdx.json
 
-FROM debian:bookworm-slim@sha256:3783cc01769c7b2b1b83a5c5ad96c815348e28ed7da68e2e3687004faa906251
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates libssl3 zlib1g && rm -rf /var/lib/apt/lists/*
-# Never root: a system user with a fixed uid (runAsNonRoot in Kubernetes needs a numeric USER).
-RUN groupadd --system --gid 10001 msgexchange \
- && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin msgexchange
+FROM runtime
 COPY --from=build /msgexchange /usr/local/bin/msgexchange
-# The CycloneDX SBOM of this binary (scripts/sbom.py; the Debian package ships the same file).
+# The CycloneDX SBOM of this binary and the image's system packages (scripts/sbom.py; the Debian
+# package ships the same crates, without the packages of this image).
 COPY --from=build /msgexchange.cdx.json /usr/share/doc/msgexchange/sbom.cdx.json
 # The docs book as HTML, built before `docker build` (`mdbook build docs` writes target/book,
 # the one part of target/ .dockerignore lets in); the alerts' runbook_url falls back to it.
 COPY target/book /usr/share/doc/msgexchange/html
-COPY config /etc/msgexchange
-ENV MSGEXCHANGE_CONFIG=/etc/msgexchange/default.toml
+# A site's configuration, not the development one (config/default.toml, shipped as the key
+# reference only): TLS that verifies every server, the metrics listener on all interfaces (the
+# EXPOSEd port), and no database or broker address — the site gives them (docs/operations.md
+# "Container image"); `run` refuses to start without one, naming the key (exit 2).
+COPY packaging/container.toml /etc/msgexchange/msgexchange.toml
+COPY config/default.toml /usr/share/doc/msgexchange/default.toml
+ENV MSGEXCHANGE_CONFIG=/etc/msgexchange/msgexchange.toml
 USER 10001:10001
 EXPOSE 9464
 # Liveness, not readiness: /healthz answers 200 while the process serves (a standby waiting

@@ -13,6 +13,13 @@ for db in $(mariadb -h 127.0.0.1 -uroot -N -e "SELECT schema_name FROM informati
   mariadb -h 127.0.0.1 -uroot -e "DROP DATABASE IF EXISTS \`$db\`"
 done
 
+# cargo_tool NAME VERSION: `cargo install` exactly that version unless it is the one installed.
+cargo_tool() {
+  if ! cargo install --list | grep -qx "$1 v$2:"; then
+    cargo install -q "$1" --version "=$2" --locked --debug
+  fi
+}
+
 # The tools the tests need besides cargo (Debian's prometheus and chromium, four PyPI packages,
 # one npm parser, cargo-deny, cargo-deb, mdbook) are fetched in the background while cargo
 # compiles: they wait on the network, the build on the CPU. Their output goes to a log shown only when they fail.
@@ -54,13 +61,11 @@ tools() {
   # Both tools build with the dev profile (`--debug`): cargo-deny's release profile (fat LTO,
   # one codegen unit) took 227 s of CPU to build against 87 s, and its check takes 3.6 s instead
   # of 1.8 s; cargo-deb 107 s against 48 s, its packing 3.5 s instead of 3.0 s (issue 43).
-  if ! command -v cargo-deny >/dev/null 2>&1; then
-    cargo install -q cargo-deny --locked --debug
-  fi
+  # Both pinned by version (issue 55; `--locked`: their own Cargo.lock), reinstalled when
+  # another version is installed; tests/config_cli.rs (the_suites_tools_are_pinned) checks it.
+  cargo_tool cargo-deny 0.20.2
   # The package test's packer (scripts/package.sh).
-  if ! command -v cargo-deb >/dev/null 2>&1; then
-    cargo install -q cargo-deb --locked --debug
-  fi
+  cargo_tool cargo-deb 3.8.0
   # The docs book (docs/book.toml): mdbook pinned, without its default features (no HTTP
   # server, file watcher or search index, none of which a build needs). scripts/package.sh
   # builds the book into target/book for the package; tests/docs_book.rs builds and checks it.

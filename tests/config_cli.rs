@@ -2,7 +2,9 @@
 //! `check-config` never prints a password; the dev fixture creates the inbox tables; the HTTP
 //! surface answers /metrics with the poller's metrics and refuses what it does not serve.
 //! `supply_chain`: the container image's dependency layer, base image digests, the SBOM and
-//! the cargo-deny policy (issue 42).
+//! the cargo-deny policy (issue 42). `start_paths`: what the image, `docker compose up` and
+//! the template unit run, started for real (issue 55); `vendored`: the patched sqlx-core is
+//! upstream plus its patches, in the SBOM with its pedigree (issue 55).
 
 use msgx_testkit as common;
 
@@ -20,6 +22,12 @@ mod least_privilege;
 
 #[path = "config_cli/migration_locks.rs"]
 mod migration_locks;
+
+#[path = "config_cli/start_paths.rs"]
+mod start_paths;
+
+#[path = "config_cli/vendored.rs"]
+mod vendored;
 
 fn msgx(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     let mut cmd = common::instance::msgexchange();
@@ -865,6 +873,12 @@ fn the_debian_package_installs_and_its_config_checks() {
         .map(|d| format!("{d}/msgexchange.service"))
         .find(|p| std::path::Path::new(p).exists())
         .expect("the unit is installed");
+    // Issue 55: the template unit for several inboxes on one host, beside it.
+    let template = unit.replace("msgexchange.service", "msgexchange@.service");
+    assert!(
+        std::path::Path::new(&template).exists(),
+        "{template} installed"
+    );
     for path in [
         "/usr/bin/msgexchange",
         "/etc/msgexchange/msgexchange.toml",
@@ -966,6 +980,21 @@ fn the_debian_package_installs_and_its_config_checks() {
     ] {
         assert!(effective.contains(key), "{key} in the packaged config");
     }
+    // Issue 55: the packaged ce_source is a placeholder `run` refuses by name (exit 2), which
+    // `check-config` announces.
+    let note = String::from_utf8_lossy(&out.stderr);
+    assert!(note.contains("kafka.ce_source"), "{note}");
+    let run = Command::new("/usr/bin/msgexchange")
+        .arg("run")
+        .env("MSGEXCHANGE_CONFIG", "/etc/msgexchange/msgexchange.toml")
+        .output()
+        .expect("installed binary");
+    let refusal = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{refusal}");
+    assert!(
+        refusal.contains("kafka.ce_source `//site.example/msgexchange` is a placeholder"),
+        "{refusal}"
+    );
     run_ok("/usr/bin/msgexchange", &["--help"]);
     if Command::new("systemd-analyze")
         .arg("--version")
@@ -973,6 +1002,10 @@ fn the_debian_package_installs_and_its_config_checks() {
         .is_ok()
     {
         run_ok("systemd-analyze", &["verify", &unit]);
+        run_ok(
+            "systemd-analyze",
+            &["verify", &template.replace("@.service", "@north.service")],
+        );
     }
     run_ok("dpkg", &["--purge", "msgexchange"]);
     assert!(

@@ -105,6 +105,9 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 struct TlsWorld {
     db: String,
     dir: PathBuf,
+    /// Ports on 127.0.0.2 forwarding to PostgreSQL and MariaDB ([`forward`]): the servers
+    /// reached under a name their certificate does not carry. None: 127.0.0.1 directly.
+    via: Option<[u16; 2]>,
 }
 
 impl TlsWorld {
@@ -126,15 +129,21 @@ impl TlsWorld {
         let dir = std::env::temp_dir().join(format!("msgxt_tls_{}_{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("secrets dir");
-        Self { db, dir }
+        Self { db, dir, via: None }
     }
 
     fn pg_url(&self, user: &str) -> String {
-        format!("postgres://{user}@127.0.0.1:5432/{}", self.db)
+        let at = self
+            .via
+            .map_or("127.0.0.1:5432".into(), |[pg, _]| format!("127.0.0.2:{pg}"));
+        format!("postgres://{user}@{at}/{}", self.db)
     }
 
     fn my_url(&self, user: &str) -> String {
-        format!("mysql://{user}@127.0.0.1:3306/{}", self.db)
+        let at = self
+            .via
+            .map_or("127.0.0.1:3306".into(), |[_, my]| format!("127.0.0.2:{my}"));
+        format!("mysql://{user}@{at}/{}", self.db)
     }
 
     /// A secret file as an operator writes it (with a final line break).
@@ -324,6 +333,63 @@ async fn the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls() {
     if tls_ready("the_inbox_needs_the_ca_to_verify_and_the_user_needs_tls").await {
         ca_and_tls_rules_hold(Side::Inbox).await;
     }
+}
+
+/// A port on 127.0.0.2 whose connections are piped to `target` (TLS passes through untouched):
+/// the server is reached under the name 127.0.0.2, which its certificate (localhost,
+/// 127.0.0.1) does not carry.
+async fn forward(target: &'static str) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0")
+        .await
+        .expect("bind 127.0.0.2");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Issue 55, upstream's verifier fix carried in the sqlx-core patch
+/// (third_party/sqlx-core-verify-ca-names.patch, launchbadge/sqlx#3861): reached under a name
+/// its certificate does not carry, a server whose certificate the named CA signed is accepted
+/// by verify-ca / VERIFY_CA, which check the chain only (as libpq and the MySQL client do;
+/// with rustls >= 0.23.24 sqlx 0.8.6 refused it), and refused by verify-full /
+/// VERIFY_IDENTITY (the name) and by verify-ca with another CA (the chain).
+#[tokio::test]
+async fn verify_ca_checks_the_chain_not_the_name() {
+    if !tls_ready("verify_ca_checks_the_chain_not_the_name").await {
+        return;
+    }
+    let mut w = TlsWorld::new().await;
+    w.via = Some([
+        forward("127.0.0.1:5432").await,
+        forward("127.0.0.1:3306").await,
+    ]);
+    let (good, wrong) = (ca("ca.crt"), ca("other-ca.crt"));
+    for side in [Side::Store, Side::Inbox] {
+        let [full, chain, _, _] = side.modes();
+        assert_eq!(
+            side.over(&w, chain, Some(&good)).await,
+            Ok(true),
+            "{side:?} {chain} at 127.0.0.2: the CA's chain, another name"
+        );
+        let e = side
+            .over(&w, full, Some(&good))
+            .await
+            .expect_err("the name");
+        assert!(e.contains("not valid for name"), "{side:?} {full}: {e}");
+        assert_certificate_refused(
+            &format!("{side:?} {chain}, wrong CA"),
+            side.over(&w, chain, Some(&wrong)).await,
+        );
+    }
+    w.cleanup().await;
 }
 
 /// An account that requires a client certificate (PostgreSQL `clientcert=verify-full`,

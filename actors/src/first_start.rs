@@ -27,15 +27,38 @@ pub fn require_brokers(settings: &Settings) -> Result<(), Refusal> {
              demo runs, which loses every event when the process ends",
         ));
     }
-    if !k.is_embedded() && k.ce_source.trim() == DEFAULT_CE_SOURCE {
-        return Err(Refusal::config(format!(
-            "kafka.ce_source is the compiled default `{DEFAULT_CE_SOURCE}`: name this \
-             deployment (MSGX_KAFKA__CE_SOURCE, a URI reference such as \
-             `//pek.airport.example/msgexchange`), so its events stay apart from any other \
-             deployment's on a shared topic"
-        )));
+    if k.is_embedded() {
+        return Ok(());
     }
-    Ok(())
+    let source = k.ce_source.trim();
+    let why = if source == DEFAULT_CE_SOURCE {
+        format!("is the compiled default `{DEFAULT_CE_SOURCE}`")
+    } else if let Some(host) = placeholder_host(source) {
+        format!("`{source}` is a placeholder ({host} is a reserved example domain, RFC 2606)")
+    } else {
+        return Ok(());
+    };
+    Err(Refusal::config(format!(
+        "kafka.ce_source {why}: name this deployment (kafka.ce_source or \
+         MSGX_KAFKA__CE_SOURCE, a URI reference such as `//<airport>.<your domain>/msgexchange`), \
+         so its events stay apart from any other deployment's on a shared topic"
+    )))
+}
+
+/// The host of a `ce_source` like `//site.example/msgexchange` (or `scheme://…`) when it is a
+/// documentation name (RFC 2606: `example`, `*.example`, `example.com|net|org` and their
+/// subdomains): the packaged configuration ships one, which a site must replace.
+fn placeholder_host(source: &str) -> Option<&str> {
+    let rest = source.split_once("//")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = host.split(':').next()?.trim_end_matches('.');
+    let lower = host.to_ascii_lowercase();
+    let reserved = ["example", "example.com", "example.net", "example.org"];
+    reserved
+        .iter()
+        .any(|r| lower == *r || lower.ends_with(&format!(".{r}")))
+        .then_some(host)
 }
 
 /// On a fresh store (nothing discovered, processed or seeded yet) whose inbox already holds
@@ -74,4 +97,37 @@ pub async fn require_transactional_id(store: &Store, k: &KafkaSettings) -> anyho
     check_transactional_id(&recorded, &k.transactional_id)
         .map_err(|e| Refusal::config(e.to_string()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::placeholder_host;
+
+    /// The packaged configuration's placeholder and the documentation's names are refused; a
+    /// site's own name (or one merely containing "example" in a label) is not.
+    #[test]
+    fn reserved_example_hosts_are_placeholders() {
+        for (source, host) in [
+            ("//site.example/msgexchange", "site.example"),
+            ("//EXAMPLE.COM/x", "EXAMPLE.COM"),
+            (
+                "https://aodb.pek.example.org:8443/msgexchange",
+                "aodb.pek.example.org",
+            ),
+            ("//user@example.net./m", "example.net"),
+            ("//example", "example"),
+        ] {
+            assert_eq!(placeholder_host(source), Some(host), "{source}");
+        }
+        for source in [
+            "//pek-aodb.airport.internal/msgexchange",
+            "//examples.com/m",
+            "//example.company/m",
+            "/msgexchange",
+            "urn:example:msgexchange",
+            "//msgxt_cli_1.test/msgexchange",
+        ] {
+            assert_eq!(placeholder_host(source), None, "{source}");
+        }
+    }
 }

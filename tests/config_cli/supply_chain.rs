@@ -15,12 +15,12 @@ use serde_json::Value;
 /// One Dockerfile instruction: its keyword (upper case) and its arguments, continuation lines
 /// joined and comment lines dropped, as Docker reads them.
 #[derive(Debug)]
-struct Instruction {
-    op: String,
-    args: String,
+pub(super) struct Instruction {
+    pub(super) op: String,
+    pub(super) args: String,
 }
 
-fn dockerfile() -> Vec<Instruction> {
+pub(super) fn dockerfile() -> Vec<Instruction> {
     let text = std::fs::read_to_string(common::repo_root().join("Dockerfile")).expect("Dockerfile");
     let mut out = Vec::new();
     let mut pending = String::new();
@@ -51,7 +51,7 @@ fn dockerfile() -> Vec<Instruction> {
 }
 
 /// The stages, each its instructions from its FROM on.
-fn stages(all: Vec<Instruction>) -> Vec<Vec<Instruction>> {
+pub(super) fn stages(all: Vec<Instruction>) -> Vec<Vec<Instruction>> {
     let mut stages: Vec<Vec<Instruction>> = Vec::new();
     for i in all {
         if i.op == "FROM" {
@@ -189,7 +189,7 @@ fn member_target_sources(meta: &Value) -> Vec<PathBuf> {
 }
 
 /// The value after `flag` (or `flag=`) in a shell command's words.
-fn flag_value<'a>(words: &[&'a str], flags: &[&str]) -> Option<&'a str> {
+pub(super) fn flag_value<'a>(words: &[&'a str], flags: &[&str]) -> Option<&'a str> {
     words.iter().enumerate().find_map(|(n, w)| {
         flags.iter().find_map(|f| {
             if w == f {
@@ -285,13 +285,21 @@ fn container_image_dependency_layer_resolves() {
     let _ = std::fs::remove_dir_all(&tree);
 }
 
-/// Item 1: every base image is pinned by digest (`image:tag@sha256:<64 hex>`), and the runtime
-/// image carries the SBOM that the build stage makes with scripts/sbom.py.
+/// Item 1: every base image is pinned by digest (`image:tag@sha256:<64 hex>`; a stage built
+/// FROM an earlier stage inherits its pin), and the runtime image carries the SBOM that the
+/// build stage makes with scripts/sbom.py.
 #[test]
 fn container_image_pins_base_images_and_carries_the_sbom() {
     let all = stages(dockerfile());
+    let names: Vec<&str> = all
+        .iter()
+        .filter_map(|s| s[0].args.split_once(" AS ").map(|(_, n)| n.trim()))
+        .collect();
     for stage in &all {
         let image = stage[0].args.split_whitespace().next().expect("FROM image");
+        if names.contains(&image) {
+            continue; // FROM an earlier stage of this file: pinned there
+        }
         let digest = image.split_once("@sha256:").map(|(_, d)| d);
         assert!(
             image.contains(':')
