@@ -160,7 +160,7 @@ async fn read_role_grants(
         .context("reading the inbox account's grants through roles (SHOW GRANTS)")?;
     let lines: Vec<String> = shown
         .iter()
-        .filter_map(|r| r.try_get::<String, _>(0).ok())
+        .filter_map(|r| r.try_get_unchecked::<String, _>(0).ok())
         .collect();
     // Older servers have no roles (and no ENABLED_ROLES view): none active.
     let active: Vec<String> = sqlx::query_scalar(ENABLED_ROLES)
@@ -329,7 +329,7 @@ async fn probe_store(settings: &Settings) -> anyhow::Result<Findings> {
             "SELECT pg_has_role(current_user, r.oid, 'MEMBER') FROM pg_roles r \
               WHERE r.rolname = $1",
         )
-        .bind(role)
+        .bind(*role)
         .fetch_optional(&mut conn)
         .await
         .context("reading the store account's role memberships")?;

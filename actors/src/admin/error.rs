@@ -28,7 +28,7 @@ pub enum AdminError {
     #[error("request body larger than {0} bytes")]
     TooLarge(usize),
     /// The body did not arrive within `http.read_timeout`: 408 (the connection is closed).
-    #[error("request body not received within {}", humantime::format_duration(*.0))]
+    #[error("request body not received within {}", humantime::format_duration(.0.to_owned()))]
     ReadTimeout(std::time::Duration),
     /// The compat entry needs `Content-Type: application/json`: 415.
     #[error("Content-Type must be application/json")]
