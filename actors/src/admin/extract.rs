@@ -136,7 +136,7 @@ async fn read_body(
     }
     let within = req
         .app_data::<web::Data<crate::http::Limits>>()
-        .map_or_else(crate::http::Limits::default, |l| **l)
+        .map_or_else(crate::http::Limits::default, |l| ***l)
         .read_timeout;
     let read = async {
         let mut body = web::BytesMut::new();
