@@ -84,7 +84,9 @@ impl Health {
         (
             self.inner.poll_ok.load(Ordering::Relaxed),
             self.inner.last_ok_unix.load(Ordering::Relaxed),
-            stage.map(|s| format!("the last poll round failed at stage `{s}` (the service log has the cause)")),
+            stage.map(|s| {
+                format!("the last poll round failed at stage `{s}` (the service log has the cause)")
+            }),
         )
     }
 }

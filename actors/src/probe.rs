@@ -167,7 +167,9 @@ async fn read_role_grants(
         .fetch_all(&mut *conn)
         .await
         .unwrap_or_default();
-    Ok(crate::probe_roles::role_grants(&lines, grantee, db, &active))
+    Ok(crate::probe_roles::role_grants(
+        &lines, grantee, db, &active,
+    ))
 }
 
 /// (privilege, table, column) the service uses in the inbox database.
@@ -393,7 +395,8 @@ fn judge_audit(row: AuditRow, f: &mut Findings) {
     }
     for (held, what) in [(insert, "INSERT"), (select, "SELECT")] {
         if !held {
-            f.missing.push(format!("{what} ON {AUDIT_TABLE} (every audited action)"));
+            f.missing
+                .push(format!("{what} ON {AUDIT_TABLE} (every audited action)"));
         }
     }
     if owned {
@@ -403,10 +406,14 @@ fn judge_audit(row: AuditRow, f: &mut Findings) {
         ));
         return;
     }
-    let rewrite: Vec<&str> = [(update, "UPDATE"), (delete, "DELETE"), (truncate, "TRUNCATE")]
-        .into_iter()
-        .filter_map(|(held, p)| held.then_some(p))
-        .collect();
+    let rewrite: Vec<&str> = [
+        (update, "UPDATE"),
+        (delete, "DELETE"),
+        (truncate, "TRUNCATE"),
+    ]
+    .into_iter()
+    .filter_map(|(held, p)| held.then_some(p))
+    .collect();
     if !rewrite.is_empty() {
         f.excess.push(format!(
             "{} ON {AUDIT_TABLE}: the audit trail can be rewritten with this password",

@@ -225,15 +225,24 @@ fn split_at_host(s: &str) -> Option<(&str, &str)> {
 /// The grants that reach `db` through roles, from the whole `SHOW GRANTS` output of the
 /// account `me` (its `` `user`@`host` ``): every privilege line whose grantee is not `me`
 /// (an active role's), and each role granted to the account that is not in `active`, named.
-pub fn role_grants(lines: &[String], me: &str, db: &str, active: &[String]) -> (Vec<RoleGrant>, Vec<String>) {
-    let same = |a: &str, b: &str| a.replace('\'', "`").eq_ignore_ascii_case(&b.replace('\'', "`"));
+pub fn role_grants(
+    lines: &[String],
+    me: &str,
+    db: &str,
+    active: &[String],
+) -> (Vec<RoleGrant>, Vec<String>) {
+    let same = |a: &str, b: &str| {
+        a.replace('\'', "`")
+            .eq_ignore_ascii_case(&b.replace('\'', "`"))
+    };
     let (mut grants, mut inactive) = (Vec::new(), Vec::new());
     for line in lines {
         match parse(line, db) {
             Line::Privileges { grantee, grants: g } if !same(&grantee, me) => grants.extend(g),
             Line::Roles { roles, grantee } if same(&grantee, me) => {
                 for r in roles {
-                    if !active.iter().any(|a| a.eq_ignore_ascii_case(&r)) && !inactive.contains(&r) {
+                    if !active.iter().any(|a| a.eq_ignore_ascii_case(&r)) && !inactive.contains(&r)
+                    {
                         inactive.push(r);
                     }
                 }
@@ -293,9 +302,10 @@ mod tests {
 
     #[test]
     fn grant_option_and_mysql_8_spellings() {
-        let Line::Privileges { grants, grantee } =
-            parse("GRANT INSERT ON `p55db`.`t` TO `u`@`%` WITH GRANT OPTION", "p55db")
-        else {
+        let Line::Privileges { grants, grantee } = parse(
+            "GRANT INSERT ON `p55db`.`t` TO `u`@`%` WITH GRANT OPTION",
+            "p55db",
+        ) else {
             panic!("privileges");
         };
         assert_eq!(grantee, "`u`@`%`");
@@ -308,6 +318,9 @@ mod tests {
             }
         );
         assert!(like("inbox\\_db", "INBOX_DB") && like("in%", "inbox") && !like("in\\_x", "inax"));
-        assert_eq!(parse("GRANT PROXY ON ''@'' TO 'root'@'localhost'", "db"), Line::Other);
+        assert_eq!(
+            parse("GRANT PROXY ON ''@'' TO 'root'@'localhost'", "db"),
+            Line::Other
+        );
     }
 }

@@ -74,10 +74,14 @@ mod tests {
         assert_eq!(exit_code(&seed), EXIT_CONFIG);
         let head = anyhow::Error::from(SeedError::Refused("above the head".into()));
         assert_eq!(exit_code(&head.context("cutover")), EXIT_CONFIG);
-        let replica = anyhow::Error::from(
-            msgx_core::inbox::primary::PrimaryError::NotPrimary("read-only (@@read_only = 1)"),
+        let replica = anyhow::Error::from(msgx_core::inbox::primary::PrimaryError::NotPrimary(
+            "read-only (@@read_only = 1)",
+        ));
+        assert_eq!(
+            exit_code(&replica),
+            1,
+            "a failover, not a setting: restartable"
         );
-        assert_eq!(exit_code(&replica), 1, "a failover, not a setting: restartable");
         assert_eq!(exit_code(&anyhow::anyhow!("store unreachable")), 1);
     }
 }

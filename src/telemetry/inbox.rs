@@ -106,7 +106,12 @@ pub(super) fn defs() -> Vec<Def> {
 
 /// Start-up found the inbox server not the primary (`why`: one of [`NOT_PRIMARY_WHYS`]) and
 /// retries in `retry_in`; `error` is what it said.
-pub fn inbox_not_primary(why: &'static str, error: &dyn std::error::Error, attempt: i32, retry_in: std::time::Duration) {
+pub fn inbox_not_primary(
+    why: &'static str,
+    error: &dyn std::error::Error,
+    attempt: i32,
+    retry_in: std::time::Duration,
+) {
     counter!(INBOX_NOT_PRIMARY_TOTAL, "why" => why).increment(1);
     gauge!(INBOX_WAITING_FOR_PRIMARY).set(1.0);
     tracing::warn!(

@@ -350,17 +350,21 @@ async fn the_audit_trail_is_append_only_for_the_runtime_role() {
     }
     let owner_role = format!("ALTER TABLE audit_log OWNER TO \"{}\"", acc.pg_role);
     assert!(sqlx::query(&owner_role).execute(&runtime).await.is_err());
-    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE reason = 'append-only check'")
-        .fetch_one(&store)
-        .await
-        .expect("audit rows");
+    let kept: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE reason = 'append-only check'")
+            .fetch_one(&store)
+            .await
+            .expect("audit rows");
     assert_eq!(kept, 1, "the row is as written");
     runtime.close().await;
 
     // The table back to the runtime role (so its database drops), and the owner role gone.
     common::run_all(
         &store,
-        &[format!("ALTER TABLE audit_log OWNER TO \"{}\"", acc.pg_role)],
+        &[format!(
+            "ALTER TABLE audit_log OWNER TO \"{}\"",
+            acc.pg_role
+        )],
     )
     .await;
     store.close().await;

@@ -133,8 +133,10 @@ fn extra_may_not_weaken_tls() {
         assert!(!err.contains("topsecret"), "{err}");
     }
     let mut k = base();
-    k.extra = "ssl.certificate.location=/etc/msgx/client.pem;ssl.key.location=/etc/msgx/k.pem".into();
-    k.validate().expect("a client certificate is still the site's to give");
+    k.extra =
+        "ssl.certificate.location=/etc/msgx/client.pem;ssl.key.location=/etc/msgx/k.pem".into();
+    k.validate()
+        .expect("a client certificate is still the site's to give");
 }
 
 #[test]
