@@ -539,3 +539,48 @@ async fn evidence_is_refused_against_a_read_only_server() {
     );
     env.cleanup().await;
 }
+
+/// Issue 55: start-up with evidence on against a read-only server (what a failover's new
+/// primary looks like for a moment) waits and retries, saying so in `/readyz` in fixed words,
+/// instead of exiting 2 (which the unit never restarts); once the server is writable, start-up
+/// goes on. Read-only only for as long as the first check takes (the server is shared).
+#[tokio::test]
+async fn a_read_only_inbox_at_start_up_is_waited_for_not_fatal() {
+    let (_serial, env) = serial_env("ev_wait").await;
+    let health = msgx_actors::health::Health::default();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    env.owner
+        .execute("SET GLOBAL read_only = 1")
+        .await
+        .expect("read_only on");
+    let (inbox, h) = (env.inbox.clone(), health.clone());
+    let waiter = tokio::spawn(async move {
+        let mut stop = Box::pin(async {
+            let _ = stop_rx.await;
+        });
+        msgx_actors::lifecycle::wait_for_primary(&inbox, &h, &mut stop).await
+    });
+    let mut said = None;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        said = health.readiness().waiting;
+        if said.is_some() {
+            break;
+        }
+    }
+    env.owner
+        .execute("SET GLOBAL read_only = 0")
+        .await
+        .expect("read_only off");
+    let said = said.expect("the wait is visible on /readyz");
+    assert!(said.contains("not a writable primary"), "{said}");
+    assert!(!said.contains("@@read_only"), "no internals: {said}");
+    assert!(!waiter.is_finished(), "still waiting, not refused");
+    let found = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("goes on once writable")
+        .expect("task");
+    assert!(found, "the primary is found, start-up goes on");
+    drop(stop_tx);
+    env.cleanup().await;
+}

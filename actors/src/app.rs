@@ -102,6 +102,9 @@ pub async fn run_service(settings: Settings) -> anyhow::Result<()> {
             "this connection does not verify its server over TLS: {why}"
         );
     }
+    for (key, why) in settings.http.token_warnings() {
+        tracing::warn!(key, "{why}");
+    }
     let health = Health::default();
     health.lease(false);
     health.waiting(Some("starting".into()));
@@ -166,7 +169,14 @@ fn serve_early(
     health: &Health,
 ) -> anyhow::Result<actix_web::dev::ServerHandle> {
     let admin_configured = !crate::auth::Tokens::from_settings(&settings.http).is_empty();
-    let early = crate::http::serve_early(listen, metrics.clone(), health.clone(), admin_configured);
+    let limits = crate::http::Limits::from_settings(&settings.http);
+    let early = crate::http::serve_early(
+        listen,
+        metrics.clone(),
+        health.clone(),
+        admin_configured,
+        limits,
+    );
     spawn_server(listen, early)
 }
 
@@ -197,9 +207,10 @@ async fn take_the_lease(
         settings.inbox_names(),
         settings.inbox_timezone(),
     )?;
-    if settings.late.hole_evidence {
-        // Evidence read from a replica would release holes whose rows are still coming.
-        inbox.check_primary().await?;
+    if settings.late.hole_evidence
+        && !crate::lifecycle::wait_for_primary(&inbox, health, stop).await
+    {
+        return Ok(None);
     }
     if let SchemaState::Behind {
         store: at, binary, ..
@@ -258,7 +269,9 @@ fn serve(
         )?),
         None => None,
     };
-    let server = crate::http::serve_with_verify(listen, metrics, health.clone(), admin, verify);
+    let limits = crate::http::Limits::from_settings(&settings.http);
+    let server =
+        crate::http::serve_with_verify(listen, metrics, health.clone(), admin, verify, limits);
     spawn_server(listen, server)
 }
 

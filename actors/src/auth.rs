@@ -18,6 +18,7 @@
 use actix_web::http::header;
 use actix_web::HttpRequest;
 use msgx_core::settings::HttpSettings;
+use msgx_core::telemetry;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +151,7 @@ impl Tokens {
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer)
         else {
             return (false, None);
         };
@@ -165,17 +166,17 @@ impl Tokens {
         (known, allowed)
     }
 
-    /// The token's name when the request carries a token with `scope`; else why not (logged
-    /// here, with the path, never the token).
+    /// The token's name when the request carries a token with `scope`; else why not (counted
+    /// and logged here, with the path, never the token: WARN at most once a minute).
     pub fn check(&self, req: &HttpRequest, scope: Scope) -> Result<Caller, Denied> {
         match self.grant(req, scope) {
             (_, Some(caller)) => Ok(caller),
             (true, None) => {
-                tracing::warn!(path = %req.path(), scope = scope.name(), "request with a token lacking the scope");
+                telemetry::http_refused("forbidden", req.path(), req.peer_addr());
                 Err(Denied::Forbidden(scope))
             }
             (false, None) => {
-                tracing::warn!(path = %req.path(), peer = ?req.peer_addr(), "request without a valid token");
+                telemetry::http_refused("unauthenticated", req.path(), req.peer_addr());
                 Err(Denied::Unauthenticated)
             }
         }
@@ -191,6 +192,14 @@ pub enum Denied {
     Forbidden(Scope),
 }
 
+/// The token of an `Authorization: Bearer <token>` value: the scheme is matched without
+/// regard to case and may be followed by more than one space (RFC 7235 §2.1, RFC 6750 §2.1).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    let token = rest.trim_start_matches(' ');
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 /// Constant-time comparison: the time depends only on the configured token's length, never on
 /// how much of it the given one matches.
 pub fn same(given: &[u8], token: &[u8]) -> bool {
@@ -204,6 +213,17 @@ pub fn same(given: &[u8], token: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 55: the scheme's case does not matter (RFC 7235); the token's does.
+    #[test]
+    fn the_bearer_scheme_is_matched_without_case() {
+        for v in ["Bearer t0k", "bearer t0k", "BEARER t0k", "bEaReR  t0k"] {
+            assert_eq!(bearer(v), Some("t0k"), "{v}");
+        }
+        for v in ["Basic t0k", "Bearer", "Bearer ", "Bearert0k", "t0k"] {
+            assert_eq!(bearer(v), None, "{v}");
+        }
+    }
 
     #[test]
     fn token_comparison_is_exact() {

@@ -1,4 +1,8 @@
 //! Liveness/readiness facts shared with the HTTP surface.
+//!
+//! `/readyz` needs no token, so what it says is public: fixed reasons (the poll stage that
+//! failed, "store unreachable", "standing by"), never a driver's error text (host names,
+//! table names, SQL). The error itself is in the log line written where it happened.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering};
@@ -16,8 +20,8 @@ struct Inner {
     poll_ok: AtomicBool,
     /// Unix seconds of the last successful round.
     last_ok_unix: AtomicI64,
-    /// Why the last round failed.
-    last_error: Mutex<Option<String>>,
+    /// The stage of the last failed round (a fixed label, never the error's text).
+    last_error: Mutex<Option<&'static str>>,
     /// Each supervised child: is its mailbox open (the supervisor writes this).
     children: Mutex<BTreeMap<&'static str, bool>>,
     /// The lease: 0 = not used (tests), 1 = held, 2 = not held (standby, lost, starting).
@@ -45,7 +49,8 @@ pub struct Readiness {
     pub poll_ok: bool,
     /// Unix seconds of the last successful poll round.
     pub last_poll_ok_unix: i64,
-    /// The last poll error.
+    /// Which stage the last round failed at (`inbox`, `store`, `holes`): the cause is in the
+    /// log, never on this unauthenticated answer.
     pub error: Option<String>,
     /// Children whose mailbox is closed (being restarted).
     pub children_down: Vec<&'static str>,
@@ -67,18 +72,21 @@ impl Health {
         *locked(&self.inner.last_error) = None;
     }
 
-    /// A round failed.
-    pub fn poll_failed(&self, why: String) {
+    /// A round failed at `stage` (its error is logged by the poller, not kept here).
+    pub fn poll_failed(&self, stage: &'static str) {
         self.inner.poll_ok.store(false, Ordering::Relaxed);
-        *locked(&self.inner.last_error) = Some(why);
+        *locked(&self.inner.last_error) = Some(stage);
     }
 
-    /// `(ready, last success unix seconds, last error)`.
+    /// `(ready, last success unix seconds, the public reason of the last failure)`.
     pub fn snapshot(&self) -> (bool, i64, Option<String>) {
+        let stage = *locked(&self.inner.last_error);
         (
             self.inner.poll_ok.load(Ordering::Relaxed),
             self.inner.last_ok_unix.load(Ordering::Relaxed),
-            locked(&self.inner.last_error).clone(),
+            stage.map(|s| {
+                format!("the last poll round failed at stage `{s}` (the service log has the cause)")
+            }),
         )
     }
 }
@@ -95,7 +103,8 @@ impl Health {
         self.inner.lease.store(v, Ordering::Relaxed);
     }
 
-    /// The pipeline is not running yet, and why (`None` once it runs).
+    /// The pipeline is not running yet, and why (`None` once it runs). `why` is answered
+    /// without a token: a fixed reason, never an error's text (log that where it happens).
     pub fn waiting(&self, why: Option<String>) {
         *locked(&self.inner.waiting) = why;
     }

@@ -66,6 +66,32 @@ pub fn open_routes(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/readyz").route(web::get().to(readyz)));
 }
 
+/// How long a client may take to send its request: the head (actix's
+/// `client_request_timeout`: 408 and the connection closed) and then the body
+/// ([`crate::admin::extract`]: 408). `http.read_timeout`.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Each of the head and the body must arrive within this.
+    pub read_timeout: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            read_timeout: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+impl Limits {
+    /// From `[http]`.
+    pub fn from_settings(http: &msgx_core::settings::HttpSettings) -> Self {
+        Self {
+            read_timeout: http.read_timeout,
+        }
+    }
+}
+
 /// What a configured admin surface answers before the pipeline runs (starting, waiting for the
 /// store, standing by for the lease): 503 with the reason, never a 404 as if it did not exist.
 async fn not_serving_yet(health: web::Data<Health>) -> HttpResponse {
@@ -88,11 +114,13 @@ pub fn serve_early(
     handle: PrometheusHandle,
     health: Health,
     admin_configured: bool,
+    limits: Limits,
 ) -> std::io::Result<actix_web::dev::Server> {
     bind(
         listen,
         handle,
         health,
+        limits,
         move |cfg: &mut web::ServiceConfig| {
             if admin_configured {
                 cfg.service(web::scope("/admin").default_service(web::to(not_serving_yet)))
@@ -109,7 +137,7 @@ pub fn serve(
     health: Health,
     admin: Option<AdminState>,
 ) -> std::io::Result<actix_web::dev::Server> {
-    serve_with_verify(listen, handle, health, admin, None)
+    serve_with_verify(listen, handle, health, admin, None, Limits::default())
 }
 
 /// [`serve`], with what `GET /admin/verify` reads ([`crate::admin::handlers::verify`]).
@@ -119,12 +147,15 @@ pub fn serve_with_verify(
     health: Health,
     admin: Option<AdminState>,
     verify: Option<msgx_core::verify::VerifyInput>,
+    limits: Limits,
 ) -> std::io::Result<actix_web::dev::Server> {
-    let verify = verify.map(web::Data::new);
+    // One for every worker: at most one verify runs per server.
+    let verify = verify.map(|v| web::Data::new(crate::admin::handlers::Verify::new(v)));
     bind(
         listen,
         handle,
         health,
+        limits,
         move |cfg: &mut web::ServiceConfig| {
             if let Some(v) = verify.clone() {
                 cfg.app_data(v);
@@ -146,12 +177,13 @@ pub const HTTP_DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 pub const WORKERS: usize = 2;
 
 /// The one server shape: the open routes with their data, plus what `extra` adds; every answer
-/// tagged with a request id ([`crate::request_id`]); [`WORKERS`] workers and no signal handling
-/// of its own (the service owns SIGTERM).
+/// tagged with a request id ([`crate::request_id`]); [`WORKERS`] workers, the [`Limits`] on
+/// reading a request, and no signal handling of its own (the service owns SIGTERM).
 fn bind<F>(
     listen: SocketAddr,
     handle: PrometheusHandle,
     health: Health,
+    limits: Limits,
     extra: F,
 ) -> std::io::Result<actix_web::dev::Server>
 where
@@ -164,10 +196,12 @@ where
             .wrap(actix_web::middleware::from_fn(crate::request_id::tag))
             .app_data(handle.clone())
             .app_data(health.clone())
+            .app_data(web::Data::new(limits))
             .configure(open_routes)
             .configure(extra.clone())
     })
     .workers(WORKERS)
+    .client_request_timeout(limits.read_timeout)
     .disable_signals()
     .shutdown_timeout(HTTP_DRAIN.as_secs())
     .bind(listen)?

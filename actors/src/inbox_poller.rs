@@ -91,7 +91,7 @@ impl InboxPoller {
             }
             Err(e) => {
                 telemetry::poll_failed(e.stage(), e, self.last_w);
-                self.health.poll_failed(e.to_string());
+                self.health.poll_failed(e.stage());
             }
         }
         let delay = self

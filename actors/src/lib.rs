@@ -32,6 +32,7 @@ pub mod lifecycle;
 pub mod messages;
 pub mod next_run;
 pub mod probe;
+pub mod probe_roles;
 pub mod pump;
 pub mod purge_watch;
 pub mod refusal;

@@ -48,7 +48,6 @@ pub async fn connect_store(
         match Store::connect_unmigrated(&settings.store).await {
             Ok(connected) => return Ok(Some(connected)),
             Err(StoreError::Db(e)) => {
-                let why = format!("store unreachable at start-up: {e}");
                 tracing::warn!(
                     attempt,
                     store = %redact_url(&settings.store.connect.url),
@@ -56,7 +55,10 @@ pub async fn connect_store(
                     retry_in_s = wait.as_secs(),
                     "store unreachable at start-up; retrying"
                 );
-                health.waiting(Some(why));
+                health.waiting(Some(
+                    "store unreachable at start-up; retrying (the service log has the cause)"
+                        .into(),
+                ));
             }
             Err(e) => {
                 return Err(e).with_context(|| {
@@ -70,6 +72,53 @@ pub async fn connect_store(
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = &mut *stop => return Ok(None),
+        }
+    }
+}
+
+/// With `late.hole_evidence` on, waits until `inbox.url` reaches a writable primary
+/// (evidence read from a replica would release holes whose rows are still coming). A
+/// read-only server, a replica or an unreachable one is what a failover looks like for a
+/// while: each check that finds one is a WARN line and `msgx_inbox_not_primary_total`,
+/// `/readyz` says so, and the check is repeated (doubling up to 30 s) — not an exit 2, which
+/// the unit would never restart (`RestartPreventExitStatus=2`). `false` when `stop` fired
+/// first.
+pub async fn wait_for_primary(
+    inbox: &msgx_core::inbox::Inbox,
+    health: &Health,
+    stop: &mut (impl Future<Output = ()> + Unpin),
+) -> bool {
+    use msgx_core::inbox::primary::PrimaryError;
+    let mut attempt = 0i32;
+    loop {
+        attempt = attempt.saturating_add(1);
+        let wait = msgx_core::backoff::doubling(attempt, CONNECT_RETRY_MIN, CONNECT_RETRY_MAX);
+        let public = match inbox.check_primary().await {
+            Ok(_) => {
+                telemetry::inbox_primary_found();
+                return true;
+            }
+            Err(e @ PrimaryError::NotPrimary(what)) => {
+                let why = if what.starts_with("a replica") {
+                    "replica"
+                } else {
+                    "read_only"
+                };
+                telemetry::inbox_not_primary(why, &e, attempt, wait);
+                "the inbox server is not a writable primary"
+            }
+            Err(e @ PrimaryError::Inbox(_)) => {
+                telemetry::inbox_not_primary("unreachable", &e, attempt, wait);
+                "the inbox server is unreachable"
+            }
+        };
+        health.waiting(Some(format!(
+            "waiting for the inbox's primary (late.hole_evidence): {public}; retrying (the \
+             service log has the cause)"
+        )));
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = &mut *stop => return false,
         }
     }
 }
@@ -110,14 +159,22 @@ pub async fn acquire_lease(
             }
             Err(StoreError::LeaseTampered(why)) => {
                 telemetry::lease_tampered(&why);
-                health.waiting(Some(format!("refusing to act: {why}")));
+                health.waiting(Some(
+                    "refusing to act: the lease row was edited by hand (the service log has \
+                     what)"
+                        .into(),
+                ));
                 if !settings.lease.standby {
                     return Err(StoreError::LeaseTampered(why).into());
                 }
             }
             Err(e @ (StoreError::Db(_) | StoreError::LeaseTimeout(_))) => {
                 tracing::warn!(error = %e, "store unreachable while waiting for the lease; retrying");
-                health.waiting(Some(format!("waiting for the lease: {e}")));
+                health.waiting(Some(
+                    "waiting for the lease: the store is unreachable (the service log has the \
+                     cause)"
+                        .into(),
+                ));
             }
             Err(e) => return Err(e.into()),
         }

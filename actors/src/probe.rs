@@ -1,6 +1,7 @@
 //! `msgexchange check-config --probe`: connects with the configured accounts and says, per
 //! store, which privileges the service needs and lacks, and which the account holds beyond
-//! them (docs/operations.md, "Database accounts"). One line each; a needed privilege missing
+//! them (docs/operations.md, "Database accounts"): MySQL grants through roles and `GRANT
+//! OPTION` too, PostgreSQL's predefined roles and the rights on the append-only `audit_log`. One line each; a needed privilege missing
 //! is a refusal (exit 2: a restart cannot grant it).
 
 use anyhow::Context as _;
@@ -68,16 +69,20 @@ struct Grant {
 const GRANTEE: &str = "SELECT CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', \
      SUBSTRING_INDEX(CURRENT_USER(), '@', -1), ''''), DATABASE()";
 
-/// Its grants at every level that reaches the inbox database (roles are not followed).
+/// Its own grants at every level that reaches the inbox database, each with whether it may
+/// pass it on (`IS_GRANTABLE`); grants through roles are read by [`crate::probe_roles`].
 const GRANTS: &str = "\
-    SELECT 'global', '', '', PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES \
-      WHERE GRANTEE = ? \
-    UNION ALL SELECT 'schema', '', '', PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES \
-      WHERE GRANTEE = ? AND ? LIKE TABLE_SCHEMA \
-    UNION ALL SELECT 'table', TABLE_NAME, '', PRIVILEGE_TYPE \
+    SELECT 'global', '', '', PRIVILEGE_TYPE, IS_GRANTABLE \
+      FROM information_schema.USER_PRIVILEGES WHERE GRANTEE = ? \
+    UNION ALL SELECT 'schema', '', '', PRIVILEGE_TYPE, IS_GRANTABLE \
+      FROM information_schema.SCHEMA_PRIVILEGES WHERE GRANTEE = ? AND ? LIKE TABLE_SCHEMA \
+    UNION ALL SELECT 'table', TABLE_NAME, '', PRIVILEGE_TYPE, IS_GRANTABLE \
       FROM information_schema.TABLE_PRIVILEGES WHERE GRANTEE = ? AND TABLE_SCHEMA = ? \
-    UNION ALL SELECT 'column', TABLE_NAME, COLUMN_NAME, PRIVILEGE_TYPE \
+    UNION ALL SELECT 'column', TABLE_NAME, COLUMN_NAME, PRIVILEGE_TYPE, IS_GRANTABLE \
       FROM information_schema.COLUMN_PRIVILEGES WHERE GRANTEE = ? AND TABLE_SCHEMA = ?";
+
+/// The roles active in this session (default roles at login, and the roles they hold).
+const ENABLED_ROLES: &str = "SELECT ROLE_NAME FROM information_schema.ENABLED_ROLES";
 
 async fn probe_inbox(settings: &Settings) -> anyhow::Result<Findings> {
     let options = msgx_core::inbox::connect_options(&settings.inbox)?;
@@ -89,7 +94,7 @@ async fn probe_inbox(settings: &Settings) -> anyhow::Result<Findings> {
         .await
         .context("reading the inbox account")?;
     let db = db.unwrap_or_default();
-    let rows: Vec<(String, String, String, String)> = sqlx::query_as(GRANTS)
+    let rows: Vec<(String, String, String, String, String)> = sqlx::query_as(GRANTS)
         .bind(&grantee)
         .bind(&grantee)
         .bind(&db)
@@ -100,22 +105,71 @@ async fn probe_inbox(settings: &Settings) -> anyhow::Result<Findings> {
         .fetch_all(&mut conn)
         .await
         .context("reading the inbox account's grants")?;
+    let (through_roles, inactive) = read_role_grants(&mut conn, &grantee, &db).await?;
     let _ = conn.close().await;
-    let grants = rows
-        .into_iter()
-        .map(|(level, table, column, privilege)| Grant {
-            level: match level.as_str() {
-                "global" => "global",
-                "schema" => "schema",
-                "table" => "table",
-                _ => "column",
-            },
+    let mut grants = Vec::new();
+    for (level, table, column, privilege, grantable) in rows {
+        let level = match level.as_str() {
+            "global" => "global",
+            "schema" => "schema",
+            "table" => "table",
+            _ => "column",
+        };
+        if grantable.eq_ignore_ascii_case("YES") {
+            grants.push(Grant {
+                level,
+                table: table.clone(),
+                column: column.clone(),
+                privilege: "GRANT OPTION".into(),
+            });
+        }
+        grants.push(Grant {
+            level,
             table,
             column,
             privilege,
-        })
-        .collect::<Vec<_>>();
-    Ok(judge_inbox(settings, &db, &grants))
+        });
+    }
+    grants.extend(through_roles.into_iter().map(|g| Grant {
+        level: g.level,
+        table: g.table,
+        column: g.column,
+        privilege: g.privilege,
+    }));
+    let mut found = judge_inbox(settings, &db, &grants);
+    for role in inactive {
+        found.excess.push(format!(
+            "role `{role}` (granted, not active at login: its privileges were not read, and \
+             this password can SET ROLE to it)"
+        ));
+    }
+    Ok(found)
+}
+
+/// The grants of the account's active roles and the roles granted but not active
+/// ([`crate::probe_roles`]), from `SHOW GRANTS` (never printed: it carries a password hash).
+async fn read_role_grants(
+    conn: &mut MySqlConnection,
+    grantee: &str,
+    db: &str,
+) -> anyhow::Result<(Vec<crate::probe_roles::RoleGrant>, Vec<String>)> {
+    use sqlx::Row as _;
+    let shown = sqlx::query("SHOW GRANTS")
+        .fetch_all(&mut *conn)
+        .await
+        .context("reading the inbox account's grants through roles (SHOW GRANTS)")?;
+    let lines: Vec<String> = shown
+        .iter()
+        .filter_map(|r| r.try_get_unchecked::<String, _>(0).ok())
+        .collect();
+    // Older servers have no roles (and no ENABLED_ROLES view): none active.
+    let active: Vec<String> = sqlx::query_scalar(ENABLED_ROLES)
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap_or_default();
+    Ok(crate::probe_roles::role_grants(
+        &lines, grantee, db, &active,
+    ))
 }
 
 /// (privilege, table, column) the service uses in the inbox database.
@@ -217,6 +271,9 @@ fn judge_inbox(settings: &Settings, db: &str, grants: &[Grant]) -> Findings {
 /// The store account's attributes and its rights in its database and schema.
 type StoreRow = (bool, bool, bool, bool, bool, String, bool, bool, i64);
 
+/// The audit trail's table: the one table the store account must NOT own (issue 55).
+const AUDIT_TABLE: &str = "audit_log";
+
 const STORE_PROBE: &str = "\
     SELECT r.rolsuper, r.rolcreaterole, r.rolcreatedb, r.rolreplication, r.rolbypassrls, \
            COALESCE(current_schema(), '(none)')::text, \
@@ -224,8 +281,35 @@ const STORE_PROBE: &str = "\
            current_schema() IS NOT NULL \
              AND has_schema_privilege(current_schema(), 'USAGE, CREATE'), \
            (SELECT count(*) FROM pg_tables t \
-             WHERE t.schemaname = current_schema() AND t.tableowner <> current_user) \
+             WHERE t.schemaname = current_schema() AND t.tableowner <> current_user \
+               AND t.tablename <> 'audit_log') \
       FROM pg_roles r WHERE r.rolname = current_user";
+
+/// The predefined roles that reach beyond the service's own tables, each a finding when the
+/// account is a member (directly or through other roles, usable or by `SET ROLE`).
+const PREDEFINED_ROLES: &[&str] = &[
+    "pg_write_all_data",
+    "pg_read_all_data",
+    "pg_read_server_files",
+    "pg_write_server_files",
+    "pg_execute_server_program",
+    "pg_signal_backend",
+];
+
+/// The audit table's rights: (exists, owned by the account, INSERT, SELECT, UPDATE, DELETE,
+/// TRUNCATE), through every role the account inherits.
+type AuditRow = (bool, bool, bool, bool, bool, bool, bool);
+
+const AUDIT_PROBE: &str = "\
+    SELECT c.oid IS NOT NULL, \
+           COALESCE(pg_get_userbyid(c.relowner) = current_user, false), \
+           COALESCE(has_table_privilege(c.oid, 'INSERT'), false), \
+           COALESCE(has_table_privilege(c.oid, 'SELECT'), false), \
+           COALESCE(has_table_privilege(c.oid, 'UPDATE'), false), \
+           COALESCE(has_table_privilege(c.oid, 'DELETE'), false), \
+           COALESCE(has_table_privilege(c.oid, 'TRUNCATE'), false) \
+      FROM (SELECT to_regclass('audit_log') AS oid) r \
+      LEFT JOIN pg_class c ON c.oid = r.oid";
 
 async fn probe_store(settings: &Settings) -> anyhow::Result<Findings> {
     let options = msgx_core::store::schema::connect_options(&settings.store)?;
@@ -236,7 +320,37 @@ async fn probe_store(settings: &Settings) -> anyhow::Result<Findings> {
         .fetch_one(&mut conn)
         .await
         .context("reading the store account")?;
+    let audit: AuditRow = sqlx::query_as(AUDIT_PROBE)
+        .fetch_one(&mut conn)
+        .await
+        .context("reading the store account's rights on audit_log")?;
+    let mut members = Vec::new();
+    for role in PREDEFINED_ROLES {
+        // A role missing on an older server is simply not held.
+        let member: Option<bool> = sqlx::query_scalar(
+            "SELECT pg_has_role(current_user, r.oid, 'MEMBER') FROM pg_roles r \
+              WHERE r.rolname = $1",
+        )
+        .bind(*role)
+        .fetch_optional(&mut conn)
+        .await
+        .context("reading the store account's role memberships")?;
+        if member == Some(true) {
+            members.push(*role);
+        }
+    }
     let _ = conn.close().await;
+    let mut f = judge_store(row);
+    judge_audit(audit, &mut f);
+    for role in members {
+        f.excess.push(format!(
+            "membership of {role} (a predefined role reaching beyond the service's tables)"
+        ));
+    }
+    Ok(f)
+}
+
+fn judge_store(row: StoreRow) -> Findings {
     let (superuser, createrole, createdb, replication, bypassrls, schema, connect, create, foreign) =
         row;
     let mut f = Findings::default();
@@ -268,5 +382,42 @@ async fn probe_store(settings: &Settings) -> anyhow::Result<Findings> {
             f.excess.push(format!("{what} (role attribute)"));
         }
     }
-    Ok(f)
+    f
+}
+
+/// The audit trail is append-only for the service (issue 55): it inserts and reads its rows;
+/// owning the table, or updating, deleting or truncating it, would let a leaked password
+/// rewrite the trail. Before the first migration there is no table to judge.
+fn judge_audit(row: AuditRow, f: &mut Findings) {
+    let (exists, owned, insert, select, update, delete, truncate) = row;
+    if !exists {
+        return;
+    }
+    for (held, what) in [(insert, "INSERT"), (select, "SELECT")] {
+        if !held {
+            f.missing
+                .push(format!("{what} ON {AUDIT_TABLE} (every audited action)"));
+        }
+    }
+    if owned {
+        f.excess.push(format!(
+            "ownership of {AUDIT_TABLE}: the audit trail can be rewritten with this password; \
+             give the table to another role (docs/operations.md, \"Database accounts\")"
+        ));
+        return;
+    }
+    let rewrite: Vec<&str> = [
+        (update, "UPDATE"),
+        (delete, "DELETE"),
+        (truncate, "TRUNCATE"),
+    ]
+    .into_iter()
+    .filter_map(|(held, p)| held.then_some(p))
+    .collect();
+    if !rewrite.is_empty() {
+        f.excess.push(format!(
+            "{} ON {AUDIT_TABLE}: the audit trail can be rewritten with this password",
+            rewrite.join(", ")
+        ));
+    }
 }

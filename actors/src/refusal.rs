@@ -3,7 +3,6 @@
 //! them would only repeat the refusal every `RestartSec`.
 
 use msgx_core::cutover::seed::SeedError;
-use msgx_core::inbox::primary::PrimaryError;
 use msgx_core::store::StoreError;
 
 /// A bad or missing setting, a decision the operator has not made yet (a cutover mode), or one
@@ -50,10 +49,9 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
         if let Some(SeedError::Refused(_)) = cause.downcast_ref::<SeedError>() {
             return EXIT_CONFIG;
         }
-        // late.hole_evidence pointed at a replica: inbox.url or the key must change.
-        if let Some(PrimaryError::NotPrimary(_)) = cause.downcast_ref::<PrimaryError>() {
-            return EXIT_CONFIG;
-        }
+        // Not the inbox's primary (read-only, a replica) is not here: during a failover it
+        // is what the primary looks like for a while, so start-up waits for it (issue 55;
+        // lifecycle::wait_for_primary) instead of an exit the unit never restarts.
     }
     1
 }
@@ -76,8 +74,14 @@ mod tests {
         assert_eq!(exit_code(&seed), EXIT_CONFIG);
         let head = anyhow::Error::from(SeedError::Refused("above the head".into()));
         assert_eq!(exit_code(&head.context("cutover")), EXIT_CONFIG);
-        let replica = anyhow::Error::from(PrimaryError::NotPrimary("a replica"));
-        assert_eq!(exit_code(&replica), EXIT_CONFIG);
+        let replica = anyhow::Error::from(msgx_core::inbox::primary::PrimaryError::NotPrimary(
+            "read-only (@@read_only = 1)",
+        ));
+        assert_eq!(
+            exit_code(&replica),
+            1,
+            "a failover, not a setting: restartable"
+        );
         assert_eq!(exit_code(&anyhow::anyhow!("store unreachable")), 1);
     }
 }

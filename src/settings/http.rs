@@ -2,8 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use std::time::Duration;
+
 use super::secret::Secret;
-use super::{invalid, SettingsError};
+use super::{check_nonzero, duration, invalid, SettingsError};
 
 /// HTTP surface.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -24,6 +26,14 @@ pub struct HttpSettings {
     /// Comma-separated bearer tokens that may call only the compat entry `POST /cminmsgs/send`.
     #[serde(default)]
     pub compat_tokens: Secret,
+    /// How long a client may take to send a request's head, and again its body: a slower
+    /// one gets 408 and its connection is closed, so a slow client cannot hold a connection.
+    #[serde(with = "duration", default = "default_read_timeout")]
+    pub read_timeout: Duration,
+}
+
+fn default_read_timeout() -> Duration {
+    Duration::from_secs(5)
 }
 
 /// One configured bearer token: `name:secret`, or a bare `secret` (earlier versions) that is
@@ -83,6 +93,10 @@ impl HttpSettings {
     }
 
     pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        check_nonzero(self.read_timeout, "http.read_timeout")?;
+        if self.read_timeout > Duration::from_secs(300) {
+            return Err(invalid("http.read_timeout", "longer than 5m"));
+        }
         self.listen
             .parse::<std::net::SocketAddr>()
             .map_err(|e| invalid("http.listen", format!("`{}`: {e}", self.listen)))?;
@@ -111,7 +125,54 @@ impl HttpSettings {
                 ));
             }
         }
+        self.check_token_hygiene()
+    }
+
+    /// Each name once and each secret once across every list: the audit log tells callers
+    /// apart by name, and a secret listed under two scopes (a compat secret pasted into
+    /// `operate_tokens`) would quietly hold both.
+    fn check_token_hygiene(&self) -> Result<(), SettingsError> {
+        let tokens = self.tokens();
+        for (i, t) in tokens.iter().enumerate() {
+            for earlier in &tokens[..i] {
+                if earlier.name == t.name {
+                    return Err(invalid(
+                        t.key,
+                        format!(
+                            "the token name `{}` is used twice (also in {}): each caller's own \
+                             name is what the audit log records",
+                            t.name, earlier.key
+                        ),
+                    ));
+                }
+                if earlier.secret == t.secret {
+                    return Err(invalid(
+                        t.key,
+                        format!(
+                            "token `{}` has the same secret as `{}` in {}: one secret would hold \
+                             both entries' scopes; give each its own",
+                            t.name, earlier.name, earlier.key
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// What start-up warns about the tokens: `http.admin_token` holds every scope (read,
+    /// operate and the compat entry); a scoped token per caller is what least privilege asks.
+    pub fn token_warnings(&self) -> Vec<(&'static str, String)> {
+        if self.admin_token.expose().trim().is_empty() {
+            return Vec::new();
+        }
+        vec![(
+            "http.admin_token",
+            "holds every scope (read, operate, compat): a leak of it can read, run the audited \
+             actions and register inbox ids; give each caller a token in http.read_tokens, \
+             http.operate_tokens or http.compat_tokens instead"
+                .to_string(),
+        )]
     }
 }
 

@@ -328,7 +328,8 @@ impl DispatchSettings {
 }
 
 /// Properties `kafka.extra` may not set, with why: they would weaken at-least-once delivery
-/// or per-key order (the producer is always idempotent with `acks=all`), or they are ours.
+/// or per-key order (the producer is always idempotent with `acks=all`) or the broker
+/// connection's TLS, or they are ours.
 const GUARANTEE_KEYS: &[(&str, &str)] = &[
     ("enable.idempotence", "the producer is always idempotent"),
     ("acks", "the producer always waits for acks=all"),
@@ -389,6 +390,26 @@ const GUARANTEE_KEYS: &[(&str, &str)] = &[
         "group.id",
         "the recovery consumer's group is named by the service",
     ),
+    // Issue 55: TLS and credentials have their own keys, which the start-up TLS check reads;
+    // set here they would override those keys after the fact (and could turn verification
+    // off without a word).
+    (
+        "security.protocol",
+        "use kafka.security_protocol (the start-up TLS check reads it)",
+    ),
+    ("ssl.ca.location", "use kafka.ssl_ca_location"),
+    (
+        "enable.ssl.certificate.verification",
+        "the broker's certificate is always verified",
+    ),
+    (
+        "ssl.endpoint.identification.algorithm",
+        "the broker's host name is always checked against its certificate (https)",
+    ),
+    ("sasl.mechanism", "use kafka.sasl_mechanism"),
+    ("sasl.mechanisms", "use kafka.sasl_mechanism"),
+    ("sasl.username", "use kafka.sasl_username"),
+    ("sasl.password", "use kafka.sasl_password"),
 ];
 
 /// Why `k` may not be set through `kafka.extra`, if it may not.

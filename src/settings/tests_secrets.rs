@@ -346,3 +346,85 @@ fn tokens_carry_names_and_bare_ones_keep_working() {
         assert_eq!(e.lines().count(), 1, "{e}");
     }
 }
+
+/// Issue 55: a token name used twice, or one secret under two entries (a compat secret pasted
+/// into `operate_tokens` would quietly gain operate), is refused in one line naming the key
+/// and never the secret; `http.admin_token` (every scope) draws a start-up warning.
+#[test]
+fn token_names_and_secrets_are_each_used_once() {
+    for (env, names) in [
+        (
+            vec![
+                ("MSGX_HTTP__COMPAT_TOKENS", "upstream:compat-0123456789ab"),
+                ("MSGX_HTTP__OPERATE_TOKENS", "ops:compat-0123456789ab"),
+            ],
+            "`http.operate_tokens`",
+        ),
+        (
+            vec![(
+                "MSGX_HTTP__READ_TOKENS",
+                "grafana:read-0123456789abcd,grafana:read-abcd0123456789",
+            )],
+            "`http.read_tokens`",
+        ),
+        (
+            vec![
+                ("MSGX_HTTP__ADMIN_TOKEN", "admin-0123456789abcdef"),
+                ("MSGX_HTTP__READ_TOKENS", "admin-0123456789abcdef"),
+            ],
+            "`http.read_tokens`",
+        ),
+        (
+            vec![
+                ("MSGX_HTTP__READ_TOKENS", "alice:read-0123456789abcd"),
+                ("MSGX_HTTP__OPERATE_TOKENS", "alice:oper-0123456789abcd"),
+            ],
+            "`http.operate_tokens`",
+        ),
+    ] {
+        let e = Settings::load_layered_with_env(None, &env)
+            .expect_err(names)
+            .to_string();
+        assert!(e.contains(names), "{e}");
+        assert!(!e.contains("0123456789"), "never the secret: {e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+    let scoped = Settings::load_layered_with_env(
+        None,
+        &[
+            ("MSGX_HTTP__READ_TOKENS", "grafana:read-0123456789abcd"),
+            ("MSGX_HTTP__OPERATE_TOKENS", "alice:oper-0123456789abcd"),
+        ],
+    )
+    .expect("distinct names and secrets");
+    assert!(scoped.http.token_warnings().is_empty());
+    let all = Settings::load_layered_with_env(
+        None,
+        &[("MSGX_HTTP__ADMIN_TOKEN", "root:admin-0123456789abcd")],
+    )
+    .expect("load");
+    let warned = all.http.token_warnings();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0].0, "http.admin_token");
+    assert!(warned[0].1.contains("every scope"), "{warned:?}");
+}
+
+/// Issue 55: the packaged environment file's token examples are named placeholders, not bare
+/// secrets a site could paste and run with (`name:<secret>`, the audit log's name first).
+#[test]
+fn the_packaged_token_examples_are_named_placeholders() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/msgexchange.env");
+    let text = std::fs::read_to_string(&path).expect("packaging/msgexchange.env");
+    let examples: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim_start_matches(['#', ' ']).strip_prefix("MSGX_HTTP__"))
+        .filter(|l| l.contains("TOKEN"))
+        .collect();
+    assert!(!examples.is_empty(), "{text}");
+    for e in examples {
+        let (_, value) = e.split_once('=').expect("KEY=value");
+        let (name, secret) = value.split_once(':').unwrap_or(("", value));
+        assert!(!name.is_empty(), "a named token: {e}");
+        assert_eq!(secret, "<secret>", "a placeholder, not a secret: {e}");
+    }
+}

@@ -168,12 +168,30 @@ impl Store {
         before: DateTime<Utc>,
         limit: i64,
     ) -> Result<u64, StoreError> {
+        if table == Expiring::AuditLog && !self.may_delete_audit().await? {
+            // The audit trail is append-only for this role (docs/operations.md, "Database
+            // accounts"): its retention is the table owner's job.
+            tracing::info!(
+                "retention: audit_log is append-only for this role; its expired rows are \
+                 left to the table's owner"
+            );
+            return Ok(0);
+        }
         Ok(sqlx::query(table.statement())
             .bind(before)
             .bind(limit)
             .execute(self.pool())
             .await?
             .rows_affected())
+    }
+
+    /// Whether this role may delete from `audit_log` (not when the trail is append-only).
+    async fn may_delete_audit(&self) -> Result<bool, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT has_table_privilege('audit_log', 'DELETE')")
+                .fetch_one(self.pool())
+                .await?,
+        )
     }
 
     /// Row estimates of our tables from the planner statistics (`pg_class.reltuples`; -1 or 0

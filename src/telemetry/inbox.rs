@@ -49,6 +49,13 @@ pub const INBOX_POLL_ERRORS_TOTAL: &str = "msgx_inbox_poll_errors_total";
 pub const INBOX_POLL_DURATION_SECONDS: &str = "msgx_inbox_poll_duration_seconds";
 /// Hole decisions taken on transaction evidence (`released_early`, `held`, `cap_reached`).
 pub const HOLE_EVIDENCE_TOTAL: &str = "msgx_inbox_hole_evidence_total";
+/// 1 while start-up waits for `inbox.url` to reach the primary (read-only, a replica or
+/// unreachable: a failover in progress), with `late.hole_evidence` on.
+pub const INBOX_WAITING_FOR_PRIMARY: &str = "msgx_inbox_waiting_for_primary";
+/// Start-up checks that found the inbox server not (yet) the primary, by why.
+pub const INBOX_NOT_PRIMARY_TOTAL: &str = "msgx_inbox_not_primary_total";
+/// `why` of [`INBOX_NOT_PRIMARY_TOTAL`].
+pub const NOT_PRIMARY_WHYS: &[&str] = &["read_only", "replica", "unreachable"];
 
 /// `stage` of [`INBOX_POLL_ERRORS_TOTAL`]: the store (PostgreSQL) failed.
 pub const POLL_STAGE_STORE: &str = "store";
@@ -92,7 +99,34 @@ pub(super) fn defs() -> Vec<Def> {
         Def::counter(INBOX_POLL_ERRORS_TOTAL, "rounds", "Failed poll rounds by stage (store, inbox, holes); W kept").label("stage", POLL_STAGES),
         Def::histogram(INBOX_POLL_DURATION_SECONDS, "seconds", "Duration of one poll round"),
         Def::counter(HOLE_EVIDENCE_TOTAL, "decisions", "Hole decisions taken on transaction evidence (released_early, held, cap_reached)").label("decision", HOLE_DECISIONS),
+        Def::gauge(INBOX_WAITING_FOR_PRIMARY, "1 = yes", "1 while start-up waits for inbox.url to reach a writable primary (late.hole_evidence = true; a failover in progress)").starts_at(0.0),
+        Def::counter(INBOX_NOT_PRIMARY_TOTAL, "checks", "Start-up checks that found the inbox server read-only, a replica or unreachable (retried)").label("why", NOT_PRIMARY_WHYS),
     ]
+}
+
+/// Start-up found the inbox server not the primary (`why`: one of [`NOT_PRIMARY_WHYS`]) and
+/// retries in `retry_in`; `error` is what it said.
+pub fn inbox_not_primary(
+    why: &'static str,
+    error: &dyn std::error::Error,
+    attempt: i32,
+    retry_in: std::time::Duration,
+) {
+    counter!(INBOX_NOT_PRIMARY_TOTAL, "why" => why).increment(1);
+    gauge!(INBOX_WAITING_FOR_PRIMARY).set(1.0);
+    tracing::warn!(
+        why,
+        attempt,
+        error = %error,
+        retry_in_s = retry_in.as_secs(),
+        "the inbox server at inbox.url is not a writable primary (a failover?); \
+         late.hole_evidence needs it: retrying"
+    );
+}
+
+/// The inbox server is the primary: start-up goes on.
+pub fn inbox_primary_found() {
+    gauge!(INBOX_WAITING_FOR_PRIMARY).set(0.0);
 }
 
 /// Buckets of this file's histograms.

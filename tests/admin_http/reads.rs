@@ -193,7 +193,9 @@ async fn verify_over_http_needs_the_token_and_reports_violations() {
             .expect("input");
     let app = test::init_service(
         App::new()
-            .app_data(actix_web::web::Data::new(input))
+            .app_data(actix_web::web::Data::new(
+                msgx_actors::admin::handlers::Verify::new(input),
+            ))
             .configure(configure(state(&env))),
     )
     .await;

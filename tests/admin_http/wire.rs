@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::common::http::{self, exchange, ANSWER_LIMIT};
 use super::common::instance::{service_env, Instance};
 use super::common::TestEnv;
-use super::{fingerprint, seed_rows, serve, COMPAT, READ, TOKEN};
+use super::{fingerprint, seed_rows, serve, COMPAT, OPERATE, READ, TOKEN};
 
 #[actix_rt::test]
 async fn the_real_server_answers_garbage_and_keeps_serving() {
@@ -136,8 +136,8 @@ async fn schemathesis_fuzz_finds_no_5xx_and_no_change_without_a_valid_token() {
 /// Issue 42 item 4: `/healthz` and `/readyz` answer within a probe's timeout (1 s here; the
 /// unit's and a load balancer's are longer) while the heaviest admin request runs. The real
 /// binary with the `verify_stall` failpoint: `GET /admin/verify` holds its thread for 4 s, as
-/// a verify over a large store would; meanwhile every probe answers within 1 s, and the verify
-/// itself still answers.
+/// a verify over a large store would; meanwhile every probe answers within 1 s, a second
+/// verify is refused (429, issue 55), and the verify itself still answers.
 #[tokio::test]
 async fn probes_answer_while_a_long_verify_runs() {
     let env = TestEnv::new("admin_probe").await;
@@ -163,6 +163,17 @@ async fn probes_answer_while_a_long_verify_runs() {
         );
     // Let the verify reach its stall, then probe through it.
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // Issue 55: one verify at a time; a second is 429 with Retry-After, and starts no scan.
+    let second = http::request(port, "GET", "/admin/verify", Some(READ), None)
+        .await
+        .expect("second verify answers");
+    assert_eq!(http::status(&second), 429, "{second}");
+    assert!(
+        second
+            .to_ascii_lowercase()
+            .contains("\r\nretry-after: 30\r\n"),
+        "{second}"
+    );
     let mut probes = 0;
     while started.elapsed() < stall - Duration::from_millis(800) {
         for path in ["/healthz", "/readyz"] {
@@ -189,6 +200,90 @@ async fn probes_answer_while_a_long_verify_runs() {
         "verify: {answer}"
     );
     assert!(started.elapsed() >= stall, "the verify did stall");
+    // The first one ended: the next may run.
+    let third = http::request(port, "GET", "/admin/verify", Some(READ), None)
+        .await
+        .expect("third verify answers");
+    assert!(matches!(http::status(&third), 200 | 409), "{third}");
+    drop(service);
+    env.cleanup().await;
+}
+
+/// Issue 55: a client that sends its request slowly is cut off after `http.read_timeout` (1 s
+/// here; 5 s by default): a body that stops coming is answered 408 and the connection closed,
+/// a head that stops coming is closed as well; and refused requests are counted in
+/// `msgx_http_refused_total`, not written as one WARN line each.
+#[tokio::test]
+async fn a_slow_client_is_cut_off_and_refusals_do_not_flood_the_log() {
+    let env = TestEnv::new("admin_slow").await;
+    let vars = service_env(&env, &env.pg_url, &env.my_url, "embedded");
+    let operate = format!("ops:{OPERATE}");
+    let service = Instance::spawn(
+        &vars,
+        "admin-slow",
+        &[
+            ("MSGX_HTTP__OPERATE_TOKENS", operate.as_str()),
+            ("MSGX_HTTP__READ_TIMEOUT", "1s"),
+            ("MSGX_PIPELINE__CUTOVER_WATERMARK", ""),
+        ],
+    );
+    service.wait_ready(Duration::from_secs(60)).await;
+    let port = service.port;
+    let audited = super::audit_rows(&env).await;
+
+    // The head is whole, the body stops after 10 of its 64 bytes.
+    let started = std::time::Instant::now();
+    let trickle = format!(
+        "POST /admin/replay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATE}\r\n\
+         Content-Type: application/json\r\nContent-Length: 64\r\n\r\n{{\"ids\": [1"
+    );
+    let answer = exchange(port, trickle, Duration::from_secs(8))
+        .await
+        .expect("answered and closed, not held open");
+    assert_eq!(http::status(&answer), 408, "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Half a head: closed within the same limit (the default head timeout is 5 s).
+    let started = std::time::Instant::now();
+    let half = exchange(
+        port,
+        "POST /admin/replay HTTP/1.1\r\nHost: x\r\n",
+        Duration::from_secs(8),
+    )
+    .await
+    .expect("closed, not held open");
+    assert!(half.is_empty() || http::status(&half) == 408, "{half:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Refusals are counted; at most one WARN line says so (a scanner floods nothing).
+    for _ in 0..25 {
+        let r = http::request(port, "GET", "/admin/status", None, None)
+            .await
+            .expect("401");
+        assert_eq!(http::status(&r), 401, "{r}");
+    }
+    let metrics = service.metrics().await;
+    for series in [
+        "msgx_http_refused_total{reason=\"unauthenticated\"} 25",
+        "msgx_http_refused_total{reason=\"read_timeout\"} 1",
+    ] {
+        assert!(metrics.contains(series), "{series}:\n{metrics}");
+    }
+    let log = service.log();
+    let warned = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("/admin/status"))
+        .count();
+    assert!(warned <= 1, "{warned} WARN lines:\n{log}");
+    assert_eq!(super::audit_rows(&env).await, audited, "nothing was run");
     drop(service);
     env.cleanup().await;
 }

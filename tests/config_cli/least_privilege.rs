@@ -257,6 +257,125 @@ async fn the_documented_accounts_run_the_service_and_the_probe_reports_the_rest(
     env.cleanup().await;
 }
 
+/// The documented step that makes the audit trail append-only (docs/operations.md, "Database
+/// accounts"): `audit_log` given to `owner`, a role nobody logs in as; `runtime` may insert
+/// and read.
+fn documented_audit_owner(owner: &str, runtime: &str) -> Vec<String> {
+    vec![
+        format!("DROP ROLE IF EXISTS \"{owner}\""),
+        format!("CREATE ROLE \"{owner}\" NOLOGIN"),
+        format!("ALTER TABLE audit_log OWNER TO \"{owner}\""),
+        format!("GRANT SELECT, INSERT ON audit_log TO \"{runtime}\""),
+        format!("GRANT USAGE ON SEQUENCE audit_log_id_seq TO \"{runtime}\""),
+    ]
+}
+
+/// Issue 55: the runtime role may add to the audit trail but not rewrite it. Migrated by the
+/// runtime role itself (it owns every table, `audit_log` included: the probe says so), then the
+/// documented step: the probe finds the account as documented, an audited action of the
+/// service's own CLI (as that role) writes its row, and the same role — connected as itself,
+/// checked by `current_user` — is refused UPDATE, DELETE, TRUNCATE and taking the table back.
+#[tokio::test]
+async fn the_audit_trail_is_append_only_for_the_runtime_role() {
+    let env = TestEnv::new("lpaudit").await;
+    let acc = Accounts::create(&env).await;
+    let vars = [
+        ("MSGX_INBOX__URL", acc.inbox_url.as_str()),
+        ("MSGX_STORE__URL", acc.store_url.as_str()),
+        ("MSGX_LOG__LEVEL", "warn"),
+    ];
+    common::process::assert_ok(&msgx(&["migrate"], &vars));
+    let (code, out) = probe(&acc.inbox_url, &acc.store_url);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("store: more than needed: ownership of audit_log"),
+        "{out}"
+    );
+
+    let owner = format!("{}_audit", env.db);
+    let store = acc.store_admin().await;
+    common::run_all(&store, &documented_audit_owner(&owner, &acc.pg_role)).await;
+    let (code, out) = probe(&acc.inbox_url, &acc.store_url);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("store: privileges as documented"), "{out}");
+
+    // An audited action through the service's own code, as the runtime role.
+    let replay = msgx(
+        &[
+            "replay",
+            "--ids",
+            "424242",
+            "--expect-state",
+            "DEAD",
+            "--actor",
+            "lp-audit",
+            "--reason",
+            "append-only check",
+        ],
+        &vars,
+    );
+    common::process::assert_ok(&replay);
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE actor = 'lp-audit'")
+            .fetch_one(&store)
+            .await
+            .expect("audit rows");
+    assert_eq!(audited, 1, "{}", String::from_utf8_lossy(&replay.stdout));
+
+    // The runtime role itself may not rewrite it.
+    let runtime = sqlx::PgPool::connect(&acc.store_url)
+        .await
+        .expect("the runtime role");
+    let who: String = sqlx::query_scalar("SELECT current_user::text")
+        .fetch_one(&runtime)
+        .await
+        .expect("current_user");
+    assert_eq!(who, acc.pg_role, "connected as the runtime role");
+    for sql in [
+        "UPDATE audit_log SET reason = 'rewritten'",
+        "DELETE FROM audit_log",
+        "TRUNCATE audit_log",
+        "ALTER TABLE audit_log DISABLE TRIGGER ALL",
+        "DROP TABLE audit_log",
+    ] {
+        let e = sqlx::query(sql)
+            .execute(&runtime)
+            .await
+            .expect_err(sql)
+            .to_string();
+        assert!(
+            e.contains("permission denied") || e.contains("must be owner"),
+            "{sql}: {e}"
+        );
+    }
+    let owner_role = format!("ALTER TABLE audit_log OWNER TO \"{}\"", acc.pg_role);
+    assert!(sqlx::query(&owner_role).execute(&runtime).await.is_err());
+    let kept: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE reason = 'append-only check'")
+            .fetch_one(&store)
+            .await
+            .expect("audit rows");
+    assert_eq!(kept, 1, "the row is as written");
+    runtime.close().await;
+
+    // The table back to the runtime role (so its database drops), and the owner role gone.
+    common::run_all(
+        &store,
+        &[format!(
+            "ALTER TABLE audit_log OWNER TO \"{}\"",
+            acc.pg_role
+        )],
+    )
+    .await;
+    store.close().await;
+    acc.drop().await;
+    if let Ok(pg) = common::pg_admin().await {
+        common::run_all(&pg, &[format!("DROP ROLE IF EXISTS \"{owner}\"")]).await;
+        pg.close().await;
+    }
+    env.cleanup().await;
+}
+
 /// Issue 42 item 7: an error line says its cause once (anyhow's `{:#}` said sqlx's
 /// "Connection refused" three times: each wrapper embeds its source and exposes it too).
 #[test]

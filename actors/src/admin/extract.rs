@@ -12,6 +12,8 @@ use futures::future::{ready, LocalBoxFuture, Ready};
 use futures::StreamExt as _;
 use serde::de::DeserializeOwned;
 
+use msgx_core::telemetry;
+
 use super::error::AdminError;
 use super::AdminState;
 use crate::auth::{Caller, Scope};
@@ -117,7 +119,8 @@ fn is_json(req: &HttpRequest) -> bool {
 }
 
 /// The body, at most `limit` bytes: a declared length beyond it is refused before reading, a
-/// stream that grows beyond it as soon as it does.
+/// stream that grows beyond it as soon as it does; all of it within `http.read_timeout`
+/// ([`crate::http::Limits`]), else 408.
 async fn read_body(
     req: &HttpRequest,
     mut payload: Payload,
@@ -131,15 +134,30 @@ async fn read_body(
     if declared.is_some_and(|n| n > limit) {
         return Err(AdminError::TooLarge(limit));
     }
-    let mut body = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| AdminError::BadRequest(format!("bad body: {e}")))?;
-        if body.len() + chunk.len() > limit {
-            return Err(AdminError::TooLarge(limit));
+    let within = req
+        .app_data::<web::Data<crate::http::Limits>>()
+        .map_or_else(crate::http::Limits::default, |l| ***l)
+        .read_timeout;
+    let read = async {
+        let mut body = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| AdminError::BadRequest(format!("bad body: {e}")))?;
+            if body.len() + chunk.len() > limit {
+                return Err(AdminError::TooLarge(limit));
+            }
+            body.extend_from_slice(&chunk);
         }
-        body.extend_from_slice(&chunk);
+        Ok(body.freeze())
+    };
+    // A client that trickles its body (or stops sending) would hold the connection and the
+    // request's memory for as long as it likes.
+    match tokio::time::timeout(within, read).await {
+        Ok(body) => body,
+        Err(_) => {
+            telemetry::http_refused("read_timeout", req.path(), req.peer_addr());
+            Err(AdminError::ReadTimeout(within))
+        }
     }
-    Ok(body.freeze())
 }
 
 /// The query string parsed into `T` (400 with the reason otherwise).

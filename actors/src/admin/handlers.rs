@@ -103,12 +103,24 @@ pub async fn requeue_events(
 /// here (`verify --kafka` does that from the command line). The heaviest request: it runs on
 /// a blocking thread, driven by this worker's runtime (its connections stay this runtime's),
 /// so the worker goes on answering `/healthz` and `/readyz` meanwhile.
-pub async fn verify(_: Authorized<Read>, input: Option<web::Data<VerifyInput>>) -> Answer {
-    let input = input
+///
+/// One at a time ([`Verify`]): a second request while one runs is 429 with `Retry-After`,
+/// so a read token cannot start scans of the pipeline's own pools and the shared inbox in
+/// parallel. The gate is held by the scan itself, not by the request: a caller that hangs up
+/// does not free it before the scan ends.
+pub async fn verify(_: Authorized<Read>, verify: Option<web::Data<Verify>>) -> Answer {
+    let verify = verify
         .ok_or_else(|| AdminError::NotFound("verify is not wired here".into()))?
         .into_inner();
+    let held = Verify::enter(&verify).ok_or(AdminError::Busy(
+        "a verify is already running; one runs at a time (retry after it ends)",
+    ))?;
     let runtime = tokio::runtime::Handle::current();
-    let run = actix_web::rt::task::spawn_blocking(move || runtime.block_on(run_verify(&input)));
+    let run = actix_web::rt::task::spawn_blocking(move || {
+        let report = runtime.block_on(run_verify(&held.0.input));
+        drop(held);
+        report
+    });
     match run.await {
         Ok(Ok(report)) if report.ok() => ok(json!({ "ok": true, "report": report })),
         Ok(Ok(report)) => {
@@ -118,6 +130,43 @@ pub async fn verify(_: Authorized<Read>, input: Option<web::Data<VerifyInput>>) 
             "verify failed to run: {e}"
         ))),
         Err(e) => Err(AdminError::Unavailable(format!("verify stopped: {e}"))),
+    }
+}
+
+/// What `GET /admin/verify` reads, and whether a verify runs (one at a time per server,
+/// shared by its workers).
+pub struct Verify {
+    input: VerifyInput,
+    running: std::sync::atomic::AtomicBool,
+}
+
+/// A running verify; dropping it lets the next one start.
+struct Running(std::sync::Arc<Verify>);
+
+impl Verify {
+    /// The verify of `input`, none running yet.
+    pub fn new(input: VerifyInput) -> Self {
+        Self {
+            input,
+            running: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The right to run, if no verify runs.
+    fn enter(this: &std::sync::Arc<Self>) -> Option<Running> {
+        use std::sync::atomic::Ordering;
+        this.running
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| Running(this.clone()))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0
+            .running
+            .store(false, std::sync::atomic::Ordering::Release);
     }
 }
 

@@ -110,6 +110,35 @@ fn extra_may_not_weaken_the_delivery_guarantee() {
     }
 }
 
+/// Issue 55: TLS has its own keys (read by the start-up TLS check); `extra` cannot override
+/// them, nor turn the certificate or host-name check off, in any case of the key.
+#[test]
+fn extra_may_not_weaken_tls() {
+    for bad in [
+        "security.protocol=plaintext",
+        "Security.Protocol=sasl_plaintext",
+        "enable.ssl.certificate.verification=false",
+        "ssl.endpoint.identification.algorithm=none",
+        "socket.keepalive.enable=true; ssl.ca.location=/tmp/mine.pem",
+        "sasl.mechanism=PLAIN",
+        "sasl.mechanisms=PLAIN",
+        "sasl.username=other",
+        "sasl.password=topsecret",
+    ] {
+        let mut k = base();
+        k.extra = bad.into();
+        let err = k.validate().expect_err(bad).to_string();
+        assert!(err.contains("kafka.extra"), "{bad}: {err}");
+        assert!(err.contains("may not be set"), "{bad}: {err}");
+        assert!(!err.contains("topsecret"), "{err}");
+    }
+    let mut k = base();
+    k.extra =
+        "ssl.certificate.location=/etc/msgx/client.pem;ssl.key.location=/etc/msgx/k.pem".into();
+    k.validate()
+        .expect("a client certificate is still the site's to give");
+}
+
 #[test]
 fn the_transactional_id_defaults_to_client_and_topic() {
     let mut k = base();
