@@ -14,11 +14,13 @@ use std::collections::BTreeMap;
 /// least [`SHARE_MIN_PLANS`] plans ran (the CI set and a soak). Measured on the CI set (see the
 /// table the run prints); set a little under what a healthy run shows.
 pub const REQUIRED_SHARE: &[(&str, f64)] = &[
+    // Per action, measured on the CI set on 2026-12-07 (issue 52): replay 27/27, skip 28/28,
+    // recover 29/29, purge 25/30, rotate 9/13, requeue 9/9, slow commit 7/7, shared topic 6/6.
     ("replay", 0.9),
-    ("skip", 0.6),
-    ("recover_backfill", 0.6),
-    ("purge", 0.6),
-    ("rotate", 0.5),
+    ("skip", 0.8),
+    ("recover_backfill", 0.8),
+    ("purge", 0.7),
+    ("rotate", 0.55),
     ("requeue", 0.9),
     ("slow_commit", 0.9),
     ("shared_topic", 0.9),

@@ -61,7 +61,10 @@ impl Gate {
             Ok(tx) => tx,
             Err(e) => {
                 self.go.notify_one();
-                return (None, Proof::Missed(format!("could not begin the row lock: {e}")));
+                return (
+                    None,
+                    Proof::Missed(format!("could not begin the row lock: {e}")),
+                );
             }
         };
         let locked = sqlx::query("SELECT msg_id FROM proc_state WHERE msg_id = ANY($1) FOR UPDATE")
@@ -70,7 +73,10 @@ impl Gate {
             .await;
         if let Err(e) = locked {
             self.go.notify_one();
-            return (None, Proof::Missed(format!("could not lock {:?}: {e}", self.rows)));
+            return (
+                None,
+                Proof::Missed(format!("could not lock {:?}: {e}", self.rows)),
+            );
         }
         self.go.notify_one();
         let start = Instant::now();

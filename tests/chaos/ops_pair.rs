@@ -78,15 +78,24 @@ impl Seq {
         let second_then_open = async {
             self.step(second).await;
             // A purge that deleted nothing never opened its transaction: the first action
-            // starts now (no overlap to prove).
-            if let Some(g) = self.gate.take() {
+            // starts now, after it (nothing ran beside it to judge).
+            let idle = self.gate.take();
+            if let Some(g) = &idle {
                 g.go.notify_one();
-                eprintln!("ops: pair: the purge deleted nothing; no overlap at the database");
             }
+            idle.is_some()
         };
-        let ((a0, a1, out), ()) = tokio::join!(run_first, second_then_open);
+        let ((a0, a1, out), purge_idle) = tokio::join!(run_first, second_then_open);
         self.pair_running = false;
-        self.judge_overlap(first.kind(), (a0, a1), second.kind());
+        if purge_idle {
+            self.purge_span = None;
+            eprintln!(
+                "ops: pair: the purge found nothing to delete; {} ran after it",
+                first.kind()
+            );
+        } else {
+            self.judge_overlap(first.kind(), (a0, a1), second.kind());
+        }
         if out.all().contains("panicked") {
             self.model
                 .violation(format!("`msgexchange` panicked: {}", out.all()));

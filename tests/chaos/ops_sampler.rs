@@ -132,8 +132,12 @@ impl Sampler {
         let handle = tokio::spawn(async move {
             let mut s = State::default();
             let pools = tokio::join!(
-                MySqlPoolOptions::new().max_connections(1).connect(&inputs.my_url),
-                PgPoolOptions::new().max_connections(1).connect(&inputs.pg_url)
+                MySqlPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&inputs.my_url),
+                PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&inputs.pg_url)
             );
             let (owner, store) = match pools {
                 (Ok(m), Ok(p)) => (m, p),
@@ -417,4 +421,131 @@ fn w_and_enqueue(
         bad.sort();
         v.push(("w_and_enqueue", bad.join(", ")));
     }
+}
+
+#[cfg(test)]
+fn inputs(foreign_writers: bool) -> Inputs {
+    Inputs {
+        my_url: String::new(),
+        pg_url: String::new(),
+        ledger: Ledger::default(),
+        holes: Arc::default(),
+        shared: Shared::default(),
+        stock: BTreeSet::new(),
+        foreign_writers,
+        delay_ms: 2000,
+        started: Instant::now(),
+        tag: "t".into(),
+    }
+}
+
+#[cfg(test)]
+fn sample(w: i64, inbox: &[(i64, Option<&str>)], records: &[(i64, &str)]) -> Sample {
+    let now = Instant::now();
+    Sample {
+        inbox: inbox
+            .iter()
+            .map(|(id, m)| (*id, m.map(String::from)))
+            .collect(),
+        w,
+        records: records
+            .iter()
+            .map(|(id, st)| (*id, (st.to_string(), "POLL".to_string())))
+            .collect(),
+        before: now,
+        at: now,
+    }
+}
+
+#[cfg(test)]
+fn row(id: i64, opened: Instant, committed: Option<Instant>) -> Written {
+    Written {
+        id,
+        msg: crate::ops_msgs::Msg::Unknown { n: id },
+        committed: committed.is_some(),
+        opened: Some(opened),
+        committed_at: committed,
+    }
+}
+
+/// The "marked early, finished later" class: a mark on a row that is not terminal is caught
+/// in the moment, a replayed row's kept mark is not, and a terminal record that changes is.
+#[test]
+fn a_mark_on_an_unfinished_row_and_a_terminal_change_are_caught_in_the_moment() {
+    let i = inputs(false);
+    let mut st = State::default();
+    let s = sample(
+        3,
+        &[(1, Some("PROCESSED")), (2, Some("PROCESSED")), (3, None)],
+        &[(1, "SUCCEEDED"), (2, "FAILED"), (3, "DEAD")],
+    );
+    st.judge(&i, &s, 0);
+    assert_eq!(
+        st.found.keys().copied().collect::<Vec<_>>(),
+        ["mark_only_terminal"]
+    );
+    assert!(st.found["mark_only_terminal"]
+        .first
+        .contains("2 marked while FAILED"));
+    // Row 2 replayed: its kept mark is allowed. Row 3 leaves DEAD without a replay; row 1's
+    // mark disappears.
+    i.shared.replayed.lock().expect("replayed").insert(2);
+    let s = sample(
+        3,
+        &[(1, None), (2, Some("PROCESSED")), (3, None)],
+        &[(1, "SUCCEEDED"), (2, "PENDING"), (3, "PENDING")],
+    );
+    st.judge(&i, &s, 0);
+    assert_eq!(st.found["mark_only_terminal"].samples, 1);
+    assert!(st.found["terminal_irreversible"]
+        .first
+        .contains("3 DEAD → PENDING"));
+    assert!(st.found["marks_monotonic"]
+        .first
+        .contains("1 PROCESSED → empty"));
+}
+
+/// W past a held insert before `max_commit_delay` since the first insert above it is caught;
+/// after it, it is a released hole (and the row is noted as one W passed while open); a
+/// quick commit at or below W without a record is caught, and a record above W.
+#[test]
+fn w_past_a_held_row_too_early_and_w_without_enqueue_are_caught() {
+    let i = inputs(false);
+    let t0 = Instant::now() - Duration::from_secs(10);
+    {
+        let mut l = i.ledger.lock().expect("ledger");
+        l.push(row(5, t0, None));
+        l.push(row(
+            6,
+            Instant::now() - Duration::from_millis(300),
+            Some(Instant::now()),
+        ));
+    }
+    i.shared.open.lock().expect("open").insert(5, t0);
+    let mut st = State::default();
+    let mut s = sample(6, &[(6, None)], &[(6, "PENDING")]);
+    s.before = Instant::now() + Duration::from_millis(10);
+    st.judge(&i, &s, 0);
+    assert!(st.found["w_past_open_row"].first.contains("past held 5"));
+    assert!(st.passed_open.contains_key(&5));
+    // Row 6 committed quickly and W is at 6, but it has no record; 9 lies above W.
+    let mut s = sample(6, &[(6, None)], &[(9, "PENDING")]);
+    s.before = Instant::now() + Duration::from_millis(10);
+    st.judge(&i, &s, 0);
+    let f = &st.found["w_and_enqueue"].first;
+    assert!(
+        f.contains("6 ≤ W 6 has no record") && f.contains("record 9"),
+        "{f}"
+    );
+    // The first insert above 5 began over max_commit_delay ago: a released hole, no violation.
+    let mut late = State::default();
+    i.ledger.lock().expect("ledger")[1].opened = Some(t0);
+    let mut s = sample(6, &[(6, None)], &[(6, "PENDING")]);
+    s.at = t0 + Duration::from_millis(2500);
+    late.judge(&i, &s, 0);
+    assert!(
+        late.found.is_empty(),
+        "{:?}",
+        late.found.keys().collect::<Vec<_>>()
+    );
 }

@@ -129,7 +129,13 @@ impl Seq {
             .iter()
             .filter(|w| matches!(w.msg, Msg::Unknown { .. }))
             .filter(|w| w.id > self.model.purged_to && !self.model.skipped_stock.contains(&w.id))
-            .filter(|w| !self.model.skips.iter().any(|s| (s.from..=s.to).contains(&w.id)))
+            .filter(|w| {
+                !self
+                    .model
+                    .skips
+                    .iter()
+                    .any(|s| (s.from..=s.to).contains(&w.id))
+            })
             .filter_map(|w| {
                 let c = w.committed_at?;
                 let since = self.reopened.get(&w.id).map_or(c, |r| (*r).max(c));
