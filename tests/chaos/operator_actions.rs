@@ -65,6 +65,8 @@ use ops_report::{report, Outcome};
 mod ops_broker;
 #[path = "ops_cutover.rs"]
 mod ops_cutover;
+#[path = "ops_gate.rs"]
+mod ops_gate;
 #[path = "ops_pair.rs"]
 mod ops_pair;
 #[path = "ops_pair_more.rs"]
@@ -75,6 +77,8 @@ mod ops_purge;
 mod ops_report;
 #[path = "ops_requeue.rs"]
 mod ops_requeue;
+#[path = "ops_sampler.rs"]
+mod ops_sampler;
 #[path = "ops_shared_topic.rs"]
 mod ops_shared_topic;
 #[path = "ops_slow_commit.rs"]
@@ -153,6 +157,20 @@ struct Seq {
     /// Told when the next takeover has frozen the active instance (a pair's action waits for
     /// it, so that it runs across the takeover).
     on_freeze: Option<Arc<tokio::sync::Notify>>,
+    /// Rows an operator replay reopened, and when its CLI returned (the model's clock for
+    /// their next DEAD).
+    reopened: BTreeMap<i64, Instant>,
+    /// A pair's pause point, taken by the purge that runs as its second action.
+    gate: Option<ops_gate::Gate>,
+    /// True while a pair's first action runs beside its second (an idle prediction of the
+    /// second may be overtaken by the first).
+    pair_running: bool,
+    /// What the harness tells the invariant sampler (held inserts, replays, rotations).
+    shared: ops_sampler::Shared,
+    /// The SPEC §11 sampler, from the first instance's start to the end's settle.
+    sampler: Option<ops_sampler::Sampler>,
+    /// When the sequence started (the sampler's moments are counted from it).
+    started: Instant,
     model: Model,
 }
 
@@ -345,6 +363,7 @@ async fn run_sequence(tag: String, plan: Plan, broker: Broker) -> Model {
             seq.check_seeded().await;
         }
     }
+    seq.start_sampler();
     for step in seq.plan.steps.clone() {
         seq.step(&step).await;
     }
@@ -438,6 +457,12 @@ impl Seq {
             purge_span: None,
             takeover_span: None,
             on_freeze: None,
+            reopened: BTreeMap::new(),
+            pair_running: false,
+            gate: None,
+            shared: ops_sampler::Shared::default(),
+            sampler: None,
+            started: Instant::now(),
             holes: Arc::default(),
             id_regressions: 0.0,
             live: Arc::default(),
@@ -733,6 +758,45 @@ impl Seq {
         done as usize == ids.len()
     }
 
+    /// The SPEC §11 sampler ([`ops_sampler`]) starts, once the cutover (if any) is done.
+    fn start_sampler(&mut self) {
+        let stock = self
+            .model
+            .skipped_stock
+            .union(&self.model.premarked)
+            .copied()
+            .collect();
+        self.sampler = Some(ops_sampler::Sampler::start(ops_sampler::Inputs {
+            my_url: self.env.my_url.clone(),
+            pg_url: self.env.pg_url.clone(),
+            ledger: self.ledger.clone(),
+            holes: self.holes.clone(),
+            shared: self.shared.clone(),
+            stock,
+            foreign_writers: self.model.foreign_writers,
+            delay_ms: MAX_COMMIT_DELAY_MS,
+            started: self.started,
+            tag: self.tag.clone(),
+        }));
+    }
+
+    /// The sampler stops; each invariant it saw broken is a violation (its first moment).
+    async fn finish_sampler(&mut self) {
+        if let Some(s) = self.sampler.take() {
+            let out = s.finish().await;
+            eprintln!(
+                "ops: {} sampler: {} samples, W passed {} held insert(s) while open",
+                self.tag,
+                out.samples,
+                out.passed_open.len()
+            );
+            for l in out.violations {
+                self.model.violation(l);
+            }
+            self.model.passed_open = out.passed_open;
+        }
+    }
+
     /// Writers done, settle, `verify --kafka`, the reference model, a clean SIGTERM, the logs.
     async fn finish(&mut self) {
         self.writers_done().await;
@@ -754,6 +818,7 @@ impl Seq {
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        self.finish_sampler().await;
         let out = self.cli(&["verify", "--kafka"]).await;
         if out.code != Some(0) {
             let fails: Vec<&str> = out

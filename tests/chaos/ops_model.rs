@@ -88,6 +88,9 @@ pub struct Model {
     pub deleted_marked: BTreeSet<i64>,
     /// When the service may have been stalled by a fault ([`super::ops_timing::stalled`]).
     pub stalls: super::ops_timing::Stalls,
+    /// Held inserts the harness's own sampler saw W pass while they were still open, and
+    /// when ([`super::operator_actions`]'s sampler): released holes, so LATE for sure.
+    pub passed_open: BTreeMap<i64, std::time::Instant>,
     /// The timing facts' counts (must/either), for the sequence's line.
     pub timing_line: String,
     /// Rows `recover-backfill` rescheduled.

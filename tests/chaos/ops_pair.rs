@@ -7,8 +7,9 @@
 //! it deleted, the replay against the rows it was asked for, the recover against the row the
 //! owner restored — while the end check judges every row they touched.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use super::ops_gate::Gate;
 use super::ops_steps::{recover_args, ReplayPlan};
 use super::Seq;
 use crate::common::instance::cli;
@@ -49,20 +50,52 @@ impl Seq {
             self.step(second).await;
             return;
         };
-        let args = match &prepared {
-            First::Replay(r) => r.args.clone(),
-            First::Recover(id, _) => recover_args(*id),
+        let (args, rows) = match &prepared {
+            First::Replay(r) => (r.args.clone(), r.expect.iter().copied().collect()),
+            First::Recover(id, _) => (recover_args(*id), vec![*id]),
         };
         let purged_before = self.model.purged_to;
-        let direct = self.direct.clone();
+        let mut direct = self.direct.clone();
+        // The pause point (issue 52 item 3): the first action starts once the purge's inbox
+        // transaction is open, and is proven to run inside it at the database.
+        let gate = matches!(second, Step::Purge).then(|| Gate::new(rows, &self.tag));
+        if let Some(g) = &gate {
+            direct.push(("PGAPPNAME".into(), g.app.clone()));
+        }
+        let go = gate.as_ref().map(|g| g.go.clone());
+        self.gate = gate;
         let run_first = async move {
+            if let Some(go) = go {
+                // The purge tells when (its transaction open, or nothing to delete).
+                let _ = tokio::time::timeout(Duration::from_secs(120), go.notified()).await;
+            }
             let a0 = Instant::now();
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let out = cli(&direct, &args).await;
             (a0, Instant::now(), out)
         };
-        let ((a0, a1, out), ()) = tokio::join!(run_first, self.step(second));
-        self.judge_overlap(first.kind(), (a0, a1), second.kind());
+        self.pair_running = true;
+        let second_then_open = async {
+            self.step(second).await;
+            // A purge that deleted nothing never opened its transaction: the first action
+            // starts now, after it (nothing ran beside it to judge).
+            let idle = self.gate.take();
+            if let Some(g) = &idle {
+                g.go.notify_one();
+            }
+            idle.is_some()
+        };
+        let ((a0, a1, out), purge_idle) = tokio::join!(run_first, second_then_open);
+        self.pair_running = false;
+        if purge_idle {
+            self.purge_span = None;
+            eprintln!(
+                "ops: pair: the purge found nothing to delete; {} ran after it",
+                first.kind()
+            );
+        } else {
+            self.judge_overlap(first.kind(), (a0, a1), second.kind());
+        }
         if out.all().contains("panicked") {
             self.model
                 .violation(format!("`msgexchange` panicked: {}", out.all()));

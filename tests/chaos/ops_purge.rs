@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use super::ops_gate::Proof;
 use super::Seq;
 use crate::ops_effect::Predict;
 
@@ -82,17 +83,33 @@ impl Seq {
                 "ids {}..={r} are committed rows that all end finished",
                 from + 1
             )),
-            (None, _) => Predict::Idle(format!(
-                "id {} is not a finishable committed row of the test",
-                from + 1
-            )),
+            (None, _) => match self.idle_undecided() {
+                Some(why) => Predict::Either(format!(
+                    "id {} is not a finishable committed row of the test now, but {why}",
+                    from + 1
+                )),
+                None => Predict::Idle(format!(
+                    "id {} is not a finishable committed row of the test",
+                    from + 1
+                )),
+            },
         };
         let mut b = self.boundary().await;
-        if matches!(predict, Predict::Effective(_)) {
+        if let (Predict::Effective(_), Some(r)) = (&predict, lower) {
+            // Polled until it reaches the model's lower bound: the rows below it may still be
+            // finishing; a boundary that stays below it is a violation (issue 52 item 1: the
+            // answer is checked against both bounds, not adopted).
             let start = Instant::now();
-            while b.is_none() && start.elapsed() < Duration::from_secs(40) {
+            while b.is_none_or(|b| b < r) && start.elapsed() < Duration::from_secs(40) {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 b = self.boundary().await;
+            }
+            if let Some(got) = b.filter(|b| *b < r) {
+                self.model.violation(format!(
+                    "purge-readiness says READY up to {got} after 40 s; the model's lower bound \
+                     is {r}: ids {}..={r} are committed rows of the test that all end finished",
+                    from + 1
+                ));
             }
         }
         // The upper bound as of the answer: a commit open after it was open during it (a
@@ -121,9 +138,29 @@ impl Seq {
         b
     }
 
+    /// Why the rows above the purged prefix may become finishable while the readiness call
+    /// runs (the harness's own facts: its writers, held commits, the owner's lock, a pair's
+    /// other action), or `None`: nothing can change them and an idle prediction is sure.
+    fn idle_undecided(&self) -> Option<String> {
+        if self.tasks.iter().any(|t| !t.is_finished()) {
+            return Some("a background writer is still writing".into());
+        }
+        if self.holds.iter().any(|h| !h.is_finished()) {
+            return Some("a held commit is still open".into());
+        }
+        if self.pair_running {
+            return Some("the pair's other action runs beside it".into());
+        }
+        if self.locked.is_some_and(|(_, until)| Instant::now() < until) {
+            return Some("the owner's row lock was released lately".into());
+        }
+        None
+    }
+
     /// The DB owner deletes the inbox rows up to `b` in one transaction, reading each one's
     /// mark under the same lock (no mark can land between): `(id, mark)` of every row deleted.
-    async fn purge_recording(&self, b: i64) -> Vec<(i64, Option<String>)> {
+    async fn purge_recording(&mut self, b: i64) -> Vec<(i64, Option<String>)> {
+        let purge_open = Instant::now();
         let mut tx = self.env.owner.begin().await.expect("begin purge");
         let rows: Vec<(i64, Option<String>)> = sqlx::query_as(
             "SELECT CMINMSGS_ID, CAST(CMINMSGS_STATUS AS CHAR) FROM CMINMSGS \
@@ -138,7 +175,24 @@ impl Seq {
             .execute(&mut *tx)
             .await
             .expect("purge as owner");
+        // A pair's pause point: the other action runs inside this open transaction.
+        let held = match self.gate.take() {
+            Some(g) => {
+                let (lock, proof) = g.hold_until_seen(self.env.store.pool(), purge_open).await;
+                match proof {
+                    Proof::Seen(line) => eprintln!("ops: pair proven at the database: {line}"),
+                    Proof::Missed(why) => self.model.violation(format!(
+                        "harness: pair overlap not proven at the database: {why}"
+                    )),
+                }
+                lock
+            }
+            None => None,
+        };
         tx.commit().await.expect("commit purge");
+        if let Some(lock) = held {
+            lock.commit().await.expect("release the pair's row lock");
+        }
         rows
     }
 
@@ -183,6 +237,7 @@ impl Seq {
                 .await
                 .unwrap_or_else(|e| panic!("{sql}: {e}"));
         };
+        self.shared.rotating();
         exec("CREATE TABLE CMINMSGS_NEW LIKE CMINMSGS".into()).await;
         let next: i64 = sqlx::query_scalar(
             "SELECT CAST(GREATEST(COALESCE(AUTO_INCREMENT, 1), \
@@ -227,6 +282,7 @@ impl Seq {
         .await
         .expect("rows dropped with the old table");
         exec("DROP TABLE CMINMSGS_OLD".into()).await;
+        self.shared.rotated();
         let ours = self.written_ids();
         self.model
             .check_purge(&self.env, keep_above, &dropped, &ours)

@@ -8,6 +8,10 @@ use crate::common::instance::{off_runtime, CliOut};
 use crate::ops_effect::Predict;
 use crate::ops_model::Exit;
 
+/// The longest a requeue loop runs once the events topic is there: events in flight fail
+/// within 2 attempts of 2 s, each requeued one is sent at the next dispatch round.
+const REQUEUE_LIMIT: Duration = Duration::from_secs(60);
+
 impl Seq {
     /// The events topic was missing: wait for DEAD events, create it, requeue until none is
     /// left DEAD.
@@ -139,7 +143,9 @@ impl Seq {
     }
 
     /// `events list-dead` and `events requeue` until no event is DEAD any more and events that
-    /// were in flight when the topic came back had time to fail (2 attempts of 2 s).
+    /// were in flight when the topic came back had time to fail (2 attempts of 2 s), within
+    /// [`REQUEUE_LIMIT`]: events still going DEAD past it with the topic there are a
+    /// violation, not a hang.
     pub(super) async fn requeue_until_none_dead(&mut self) {
         let since = Instant::now();
         loop {
@@ -148,6 +154,12 @@ impl Seq {
                 if since.elapsed() > Duration::from_secs(7) {
                     break;
                 }
+            } else if since.elapsed() > REQUEUE_LIMIT {
+                self.model.violation(format!(
+                    "events {ids:?} still DEAD {REQUEUE_LIMIT:?} after the events topic came \
+                     back and every DEAD event was requeued"
+                ));
+                break;
             } else {
                 self.requeue_ids(&ids).await;
             }

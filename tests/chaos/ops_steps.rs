@@ -18,6 +18,14 @@ use crate::ops_msgs::Msg;
 /// 100 ms doubling to 500 ms (`processing.retry_*`, no jitter): 100+200+400+500+500 ms.
 const EXHAUST_MIN: Duration = Duration::from_millis(1700);
 
+/// Generous time from an unknown type's commit (or replay) to DEAD(EXHAUSTED) when no fault
+/// stalls the service: its own retries ([`EXHAUST_MIN`]) behind whatever queued ahead of it in
+/// a sequence (held commits released within `max_commit_delay`, other unknown types).
+const DEAD_BY: Duration = Duration::from_secs(30);
+
+/// The class the model predicts for a poisoned unknown type (SPEC §4, App. A).
+const DEAD_CLASS: &str = "EXHAUSTED";
+
 /// Time left for the skip CLI to start and apply before the blocker could be poisoned.
 const SKIP_CLI_MARGIN: Duration = Duration::from_millis(1100);
 
@@ -34,7 +42,7 @@ pub(super) struct SkipPlan {
 /// A replay ready to run: its CLI arguments and what the model expects of it.
 pub(super) struct ReplayPlan {
     pub args: Vec<String>,
-    expect: BTreeSet<i64>,
+    pub expect: BTreeSet<i64>,
     /// Rows the model predicts DEAD.
     predicted: HashSet<i64>,
     by_class: bool,
@@ -107,6 +115,40 @@ impl Seq {
             .collect()
     }
 
+    /// Rows the model says must be DEAD(EXHAUSTED) by now, from its own record: committed
+    /// unknown types of the test (not stock, not purged, in no skip's range) whose commit or
+    /// last replay is over [`DEAD_BY`] ago with no fault since. None with a legacy simulator
+    /// writing (rows the model does not know may queue ahead of them).
+    fn surely_dead(&self) -> BTreeSet<i64> {
+        if self.model.foreign_writers {
+            return BTreeSet::new();
+        }
+        let now = Instant::now();
+        let stalls = self.faults.lock().expect("faults").clone();
+        self.written()
+            .iter()
+            .filter(|w| matches!(w.msg, Msg::Unknown { .. }))
+            .filter(|w| w.id > self.model.purged_to && !self.model.skipped_stock.contains(&w.id))
+            .filter(|w| {
+                !self
+                    .model
+                    .skips
+                    .iter()
+                    .any(|s| (s.from..=s.to).contains(&w.id))
+            })
+            .filter_map(|w| {
+                let c = w.committed_at?;
+                let since = self.reopened.get(&w.id).map_or(c, |r| (*r).max(c));
+                Some((w.id, since))
+            })
+            .filter(|(_, since)| {
+                now.saturating_duration_since(*since) > DEAD_BY
+                    && !crate::ops_timing::stalled(&stalls, *since, now)
+            })
+            .map(|(id, _)| id)
+            .collect()
+    }
+
     /// Replay of DEAD rows (an unknown type of the runner's own, poisoned to DEAD(EXHAUSTED),
     /// if there is none). Predicted effective always: either DEAD rows are there, or the
     /// runner's unknown type must go DEAD within the bound. The service's DEAD list must be
@@ -130,8 +172,11 @@ impl Seq {
         by_class: bool,
         max_rows: usize,
     ) -> Option<ReplayPlan> {
+        // The rows the model says must be DEAD by now, from its own record (issue 52 item 1);
+        // the service's list is read only to be checked against it.
+        let mut surely = self.surely_dead();
         let mut dead = self.dead_rows().await;
-        if dead.is_empty() {
+        if surely.is_empty() && (!self.model.foreign_writers || dead.is_empty()) {
             let m = self.runtime_unknown();
             let id = self.write(m).await;
             let dead_now = self
@@ -146,6 +191,7 @@ impl Seq {
                     .effect("replay", Predict::Effective(why.into()), false, &what);
                 return None;
             }
+            surely.insert(id);
             dead = self.dead_rows().await;
         }
         let predicted = self.predicted_dead();
@@ -155,6 +201,20 @@ impl Seq {
                     "the service lists row {id} DEAD({class}); the model predicts no such end"
                 ));
             }
+            let listed: HashSet<i64> = dead.iter().map(|r| r.0).collect();
+            let unlisted: Vec<&i64> = surely.iter().filter(|i| !listed.contains(i)).collect();
+            if !unlisted.is_empty() {
+                self.model.violation(format!(
+                    "rows {unlisted:?}: the model predicts them DEAD(EXHAUSTED) by now (an \
+                     unknown type committed or replayed over {DEAD_BY:?} ago, no fault since); \
+                     the service does not list them DEAD"
+                ));
+            }
+            // The rows asked for are the model's, never the service's list.
+            dead = surely
+                .iter()
+                .map(|id| (*id, DEAD_CLASS.to_string()))
+                .collect();
         }
         let chosen: Vec<(i64, String)> = dead.iter().rev().take(max_rows).cloned().collect();
         let ids: Vec<String> = chosen.iter().map(|r| r.0.to_string()).collect();
@@ -172,6 +232,14 @@ impl Seq {
         } else {
             chosen.iter().map(|r| r.0).collect()
         };
+        // The sampler lets these rows reopen with their first run's mark (SPEC §6 replay).
+        {
+            let mut replayed = self.shared.replayed.lock().expect("replayed");
+            replayed.extend(expect.iter().copied());
+            if by_class {
+                replayed.extend(from..=to);
+            }
+        }
         let seq_before = self.max_seq().await;
         let mut args = vec!["replay", "--actor", ACTOR, "--reason", "ops test replay"];
         args.extend(["--ticket", TICKET, "--json"]);
@@ -246,6 +314,10 @@ impl Seq {
         };
         self.model
             .effect("replay", predict, !applied.is_empty(), &what);
+        let now = Instant::now();
+        for id in &applied {
+            self.reopened.insert(*id, now);
+        }
         self.model.replays.push(Replayed {
             ids: applied,
             seq_before: r.seq_before,

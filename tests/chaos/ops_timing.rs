@@ -83,6 +83,16 @@ fn late(written: &[Written], w: &Written, model: &Model, delay_ms: u64) -> Fact 
     let Some(commit) = w.committed_at else {
         return Fact::Never;
     };
+    // The deciding fact, read by the harness's own probe (issue 52 item 1): W passed the id
+    // while its insert was still open, so its hole was released before it committed.
+    if let Some(at) = model.passed_open.get(&w.id) {
+        if *at < commit {
+            return Fact::Must(format!(
+                "W passed it {} ms before its commit, while its insert was open (sampled)",
+                commit.saturating_duration_since(*at).as_millis()
+            ));
+        }
+    }
     // The first commit above it: a legacy simulator's rows are unknown, so at the earliest
     // its own insert.
     let mut above = written

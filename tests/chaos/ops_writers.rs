@@ -107,6 +107,8 @@ impl Seq {
         let opened = tokio::time::Instant::now();
         let id = r.last_insert_id() as i64;
         record(&self.ledger, id, &held, false, opened.into_std());
+        let open = self.shared.open.clone();
+        open.lock().expect("open").insert(id, opened.into_std());
         let mut follow_id = None;
         if let Some(f) = follow {
             follow_id = Some(self.write(f).await);
@@ -129,6 +131,8 @@ impl Seq {
         self.holds.push(tokio::spawn(async move {
             judge.while_held().await;
             tokio::time::sleep_until(opened + Duration::from_millis(hold_ms)).await;
+            // Out of the sampler's open set before the commit is sent: W may pass it now.
+            open.lock().expect("open").remove(&id);
             if rollback {
                 tx.rollback().await.expect("rollback");
                 holes.lock().expect("holes").insert(id);
