@@ -89,7 +89,8 @@ fn argv(img: &Image, cmd: &[String]) -> Vec<String> {
     img.entrypoint.iter().chain(cmd).cloned().collect()
 }
 
-/// The repository file the image's `MSGEXCHANGE_CONFIG` names (copied there by a COPY).
+/// The repository file the image's `MSGEXCHANGE_CONFIG` names (copied there by a COPY of the
+/// file or of a directory holding it).
 fn image_config(img: &Image) -> PathBuf {
     let path = img
         .env
@@ -97,10 +98,15 @@ fn image_config(img: &Image) -> PathBuf {
         .expect("ENV MSGEXCHANGE_CONFIG");
     let file = img
         .copies
-        .get(path)
+        .iter()
+        .find_map(|(dest, src)| match Path::new(path).strip_prefix(dest) {
+            Ok(rest) if rest.as_os_str().is_empty() => Some(src.clone()),
+            Ok(rest) => Some(src.join(rest)),
+            Err(_) => None,
+        })
         .unwrap_or_else(|| panic!("no COPY puts a file at {path}"));
     assert!(file.is_file(), "{}", file.display());
-    file.clone()
+    file
 }
 
 fn toml_file(path: &Path) -> toml::Table {
