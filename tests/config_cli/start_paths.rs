@@ -89,7 +89,8 @@ fn argv(img: &Image, cmd: &[String]) -> Vec<String> {
     img.entrypoint.iter().chain(cmd).cloned().collect()
 }
 
-/// The repository file the image's `MSGEXCHANGE_CONFIG` names (copied there by a COPY).
+/// The repository file the image's `MSGEXCHANGE_CONFIG` names (copied there by a COPY of the
+/// file or of a directory holding it).
 fn image_config(img: &Image) -> PathBuf {
     let path = img
         .env
@@ -97,10 +98,15 @@ fn image_config(img: &Image) -> PathBuf {
         .expect("ENV MSGEXCHANGE_CONFIG");
     let file = img
         .copies
-        .get(path)
+        .iter()
+        .find_map(|(dest, src)| match Path::new(path).strip_prefix(dest) {
+            Ok(rest) if rest.as_os_str().is_empty() => Some(src.clone()),
+            Ok(rest) => Some(src.join(rest)),
+            Err(_) => None,
+        })
         .unwrap_or_else(|| panic!("no COPY puts a file at {path}"));
     assert!(file.is_file(), "{}", file.display());
-    file.clone()
+    file
 }
 
 fn toml_file(path: &Path) -> toml::Table {
@@ -273,8 +279,10 @@ async fn compose_up_runs_first_time_and_a_refusal_does_not_loop() {
         vars.insert(k.clone(), v);
     }
     let ids = env.insert_rows(2).await;
-    let up = start(&argv, &vars, "compose-up", port);
+    let mut up = start(&argv, &vars, "compose-up", port);
     up.wait_ready(Duration::from_secs(90)).await;
+    // Ready on its port, and the one answering is ours (not another test's on a reused port).
+    assert!(up.running(), "compose's service exited: {}", up.log());
     wait_for(
         "compose's first run processes",
         Duration::from_secs(60),
@@ -447,8 +455,9 @@ async fn two_template_instances_run_side_by_side_from_the_packaged_files() {
         let (vars, exec) = instance_env(&template, name, &etc);
         running.push((start(&exec, &vars, &format!("unit-{name}"), port), env));
     }
-    for (n, (svc, env)) in running.iter().enumerate() {
+    for (n, (svc, env)) in running.iter_mut().enumerate() {
         svc.wait_ready(Duration::from_secs(90)).await;
+        assert!(svc.running(), "{} exited: {}", svc.name, svc.log());
         let id = env
             .insert_message(&common::msgs::flop(
                 1,
