@@ -136,7 +136,7 @@ pub async fn recover(
             recreated: &read.recreated,
         }
         .emit();
-        let (gone, kept): (Vec<(i32, i64)>, Vec<(i32, i64)>) = read
+        let (gone, kept): (Vec<_>, Vec<_>) = read
             .ends
             .iter()
             .copied()
