@@ -358,7 +358,7 @@ fn token_names_and_secrets_are_each_used_once() {
                 ("MSGX_HTTP__COMPAT_TOKENS", "upstream:compat-0123456789ab"),
                 ("MSGX_HTTP__OPERATE_TOKENS", "ops:compat-0123456789ab"),
             ],
-            "`http.operate_tokens`",
+            "`http.compat_tokens`",
         ),
         (
             vec![(

@@ -258,12 +258,16 @@ async fn the_documented_accounts_run_the_service_and_the_probe_reports_the_rest(
 }
 
 /// The documented step that makes the audit trail append-only (docs/operations.md, "Database
-/// accounts"): `audit_log` given to `owner`, a role nobody logs in as; `runtime` may insert
-/// and read.
-fn documented_audit_owner(owner: &str, runtime: &str) -> Vec<String> {
+/// accounts"): the database, its schema and `audit_log` belong to `owner`, a role nobody logs
+/// in as (a schema's owner may drop any table in it); `runtime` may create its tables in the
+/// schema, and only insert into and read `audit_log`.
+fn documented_audit_owner(owner: &str, runtime: &str, db: &str) -> Vec<String> {
     vec![
         format!("DROP ROLE IF EXISTS \"{owner}\""),
         format!("CREATE ROLE \"{owner}\" NOLOGIN"),
+        format!("ALTER DATABASE \"{db}\" OWNER TO \"{owner}\""),
+        format!("ALTER SCHEMA public OWNER TO \"{owner}\""),
+        format!("GRANT USAGE, CREATE ON SCHEMA public TO \"{runtime}\""),
         format!("ALTER TABLE audit_log OWNER TO \"{owner}\""),
         format!("GRANT SELECT, INSERT ON audit_log TO \"{runtime}\""),
         format!("GRANT USAGE ON SEQUENCE audit_log_id_seq TO \"{runtime}\""),
@@ -294,7 +298,11 @@ async fn the_audit_trail_is_append_only_for_the_runtime_role() {
 
     let owner = format!("{}_audit", env.db);
     let store = acc.store_admin().await;
-    common::run_all(&store, &documented_audit_owner(&owner, &acc.pg_role)).await;
+    common::run_all(
+        &store,
+        &documented_audit_owner(&owner, &acc.pg_role, &acc.pg_db),
+    )
+    .await;
     let (code, out) = probe(&acc.inbox_url, &acc.store_url);
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("store: privileges as documented"), "{out}");
