@@ -140,3 +140,46 @@ pub fn table(shares: &Shares, plans: usize) -> (String, Vec<String>) {
     }
     (out, short)
 }
+
+/// Issue 52 item 2: an action predicted idle that took effect is a violation, not a note.
+#[test]
+fn an_idle_prediction_that_took_effect_fails() {
+    let mut t = BTreeMap::new();
+    let v = judge(
+        &mut t,
+        "purge",
+        &Predict::Idle("nothing".into()),
+        true,
+        "READY up to 9",
+    );
+    assert!(v.is_some_and(|v| v.contains("predicted idle")));
+    let v = judge(
+        &mut t,
+        "purge",
+        &Predict::Idle("nothing".into()),
+        false,
+        "none",
+    );
+    assert!(v.is_none());
+}
+
+/// Issue 52 item 2: shares are per action. A kind that took effect once in each plan but
+/// did nothing in most of its actions is short, although every plan "had an effect".
+#[test]
+fn shares_count_actions_not_plans() {
+    let mut shares = Shares::new();
+    let mut plan = BTreeMap::new();
+    for took in [true, false, false] {
+        judge(&mut plan, "purge", &Predict::Either("t".into()), took, "");
+    }
+    for _ in 0..SHARE_MIN_PLANS {
+        add_plan(&mut shares, &plan);
+    }
+    let (_, short) = table(&shares, SHARE_MIN_PLANS);
+    assert!(
+        short
+            .iter()
+            .any(|s| s.starts_with("purge took effect in 20 of 60 actions")),
+        "{short:?}"
+    );
+}

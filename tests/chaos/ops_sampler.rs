@@ -149,7 +149,7 @@ impl Sampler {
             };
             while !flag.load(Ordering::SeqCst) {
                 let gen = inputs.shared.rotating.load(Ordering::SeqCst);
-                if gen % 2 == 0 {
+                if gen.is_multiple_of(2) {
                     if let Some(sample) = read(&owner, &store).await {
                         // A rotation that began meanwhile voids the sample.
                         if inputs.shared.rotating.load(Ordering::SeqCst) == gen {
