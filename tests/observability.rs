@@ -391,6 +391,30 @@ fn every_alert_has_a_description_and_a_runbook_url() {
     assert!(alerts > 30, "{alerts} alerts");
 }
 
+/// Issue 55: no panel is tied to a scrape job's name either (a site names its jobs): `up`
+/// is selected by the target label `msgx_service`, as MsgxDown does.
+#[test]
+fn no_panel_selects_a_scrape_job_by_name() {
+    let queries = panel_queries();
+    assert!(queries.len() > 20, "{} panel queries", queries.len());
+    for q in &queries {
+        assert!(
+            !q.expr.contains("job="),
+            "{}: selects a job by name: {}",
+            q.origin,
+            q.expr
+        );
+        if q.expr.starts_with("up{") {
+            assert!(
+                q.expr.contains("msgx_service=\"msgexchange\""),
+                "{}: `up` without the service label: {}",
+                q.origin,
+                q.expr
+            );
+        }
+    }
+}
+
 #[test]
 fn every_panel_has_a_unit_and_every_row_named_by_ops2_is_there() {
     let d: Value = serde_json::from_str(
