@@ -13,8 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use serde_yaml_ng::Value;
-
 /// The template prefix of every `runbook_url` (tests/observability.rs checks the exact form):
 /// the site's base URL, else the book the package installs.
 const BASE_TEMPLATE: &str = "{{ with $externalLabels.msgx_runbook_base }}{{ . }}{{ else }}\
@@ -78,18 +76,13 @@ fn book() -> Option<&'static Path> {
 
 /// Every alert's name and `runbook_url` template, from prometheus/alerts.yml.
 fn runbook_urls() -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(common::repo_root().join("prometheus/alerts.yml"))
-        .expect("alerts.yml");
-    let doc: Value = serde_yaml_ng::from_str(&text).expect("alerts.yml is YAML");
     let mut out = Vec::new();
-    for g in doc["groups"].as_sequence().expect("groups") {
-        for r in g["rules"].as_sequence().expect("rules") {
-            if let (Some(name), Some(url)) = (
-                r["alert"].as_str(),
-                r["annotations"]["runbook_url"].as_str(),
-            ) {
-                out.push((name.to_string(), url.to_string()));
-            }
+    for r in common::alert_rules() {
+        if let (Some(name), Some(url)) = (
+            r["alert"].as_str(),
+            r["annotations"]["runbook_url"].as_str(),
+        ) {
+            out.push((name.to_string(), url.to_string()));
         }
     }
     assert!(out.len() > 30, "{} alerts with a runbook_url", out.len());

@@ -270,23 +270,19 @@ fn panel_queries() -> Vec<Query> {
 
 /// Every rule (alert or recording) of `prometheus/alerts.yml`: (name, expr).
 fn rule_queries() -> Vec<Query> {
-    let text = std::fs::read_to_string(common::repo_root().join("prometheus/alerts.yml"))
-        .expect("alerts.yml");
-    let doc: Value = serde_yaml_ng::from_str(&text).expect("alerts.yml is YAML");
-    let mut out = Vec::new();
-    for g in doc["groups"].as_array().expect("groups") {
-        for r in g["rules"].as_array().expect("rules") {
+    common::alert_rules()
+        .iter()
+        .map(|r| {
             let name = r["alert"]
                 .as_str()
                 .or(r["record"].as_str())
                 .expect("rule name");
-            out.push(Query {
+            Query {
                 origin: format!("alerts.yml / {name}"),
                 expr: r["expr"].as_str().expect("expr").trim().to_string(),
-            });
-        }
-    }
-    out
+            }
+        })
+        .collect()
 }
 
 /// Metric names in a PromQL expression: identifiers starting with `msgx_` outside strings.
@@ -346,47 +342,42 @@ fn metric_names_skip_strings_and_functions() {
 /// a scrape job by name.
 #[test]
 fn every_alert_has_a_description_and_a_runbook_url() {
-    let text = std::fs::read_to_string(common::repo_root().join("prometheus/alerts.yml"))
-        .expect("alerts.yml");
-    let doc: Value = serde_yaml_ng::from_str(&text).expect("alerts.yml is YAML");
     let mut alerts = 0;
-    for g in doc["groups"].as_array().expect("groups") {
-        for r in g["rules"].as_array().expect("rules") {
-            let Some(name) = r["alert"].as_str() else {
-                continue;
-            };
-            alerts += 1;
-            let a = &r["annotations"];
-            assert!(
-                a["description"].as_str().is_some_and(|d| d.len() > 20),
-                "{name}: no description"
-            );
-            // The site's base URL (external label), else the installed book; the anchor is
-            // the page title's.
-            let page = name.to_lowercase();
-            let url = format!(
-                "{{{{ with $externalLabels.msgx_runbook_base }}}}{{{{ . }}}}{{{{ else }}}}\
-                 file:///usr/share/doc/msgexchange/html{{{{ end }}}}/alerts/{page}.html#{page}"
-            );
-            assert_eq!(a["runbook_url"].as_str(), Some(url.as_str()), "{name}");
-            // No alert is tied to a scrape job's name (a site names its jobs).
-            let expr = r["expr"].as_str().unwrap_or_default();
-            assert!(
-                !expr.contains("job="),
-                "{name}: selects a job by name: {expr}"
-            );
-            assert!(
-                a["runbook"].is_null(),
-                "{name}: `runbook` is runbook_url now"
-            );
-            let doc = common::repo_root().join(format!("docs/alerts/{page}.md"));
-            let text = std::fs::read_to_string(&doc).unwrap_or_default();
-            assert!(
-                text.starts_with(&format!("# {name}\n")),
-                "{name}: no runbook page {} titled with its name",
-                doc.display()
-            );
-        }
+    for r in common::alert_rules() {
+        let Some(name) = r["alert"].as_str() else {
+            continue;
+        };
+        alerts += 1;
+        let a = &r["annotations"];
+        assert!(
+            a["description"].as_str().is_some_and(|d| d.len() > 20),
+            "{name}: no description"
+        );
+        // The site's base URL (external label), else the installed book; the anchor is
+        // the page title's.
+        let page = name.to_lowercase();
+        let url = format!(
+            "{{{{ with $externalLabels.msgx_runbook_base }}}}{{{{ . }}}}{{{{ else }}}}\
+             file:///usr/share/doc/msgexchange/html{{{{ end }}}}/alerts/{page}.html#{page}"
+        );
+        assert_eq!(a["runbook_url"].as_str(), Some(url.as_str()), "{name}");
+        // No alert is tied to a scrape job's name (a site names its jobs).
+        let expr = r["expr"].as_str().unwrap_or_default();
+        assert!(
+            !expr.contains("job="),
+            "{name}: selects a job by name: {expr}"
+        );
+        assert!(
+            a["runbook"].is_null(),
+            "{name}: `runbook` is runbook_url now"
+        );
+        let doc = common::repo_root().join(format!("docs/alerts/{page}.md"));
+        let text = std::fs::read_to_string(&doc).unwrap_or_default();
+        assert!(
+            text.starts_with(&format!("# {name}\n")),
+            "{name}: no runbook page {} titled with its name",
+            doc.display()
+        );
     }
     assert!(alerts > 30, "{alerts} alerts");
 }

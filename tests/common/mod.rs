@@ -106,6 +106,19 @@ pub fn repo_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// Every rule (alert or recording) of `prometheus/alerts.yml`, in file order: the one reader
+/// of the rules for the tests that check them against the dashboards, the book and Prometheus.
+pub fn alert_rules() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(repo_root().join("prometheus/alerts.yml"))
+        .expect("prometheus/alerts.yml");
+    let doc: serde_json::Value = serde_yaml_ng::from_str(&text).expect("alerts.yml is YAML");
+    let groups = doc["groups"].as_array().expect("alerts.yml: groups");
+    groups
+        .iter()
+        .flat_map(|g| g["rules"].as_array().expect("alerts.yml: rules").clone())
+        .collect()
+}
+
 /// The repo's default config file.
 pub fn default_toml() -> std::path::PathBuf {
     repo_root().join("config/default.toml")
