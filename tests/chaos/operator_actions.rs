@@ -71,6 +71,8 @@ mod ops_gate;
 mod ops_pair;
 #[path = "ops_pair_more.rs"]
 mod ops_pair_more;
+#[path = "ops_pair_two.rs"]
+mod ops_pair_two;
 #[path = "ops_purge.rs"]
 mod ops_purge;
 #[path = "ops_report.rs"]
@@ -794,6 +796,7 @@ impl Seq {
                 self.model.violation(l);
             }
             self.model.passed_open = out.passed_open;
+            self.model.first_done = out.first_done;
         }
     }
 

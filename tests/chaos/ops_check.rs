@@ -105,6 +105,7 @@ fn timing(
             .filter_map(|(id, r)| r.seq.map(|s| (*id, s)))
             .collect(),
         precede,
+        done_in: model.first_done.clone(),
     };
     (t, problems)
 }
@@ -243,7 +244,8 @@ async fn check_marks(
     }
 }
 
-/// Our flights (`W1F2`, `H104`, `S3`, `K50007`, `C50010` of a slow commit, …); a legacy plan's simulator flights are not
+/// Our flights (`W1F2`, `H104`, `S3`, `K50007`, `C50010` of a slow commit, `P50002` of a
+/// replayed row's corrected text, …); a legacy plan's simulator flights are not
 /// ours to predict.
 pub fn ours(flid: &str) -> bool {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
@@ -251,7 +253,7 @@ pub fn ours(flid: &str) -> bool {
         Some(("W", rest)) => rest
             .split_once('F')
             .is_some_and(|(a, b)| digits(a) && digits(b)),
-        Some((p, rest)) => "HSKVQLC".contains(p) && digits(rest),
+        Some((p, rest)) => "HSKVQLCP".contains(p) && digits(rest),
         None => false,
     }
 }

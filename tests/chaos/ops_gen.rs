@@ -64,10 +64,12 @@ pub fn generate(seed: u64) -> Plan {
     }
     if let Some((at, pair)) = pair_of(seed, steps.len(), dispatch_outage) {
         // A requeue has DEAD events only until it created the events topic: requeue ∥
-        // takeover takes the place of the plan's requeue.
+        // takeover and replay ∥ requeue take the place of the plan's requeue.
         let requeue = steps.iter().position(|s| matches!(s, Step::Requeue));
         match (&pair, requeue) {
-            (Step::Pair { first, .. }, Some(i)) if matches!(**first, Step::Requeue) => {
+            (Step::Pair { first, second }, Some(i))
+                if matches!(**first, Step::Requeue) || matches!(**second, Step::Requeue) =>
+            {
                 steps[i] = pair
             }
             _ => steps.insert(at, pair),
@@ -116,21 +118,23 @@ fn slow_commit_of(plan: &Plan) -> Option<(usize, Step)> {
     Some((at, Step::SlowCommit { ms: 7000 }))
 }
 
-/// Two operator actions at once in about a third of the seeds (replay ∥ purge, recover ∥
-/// purge, skip ∥ `cutover plan`, and requeue ∥ takeover where the events topic is missing at
-/// first, so that the requeue has DEAD events), at a place among `steps` steps: drawn from a
-/// stream of its own, so the other steps of a seed stay what they were.
+/// Two operator actions at once in every other seed and every seed whose events topic is
+/// missing at first (replay ∥ purge, recover ∥ purge, skip ∥ `cutover plan`, skip ∥ purge,
+/// skip ∥ replay on the replay's rows, recover ∥ rotate; where the topic is missing, so that
+/// a requeue has DEAD events, requeue ∥ takeover and replay ∥ requeue), at a place among
+/// `steps` steps: drawn from a stream of its own, so the other steps of a seed stay what they
+/// were.
 fn pair_of(seed: u64, steps: usize, dispatch_outage: bool) -> Option<(usize, Step)> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5041_4952);
-    if !rng.random_bool(0.35) {
-        return None;
-    }
-    // Requeue ∥ takeover is drawn only where a requeue has work, and more often there: those
-    // seeds are few. The other three take turns by seed, so that a few seeds cover them all.
-    let kind = if dispatch_outage && rng.random_bool(0.4) {
-        3
+    // The kinds take turns by seed, so that a run of consecutive seeds covers them all: the
+    // two requeue pairs where a requeue has work (the seeds featuring it are 9 apart), the
+    // six others on the even seeds.
+    let kind = if dispatch_outage {
+        6 + (seed / FEATURED.len() as u64) % 2
+    } else if seed.is_multiple_of(2) {
+        (seed / 2) % 6
     } else {
-        seed % 3
+        return None;
     };
     let (first, second) = match kind {
         0 => (
@@ -147,6 +151,32 @@ fn pair_of(seed: u64, steps: usize, dispatch_outage: bool) -> Option<(usize, Ste
                 before: rng.random_range(0..=3),
             },
             Step::CutoverPlan,
+        ),
+        3 => (
+            Step::Skip {
+                followers: rng.random_range(1..=4),
+                before: rng.random_range(0..=3),
+            },
+            Step::Purge,
+        ),
+        // The skip's range is the replay's rows (its own fields are not used).
+        4 => (
+            Step::Skip {
+                followers: 0,
+                before: 0,
+            },
+            Step::Replay {
+                by_class: rng.random_bool(0.4),
+                max_rows: rng.random_range(1..=3),
+            },
+        ),
+        5 => (Step::RecoverBackfill, Step::Rotate),
+        6 => (
+            Step::Replay {
+                by_class: rng.random_bool(0.4),
+                max_rows: rng.random_range(1..=3),
+            },
+            Step::Requeue,
         ),
         _ => (Step::Requeue, Step::Takeover),
     };
@@ -407,6 +437,10 @@ fn a_seed_makes_the_same_plan_and_the_ci_seeds_cover_every_action() {
         ("replay", "purge"),
         ("recover_backfill", "purge"),
         ("skip", "cutover_plan"),
+        ("skip", "purge"),
+        ("skip", "replay"),
+        ("recover_backfill", "rotate"),
+        ("replay", "requeue"),
         ("requeue", "takeover"),
     ] {
         assert!(

@@ -51,6 +51,8 @@ pub struct Skip {
     pub caught_all: bool,
     /// When the skip CLI was started.
     pub at: std::time::Instant,
+    /// Rows of its range it cannot have taken (the harness saw them finished when it ran).
+    pub excluded: BTreeSet<i64>,
 }
 
 /// The record of one sequence.
@@ -91,6 +93,9 @@ pub struct Model {
     /// Held inserts the harness's own sampler saw W pass while they were still open, and
     /// when ([`super::operator_actions`]'s sampler): released holes, so LATE for sure.
     pub passed_open: BTreeMap<i64, std::time::Instant>,
+    /// Per record, the sampler's sample in which it was first seen terminal
+    /// ([`super::ops_sampler::Outcome::first_done`]).
+    pub first_done: std::collections::HashMap<i64, usize>,
     /// The timing facts' counts (must/either), for the sequence's line.
     pub timing_line: String,
     /// Rows `recover-backfill` rescheduled.

@@ -1,7 +1,8 @@
 //! Two operator actions at once (issue 41 item 3; skip ∥ `cutover plan` and requeue ∥
-//! takeover are in [`super::ops_pair_more`]): a replay or a recover-backfill, prepared
-//! first, has its CLI call run while the DB owner's purge runs (`purge-readiness`, then the
-//! delete up to its READY boundary). Both are timed; the overlap must have happened (a pair
+//! takeover are in [`super::ops_pair_more`]): a replay, a recover-backfill or an approved
+//! skip, prepared first, has its CLI call run while the DB owner's purge runs
+//! (`purge-readiness`, then the delete up to its READY boundary), inside the purge's open
+//! transaction ([`super::ops_gate`]). Both are timed; the overlap must have happened (a pair
 //! whose two spans did not meet is a failure of the harness, not a pass), and each action is
 //! judged as when it runs alone — the purge against the model's bounds and the marks of what
 //! it deleted, the replay against the rows it was asked for, the recover against the row the
@@ -10,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use super::ops_gate::Gate;
-use super::ops_steps::{recover_args, ReplayPlan};
+use super::ops_steps::{recover_args, ReplayPlan, SkipPlan};
 use super::Seq;
 use crate::common::instance::cli;
 use crate::ops_plan::Step;
@@ -19,6 +20,7 @@ use crate::ops_plan::Step;
 enum First {
     Replay(ReplayPlan),
     Recover(i64, crate::ops_effect::Predict),
+    Skip(SkipPlan),
 }
 
 impl Seq {
@@ -28,6 +30,12 @@ impl Seq {
                 return self.skip_with_cutover_plan(*followers, *before).await;
             }
             (Step::Requeue, Step::Takeover) => return self.requeue_across_takeover().await,
+            (Step::Skip { .. }, Step::Replay { by_class, max_rows }) => {
+                return self.skip_with_replay(*by_class, *max_rows).await;
+            }
+            (Step::Replay { by_class, max_rows }, Step::Requeue) => {
+                return self.replay_with_requeue(*by_class, *max_rows).await;
+            }
             _ => {}
         }
         self.model.acted(first.kind());
@@ -43,7 +51,11 @@ impl Seq {
                 .recover_prepare()
                 .await
                 .map(|(id, p)| First::Recover(id, p)),
-            other => panic!("a pair's first action is a replay or a recover: {other:?}"),
+            Step::Skip { followers, before } => self
+                .skip_prepare(*followers, *before)
+                .await
+                .map(|p| First::Skip(p.started_late())),
+            other => panic!("a pair's first action is a replay, a recover or a skip: {other:?}"),
         };
         let Some(prepared) = prepared else {
             // Judged idle or failed already; the purge still runs.
@@ -53,12 +65,20 @@ impl Seq {
         let (args, rows) = match &prepared {
             First::Replay(r) => (r.args.clone(), r.expect.iter().copied().collect()),
             First::Recover(id, _) => (recover_args(*id), vec![*id]),
+            First::Skip(p) => (p.args.clone(), p.queued.clone()),
         };
         let purged_before = self.model.purged_to;
         let mut direct = self.direct.clone();
         // The pause point (issue 52 item 3): the first action starts once the purge's inbox
         // transaction is open, and is proven to run inside it at the database.
-        let gate = matches!(second, Step::Purge).then(|| Gate::new(rows, &self.tag));
+        let gate = matches!(second, Step::Purge | Step::Rotate).then(|| {
+            let g = Gate::new(rows, &self.tag);
+            if matches!(prepared, First::Skip(_)) {
+                g.with_pipeline_lock()
+            } else {
+                g
+            }
+        });
         if let Some(g) = &gate {
             direct.push(("PGAPPNAME".into(), g.app.clone()));
         }
@@ -106,6 +126,7 @@ impl Seq {
                 self.replayed_under_purge(purged_before);
             }
             First::Recover(id, p) => self.recover_judge(id, p, out),
+            First::Skip(p) => self.skip_judge(p, a0, out).await,
         }
     }
 

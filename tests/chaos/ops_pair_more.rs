@@ -18,7 +18,10 @@ use crate::ops_plan::Step;
 const CUTOVER_PLAN: [&str; 5] = ["cutover", "plan", "--mode", "max", "--json"];
 
 /// A CLI call with these variables and arguments, and when it started and ended.
-async fn timed(direct: Vec<(String, String)>, args: Vec<String>) -> (Instant, Instant, CliOut) {
+pub(super) async fn timed(
+    direct: Vec<(String, String)>,
+    args: Vec<String>,
+) -> (Instant, Instant, CliOut) {
     let a0 = Instant::now();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = cli(&direct, &args).await;

@@ -113,8 +113,10 @@ pub enum Step {
         rollback: bool,
     },
     /// Two operator actions at once: `first`'s CLI call (a replay, a recover-backfill, a skip
-    /// or a requeue, prepared before) runs while `second` (a purge, a `cutover plan` or a
-    /// takeover) runs; the overlap is timed and checked.
+    /// or a requeue, prepared before) runs while `second` (a purge, a rotation, a `cutover
+    /// plan`, a takeover, a replay or a requeue) runs; the overlap is checked — for two
+    /// mutating actions at the database (`ops_gate`), otherwise by their timed spans. In
+    /// skip ∥ replay the skip's range is the replay's rows (its own fields are not used).
     Pair {
         first: Box<Step>,
         second: Box<Step>,

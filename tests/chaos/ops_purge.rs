@@ -30,8 +30,8 @@ impl Seq {
     ///   highest id written;
     /// - `lower`: the highest id `r` such that every id above the purged prefix up to `r` is a
     ///   committed row of the test that ends finished without an operator (not deleted by the
-    ///   owner and left unrecovered, not under the owner's row lock): `Some(r)` means a
-    ///   boundary above the purged prefix must come.
+    ///   owner and left unrecovered, not under the owner's row lock, not the rows of a skip
+    ///   beside the purge): `Some(r)` means a boundary above the purged prefix must come.
     fn purge_bounds(&self) -> (Option<i64>, Option<i64>) {
         let written = self.written();
         let from = self.model.purged_to;
@@ -58,6 +58,12 @@ impl Seq {
                 || self
                     .locked
                     .is_some_and(|(l, until)| l == id && Instant::now() < until)
+                // The blocker and followers of a skip waiting beside this purge: the skip may
+                // still end them, so the purge is not held waiting for their own ends.
+                || self
+                    .gate
+                    .as_ref()
+                    .is_some_and(|g| g.pipeline && g.rows.contains(&id))
         };
         let mut r = from;
         while r < upper && committed.contains(&(r + 1)) && !blocked(r + 1) {
@@ -178,7 +184,10 @@ impl Seq {
         // A pair's pause point: the other action runs inside this open transaction.
         let held = match self.gate.take() {
             Some(g) => {
-                let (lock, proof) = g.hold_until_seen(self.env.store.pool(), purge_open).await;
+                let during = "the purge's inbox transaction (uncommitted)";
+                let (lock, proof) = g
+                    .hold_until_seen(self.env.store.pool(), purge_open, during)
+                    .await;
                 match proof {
                     Proof::Seen(line) => eprintln!("ops: pair proven at the database: {line}"),
                     Proof::Missed(why) => self.model.violation(format!(
@@ -228,6 +237,7 @@ impl Seq {
     /// reconciled, the old table dropped.
     pub(super) async fn rotate(&mut self) {
         self.purge_waits().await;
+        let r0 = Instant::now();
         let b = self.ready_boundary("rotate").await;
         let keep_above = b.unwrap_or(self.model.purged_to);
         let owner = &self.env.owner;
@@ -259,6 +269,22 @@ impl Seq {
         ))
         .await;
         exec("RENAME TABLE CMINMSGS TO CMINMSGS_OLD, CMINMSGS_NEW TO CMINMSGS".into()).await;
+        // A pair's pause point: the other action runs while the old table is still there and
+        // the rows written or marked in between are not reconciled yet.
+        let held = match self.gate.take() {
+            Some(g) => {
+                let during = "the rotation (renamed, not yet reconciled and dropped)";
+                let (lock, proof) = g.hold_until_seen(self.env.store.pool(), r0, during).await;
+                match proof {
+                    Proof::Seen(line) => eprintln!("ops: pair proven at the database: {line}"),
+                    Proof::Missed(why) => self.model.violation(format!(
+                        "harness: pair overlap not proven at the database: {why}"
+                    )),
+                }
+                lock
+            }
+            None => None,
+        };
         exec(format!(
             "INSERT INTO CMINMSGS SELECT o.* FROM CMINMSGS_OLD o \
              LEFT JOIN CMINMSGS n ON n.CMINMSGS_ID = o.CMINMSGS_ID \
@@ -282,6 +308,10 @@ impl Seq {
         .await
         .expect("rows dropped with the old table");
         exec("DROP TABLE CMINMSGS_OLD".into()).await;
+        if let Some(lock) = held {
+            lock.commit().await.expect("release the pair's row lock");
+        }
+        self.purge_span = Some((r0, Instant::now()));
         self.shared.rotated();
         let ours = self.written_ids();
         self.model

@@ -94,6 +94,9 @@ pub struct Timing {
     /// Per late row, the rows it must precede: committed after it was surely found
     /// ([`super::ops_timing::precedes`]).
     pub precede: HashMap<i64, BTreeSet<i64>>,
+    /// Per record, the harness's sampler's sample in which it was first seen terminal: a row
+    /// seen terminal in a snapshot where another was not yet went first (empty: no sampler).
+    pub done_in: HashMap<i64, usize>,
 }
 
 /// A field's version: the send time (`DDTM`) and row of the message that last set it.
@@ -214,7 +217,10 @@ pub fn predict(
 /// - after every row of a lower id taken in id order: W passed those before it passed the
 ///   late row's hole, so they were enqueued before it and, being smaller, went first;
 /// - before every row committed after the late row was surely found ([`Timing::precede`]):
-///   it was enqueued first and is the smaller id.
+///   it was enqueued first and is the smaller id;
+/// - after every row the harness's sampler saw terminal in a snapshot where the late row was
+///   not yet, and before every row it saw unfinished where the late row was already terminal
+///   ([`Timing::done_in`]: the harness's own reads, never the service's stamps).
 ///
 /// A place outside the bounds is a problem, and the model goes on with the nearest bound.
 fn order(
@@ -258,6 +264,32 @@ fn order(
             .position(|f| taken(f) && must.is_some_and(|m| m.contains(f)))
             .unwrap_or(fifo.len())
             .max(lo);
+        // The sampler's order: seen done in an earlier sample than the late row → before it;
+        // in a later one → after it. Replayed rows were terminal once before: not judged.
+        let done = |f: &i64| {
+            t.done_in
+                .get(f)
+                .copied()
+                .filter(|_| !t.replayed.contains(f))
+        };
+        let (seen_lo, seen_hi) = match done(&id) {
+            Some(d) => (
+                fifo.iter()
+                    .rposition(|f| placing(f) && done(f).is_some_and(|x| x < d))
+                    .map_or(0, |p| p + 1),
+                fifo.iter()
+                    .position(|f| placing(f) && done(f).is_some_and(|x| x > d))
+                    .unwrap_or(fifo.len()),
+            ),
+            None => (0, fifo.len()),
+        };
+        if !(seen_lo..=seen_hi).contains(&observed) {
+            problems.push(format!(
+                "late row {id} processed at place {observed} of the rows taken in id order \
+                 (the service's stamps); the harness's sampler saw it done at {seen_lo}..={seen_hi} \
+                 (after the rows it saw terminal first, before those it saw unfinished then)"
+            ));
+        }
         let pos = observed.clamp(lo, hi);
         if pos != observed {
             problems.push(format!(
@@ -445,4 +477,38 @@ fn a_late_row_neither_recreates_nor_deletes_against_a_newer_message() {
             (6, "FLIGHT_UPDATED")
         ]
     );
+}
+
+#[test]
+fn a_late_row_placed_against_the_samplers_order_is_a_problem() {
+    let flop = |n, flid: &str| Msg::Flop {
+        n,
+        flid: flid.into(),
+        gate: format!("G{n}"),
+        stnd: None,
+    };
+    let written = [
+        written_row(1, flop(1, "A")),
+        written_row(2, flop(2, "B")),
+        written_row(3, flop(3, "C")),
+    ];
+    let mut t = Timing::default();
+    t.late.insert(1);
+    // The stamps put the late row 1 after 2 and 3.
+    t.seq.extend([(2, 10), (3, 11), (1, 12)]);
+    let mut problems = Vec::new();
+    predict(&written, &BTreeSet::new(), &t, &mut problems);
+    assert!(problems.is_empty(), "{problems:?}");
+    // The sampler saw 1 done in sample 4, 2 in sample 3 and 3 only in sample 6: 1 went
+    // before 3, whatever the stamps say.
+    t.done_in.extend([(1, 4), (2, 3), (3, 6)]);
+    predict(&written, &BTreeSet::new(), &t, &mut problems);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("sampler"), "{problems:?}");
+    // Seen as the stamps say: no problem.
+    problems.clear();
+    t.done_in.insert(3, 4);
+    t.done_in.insert(1, 5);
+    predict(&written, &BTreeSet::new(), &t, &mut problems);
+    assert!(problems.is_empty(), "{problems:?}");
 }

@@ -91,6 +91,10 @@ pub struct Outcome {
     /// Held inserts W passed while they were still open, and when it was first seen: their
     /// holes were released before the commit, so they must arrive LATE (SPEC §3 step 4).
     pub passed_open: BTreeMap<i64, Instant>,
+    /// Per record, the sample in which it was first seen terminal: a row seen terminal in a
+    /// snapshot where another was not yet was processed before it (the reference model's
+    /// bound on where a late row goes, read by the harness, not the service's stamps).
+    pub first_done: HashMap<i64, usize>,
 }
 
 /// What a sampler reads and knows.
@@ -177,6 +181,7 @@ impl Sampler {
                     samples: 0,
                     violations: vec![format!("sampler: the sampler task failed: {e}")],
                     passed_open: BTreeMap::new(),
+                    first_done: HashMap::new(),
                 }
             }
         };
@@ -195,6 +200,7 @@ impl Sampler {
             samples,
             violations,
             passed_open: s.passed_open,
+            first_done: s.first_done,
         }
     }
 }
@@ -246,6 +252,8 @@ struct State {
     marks_gen: u64,
     /// Held inserts W passed while open: first seen.
     passed_open: BTreeMap<i64, Instant>,
+    /// Records first seen terminal: the sample's number ([`Outcome::first_done`]).
+    first_done: HashMap<i64, usize>,
 }
 
 impl State {
@@ -326,6 +334,7 @@ impl State {
         for (id, (st, _)) in &s.records {
             if TERMINAL.contains(&st.as_str()) {
                 self.terminal.entry(*id).or_insert_with(|| st.clone());
+                self.first_done.entry(*id).or_insert(self.samples);
             }
         }
         if !bad.is_empty() {

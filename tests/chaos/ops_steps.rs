@@ -34,9 +34,49 @@ pub(super) struct SkipPlan {
     pub args: Vec<String>,
     predict: Predict,
     /// The blocker and its followers.
-    queued: Vec<i64>,
+    pub queued: Vec<i64>,
     from: i64,
     to: i64,
+    /// Rows of its range the model knows it cannot take (not unfinished when it ran).
+    excluded: BTreeSet<i64>,
+}
+
+impl SkipPlan {
+    /// A skip of `from..=to` with this prediction: it must catch `queued` (when predicted
+    /// effective) and cannot take `excluded`.
+    pub fn over(
+        from: i64,
+        to: i64,
+        predict: Predict,
+        queued: Vec<i64>,
+        excluded: BTreeSet<i64>,
+    ) -> SkipPlan {
+        SkipPlan {
+            args: skip_args(from, to),
+            predict,
+            queued,
+            from,
+            to,
+            excluded,
+        }
+    }
+
+    /// The skip's CLI starts only once a purge beside it has answered its readiness and
+    /// opened its transaction ([`super::ops_pair`]): however young the blocker was when the
+    /// skip was prepared, it may be poisoned (and its followers processed) by then, so the
+    /// model cannot say which rows the skip catches — its facts decide them at the end
+    /// (`ops_timing`), and the skip must still make only unfinished rows of its range
+    /// SKIPPED(APPROVED_SKIP).
+    pub fn started_late(mut self) -> SkipPlan {
+        if matches!(self.predict, Predict::Effective(_)) {
+            self.predict = Predict::Either(
+                "the skip's CLI waited for the purge beside it to open its transaction: the \
+                 blocker may be poisoned meanwhile"
+                    .into(),
+            );
+        }
+        self
+    }
 }
 
 /// A replay ready to run: its CLI arguments and what the model expects of it.
@@ -50,6 +90,8 @@ pub(super) struct ReplayPlan {
     seq_before: i64,
     /// How far the owner had purged when the DEAD rows were listed.
     purged_before: i64,
+    /// The asked row whose text the DB owner corrected before the replay, and what it was.
+    corrected: Option<(i64, Msg)>,
 }
 
 impl Seq {
@@ -223,6 +265,22 @@ impl Seq {
             chosen.iter().map(|r| r.0).max().unwrap_or(0),
         );
         let class = chosen[0].1.clone();
+        // A replay also takes a row that raises events (issue 52 item 2): the DB owner corrects
+        // the newest asked row's text first (upstream sent it again as a known type), and the
+        // replay, which reads the inbox's text, must process it to the model's end — SUCCEEDED
+        // with the FLIGHT_CREATED of its flight — where a row replayed without a fresh start
+        // (its attempts kept) would only be poisoned again. With a legacy simulator writing the
+        // asked rows are the service's list: left as they are.
+        let corrected = if self.model.foreign_writers {
+            None
+        } else {
+            let id = chosen[0].0;
+            let was = self.correct_text(id).await;
+            if was.is_some() {
+                eprintln!("ops: replay: the DB owner corrected row {id}'s text to a FLOP");
+            }
+            was.map(|m| (id, m))
+        };
         // What the replay must apply: the asked ids, or by class every listed row in range.
         let expect: BTreeSet<i64> = if by_class {
             dead.iter()
@@ -257,16 +315,30 @@ impl Seq {
             by_class,
             seq_before,
             purged_before: self.model.purged_to,
+            corrected,
         })
     }
 
     /// A replay's CLI answer against the model: exactly the asked rows applied (by class, also
     /// rows the model predicts DEAD that went DEAD after the listing).
-    pub(super) fn replay_judge(&mut self, r: ReplayPlan, out: CliOut) {
+    pub(super) fn replay_judge(&mut self, mut r: ReplayPlan, out: CliOut) -> Vec<i64> {
+        let corrected = r.corrected.take();
+        let applied = self.replay_judge_cli(r, out);
+        // A corrected row the replay did not take stays the unknown type it was.
+        if let Some((id, was)) = corrected {
+            if !applied.contains(&id) {
+                self.uncorrect(id, was);
+            }
+        }
+        applied
+    }
+
+    /// [`Seq::replay_judge`] of the CLI's answer; the rows it applied.
+    fn replay_judge_cli(&mut self, r: ReplayPlan, out: CliOut) -> Vec<i64> {
         if out.code != Some(0) {
             self.model
                 .violation(format!("replay failed: {}", out.all()));
-            return;
+            return Vec::new();
         }
         let report = out.json();
         let mut applied: Vec<i64> = report["rows"]
@@ -319,9 +391,10 @@ impl Seq {
             self.reopened.insert(*id, now);
         }
         self.model.replays.push(Replayed {
-            ids: applied,
+            ids: applied.clone(),
             seq_before: r.seq_before,
         });
+        applied
     }
 
     /// Approved skip: an unknown type holds the FIFO head, rows queue behind it; the range from
@@ -346,8 +419,16 @@ impl Seq {
         followers: usize,
         before: usize,
     ) -> Option<SkipPlan> {
-        let m = self.runtime_unknown();
         let written_at = Instant::now();
+        // A skip whose range starts at the blocker gets a guard first: another unknown type
+        // right below the range, the FIFO head, unfinished (retried) while the skip runs and
+        // outside its range — the skip must leave it alone (a range taken from one id too low
+        // would catch it: `Seq::check_skips`, the model's approved facts).
+        if before == 0 {
+            let g = self.runtime_unknown();
+            self.write(g).await;
+        }
+        let m = self.runtime_unknown();
         let blocker = self.write(m).await;
         let mut to = blocker;
         let mut queued = vec![blocker];
@@ -382,29 +463,7 @@ impl Seq {
                  ({EXHAUST_MIN:?} of retries) and its followers processed"
             ))
         };
-        let args = [
-            "skip",
-            "--from",
-            &from.to_string(),
-            "--to",
-            &to.to_string(),
-            "--approver",
-            "ops-lead",
-            "--reason",
-            "ops test skip",
-            "--ticket",
-            "CHG-19",
-            "--json",
-        ]
-        .map(String::from)
-        .to_vec();
-        Some(SkipPlan {
-            args,
-            predict,
-            queued,
-            from,
-            to,
-        })
+        Some(SkipPlan::over(from, to, predict, queued, BTreeSet::new()))
     }
 
     /// The skip's CLI call (started at `at`) judged against the model's prediction.
@@ -414,6 +473,7 @@ impl Seq {
             queued,
             from,
             to,
+            excluded,
             ..
         } = p;
         if out.code != Some(0) {
@@ -435,6 +495,7 @@ impl Seq {
             queued,
             caught_all,
             at,
+            excluded,
         });
     }
 
@@ -561,6 +622,26 @@ impl Seq {
             self.model.recovered.push(id);
         }
     }
+}
+
+/// An approved skip of `from..=to`, as the operator runs it.
+pub(super) fn skip_args(from: i64, to: i64) -> Vec<String> {
+    let (from, to) = (from.to_string(), to.to_string());
+    let args = [
+        "skip",
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "--approver",
+        "ops-lead",
+        "--reason",
+        "ops test skip",
+        "--ticket",
+        "CHG-19",
+        "--json",
+    ];
+    args.into_iter().map(String::from).collect()
 }
 
 /// `recover-backfill` of one row, as the operator runs it.

@@ -137,8 +137,10 @@ fn approved(w: &Written, model: &Model) -> Fact {
         .filter(|s| (s.from..=s.to).contains(&w.id))
     {
         let committed_before = w.committed_at.is_some_and(|c| c < s.at);
-        if !committed_before {
-            continue; // not there when the skip ran (§4: only enqueued rows are skipped)
+        if !committed_before || s.excluded.contains(&w.id) {
+            // Not there when the skip ran (§4: only enqueued rows are skipped), or finished
+            // then by the harness's own record (`Skip::excluded`).
+            continue;
         }
         if s.caught_all && s.queued.contains(&w.id) {
             return Fact::Must(format!(

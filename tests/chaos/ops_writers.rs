@@ -56,6 +56,35 @@ impl Seq {
         id
     }
 
+    /// The DB owner corrects the text of row `id` in the inbox (upstream sent the message again
+    /// as a known type: a `FLOP` of a flight of its own, numbered like any runtime message) and
+    /// the ledger follows: the row is that message from now on. Returns the message it was
+    /// (None: the row is no longer in the inbox, nothing changed).
+    pub(super) async fn correct_text(&mut self, id: i64) -> Option<Msg> {
+        let m = self.runtime_flop("P");
+        let r = sqlx::query("UPDATE CMINMSGS SET CMINMSGS_CLOB_MSG = ? WHERE CMINMSGS_ID = ?")
+            .bind(m.render())
+            .bind(id)
+            .execute(&self.env.owner)
+            .await
+            .expect("correct the text");
+        if r.rows_affected() == 0 {
+            return None;
+        }
+        let mut l = self.ledger.lock().expect("ledger");
+        let w = l.iter_mut().find(|w| w.id == id && w.committed)?;
+        Some(std::mem::replace(&mut w.msg, m))
+    }
+
+    /// Undoes [`Seq::correct_text`] in the ledger (the replay that was to read the corrected
+    /// text did not take the row: it stays what it was).
+    pub(super) fn uncorrect(&mut self, id: i64, was: Msg) {
+        let mut l = self.ledger.lock().expect("ledger");
+        if let Some(w) = l.iter_mut().find(|w| w.id == id) {
+            w.msg = was;
+        }
+    }
+
     /// A message the runner writes for an action (numbered from 50_000 in step order; its own
     /// flight `{prefix}{n}`).
     pub(super) fn runtime_flop(&mut self, prefix: &str) -> Msg {
@@ -187,19 +216,28 @@ impl Seq {
     }
 
     /// Judged while it happens (issue 41 item 4): the owner's lock delays only its own row
-    /// (SPEC §5), so every other row is marked while the lock is still held.
+    /// (SPEC §5), so every other row is marked while the lock is still held. The marks are
+    /// read in the inbox as the DB owner sees it (a plain read, which the owner's row lock
+    /// does not block), never from the service's `backfill_at` (issue 52 item 1).
     async fn judge_lock(&mut self, id: i64, others: &[i64], release: Instant) {
         let margin = Duration::from_secs(2);
-        let pool = self.env.store.pool().clone();
+        let owner = self.env.owner.clone();
+        let list = others
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
         let marked = || {
-            let pool = pool.clone();
+            let (owner, list) = (owner.clone(), list.clone());
             async move {
-                sqlx::query_scalar::<_, i64>(
-                    "SELECT count(*) FROM proc_state_all WHERE msg_id = ANY($1) \
-                       AND backfill_at IS NOT NULL",
-                )
-                .bind(others)
-                .fetch_one(&pool)
+                if list.is_empty() {
+                    return 0;
+                }
+                sqlx::query_scalar::<_, i64>(&format!(
+                    "SELECT count(*) FROM CMINMSGS WHERE CMINMSGS_ID IN ({list}) \
+                       AND CMINMSGS_STATUS IS NOT NULL"
+                ))
+                .fetch_one(&owner)
                 .await
                 .expect("marked while locked")
             }
