@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use metrics::{counter, histogram};
+use metrics::{counter, gauge, histogram};
 
 use super::Def;
 
@@ -28,6 +28,10 @@ pub const DISPATCH_ROUND_ERRORS_TOTAL: &str = "msgx_dispatch_round_errors_total"
 pub const DISPATCH_RECOVERED_TOTAL: &str = "msgx_dispatch_recovered_total";
 /// Kafka transaction commits whose outcome was unknown (timed out) and were called again.
 pub const DISPATCH_COMMIT_RETRIES_TOTAL: &str = "msgx_dispatch_commit_retries_total";
+/// Partitions the exactly-once recovery waits on: another producer's open transaction holds
+/// their last stable offset below the end seen at start.
+pub const DISPATCH_RECOVERY_HELD_BACK_PARTITIONS: &str =
+    "msgx_dispatch_recovery_held_back_partitions";
 
 /// The `outcome` values of [`DISPATCH_RECOVERED_TOTAL`].
 const RECOVERED_OUTCOMES: &[&str] = &["recovered", "already_recorded", "others"];
@@ -104,6 +108,14 @@ pub(super) fn defs() -> Vec<Def> {
             "commits",
             "exactly-once: transaction commits whose outcome was unknown (timed out), called again",
         ),
+        Def::gauge(
+            DISPATCH_RECOVERY_HELD_BACK_PARTITIONS,
+            "partitions",
+            "exactly-once start: partitions whose last stable offset another producer's open \
+             transaction holds below the end seen at start; the recovery waits (up to \
+             kafka.open_transaction_wait) before it decides",
+        )
+        .starts_at(0.0),
     ]
 }
 
@@ -153,6 +165,53 @@ impl ScanRecovered<'_> {
             "exactly-once start: read back what committed transactions delivered"
         );
     }
+}
+
+/// The exactly-once recovery found a partition held back by an open transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryHeldBack<'a> {
+    /// The topic read.
+    pub topic: &'a str,
+    /// The partition.
+    pub partition: i32,
+    /// Its last stable offset.
+    pub stable: i64,
+    /// Its end when the scan began.
+    pub end: i64,
+    /// Partitions of the topic held back now.
+    pub partitions: usize,
+}
+
+impl RecoveryHeldBack<'_> {
+    /// The gauge and the log line.
+    pub fn emit(&self) {
+        recovery_held_back_partitions(self.partitions);
+        tracing::warn!(
+            topic = self.topic,
+            partition = self.partition,
+            last_stable_offset = self.stable,
+            end = self.end,
+            "exactly-once start: another producer's open transaction holds the last stable \
+             offset below the end seen at start; waiting for it to end before deciding what \
+             was delivered"
+        );
+    }
+}
+
+/// A held-back partition was read to its end.
+pub fn recovery_released(topic: &str, partition: i32, waited: Duration, left: usize) {
+    recovery_held_back_partitions(left);
+    tracing::info!(
+        topic,
+        partition,
+        waited_ms = waited.as_millis() as u64,
+        "exactly-once start: the open transaction ended; partition read to its end"
+    );
+}
+
+/// Sets the held-back partitions gauge.
+pub fn recovery_held_back_partitions(n: usize) {
+    gauge!(DISPATCH_RECOVERY_HELD_BACK_PARTITIONS).set(n as f64);
 }
 
 /// A transaction commit's outcome was unknown (timed out): it is called again.

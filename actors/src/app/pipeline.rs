@@ -176,6 +176,7 @@ impl DispatchDeps {
                     max_attempts: d.max_attempts,
                 },
                 txn_timeout: k.transaction_timeout,
+                open_txn_wait: k.open_transaction_wait,
                 scan_floor_every: d.scan_floor_every,
             },
             idle_poll: d.idle_poll,
