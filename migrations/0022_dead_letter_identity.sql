@@ -13,3 +13,10 @@
 ALTER TABLE msg_event ADD COLUMN dead_ce_id UUID;
 ALTER TABLE msg_event ALTER COLUMN dead_ce_id SET DEFAULT gen_random_uuid();
 UPDATE msg_event SET dead_ce_id = gen_random_uuid() WHERE dead_ce_id IS NULL AND state = 'PENDING';
+
+-- Events this release made (the pump sets it): only a release that sends every event under its
+-- UUID ever saw them. NULL on rows an earlier release made (before or during a rolling upgrade):
+-- the previous release may have sent one as its number and stopped before writing SENT, so
+-- while any such row is PENDING an at-least-once start reads the topics back for the previous
+-- release's copies (issue 53 item 3). No default and no backfill: a column only.
+ALTER TABLE msg_event ADD COLUMN made_by_uuid_release BOOLEAN;

@@ -17,10 +17,14 @@
 //!   found recreated: its end lies below every record ever written there).
 //! - [`send_txn_round`]: the whole batch (many events per key) in one transaction; all acked →
 //!   every partition it wrote gets a scan floor if it has none (partitions and topics created
-//!   since the start included) → commit (the lease confirmed through the fenced store right before; a commit whose outcome
+//!   since the start included; a store failure there gives the producer up, as at the fence
+//!   check) → commit (the lease confirmed through the fenced store right before; a commit whose outcome
 //!   is unknown is called again, never taken for "nothing visible") → the acks go to the
 //!   outcome write (SENT after the commit); any failed send → abort, the failed events back off
 //!   (DLQ after their last attempt, as in at-least-once) and the rest go again at once.
+//! - [`recover_previous_release`]: the `at-least-once` start's read-back after a rolling
+//!   upgrade (only while events an earlier release made are PENDING): the previous release's
+//!   copies only, so an event it delivered is not sent again under another identity.
 //! - [`record_floors`]: between transactions, with every committed one written, the ends of
 //!   both topics become the floors, so the next start reads only what came after.
 
@@ -99,6 +103,19 @@ pub async fn use_deployment_id(
     Ok(())
 }
 
+/// Which records a read-back takes for ours, and what it keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadBack {
+    /// The exactly-once start: every record of ours (this release's and the previous
+    /// release's); recreated partitions retired, the floors raised to the ends.
+    ExactlyOnce,
+    /// The at-least-once start while events an earlier release made are PENDING: only the
+    /// previous release's copies (this release's own records are sent again, as at-least-once
+    /// does, under the same identity); partitions without a cursor read from their first
+    /// offset, then the floors raised to the ends; nothing retired.
+    PreviousRelease,
+}
+
 /// Writes SENT (DEAD) for the PENDING events of ours a committed transaction already
 /// delivered to the events (dead-letter) topic, then raises both topics' floors to the ends
 /// seen at start (a recreated partition's is reset to its new end). Run after
@@ -110,6 +127,37 @@ pub async fn recover(
     bootstrap: &str,
     cfg: &DispatchConfig,
 ) -> Result<Recovered, DispatchError> {
+    read_back(store, clock, k, bootstrap, cfg, ReadBack::ExactlyOnce).await
+}
+
+/// `at-least-once`: before the first round, while a PENDING event an earlier release made is
+/// left ([`Store::pending_made_by_earlier_release`]), reads both topics back for the previous
+/// release's copies (its number as `ce_id`, with the event's inbox message, key and time) and
+/// writes SENT (DEAD) at their offsets: an event the previous release delivered and did not
+/// record before it stopped (a rolling upgrade) is not sent again under another identity.
+/// Nothing to do (no read) once every such event is written.
+pub async fn recover_previous_release(
+    store: &Store,
+    clock: &dyn Clock,
+    k: &KafkaSettings,
+    bootstrap: &str,
+    cfg: &DispatchConfig,
+) -> Result<Recovered, DispatchError> {
+    if !store.pending_made_by_earlier_release().await? {
+        return Ok(Recovered::default());
+    }
+    read_back(store, clock, k, bootstrap, cfg, ReadBack::PreviousRelease).await
+}
+
+async fn read_back(
+    store: &Store,
+    clock: &dyn Clock,
+    k: &KafkaSettings,
+    bootstrap: &str,
+    cfg: &DispatchConfig,
+    which: ReadBack,
+) -> Result<Recovered, DispatchError> {
+    let exactly_once = which == ReadBack::ExactlyOnce;
     let mut out = Recovered::default();
     for (topic, state) in [
         (&cfg.topic, EventState::Sent),
@@ -120,13 +168,17 @@ pub async fn recover(
         let limits = ScanLimits {
             read: cfg.txn_timeout,
             open_wait: cfg.open_txn_wait,
+            uncursored_from_start: !exactly_once,
         };
         let (k, b, t) = (k.clone(), bootstrap.to_string(), topic.clone());
         let read = blocking(move || scan(&k, &b, &t, &floors, &recorded, limits)).await?;
-        for p in &read.recreated {
-            store.retire_offsets(topic, *p, state, clock.now()).await?;
+        if exactly_once {
+            for p in &read.recreated {
+                store.retire_offsets(topic, *p, state, clock.now()).await?;
+            }
         }
-        let (written, others, known) = write_found(store, clock, topic, state, &read).await?;
+        let (written, others, known) =
+            write_found(store, clock, topic, state, &read, which).await?;
         telemetry::ScanRecovered {
             topic,
             read: read.found.len(),
@@ -140,7 +192,7 @@ pub async fn recover(
             .ends
             .iter()
             .copied()
-            .partition(|(p, _)| read.recreated.contains(p));
+            .partition(|(p, _)| exactly_once && read.recreated.contains(p));
         store.reset_scan_floors(topic, &gone, clock.now()).await?;
         store.record_scan_floors(topic, &kept, clock.now()).await?;
         out.read += read.found.len();
@@ -153,14 +205,16 @@ pub async fn recover(
     Ok(out)
 }
 
-/// Matches what a scan read against the store: records of ours whose event is PENDING are
-/// written as `state` at their offsets. Returns (written, others, already recorded).
+/// Matches what a scan read against the store: records of ours (for `which`) whose event is
+/// PENDING are written as `state` at their offsets. Returns (written, others, already
+/// recorded); this release's own records skipped by an at-least-once read-back count in none.
 async fn write_found(
     store: &Store,
     clock: &dyn Clock,
     topic: &str,
     state: EventState,
     read: &Scan,
+    which: ReadBack,
 ) -> Result<(u64, usize, usize), DispatchError> {
     let ids: Vec<i64> = read
         .found
@@ -177,13 +231,20 @@ async fn write_found(
     let mut taken = std::collections::HashSet::new();
     let now = clock.now();
     for f in &read.found {
-        match ours(&f.identity, &rows, state) {
-            None => others += 1,
+        let row_state = match (ours(&f.identity, &rows, state), which) {
+            (None, _) => {
+                others += 1;
+                continue;
+            }
+            (Some(Whose::Current(_)), ReadBack::PreviousRelease) => continue,
+            (Some(Whose::Current(s) | Whose::PreviousRelease(s)), _) => s,
+        };
+        match row_state {
             // The first committed copy is the one written; a later copy is a duplicate.
-            Some(EventState::Pending) if taken.insert(f.identity.number()) => {
+            EventState::Pending if taken.insert(f.identity.number()) => {
                 acked.push(as_acked(f, now))
             }
-            Some(_) => known += 1,
+            _ => known += 1,
         }
     }
     let written = match state {
@@ -193,17 +254,26 @@ async fn write_found(
     Ok((written, others, known))
 }
 
-/// The state of the event of ours `identity` names, if it names one, read on the topic whose
-/// records become `state`: on the events topic a record with the event's `ce_id`; on the
-/// dead-letter topic one with the copy's own `ce_id` (a copy made before a requeue has
-/// another, so it never takes the requeue back), or the event's (a copy an earlier build
-/// made); on either, the previous release's copy (its number as `ce_id`, with the event's
-/// inbox message, key and time).
+/// A record of ours, by whom it was sent, with the event's state now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whose {
+    /// Sent by this release (or one since issue 40): the event's UUID and number.
+    Current(EventState),
+    /// Sent by the previous release: its number as `ce_id`, the event's message, key, time.
+    PreviousRelease(EventState),
+}
+
+/// The event of ours `identity` names, if it names one, read on the topic whose records
+/// become `state`: on the events topic a record with the event's `ce_id`; on the dead-letter
+/// topic one with the copy's own `ce_id` (a copy made before a requeue has another, so it
+/// never takes the requeue back), or the event's (a copy an earlier build made); on either,
+/// the previous release's copy (its number as `ce_id`, with the event's inbox message, key
+/// and time).
 fn ours(
     identity: &RecordIdentity,
     rows: &HashMap<i64, EventIdentity>,
     state: EventState,
-) -> Option<EventState> {
+) -> Option<Whose> {
     let row = rows.get(&identity.number()?)?;
     let own = match state {
         EventState::Dead => [row.dead_ce_id.as_deref(), row.ce_id.as_deref()],
@@ -215,12 +285,17 @@ fn ours(
         flight_key: &row.flight_key,
         created_at: row.created_at,
     };
-    let mine = own
+    if own
         .into_iter()
         .flatten()
         .any(|id| identity.is(row.event_id, Some(id)))
-        || identity.is_previous_release_copy(&facts);
-    mine.then_some(row.state)
+    {
+        Some(Whose::Current(row.state))
+    } else if identity.is_previous_release_copy(&facts) {
+        Some(Whose::PreviousRelease(row.state))
+    } else {
+        None
+    }
 }
 
 fn as_acked(f: &Found, at: chrono::DateTime<chrono::Utc>) -> Acked {
@@ -319,11 +394,15 @@ pub async fn send_txn_round(
         report.stages[1] = t0.elapsed() - report.stages[0];
         return Ok((report, out));
     }
-    if let Err(e) = cursor_before_commit(store, clock, cfg, &results, &dlq_results).await {
-        // Not committed: abort it (nothing visible) and let the round fail; its events go again.
-        abort(producer, cfg).await?;
-        return Err(e.into());
-    }
+    // A store failure here leaves the transaction open, as the fence check's in `commit`
+    // does: the producer is given up (its successor's `init_transactions` ends the
+    // transaction, its recovery reads back whatever the log holds). Not abort-and-send-again:
+    // that re-sends a batch whose aborted copy a broker keeping aborted records visible to
+    // `read_committed` (tansu, librdkafka's mock) shows beside the new one, as a duplicate
+    // (issue 53's r14 duplicates).
+    cursor_before_commit(store, clock, cfg, &results, &dlq_results)
+        .await
+        .map_err(|e| left_open("cursor before commit", e.into()))?;
     if let Err(e) = commit(store, producer, cfg)
         .await
         .map_err(|e| left_open("commit", e))?
@@ -429,8 +508,8 @@ fn after_commit_error(e: &ProducerError, attempt: u32) -> AfterCommitError {
     }
 }
 
-/// An error of `what` (the begin, or the commit: the store failed its fence check, before the
-/// first call or between calls) inside a round leaves the transaction open, perhaps
+/// An error of `what` (the begin, the cursor written before the commit, or the commit: the
+/// store failed its fence check, before the first call or between calls) inside a round leaves the transaction open, perhaps
 /// committing: give the producer up (a fatal error passes as it is).
 fn left_open(what: &str, e: DispatchError) -> DispatchError {
     if e.producer_fatal() {

@@ -5,8 +5,10 @@
 //! Run after `init_transactions`: that call aborts the previous holder's open transaction, so
 //! nothing of ours still open can commit later. Another producer's transaction (a neighbour
 //! on a shared topic) may still be open and hold a partition's last stable offset below
-//! records of ours committed after it: the scan waits for it (see [`scan`]). Where each partition's read starts is the caller's durable cursor (the
-//! scan floor and the highest offset written SENT): never the partition's beginning.
+//! records of ours committed after it: the scan waits for it (see [`scan`]). Where each
+//! partition's read starts is the caller's durable cursor (the scan floor and the highest
+//! offset written SENT): never the partition's beginning, except where the caller asks for
+//! partitions without a cursor (the at-least-once read-back after an upgrade).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -106,20 +108,27 @@ pub enum RecoverError {
 /// How long a scan may take: reading (`read`), and, while another producer's open transaction
 /// holds a partition's last stable offset below the end seen at start, as long again as that
 /// producer's transaction may stay open (`open_wait`: the broker's
-/// `transaction.max.timeout.ms`, `kafka.open_transaction_wait`).
+/// `transaction.max.timeout.ms`, `kafka.open_transaction_wait`); and what it does with a
+/// partition that has no cursor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScanLimits {
     /// Reading what is readable.
     pub read: Duration,
     /// Waiting out a held-back last stable offset, besides.
     pub open_wait: Duration,
+    /// A partition with neither a floor nor a recorded offset is read from its first offset
+    /// (true) or not at all (false: the exactly-once start, where every partition a commit of
+    /// ours can land on has a cursor first). The at-least-once read-back after an upgrade
+    /// reads it: the previous release recorded no cursor before its sends.
+    pub uncursored_from_start: bool,
 }
 
 /// Every committed record of `topic` from each partition's start to its end, the end being the
 /// high watermark when the scan began (asked `read_uncommitted`: every record written, whether
 /// its transaction is open, committed or aborted). A partition's start is the higher of
 /// `floors` and one past `recorded` (the highest offset written SENT or DEAD); with neither,
-/// nothing of ours can be there and it is not read. A partition whose last stable offset is
+/// nothing of ours can be there and it is not read (unless `limits.uncursored_from_start`:
+/// then from its first offset). A partition whose last stable offset is
 /// held below that end by an open transaction is waited for (KIP-98: a `read_committed`
 /// reader decides nothing past the LSO) up to `limits.open_wait`; past it the scan fails and
 /// the start is retried. Blocking: run off the async thread.
@@ -143,6 +152,7 @@ pub fn scan(
             .flatten()
             .max();
         let from = match start {
+            None if limits.uncursored_from_start => low,
             None => continue,
             // Past every record ever written there (the true end, not a held-back LSO): the
             // log we recorded is gone.

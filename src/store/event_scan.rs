@@ -217,6 +217,18 @@ impl Store {
         .await?)
     }
 
+    /// True while a PENDING event an earlier release made is left (migration 0022's
+    /// `made_by_uuid_release` NULL): the previous release may have sent it under its own
+    /// identity, so an at-least-once start reads the topics back for its copies.
+    pub async fn pending_made_by_earlier_release(&self) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM msg_event \
+             WHERE state = 'PENDING' AND made_by_uuid_release IS NULL)",
+        )
+        .fetch_one(self.pool())
+        .await?)
+    }
+
     /// The deployment's `transactional.id`, if one was recorded.
     pub async fn transactional_id(&self) -> Result<Option<String>, StoreError> {
         Ok(

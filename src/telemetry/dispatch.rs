@@ -98,7 +98,8 @@ pub(super) fn defs() -> Vec<Def> {
         Def::counter(
             DISPATCH_RECOVERED_TOTAL,
             "records",
-            "exactly-once start: committed records read back from the events and dead-letter \
+            "exactly-once start (and an at-least-once start while events an earlier release \
+             made are PENDING): committed records read back from the events and dead-letter \
              topics: recovered (ours, PENDING, now SENT/DEAD), already_recorded (ours, known), \
              others (another store's or deployment's, skipped)",
         )
@@ -152,7 +153,7 @@ impl ScanRecovered<'_> {
             tracing::warn!(
                 topic = self.topic,
                 partitions = ?self.recreated,
-                "exactly-once start: partitions end below the recorded floor (topic recreated or \
+                "dispatch start: partitions end below the recorded floor (topic recreated or \
                  truncated); read from their first offset"
             );
         }
@@ -162,7 +163,7 @@ impl ScanRecovered<'_> {
             recovered = self.recovered,
             already_recorded = self.already_recorded,
             others = self.others,
-            "exactly-once start: read back what committed transactions delivered"
+            "dispatch start: read back what committed records of ours the topics hold"
         );
     }
 }

@@ -15,11 +15,21 @@
 //! - the same on the dead-letter topic after an operator's requeue: no start takes the
 //!   requeue back, before or after the neighbour's transaction ends (the floor the requeue
 //!   raised never goes down). On tansu.
+//! - a store failure writing the cursor before a commit gives the producer up (as the fence
+//!   check does), so the batch is never aborted and sent again. On the mock cluster, which
+//!   keeps an aborted transaction's records visible: that would show as a duplicate.
+//! - at-least-once after a rolling upgrade: the start takes the previous release's records
+//!   (and no record of this release's) while an event an earlier release made is PENDING, so
+//!   an event the previous release delivered is not sent again under its UUID. On the mock
+//!   cluster (records outside transactions: any broker shows them alike); the same with the
+//!   previous release's own binary is `tests/upgrade.rs`.
 
 use std::time::{Duration, Instant};
 
 use msgx_core::clock::Clock;
+use msgx_core::dispatch::{txn, DispatchError};
 use msgx_testkit::audit;
+use msgx_testkit::dispatch_round::round;
 use msgx_testkit::kafka::RawMock;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -369,5 +379,134 @@ async fn a_pending_row_without_identities_is_delivered_not_stuck() {
     assert_eq!(missing, 0, "the identity made is kept");
     let got = read_all(&b, TOPIC, 3).await;
     assert_each_once(&h.identities().await, &got, "with a made identity");
+    h.env.cleanup().await;
+}
+
+/// The headers this release gives event `event_id` (`ce_id` its UUID, `ce_msgxevent` its
+/// number), as a record an at-least-once round sent before a crash carries them.
+fn current_headers(event_id: i64, ce_id: &str) -> Vec<(String, String)> {
+    [
+        ("ce_specversion", "1.0".to_string()),
+        ("ce_id", ce_id.to_string()),
+        ("ce_source", "/test".to_string()),
+        ("ce_msgxevent", event_id.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The at-least-once start's read-back, as the dispatcher runs it.
+async fn read_back(h: &Holder) -> Result<txn::Recovered, DispatchError> {
+    let d = &h.d;
+    txn::recover_previous_release(&h.env.store, &h.env.clock, &d.kafka, &d.bootstrap, &d.cfg).await
+}
+
+#[tokio::test]
+async fn an_at_least_once_start_takes_the_previous_releases_records_only() {
+    // At-least-once after a rolling upgrade (item 3): the previous release delivered our first
+    // event and stopped before SENT; a crash of this release left our second event acked and
+    // unwritten. The start writes the first SENT (never sent again under its UUID) and leaves
+    // the second to be sent again (at-least-once: the same identity). The previous release
+    // stood in for by its records; on the mock cluster.
+    let mock = RawMock::new(1, &[(TOPIC, 3), (DLQ, 3)]);
+    let b = mock.bootstrap();
+    let alo = [("MSGX_KAFKA__DELIVERY", "at-least-once")];
+    let mut h = Holder::new("edge_alo_prev", &b, &alo).await;
+    let ids = seed(&h.env, 3, 3).await;
+    let (msg_id, key, created_at): (i64, String, chrono::DateTime<chrono::Utc>) = h
+        .env
+        .rows(&format!(
+            "SELECT msg_id, flight_key, created_at FROM msg_event WHERE event_id = {}",
+            ids[0]
+        ))
+        .await
+        .remove(0);
+    let prev = previous_release_headers(ids[0], msg_id, &key, created_at);
+    send_plain(&b, TOPIC, key.clone(), prev).await;
+    let uuids = h.identities().await;
+    send_plain(
+        &b,
+        TOPIC,
+        "k".into(),
+        current_headers(ids[1], &uuids[&ids[1]]),
+    )
+    .await;
+    // Every event made by this release: nothing to look for, nothing read.
+    let none = read_back(&h).await.expect("read-back");
+    assert_eq!(none, txn::Recovered::default(), "no read without a reason");
+    // The first two were made by the previous release (the pump of this one marks its own).
+    h.env
+        .exec_with(
+            "UPDATE msg_event SET made_by_uuid_release = NULL WHERE event_id = ANY($1)",
+            |q| q.bind(&ids[..2]),
+        )
+        .await;
+    let r = read_back(&h).await.expect("read-back");
+    assert_eq!(
+        (r.sent, r.dead),
+        (1, 0),
+        "the previous release's record only: {r:?}"
+    );
+    h.drain().await;
+    assert_eq!(h.count("SENT").await, 3);
+    let got = read_all(&b, TOPIC, 4).await;
+    let first: Vec<&str> = got
+        .iter()
+        .filter(|r| r.headers.get("ce_msgxevent") == Some(&ids[0].to_string()))
+        .map(|r| r.ce_id())
+        .collect();
+    assert!(first.is_empty(), "our first event not sent again: {got:?}");
+    let second = got.iter().filter(|r| r.ce_id() == uuids[&ids[1]]).count();
+    assert_eq!(
+        second, 2,
+        "our own record is sent again, same identity: {got:?}"
+    );
+    // Written: the next start has nothing to look for.
+    let again = read_back(&h).await.expect("read-back");
+    assert_eq!(again.read, 0, "{again:?}");
+    h.env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_store_failure_before_the_commit_gives_the_producer_up() {
+    // The cursor written before the commit (a store statement) fails: the transaction is left
+    // to the next producer's start, as at the fence check, not aborted and sent again. The mock
+    // cluster keeps an aborted transaction's records visible (as tansu does): a batch aborted
+    // and sent again would be in its log twice (issue 53's r14 duplicates).
+    let mock = RawMock::new(1, &[(TOPIC, 3), (DLQ, 3)]);
+    let b = mock.bootstrap();
+    let mut h = Holder::new("edge_cursor_fails", &b, &[]).await;
+    let ids = seed(&h.env, 7, 7).await;
+    h.prepare().await.expect("start");
+    h.env
+        .exec(
+            "CREATE FUNCTION refuse_floor() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$; \
+             CREATE TRIGGER refuse_floor BEFORE INSERT ON dispatch_scan_floor \
+             FOR EACH STATEMENT EXECUTE FUNCTION refuse_floor();",
+        )
+        .await;
+    let Holder { env, d, p, state } = &mut h;
+    let e = round(&env.store, p, &env.clock, &d.cfg, state)
+        .await
+        .expect_err("the round fails");
+    assert!(e.producer_fatal(), "the producer is given up: {e}");
+    h.env
+        .exec("DROP TRIGGER refuse_floor ON dispatch_scan_floor")
+        .await;
+    let (_old, r) = h.restart().await;
+    assert_eq!(
+        r.sent, 7,
+        "the open transaction's records are read back: {r:?}"
+    );
+    h.drain().await;
+    let got = read_all(&b, TOPIC, ids.len()).await;
+    assert_eq!(
+        got.len(),
+        ids.len(),
+        "the batch is in the log once: {got:?}"
+    );
+    assert_each_once(&h.identities().await, &got, "after a failed cursor write");
     h.env.cleanup().await;
 }

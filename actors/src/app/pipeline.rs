@@ -300,7 +300,7 @@ fn dispatcher(d: &PipelineDeps, x: DispatchDeps) -> ChildFactory {
             let d = Dispatcher::new(s, c, producer, x.cfg.clone(), x.idle_poll);
             Some(match x.kafka.exactly_once() {
                 true => d.exactly_once(x.kafka.clone(), x.bootstrap.clone(), lock.clone()),
-                false => d,
+                false => d.at_least_once(x.kafka.clone(), x.bootstrap.clone()),
             })
         },
         |r, addr| r.events = vec![addr.clone().recipient()],
