@@ -24,6 +24,9 @@ use msgx_testkit as common;
 #[path = "exactly_once/identity.rs"]
 mod identity;
 
+#[path = "exactly_once/edges.rs"]
+mod edges;
+
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 

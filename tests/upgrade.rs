@@ -415,3 +415,96 @@ async fn the_rolling_upgrade_with_migrate_first_keeps_the_previous_release_runni
 
     steps_2_and_3_then_nothing_lost(site, writers, active, new, epoch).await;
 }
+
+/// Issue 53 item 3, at-least-once: the previous release delivers a round and dies before it
+/// writes SENT (its own `dispatch_after_ack` failpoint, an abort like `kill -9`: the window a
+/// rolling upgrade's stop can leave); the new binary takes the lease, migrates and delivers the
+/// rest. A consumer that de-duplicates on (`ce_source`, `ce_id`), as the contract says, sees
+/// each event once: the previous release's record is recognised at the start (its number as
+/// `ce_id`, the event's inbox message, key and time) and written SENT, so the event is not
+/// sent again under its UUID. Before issue 53 it was: two identities for one event.
+#[tokio::test]
+async fn an_event_the_previous_release_delivered_is_not_sent_again_under_a_new_identity() {
+    let mut site = Site::with_previous_release("upg_identity").await;
+    set_var(&mut site.vars, "MSGX_KAFKA__DELIVERY", "at-least-once");
+    for i in 0..12 {
+        let flid = format!("UP{:02}", i % 4);
+        let gate = format!("G{i}");
+        site.env
+            .insert_message(&common::msgs::flop(5000 + i, &flid, &[("GATE", &gate)]))
+            .await;
+    }
+    let mut old = site
+        .old_command("run")
+        .env("MSGX_HTTP__LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("MSGEXCHANGE_FAILPOINT", "dispatch_after_ack")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the previous release");
+    let late = "the previous release never reached dispatch_after_ack";
+    let status = common::process::exit_status(&mut old, LIMIT, late).await;
+    assert!(!status.success(), "aborted at the failpoint: {status:?}");
+    let (bootstrap, tag) = (site.bootstrap.clone(), site.tag);
+    let before =
+        common::instance::off_runtime(move || consume(&bootstrap, TOPIC, PARTITIONS, 1)).await;
+    assert!(
+        !before.is_empty()
+            && before
+                .iter()
+                .all(|r| !r.headers.contains_key("ce_msgxevent")),
+        "{tag}: the previous release's records (its number as ce_id): {before:?}"
+    );
+    let sent_before: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM msg_event WHERE state = 'SENT'")
+            .fetch_one(&site.pool)
+            .await
+            .expect("sent");
+    assert_eq!(sent_before, 0, "it died before writing SENT");
+
+    let new = site.spawn_new("new");
+    new.wait_ready(LIMIT).await;
+    wait_for("every event SENT by the new binary", LIMIT, || async {
+        let (n, sent): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE state = 'SENT') FROM msg_event",
+        )
+        .fetch_one(&site.pool)
+        .await
+        .unwrap_or((0, -1));
+        processed(&site.pool).await == 12 && n > 0 && n == sent
+    })
+    .await;
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM msg_event")
+        .fetch_one(&site.pool)
+        .await
+        .expect("events");
+    let bootstrap = site.bootstrap.clone();
+    let records = common::instance::off_runtime(move || {
+        consume(&bootstrap, TOPIC, PARTITIONS, events as usize)
+    })
+    .await;
+    // The consumer's view: identities per event (the event by its number, either release's).
+    let mut identities: std::collections::BTreeMap<
+        i64,
+        std::collections::BTreeSet<(String, String)>,
+    > = Default::default();
+    for r in &records {
+        identities
+            .entry(r.event_id())
+            .or_default()
+            .insert((r.headers["ce_source"].clone(), r.ce_id().to_string()));
+    }
+    assert_eq!(
+        identities.len() as i64,
+        events,
+        "every event on the topic: {identities:?}"
+    );
+    let twice: Vec<_> = identities.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "events a consumer de-duplicating on (ce_source, ce_id) receives twice: {twice:?}"
+    );
+    let (code, out) = verify(&site.vars, &["--kafka"]);
+    assert_eq!(code, Some(0), "verify --kafka:\n{out}");
+    site.finish(vec![new]).await;
+}

@@ -17,6 +17,12 @@
 //! topics' ends become the recovery's floors ([`txn::record_floors`]). A fenced producer, a
 //! commit whose outcome stayed unknown, or an outcome write lost with its task, stops the
 //! dispatcher: the supervisor's next one starts over from the lease.
+//!
+//! `kafka.delivery = "at-least-once"`: while an event an earlier release made is PENDING (a
+//! rolling upgrade from the previous release), the start first reads both topics back for the
+//! previous release's copies ([`txn::recover_previous_release`]): an event it delivered and did
+//! not record is not sent again under another identity. Tried [`PREVIOUS_RELEASE_TRIES`] times;
+//! then rounds go on without it (at-least-once: such events may reach consumers twice).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +56,9 @@ const SHUTDOWN_FLUSH_MAX: Duration = Duration::from_secs(2);
 /// answers reads but fails writes would otherwise grow the skip list without bound).
 const UNWRITTEN_MAX_BATCHES: usize = 4;
 
+/// At-least-once starts: read-back attempts before rounds go on without it.
+const PREVIOUS_RELEASE_TRIES: u32 = 3;
+
 /// What an outcome write hands back: the outcome and (SENT, DEAD) rows written.
 type Written = (Unrecorded, Result<(u64, u64), StoreError>);
 
@@ -73,13 +82,18 @@ pub struct Dispatcher {
     next: NextRun,
     /// When the next retry time was last read.
     retry_checked_at: Option<Instant>,
-    /// `exactly-once`: what the start needs, until it is done.
+    /// What the start needs (the exactly-once start, or the at-least-once read-back).
     eo: Option<ExactlyOnce>,
 }
 
-/// The exactly-once start: the producer's `init_transactions` and the recovery, under the
-/// lease.
+/// The start before the first round: `exactly-once`, the producer's `init_transactions` and
+/// the recovery, under the lease; `at-least-once`, the read-back of the previous release's
+/// copies.
 struct ExactlyOnce {
+    /// `exactly-once` (the transactional start); false: the at-least-once read-back.
+    transactional: bool,
+    /// At-least-once read-backs that failed so far.
+    failed: u32,
     kafka: KafkaSettings,
     bootstrap: String,
     /// The lease (None in tests that run without one).
@@ -124,6 +138,8 @@ impl Dispatcher {
         lock: Option<InstanceLock>,
     ) -> Self {
         self.eo = Some(ExactlyOnce {
+            transactional: true,
+            failed: 0,
             kafka,
             bootstrap,
             lock,
@@ -132,6 +148,27 @@ impl Dispatcher {
             floors_at: None,
         });
         self
+    }
+
+    /// `at-least-once`: before the first round, the previous release's copies are read back
+    /// (see the module doc).
+    pub fn at_least_once(mut self, kafka: KafkaSettings, bootstrap: String) -> Self {
+        self.eo = Some(ExactlyOnce {
+            transactional: false,
+            failed: 0,
+            kafka,
+            bootstrap,
+            lock: None,
+            initialized: true,
+            prepared: false,
+            floors_at: None,
+        });
+        self
+    }
+
+    /// True in `exactly-once` mode.
+    fn transactional(&self) -> bool {
+        self.eo.as_ref().is_some_and(|e| e.transactional)
     }
 
     /// The exactly-once start (see the module doc), run in place of the first round: lease,
@@ -149,6 +186,9 @@ impl Dispatcher {
             bool,
         ),
     ) -> AtomicResponse<Self, Result<DispatchSummary, WorkError>> {
+        if !self.transactional() {
+            return self.read_back_previous_release(producer, kafka, bootstrap);
+        }
         let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
         let start = async move {
             let result = async {
@@ -204,12 +244,68 @@ impl Dispatcher {
         )))
     }
 
+    /// The at-least-once start (see the module doc): the previous release's copies read back,
+    /// retried after `dispatch.idle_poll`; after [`PREVIOUS_RELEASE_TRIES`] failures rounds go
+    /// on without it.
+    fn read_back_previous_release(
+        &mut self,
+        producer: EventProducer,
+        kafka: KafkaSettings,
+        bootstrap: String,
+    ) -> AtomicResponse<Self, Result<DispatchSummary, WorkError>> {
+        let (store, clock, cfg) = (self.store.clone(), self.clock.clone(), self.cfg.clone());
+        let start = async move {
+            txn::recover_previous_release(&store, clock.as_ref(), &kafka, &bootstrap, &cfg).await
+        };
+        AtomicResponse::new(Box::pin(start.into_actor(self).map(
+            move |result, act, ctx| {
+                act.producer = Some(producer);
+                let Some(start) = act.eo.as_mut() else {
+                    return Ok(DispatchSummary::default());
+                };
+                match result {
+                    Ok(r) => {
+                        start.prepared = true;
+                        if r.read > 0 {
+                            tracing::info!(
+                                sent = r.sent,
+                                dead = r.dead,
+                                "at-least-once start: the previous release's deliveries are written"
+                            );
+                        }
+                        act.schedule(ctx, Duration::ZERO, false);
+                        Ok(DispatchSummary::default())
+                    }
+                    Err(e) => {
+                        start.failed += 1;
+                        let give_up = start.failed >= PREVIOUS_RELEASE_TRIES;
+                        start.prepared = give_up;
+                        if give_up {
+                            tracing::warn!(
+                                error = %e,
+                                tries = start.failed,
+                                "at-least-once start: the previous release's records could not be \
+                                 read back; delivering without (an event it sent may reach \
+                                 consumers again under its new identity)"
+                            );
+                            act.schedule(ctx, Duration::ZERO, false);
+                        } else {
+                            tracing::warn!(error = %e, "at-least-once start: read-back failed; retried");
+                            act.schedule(ctx, act.idle_poll, false);
+                        }
+                        Err(WorkError::from(e))
+                    }
+                }
+            },
+        )))
+    }
+
     /// `exactly-once`: true (and the clock restarted) when the floors may be recorded before
     /// this round: due, no transaction open (rounds never overlap), and every committed round's
     /// outcome written, so nothing of ours below the ends is unknown to the store.
     fn floors_due(&mut self) -> bool {
         let quiet = self.state.unwritten() == 0 && self.write.is_none();
-        let Some(eo) = self.eo.as_mut().filter(|e| e.prepared) else {
+        let Some(eo) = self.eo.as_mut().filter(|e| e.prepared && e.transactional) else {
             return false;
         };
         let every = self.cfg.scan_floor_every;
@@ -253,7 +349,7 @@ impl Dispatcher {
         let lost = ended.is_err();
         if settle(&mut self.state, ended) {
             self.start_write(ctx);
-        } else if lost && self.eo.is_some() {
+        } else if lost && self.transactional() {
             // Its acks' transactions are committed: re-sending them would duplicate. A new
             // dispatcher recovers them from Kafka before writing anything later.
             ctx.stop();
@@ -402,7 +498,7 @@ impl Handler<DispatchNow> for Dispatcher {
                     }
                     Err(e) => {
                         telemetry::dispatch_failed(e);
-                        if e.producer_fatal() && act.eo.is_some() {
+                        if e.producer_fatal() && act.transactional() {
                             // Fenced (a newer producer took our transactional.id), or a
                             // transaction this producer can no longer end: the next
                             // dispatcher starts over from the lease with a new producer.

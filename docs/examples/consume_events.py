@@ -11,6 +11,10 @@ against a real broker (tests/event_contract.rs).
     pip install confluent-kafka
     python3 consume_events.py --bootstrap kafka:9092 [--topic msgx.flight-events]
 
+Give --topic twice to read the dead-letter topic too, with the same de-duplication set: a
+dead letter has its own ce_id (the event's is in its ce_msgxoriginalid header), so an event an
+operator requeued after it died is still handled when it reaches the main topic.
+
 The de-duplication set lives in memory here. A real consumer keeps the seen (ce_source, ce_id)
 pairs in its own store, written in the same transaction as the effect of the event, for longer
 than any redelivery can take (a requeued dead event can come back days later).
@@ -40,30 +44,31 @@ def headers_of(msg):
 
 def handle(msg, headers, event):
     """The consumer's business: here, print what arrived."""
-    print(
-        json.dumps(
-            {
-                "ce_id": headers["ce_id"],
-                "ce_source": headers["ce_source"],
-                # The event's number in the producing store: ordered per key, not unique
-                # across stores (never de-duplicate on it).
-                "event_id": int(headers["ce_msgxevent"]),
-                "type": headers["ce_type"],
-                "key": msg.key().decode("utf-8"),
-                "dataschema": headers.get("ce_dataschema"),
-                "msg_id": event["msg_id"],
-                "partition": msg.partition(),
-                "offset": msg.offset(),
-            }
-        ),
-        flush=True,
-    )
+    line = {
+        "ce_id": headers["ce_id"],
+        "ce_source": headers["ce_source"],
+        # The event's number in the producing store: ordered per key, not unique across
+        # stores (never de-duplicate on it).
+        "event_id": int(headers["ce_msgxevent"]),
+        "type": headers["ce_type"],
+        "key": msg.key().decode("utf-8"),
+        "dataschema": headers.get("ce_dataschema"),
+        "msg_id": event["msg_id"],
+        "partition": msg.partition(),
+        "offset": msg.offset(),
+    }
+    if "ce_msgxoriginalid" in headers:
+        # A dead letter: its own identity; the event it copies is this one.
+        line["dead_letter_of"] = headers["ce_msgxoriginalid"]
+    print(json.dumps(line), flush=True)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap", required=True, help="host:port[,host:port]")
-    p.add_argument("--topic", default="msgx.flight-events")
+    p.add_argument("--topic", action="append", default=None,
+                   help="a topic to read (repeatable: the events and the dead-letter topic, "
+                        "one de-duplication set); default msgx.flight-events")
     p.add_argument("--group", default="msgx-example-consumer")
     p.add_argument("--idle-exit", type=float, default=0.0,
                    help="stop after this many seconds without a record (0 = run until killed)")
@@ -87,7 +92,7 @@ def main():
     def on_assign(_consumer, partitions):
         assigned.append(partitions)
 
-    consumer.subscribe([args.topic], on_assign=on_assign)
+    consumer.subscribe(args.topic or ["msgx.flight-events"], on_assign=on_assign)
     seen = set()
     duplicates = 0
     last = time.monotonic()

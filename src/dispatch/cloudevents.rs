@@ -50,8 +50,32 @@ fn base_attributes(ev: &PendingEvent, source: &str) -> Vec<(&'static str, String
     ]
 }
 
+/// The extension header of a dead-letter copy carrying the event's own `ce_id`.
+pub const ORIGINAL_ID_HEADER: &str = "ce_msgxoriginalid";
+
+/// A dead-letter copy's headers: the event's attributes under an identity of its own
+/// (`ce_id` = the copy's, made anew by each requeue; the event's `ce_id` in
+/// [`ORIGINAL_ID_HEADER`]), so one de-duplication store across both topics never drops the
+/// event when a requeue delivers it; then why, after how many attempts, and where it was
+/// meant to go.
+pub fn dead_letter_attributes(
+    ev: &PendingEvent,
+    source: &str,
+    original_topic: &str,
+) -> Vec<(&'static str, String)> {
+    let mut out = attributes(ev, source);
+    for (name, value) in out.iter_mut() {
+        if *name == "ce_id" {
+            *value = ev.dead_ce_id.clone();
+        }
+    }
+    out.push((ORIGINAL_ID_HEADER, ev.ce_id.clone()));
+    out.extend(dead_letter_extras(ev, original_topic));
+    out
+}
+
 /// Dead-letter extras: why and after how many attempts, and where it was meant to go.
-pub fn dead_letter_extras(ev: &PendingEvent, original_topic: &str) -> Vec<(&'static str, String)> {
+fn dead_letter_extras(ev: &PendingEvent, original_topic: &str) -> Vec<(&'static str, String)> {
     vec![
         (
             "ce_msgxerror",
@@ -91,6 +115,7 @@ mod tests {
             attempts: 0,
             created_at: Utc.with_ymd_and_hms(2026, 11, 30, 1, 2, 3).unwrap(),
             last_error: None,
+            dead_ce_id: "0192a7b0-7c1e-4f6a-9d2b-00000000dead".into(),
         };
         let a = attributes(&ev, "/msgexchange");
         let get = |k: &str| a.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
@@ -107,8 +132,19 @@ mod tests {
         };
         let u = attributes(&unknown, "/msgexchange");
         assert!(u.iter().all(|(k, _)| *k != "ce_dataschema"));
+        let dl = dead_letter_attributes(&ev, "/msgexchange", "msgx.flight-events");
+        let get_dl = |k: &str| dl.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(
+            get_dl("ce_id"),
+            Some("0192a7b0-7c1e-4f6a-9d2b-00000000dead")
+        );
+        assert_eq!(
+            get_dl("ce_msgxoriginalid"),
+            Some("0192a7b0-7c1e-4f6a-9d2b-3e4f5a6b7c8d")
+        );
+        assert_eq!(dl.iter().filter(|(n, _)| *n == "ce_id").count(), 1);
         // CloudEvents attribute names: lower-case a-z0-9 only after the `ce_` prefix.
-        for (k, _) in &a {
+        for (k, _) in a.iter().chain(&dl) {
             if let Some(attr) = k.strip_prefix("ce_") {
                 assert!(attr
                     .chars()

@@ -36,6 +36,9 @@ pub struct DispatchConfig {
     /// `exactly-once`: how long a transaction call (init, commit, abort) and the start-up
     /// recovery may take (`kafka.transaction_timeout`).
     pub txn_timeout: std::time::Duration,
+    /// `exactly-once`: how long the start-up recovery waits out another producer's open
+    /// transaction (`kafka.open_transaction_wait`).
+    pub open_txn_wait: std::time::Duration,
     /// `exactly-once`: how often, at most, the scan floors move up between rounds
     /// (`dispatch.scan_floor_every`).
     pub scan_floor_every: std::time::Duration,
@@ -227,8 +230,7 @@ pub(super) async fn send_dead_letters(
     cfg: &DispatchConfig,
 ) -> Vec<SendResult> {
     join_all(exhausted.iter().map(|ev| {
-        let mut headers = cloudevents::attributes(ev, &cfg.ce_source);
-        headers.extend(cloudevents::dead_letter_extras(ev, &cfg.topic));
+        let headers = cloudevents::dead_letter_attributes(ev, &cfg.ce_source, &cfg.topic);
         send_one(producer, clock, ev, &cfg.dlq_topic, headers)
     }))
     .await

@@ -83,6 +83,7 @@ mod tests {
             attempts: 0,
             created_at: DateTime::UNIX_EPOCH,
             last_error: None,
+            dead_ce_id: format!("00000000-0000-4000-9000-{id:012}"),
         }
     }
 

@@ -259,8 +259,10 @@ impl EventProducer {
         self.recreate()
     }
 
-    /// Each partition's end (high watermark) of `topic`, from the broker: the scan floors
-    /// recorded between transactions. Runs off the async thread (librdkafka blocks).
+    /// Each partition's end of `topic`, from the broker: the scan floors recorded between
+    /// transactions. librdkafka asks it `read_committed` (its default isolation), so this is
+    /// the last stable offset: at or below the high watermark, and with none of our
+    /// transactions open, past every record of ours. Runs off the async thread (librdkafka blocks).
     pub async fn partition_ends(
         &self,
         topic: &str,

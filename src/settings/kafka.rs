@@ -62,6 +62,11 @@ pub struct KafkaSettings {
     /// open longer (a frozen or dead holder's); at least `delivery_timeout`.
     #[serde(with = "duration", default = "default_transaction_timeout")]
     pub transaction_timeout: Duration,
+    /// `exactly-once`: how long the start-up recovery waits for another producer's open
+    /// transaction that holds a partition's last stable offset below records of ours (the
+    /// broker's `transaction.max.timeout.ms`: no transaction stays open longer).
+    #[serde(with = "duration", default = "default_open_transaction_wait")]
+    pub open_transaction_wait: Duration,
 }
 
 /// How events reach Kafka (`kafka.delivery`).
@@ -87,6 +92,11 @@ impl Delivery {
 
 fn default_transaction_timeout() -> Duration {
     Duration::from_secs(60)
+}
+
+/// Kafka's default `transaction.max.timeout.ms` (15 minutes).
+fn default_open_transaction_wait() -> Duration {
+    Duration::from_secs(15 * 60)
 }
 
 /// The dispatcher's draining rules.
@@ -258,6 +268,7 @@ impl KafkaSettings {
                 "shorter than kafka.delivery_timeout",
             ));
         }
+        check_nonzero(self.open_transaction_wait, "kafka.open_transaction_wait")?;
         if self.transactional_id.trim().len() > 200 {
             return Err(invalid(
                 "kafka.transactional_id",

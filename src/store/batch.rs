@@ -279,8 +279,9 @@ const BATCH_SQL: &str = "WITH up AS ( \
          RETURNING 1), \
      del AS (DELETE FROM flight_state WHERE flid = ANY($8::text[]) RETURNING 1), \
      ev AS ( \
-         INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
-         SELECT e.m, e.k, e.t, e.p, e.a \
+         INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at, \
+                                made_by_uuid_release) \
+         SELECT e.m, e.k, e.t, e.p, e.a, true \
          FROM UNNEST($9::bigint[], $10::text[], $11::text[], $12::jsonb[], \
                      $13::timestamptz[]) WITH ORDINALITY AS e(m, k, t, p, a, o) \
          ORDER BY e.o \

@@ -17,8 +17,27 @@ pub struct EventIdentity {
     pub event_id: i64,
     /// The event's `ce_id` (a UUID; NULL on an event of an older release never sent since).
     pub ce_id: Option<String>,
+    /// Its dead-letter copy's `ce_id` (migration 0022; NULL before it).
+    pub dead_ce_id: Option<String>,
+    /// The inbox message it came from.
+    pub msg_id: i64,
+    /// Its Kafka key.
+    pub flight_key: String,
+    /// When the pump made it.
+    pub created_at: DateTime<Utc>,
     /// Its state now.
     pub state: EventState,
+}
+
+/// How [`Store::upsert_floors`] treats a partition that has a floor already.
+#[derive(Debug, Clone, Copy)]
+enum FloorWrite {
+    /// To the higher of the two (floors never go down).
+    Raise,
+    /// Left alone.
+    IfAbsent,
+    /// Replaced (a recreated partition only).
+    Set,
 }
 
 /// The `transactional.id` recorded for this store differs from the one configured.
@@ -47,33 +66,87 @@ impl Store {
         Ok(rows.into_iter().collect())
     }
 
-    /// Records `ends` (partition → end offset) as the floors of `topic`. Call only while no
+    /// Raises the floors of `topic` to `ends` (partition → end offset); a floor never goes
+    /// down here (a requeue may have raised it past a dead-letter copy). Call only while no
     /// transaction of ours is open and every committed one is written: then nothing of ours
-    /// below these offsets is unknown to the store. A floor only moves down when the topic was
-    /// recreated (its end is below the floor): the new topic's end is the truth.
+    /// below these offsets is unknown to the store. Partitions without a floor get one.
     pub async fn record_scan_floors(
         &self,
         topic: &str,
         ends: &[(i32, i64)],
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        self.upsert_floors(topic, ends, now, FloorWrite::Raise)
+            .await
+    }
+
+    /// Gives each partition of `topic` in `first` (partition → the first offset of ours a
+    /// transaction about to commit wrote there) a floor, where it has none: before the
+    /// commit, so no committed record of ours ever lies on a partition the recovery would
+    /// not read. An existing floor is left alone (it lies at or below every record of ours
+    /// not yet written SENT/DEAD; raising it could pass one).
+    pub async fn ensure_scan_floors(
+        &self,
+        topic: &str,
+        first: &[(i32, i64)],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.upsert_floors(topic, first, now, FloorWrite::IfAbsent)
+            .await
+    }
+
+    /// Sets the floors of partitions of `topic` found recreated (their end lies below the
+    /// floor: the old log is gone) to the new log's end: the one write that lowers a floor.
+    pub async fn reset_scan_floors(
+        &self,
+        topic: &str,
+        ends: &[(i32, i64)],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.upsert_floors(topic, ends, now, FloorWrite::Set).await
+    }
+
+    async fn upsert_floors(
+        &self,
+        topic: &str,
+        ends: &[(i32, i64)],
+        now: DateTime<Utc>,
+        how: FloorWrite,
+    ) -> Result<(), StoreError> {
         if ends.is_empty() {
             return Ok(());
         }
         let parts: Vec<i32> = ends.iter().map(|e| e.0).collect();
         let offsets: Vec<i64> = ends.iter().map(|e| e.1.max(0)).collect();
-        sqlx::query(
-            "INSERT INTO dispatch_scan_floor (topic, kafka_partition, next_offset, recorded_at) \
-             SELECT $1, p, o, $4 FROM UNNEST($2::int[], $3::bigint[]) AS u(p, o) \
-             ON CONFLICT (topic, kafka_partition) DO UPDATE \
-                SET next_offset = EXCLUDED.next_offset, recorded_at = EXCLUDED.recorded_at",
-        )
-        .bind(topic)
-        .bind(&parts)
-        .bind(&offsets)
-        .bind(now)
-        .execute(self.pool())
-        .await?;
+        macro_rules! upsert {
+            ($on_conflict:literal) => {
+                concat!(
+                    "INSERT INTO dispatch_scan_floor \
+                     (topic, kafka_partition, next_offset, recorded_at) \
+                     SELECT $1, p, min(o), $4 FROM UNNEST($2::int[], $3::bigint[]) AS u(p, o) \
+                     GROUP BY p ON CONFLICT (topic, kafka_partition) ",
+                    $on_conflict
+                )
+            };
+        }
+        let sql = match how {
+            FloorWrite::Raise => upsert!(
+                "DO UPDATE SET next_offset = GREATEST(dispatch_scan_floor.next_offset, \
+                 EXCLUDED.next_offset), recorded_at = EXCLUDED.recorded_at"
+            ),
+            FloorWrite::IfAbsent => upsert!("DO NOTHING"),
+            FloorWrite::Set => upsert!(
+                "DO UPDATE SET next_offset = EXCLUDED.next_offset, \
+                 recorded_at = EXCLUDED.recorded_at"
+            ),
+        };
+        sqlx::query(sql)
+            .bind(topic)
+            .bind(&parts)
+            .bind(&offsets)
+            .bind(now)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 
@@ -135,11 +208,24 @@ impl Store {
             return Ok(Vec::new());
         }
         Ok(sqlx::query_as(
-            "SELECT event_id, ce_id::text AS ce_id, state FROM msg_event \
+            "SELECT event_id, ce_id::text AS ce_id, dead_ce_id::text AS dead_ce_id, msg_id, \
+                    flight_key, created_at, state FROM msg_event \
              WHERE event_id = ANY($1)",
         )
         .bind(event_ids)
         .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// True while a PENDING event an earlier release made is left (migration 0022's
+    /// `made_by_uuid_release` NULL): the previous release may have sent it under its own
+    /// identity, so an at-least-once start reads the topics back for its copies.
+    pub async fn pending_made_by_earlier_release(&self) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM msg_event \
+             WHERE state = 'PENDING' AND made_by_uuid_release IS NULL)",
+        )
+        .fetch_one(self.pool())
         .await?)
     }
 

@@ -28,6 +28,43 @@ pub struct PendingEvent {
     pub created_at: DateTime<Utc>,
     /// The last send error, if any (copied into the DLQ record).
     pub last_error: Option<String>,
+    /// The `ce_id` of its dead-letter copy (migration 0022): its own, so a consumer keeping
+    /// one de-duplication store across both topics never drops the event when a requeue
+    /// delivers it; made anew by each requeue.
+    pub dead_ce_id: String,
+}
+
+/// A PENDING row as read: an identity may be missing on a row the previous release requeued
+/// (it knows neither column), and is made (and kept) before the row is sent.
+#[derive(sqlx::FromRow)]
+struct PendingRow {
+    event_id: i64,
+    ce_id: Option<String>,
+    msg_id: i64,
+    flight_key: String,
+    event_type: String,
+    payload: String,
+    attempts: i32,
+    created_at: DateTime<Utc>,
+    last_error: Option<String>,
+    dead_ce_id: Option<String>,
+}
+
+impl PendingRow {
+    fn identified(self) -> Option<PendingEvent> {
+        Some(PendingEvent {
+            event_id: self.event_id,
+            ce_id: self.ce_id?,
+            msg_id: self.msg_id,
+            flight_key: self.flight_key,
+            event_type: self.event_type,
+            payload: self.payload,
+            attempts: self.attempts,
+            created_at: self.created_at,
+            last_error: self.last_error,
+            dead_ce_id: self.dead_ce_id?,
+        })
+    }
 }
 
 /// A broker ack for one event.
@@ -110,9 +147,10 @@ impl Store {
         let mut out = Vec::with_capacity(limit);
         let mut after = i64::MIN;
         loop {
-            let rows = sqlx::query_as::<_, PendingEvent>(
+            let rows = sqlx::query_as::<_, PendingRow>(
                 "SELECT e.event_id, e.ce_id::text AS ce_id, e.msg_id, e.flight_key, e.event_type, \
-                        e.payload::text AS payload, e.attempts, e.created_at, e.last_error \
+                        e.payload::text AS payload, e.attempts, e.created_at, e.last_error, \
+                        e.dead_ce_id::text AS dead_ce_id \
                  FROM msg_event e \
                  WHERE e.state = 'PENDING' AND e.event_id > $2 \
                    AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= $1) \
@@ -125,7 +163,7 @@ impl Store {
             .fetch_all(self.pool())
             .await?;
             let exhausted = (rows.len() as i64) < page;
-            for ev in rows {
+            for ev in self.identified(rows).await? {
                 after = ev.event_id;
                 let blocked = held
                     .get(&ev.flight_key)
@@ -145,6 +183,43 @@ impl Store {
                 return Ok(out);
             }
         }
+    }
+
+    /// The rows with their identities; a row missing one (the previous release requeued it,
+    /// or a DEAD row older than migration 0018) gets it now, kept in the store before it is
+    /// ever sent: one statement, only when such a row is read.
+    async fn identified(&self, rows: Vec<PendingRow>) -> Result<Vec<PendingEvent>, StoreError> {
+        let missing: Vec<i64> = rows
+            .iter()
+            .filter(|r| r.ce_id.is_none() || r.dead_ce_id.is_none())
+            .map(|r| r.event_id)
+            .collect();
+        let made: std::collections::HashMap<i64, (String, String)> = if missing.is_empty() {
+            Default::default()
+        } else {
+            sqlx::query_as::<_, (i64, String, String)>(
+                "UPDATE msg_event SET ce_id = COALESCE(ce_id, gen_random_uuid()), \
+                        dead_ce_id = COALESCE(dead_ce_id, gen_random_uuid()) \
+                 WHERE event_id = ANY($1) \
+                 RETURNING event_id, ce_id::text, dead_ce_id::text",
+            )
+            .bind(&missing)
+            .fetch_all(self.pool())
+            .await?
+            .into_iter()
+            .map(|(id, ce, dead)| (id, (ce, dead)))
+            .collect()
+        };
+        Ok(rows
+            .into_iter()
+            .filter_map(|mut r| {
+                if let Some((ce, dead)) = made.get(&r.event_id) {
+                    r.ce_id = Some(ce.clone());
+                    r.dead_ce_id = Some(dead.clone());
+                }
+                r.identified()
+            })
+            .collect())
     }
 
     /// Marks acknowledged events SENT with where they landed on `topic`, in one statement.
@@ -281,7 +356,7 @@ pub struct Requeued {
 
 impl Store {
     /// Operator action: DEAD events back to PENDING (attempts, retry time and dead time
-    /// cleared; the last error and the `ce_id` kept), audited with who and why, in one
+    /// cleared; the last error and the `ce_id` kept, a new dead-letter `ce_id` made), audited with who and why, in one
     /// transaction. The dispatcher sends them again; they arrive after later events of their
     /// key that went out while they were DEAD (docs/operations.md, "Watching delivery").
     ///
@@ -326,7 +401,8 @@ impl Store {
         let requeued: Vec<(i64, i64)> = sqlx::query_as(
             "UPDATE msg_event SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, \
                     dead_at = NULL, kafka_topic = NULL, kafka_partition = NULL, \
-                    kafka_offset = NULL, ce_id = COALESCE(ce_id, gen_random_uuid()) \
+                    kafka_offset = NULL, ce_id = COALESCE(ce_id, gen_random_uuid()), \
+                    dead_ce_id = gen_random_uuid() \
              WHERE event_id = ANY($1) AND state = 'DEAD' RETURNING event_id, msg_id",
         )
         .bind(&ids)

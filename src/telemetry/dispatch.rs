@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use metrics::{counter, histogram};
+use metrics::{counter, gauge, histogram};
 
 use super::Def;
 
@@ -28,6 +28,10 @@ pub const DISPATCH_ROUND_ERRORS_TOTAL: &str = "msgx_dispatch_round_errors_total"
 pub const DISPATCH_RECOVERED_TOTAL: &str = "msgx_dispatch_recovered_total";
 /// Kafka transaction commits whose outcome was unknown (timed out) and were called again.
 pub const DISPATCH_COMMIT_RETRIES_TOTAL: &str = "msgx_dispatch_commit_retries_total";
+/// Partitions the exactly-once recovery waits on: another producer's open transaction holds
+/// their last stable offset below the end seen at start.
+pub const DISPATCH_RECOVERY_HELD_BACK_PARTITIONS: &str =
+    "msgx_dispatch_recovery_held_back_partitions";
 
 /// The `outcome` values of [`DISPATCH_RECOVERED_TOTAL`].
 const RECOVERED_OUTCOMES: &[&str] = &["recovered", "already_recorded", "others"];
@@ -94,7 +98,8 @@ pub(super) fn defs() -> Vec<Def> {
         Def::counter(
             DISPATCH_RECOVERED_TOTAL,
             "records",
-            "exactly-once start: committed records read back from the events and dead-letter \
+            "exactly-once start (and an at-least-once start while events an earlier release \
+             made are PENDING): committed records read back from the events and dead-letter \
              topics: recovered (ours, PENDING, now SENT/DEAD), already_recorded (ours, known), \
              others (another store's or deployment's, skipped)",
         )
@@ -104,6 +109,14 @@ pub(super) fn defs() -> Vec<Def> {
             "commits",
             "exactly-once: transaction commits whose outcome was unknown (timed out), called again",
         ),
+        Def::gauge(
+            DISPATCH_RECOVERY_HELD_BACK_PARTITIONS,
+            "partitions",
+            "exactly-once start: partitions whose last stable offset another producer's open \
+             transaction holds below the end seen at start; the recovery waits (up to \
+             kafka.open_transaction_wait) before it decides",
+        )
+        .starts_at(0.0),
     ]
 }
 
@@ -140,7 +153,7 @@ impl ScanRecovered<'_> {
             tracing::warn!(
                 topic = self.topic,
                 partitions = ?self.recreated,
-                "exactly-once start: partitions end below the recorded floor (topic recreated or \
+                "dispatch start: partitions end below the recorded floor (topic recreated or \
                  truncated); read from their first offset"
             );
         }
@@ -150,9 +163,56 @@ impl ScanRecovered<'_> {
             recovered = self.recovered,
             already_recorded = self.already_recorded,
             others = self.others,
-            "exactly-once start: read back what committed transactions delivered"
+            "dispatch start: read back what committed records of ours the topics hold"
         );
     }
+}
+
+/// The exactly-once recovery found a partition held back by an open transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryHeldBack<'a> {
+    /// The topic read.
+    pub topic: &'a str,
+    /// The partition.
+    pub partition: i32,
+    /// Its last stable offset.
+    pub stable: i64,
+    /// Its end when the scan began.
+    pub end: i64,
+    /// Partitions of the topic held back now.
+    pub partitions: usize,
+}
+
+impl RecoveryHeldBack<'_> {
+    /// The gauge and the log line.
+    pub fn emit(&self) {
+        recovery_held_back_partitions(self.partitions);
+        tracing::warn!(
+            topic = self.topic,
+            partition = self.partition,
+            last_stable_offset = self.stable,
+            end = self.end,
+            "exactly-once start: another producer's open transaction holds the last stable \
+             offset below the end seen at start; waiting for it to end before deciding what \
+             was delivered"
+        );
+    }
+}
+
+/// A held-back partition was read to its end.
+pub fn recovery_released(topic: &str, partition: i32, waited: Duration, left: usize) {
+    recovery_held_back_partitions(left);
+    tracing::info!(
+        topic,
+        partition,
+        waited_ms = waited.as_millis() as u64,
+        "exactly-once start: the open transaction ended; partition read to its end"
+    );
+}
+
+/// Sets the held-back partitions gauge.
+pub fn recovery_held_back_partitions(n: usize) {
+    gauge!(DISPATCH_RECOVERY_HELD_BACK_PARTITIONS).set(n as f64);
 }
 
 /// A transaction commit's outcome was unknown (timed out): it is called again.

@@ -29,10 +29,12 @@
 //! `read_committed` ([`ops_broker`] says why the mock cluster and what the check can see).
 //!
 //! CI runs every plan in `tests/chaos/regressions/` and the seeds `1..=CI_SEEDS`, three at a
-//! time. `MSGEXCHANGE_OPS_PLAN=<file>` runs one plan file, `MSGEXCHANGE_OPS_SEED=<n>` one
+//! time. `MSGEXCHANGE_OPS_PLAN=<file>` runs one plan file (`MSGEXCHANGE_OPS_REPEAT=<n>`: n
+//! copies of it, to hunt a flake under load), `MSGEXCHANGE_OPS_SEED=<n>` one
 //! seed, `MSGEXCHANGE_OPS_SEQUENCES=<n>` n random seeds (a soak: issue 41 asks ≥ 500); `MSGEXCHANGE_OPS_CONCURRENCY`
 //! sets how many run at once; `MSGEXCHANGE_OPS_OPEN=1` runs the [`KNOWN_OPEN`] kinds as planned;
-//! `MSGX_TEST_DELIVERY=exactly-once|at-least-once` runs every plan in that mode.
+//! `MSGX_TEST_DELIVERY=exactly-once|at-least-once` runs every plan in that mode;
+//! `MSGEXCHANGE_OPS_LOG_LEVEL=info` logs the instances in more detail than the suite's warn.
 //! A failing plan is written to `/tmp/msgx-chaos/plan-<tag>.json` (a seed's plan also with
 //! `MSGEXCHANGE_OPS_WRITE_PLAN=1`): copy it into `tests/chaos/regressions/` to keep it.
 
@@ -192,10 +194,16 @@ fn forced_delivery(mut plans: Vec<(String, Plan)>) -> Vec<(String, Plan)> {
 fn plans() -> Vec<(String, Plan)> {
     let var = |k: &str| std::env::var(k).ok();
     if let Some(f) = var("MSGEXCHANGE_OPS_PLAN") {
-        return vec![(
-            "file".into(),
-            super::ops_plan::load(std::path::Path::new(&f)),
-        )];
+        let plan = super::ops_plan::load(std::path::Path::new(&f));
+        // A flake hunt: the plan n times at once (the load the full suite puts on it), each
+        // under a tag of its own with this process's id (its logs apart from a second run's).
+        let Some(n) = var("MSGEXCHANGE_OPS_REPEAT").and_then(|v| v.parse::<usize>().ok()) else {
+            return vec![("file".into(), plan)];
+        };
+        let pid = std::process::id();
+        return (0..n)
+            .map(|i| (format!("f{pid}x{i}"), plan.clone()))
+            .collect();
     }
     if let Some(s) = var("MSGEXCHANGE_OPS_SEED").and_then(|v| v.parse().ok()) {
         let plan = generate(s);
@@ -405,6 +413,10 @@ impl Seq {
                 "allow.auto.create.topics=false",
             );
             set_var(&mut v, "MSGX_LEASE__TTL", "5s");
+            // A flake hunt's instance logs in more detail (the suite's default is warn).
+            if let Ok(level) = std::env::var("MSGEXCHANGE_OPS_LOG_LEVEL") {
+                set_var(&mut v, "MSGX_LOG__LEVEL", &level);
+            }
             set_var(&mut v, "MSGX_PROCESSING__MAX_ATTEMPTS", "6");
             if plan.slow_commits() {
                 set_var(&mut v, "MSGX_KAFKA__TRANSACTION_TIMEOUT", SLOW_COMMIT_WAIT);

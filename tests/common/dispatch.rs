@@ -58,8 +58,9 @@ impl TestEnv {
             .map(|(m, k)| format!(r#"{{"msg_id":{m},"flid":"{k}"}}"#))
             .collect();
         sqlx::query_scalar(
-            "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at) \
-             SELECT m, k, 'FLIGHT_UPDATED', p::jsonb, $4 \
+            "INSERT INTO msg_event (msg_id, flight_key, event_type, payload, created_at, \
+                                    made_by_uuid_release) \
+             SELECT m, k, 'FLIGHT_UPDATED', p::jsonb, $4, true \
              FROM UNNEST($1::bigint[], $2::text[], $3::text[]) WITH ORDINALITY AS u(m, k, p, o) \
              ORDER BY o RETURNING event_id",
         )

@@ -36,16 +36,16 @@ use rdkafka::types::RDKafkaApiKey;
 use super::{tansu, DLQ, TOPIC};
 
 /// A store's dispatcher driven by hand: its env, deps, producer and carried state.
-struct Holder {
-    env: TestEnv,
-    d: DispatchDeps,
-    p: EventProducer,
-    state: DispatchState,
+pub(super) struct Holder {
+    pub(super) env: TestEnv,
+    pub(super) d: DispatchDeps,
+    pub(super) p: EventProducer,
+    pub(super) state: DispatchState,
 }
 
 impl Holder {
     /// A fresh store (`tag`) on `bootstrap` in exactly-once mode, with these overrides.
-    async fn new(tag: &str, bootstrap: &str, extra: &[(&str, &str)]) -> Self {
+    pub(super) async fn new(tag: &str, bootstrap: &str, extra: &[(&str, &str)]) -> Self {
         let env = TestEnv::new(tag).await;
         let mut all = vec![
             ("MSGX_KAFKA__DELIVERY", "exactly-once"),
@@ -64,7 +64,7 @@ impl Holder {
     }
 
     /// The exactly-once start, as the dispatcher runs it.
-    async fn prepare(&mut self) -> Result<txn::Recovered, DispatchError> {
+    pub(super) async fn prepare(&mut self) -> Result<txn::Recovered, DispatchError> {
         let (d, clock) = (&self.d, &self.env.clock);
         txn::prepare(
             &self.env.store,
@@ -79,7 +79,7 @@ impl Holder {
 
     /// A crash and a restart: what the rounds learned and did not write is lost, a new
     /// producer starts over. The old producer is returned (the caller drops it when it likes).
-    async fn restart(&mut self) -> (EventProducer, txn::Recovered) {
+    pub(super) async fn restart(&mut self) -> (EventProducer, txn::Recovered) {
         self.state = DispatchState::default();
         let fresh = EventProducer::new(&self.d.kafka, &self.d.bootstrap).expect("producer");
         let old = std::mem::replace(&mut self.p, fresh);
@@ -88,7 +88,7 @@ impl Holder {
     }
 
     /// One round; its outcome stays unwritten until the next round (or is lost by a restart).
-    async fn round(&mut self) -> usize {
+    pub(super) async fn round(&mut self) -> usize {
         let r = self
             .env
             .dispatch_round(&mut self.p, &self.d.cfg, &mut self.state)
@@ -97,13 +97,13 @@ impl Holder {
     }
 
     /// Rounds until every event is SENT or DEAD and written.
-    async fn drain(&mut self) {
+    pub(super) async fn drain(&mut self) {
         let (p, cfg) = (&mut self.p, &self.d.cfg);
         self.env.drain_events(p, cfg, &mut self.state, 200).await;
     }
 
     /// (event id → ce_id) of every event of this store.
-    async fn identities(&self) -> HashMap<i64, String> {
+    pub(super) async fn identities(&self) -> HashMap<i64, String> {
         self.env
             .rows::<(i64, String)>("SELECT event_id, ce_id::text FROM msg_event")
             .await
@@ -111,7 +111,7 @@ impl Holder {
             .collect()
     }
 
-    async fn count(&self, state: &str) -> i64 {
+    pub(super) async fn count(&self, state: &str) -> i64 {
         self.env
             .count(&format!(
                 "SELECT count(*) FROM msg_event WHERE state = '{state}'"
@@ -121,12 +121,16 @@ impl Holder {
 }
 
 /// `n` events on `flights` keys, seeded as the pump commits them.
-async fn seed(env: &TestEnv, n: i64, flights: i64) -> Vec<i64> {
+pub(super) async fn seed(env: &TestEnv, n: i64, flights: i64) -> Vec<i64> {
     let keys: Vec<String> = (0..n).map(|i| format!("FL{:02}", i % flights)).collect();
     env.seed_events(&keys).await
 }
 
-async fn read_all(bootstrap: &str, topic: &'static str, at_least: usize) -> Vec<Received> {
+pub(super) async fn read_all(
+    bootstrap: &str,
+    topic: &'static str,
+    at_least: usize,
+) -> Vec<Received> {
     let b = bootstrap.to_string();
     tokio::task::spawn_blocking(move || consume(&b, topic, 3, at_least))
         .await
@@ -134,7 +138,7 @@ async fn read_all(bootstrap: &str, topic: &'static str, at_least: usize) -> Vec<
 }
 
 /// Records per `ce_id` among `records`.
-fn copies(records: &[Received]) -> HashMap<String, usize> {
+pub(super) fn copies(records: &[Received]) -> HashMap<String, usize> {
     let mut out = HashMap::new();
     for r in records {
         *out.entry(r.ce_id().to_string()).or_insert(0) += 1;
@@ -143,7 +147,7 @@ fn copies(records: &[Received]) -> HashMap<String, usize> {
 }
 
 /// Each of `store`'s events exactly once in `records`, and (by `ce_id`) in key order.
-fn assert_each_once(store: &HashMap<i64, String>, records: &[Received], what: &str) {
+pub(super) fn assert_each_once(store: &HashMap<i64, String>, records: &[Received], what: &str) {
     let n = copies(records);
     for (event_id, ce_id) in store {
         assert_eq!(

@@ -176,6 +176,7 @@ impl DispatchDeps {
                     max_attempts: d.max_attempts,
                 },
                 txn_timeout: k.transaction_timeout,
+                open_txn_wait: k.open_transaction_wait,
                 scan_floor_every: d.scan_floor_every,
             },
             idle_poll: d.idle_poll,
@@ -299,7 +300,7 @@ fn dispatcher(d: &PipelineDeps, x: DispatchDeps) -> ChildFactory {
             let d = Dispatcher::new(s, c, producer, x.cfg.clone(), x.idle_poll);
             Some(match x.kafka.exactly_once() {
                 true => d.exactly_once(x.kafka.clone(), x.bootstrap.clone(), lock.clone()),
-                false => d,
+                false => d.at_least_once(x.kafka.clone(), x.bootstrap.clone()),
             })
         },
         |r, addr| r.events = vec![addr.clone().recipient()],

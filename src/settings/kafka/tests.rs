@@ -24,6 +24,7 @@ fn base() -> KafkaSettings {
         delivery: Delivery::AtLeastOnce,
         transactional_id: String::new(),
         transaction_timeout: Duration::from_secs(60),
+        open_transaction_wait: Duration::from_secs(900),
     }
 }
 
