@@ -91,6 +91,8 @@ mod tests {
             attempts: 0,
             created_at: Utc.with_ymd_and_hms(2026, 11, 30, 1, 2, 3).unwrap(),
             last_error: None,
+            trace_parent: None,
+            trace_state: None,
         };
         let a = attributes(&ev, "/msgexchange");
         let get = |k: &str| a.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());

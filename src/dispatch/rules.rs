@@ -83,6 +83,8 @@ mod tests {
             attempts: 0,
             created_at: DateTime::UNIX_EPOCH,
             last_error: None,
+            trace_parent: None,
+            trace_state: None,
         }
     }
 

@@ -28,6 +28,11 @@ pub struct PendingEvent {
     pub created_at: DateTime<Utc>,
     /// The last send error, if any (copied into the DLQ record).
     pub last_error: Option<String>,
+    /// The caller's W3C `traceparent` of its message (compat entry, migration 0022); read only
+    /// while tracing is on ([`crate::traces`]), else `None`.
+    pub trace_parent: Option<String>,
+    /// Its `tracestate`.
+    pub trace_state: Option<String>,
 }
 
 /// A broker ack for one event.
@@ -112,7 +117,11 @@ impl Store {
         loop {
             let rows = sqlx::query_as::<_, PendingEvent>(
                 "SELECT e.event_id, e.ce_id::text AS ce_id, e.msg_id, e.flight_key, e.event_type, \
-                        e.payload::text AS payload, e.attempts, e.created_at, e.last_error \
+                        e.payload::text AS payload, e.attempts, e.created_at, e.last_error, \
+                        CASE WHEN $4 THEN (SELECT p.trace_parent FROM proc_state p \
+                                            WHERE p.msg_id = e.msg_id) END AS trace_parent, \
+                        CASE WHEN $4 THEN (SELECT p.trace_state FROM proc_state p \
+                                            WHERE p.msg_id = e.msg_id) END AS trace_state \
                  FROM msg_event e \
                  WHERE e.state = 'PENDING' AND e.event_id > $2 \
                    AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= $1) \
@@ -122,6 +131,8 @@ impl Store {
             .bind(now)
             .bind(after)
             .bind(page)
+            // The caller contexts only while tracing is on: no extra reads otherwise.
+            .bind(crate::traces::active().is_some())
             .fetch_all(self.pool())
             .await?;
             let exhausted = (rows.len() as i64) < page;
