@@ -111,7 +111,15 @@ fn check_trace<'a>(spans: &'a [Span], rec: &Record, expect_discovery: bool) -> &
     assert_eq!(process.parent_id(), ce.span_id_hex());
     assert_eq!(process.attr("msgx.outcome").as_deref(), Some("succeeded"));
     assert_eq!(process.attr("msgx.msg_id").as_deref(), Some(msg_id));
-    assert!(!process.span.links.is_empty(), "linked to its pump group");
+    let groups: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.span.name == "msgx.pump.group")
+        .collect();
+    assert!(
+        !process.span.links.is_empty(),
+        "linked to its pump group; {} group spans exported",
+        groups.len()
+    );
     // The event exists only once its processing committed.
     assert!(process.span.start_time_unix_nano <= send.span.start_time_unix_nano);
     if expect_discovery {
@@ -187,6 +195,19 @@ async fn each_message_is_one_trace_from_the_inbox_commit_to_the_ack() {
         traces.insert(root.trace_id());
     }
     assert_eq!(traces.len(), 6, "one trace per message, six messages");
+    // The pump's groups are spans of their own (the `tracing` bridge), idle polls are not.
+    let groups: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.span.name == "msgx.pump.group")
+        .collect();
+    assert!(!groups.is_empty(), "the pump groups are exported");
+    for g in groups {
+        let members = g.attr("msgx.pump.members").unwrap_or_default();
+        assert!(
+            members.parse::<u64>().is_ok_and(|m| m > 0),
+            "an idle group was exported: {members:?}"
+        );
+    }
     env.cleanup().await;
 }
 

@@ -150,7 +150,7 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> u8 
 /// The log (stderr, text or JSON) and, with traces on, the `tracing` bridge to OpenTelemetry;
 /// a log line inside an exported span carries its trace_id and span_id.
 fn init_logging(level: &str, format: &str, tracer: Option<opentelemetry_sdk::trace::SdkTracer>) {
-    use tracing_subscriber::fmt::format;
+    use tracing_subscriber::fmt::format as line_format;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
@@ -163,10 +163,12 @@ fn init_logging(level: &str, format: &str, tracer: Option<opentelemetry_sdk::tra
     let lines = if format == "json" {
         lines
             .json()
-            .event_format(WithTraceIds::json(format().json()))
+            .event_format(WithTraceIds::json(line_format().json()))
             .boxed()
     } else {
-        lines.event_format(WithTraceIds::text(format())).boxed()
+        lines
+            .event_format(WithTraceIds::text(line_format()))
+            .boxed()
     };
     // The log level filters the log only: the bridge takes the service's INFO spans whatever
     // `log.level` says (a quiet log keeps its traces). The exporter's own HTTP stack never

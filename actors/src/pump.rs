@@ -102,7 +102,19 @@ impl Pump {
             Ok(steps) => {
                 if let Some(traces) = msgx_core::traces::active() {
                     let group = std::mem::replace(&mut self.group_span, tracing::Span::none());
-                    group.record("msgx.pump.members", steps.len());
+                    let members = steps
+                        .iter()
+                        .filter(|s| {
+                            matches!(
+                                s,
+                                StepOutcome::Processed { .. } | StepOutcome::Poisoned { .. }
+                            )
+                        })
+                        .count();
+                    group.record("msgx.pump.members", members);
+                    if members == 0 {
+                        group.record("msgx.idle", true);
+                    }
                     let group = group.context().span().span_context().clone();
                     crate::pump_traces::report(traces, &self.store, steps, self.clock.now(), group);
                 }
@@ -179,17 +191,18 @@ impl Handler<Step> for Pump {
 
     fn handle(&mut self, _: Step, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
-        // Queued at once (progress, or W moved): there is work. A step of the idle timer
-        // usually finds none, and an exported span per idle poll would only be noise.
-        let woken = std::mem::take(&mut self.step_queued);
+        self.step_queued = false;
         let core = self.core.clone();
         // With traces on, the group is a span of its own (its log lines carry its ids), and
-        // each member's processing span links to it.
+        // each member's processing span links to it. A group that found no work is marked
+        // idle and never exported (`traces::queue`): a span per idle poll would be noise.
         let span = match msgx_core::traces::active() {
-            Some(_) if woken => {
-                tracing::info_span!("msgx.pump.group", msgx.pump.members = tracing::field::Empty)
-            }
-            _ => tracing::Span::none(),
+            Some(_) => tracing::info_span!(
+                "msgx.pump.group",
+                msgx.pump.members = tracing::field::Empty,
+                msgx.idle = tracing::field::Empty
+            ),
+            None => tracing::Span::none(),
         };
         self.group_span = span.clone();
         let step = async move { core.lock().await.step_group().await }.instrument(span);

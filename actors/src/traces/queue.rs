@@ -18,6 +18,9 @@ use opentelemetry::Context;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 
+/// The attribute that marks a span not to export (a unit of work that found none).
+pub const IDLE: &str = "msgx.idle";
+
 /// The queue's limits.
 #[derive(Debug, Clone, Copy)]
 pub struct QueueLimits {
@@ -127,7 +130,14 @@ impl SpanProcessor for BoundedQueue {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
 
     fn on_end(&self, span: SpanData) {
-        if !span.span_context.is_sampled() {
+        // `msgx.idle`: a unit of work that found nothing to do (an idle pump poll) is not worth
+        // a span in the collector.
+        let idle = || {
+            span.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == IDLE && kv.value == opentelemetry::Value::Bool(true))
+        };
+        if !span.span_context.is_sampled() || idle() {
             return;
         }
         let mut st = self.shared.lock();
