@@ -80,6 +80,7 @@ pub struct Receiver {
     spans: Arc<Mutex<Vec<Received>>>,
     requests: Arc<Mutex<u64>>,
     stop: Arc<AtomicBool>,
+    hang: Arc<AtomicBool>,
     open: Arc<Mutex<Vec<TcpStream>>>,
     accept: Option<JoinHandle<()>>,
 }
@@ -93,10 +94,12 @@ impl Receiver {
         let spans = Arc::new(Mutex::new(Vec::new()));
         let requests = Arc::new(Mutex::new(0));
         let stop = Arc::new(AtomicBool::new(false));
+        let hang = Arc::new(AtomicBool::new(false));
         let open = Arc::new(Mutex::new(Vec::new()));
         let accept = {
             let (spans, requests, stop, open) =
                 (spans.clone(), requests.clone(), stop.clone(), open.clone());
+            let hang = hang.clone();
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     match listener.accept() {
@@ -106,7 +109,18 @@ impl Receiver {
                                 open.lock().expect("open").push(c);
                             }
                             let (spans, requests) = (spans.clone(), requests.clone());
-                            std::thread::spawn(move || serve(conn, &spans, &requests));
+                            let (stop, hang) = (stop.clone(), hang.clone());
+                            std::thread::spawn(move || {
+                                serve(conn, &spans, &requests, || {
+                                    // A hung collector: reads the request, never answers.
+                                    while hang.load(Ordering::SeqCst)
+                                        && !stop.load(Ordering::SeqCst)
+                                    {
+                                        std::thread::sleep(Duration::from_millis(20));
+                                    }
+                                    !stop.load(Ordering::SeqCst)
+                                })
+                            });
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(10)),
                     }
@@ -118,6 +132,7 @@ impl Receiver {
             spans,
             requests,
             stop,
+            hang,
             open,
             accept: Some(accept),
         }
@@ -131,6 +146,12 @@ impl Receiver {
     /// Export requests answered so far.
     pub fn requests(&self) -> u64 {
         *self.requests.lock().expect("requests")
+    }
+
+    /// The collector hangs: it takes connections and requests and never answers (a
+    /// black-holed collector: every export waits for its timeout).
+    pub fn hang(&self) {
+        self.hang.store(true, Ordering::SeqCst);
     }
 
     /// The collector goes away: the port is closed and open connections are cut.
@@ -152,7 +173,13 @@ impl Drop for Receiver {
 }
 
 /// Serves one keep-alive connection until the client closes it.
-fn serve(conn: TcpStream, spans: &Mutex<Vec<Received>>, requests: &Mutex<u64>) {
+/// `answer`: waits while the collector hangs; false when it was stopped meanwhile.
+fn serve(
+    conn: TcpStream,
+    spans: &Mutex<Vec<Received>>,
+    requests: &Mutex<u64>,
+    answer: impl Fn() -> bool,
+) {
     let Ok(mut out) = conn.try_clone() else {
         return;
     };
@@ -182,6 +209,9 @@ fn serve(conn: TcpStream, spans: &Mutex<Vec<Received>>, requests: &Mutex<u64>) {
             .unwrap_or(0);
         let mut body = vec![0u8; len];
         if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        if !answer() {
             return;
         }
         let ok = request_line.starts_with("POST /v1/traces ")
