@@ -178,7 +178,8 @@ mod tests {
     #[test]
     fn traces_keys_are_checked_and_named() {
         assert_eq!(key_of(&base()), None);
-        let bad: [(fn(&mut TracesSettings), &str); 8] = [
+        type Spoil = fn(&mut TracesSettings);
+        let bad: [(Spoil, &str); 8] = [
             (|t| t.sampling_ratio = 1.5, "traces.sampling_ratio"),
             (|t| t.sampling_ratio = -0.1, "traces.sampling_ratio"),
             (|t| t.protocol = "grpc".into(), "traces.protocol"),
