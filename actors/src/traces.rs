@@ -81,15 +81,10 @@ pub fn start(settings: &Settings) -> Result<Option<Pipeline>, TracesError> {
         return Ok(None);
     }
     let headers: HashMap<String, String> = t.header_pairs()?.into_iter().collect();
-    let protocol = if t.protocol == "http/json" {
-        Protocol::HttpJson
-    } else {
-        Protocol::HttpBinary
-    };
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_endpoint(t.endpoint.clone())
-        .with_protocol(protocol)
+        .with_protocol(Protocol::HttpBinary)
         .with_timeout(t.export_timeout)
         .with_headers(headers)
         .build()

@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{check_nonzero, duration, invalid, Secret, SettingsError};
 
-/// The OTLP protocols the exporter speaks (both over HTTP: no gRPC stack in the binary).
-pub const PROTOCOLS: [&str; 2] = ["http/protobuf", "http/json"];
+/// The OTLP protocol the exporter speaks: protobuf over HTTP (no gRPC stack in the binary; no
+/// JSON encoding either, which would link a serde layer for nothing a collector needs).
+pub const PROTOCOLS: [&str; 1] = ["http/protobuf"];
 
 /// Most spans waiting for export ([`TracesSettings::queue_size`]): a bigger queue only hides a
 /// dead collector for longer at the cost of memory (a span is about 1 KiB).
@@ -22,7 +23,7 @@ pub struct TracesSettings {
     pub enabled: bool,
     /// The collector's OTLP/HTTP traces URL, e.g. `http://127.0.0.1:4318/v1/traces`.
     pub endpoint: String,
-    /// `http/protobuf` or `http/json`.
+    /// `http/protobuf` (the only one built in; the key names it so a site's intent is explicit).
     pub protocol: String,
     /// Extra request headers (`name=value,name=value`, as `OTEL_EXPORTER_OTLP_HEADERS`): a
     /// collector's API key. Secret: from `traces.headers_file` or a systemd credential.
@@ -57,8 +58,8 @@ impl TracesSettings {
             return Err(invalid(
                 "traces.protocol",
                 format!(
-                    "`{}` is not one of {} (gRPC is not built in: point it at the collector's \
-                     OTLP/HTTP port, 4318)",
+                    "`{}` is not one of {} (gRPC and JSON are not built in: point it at the \
+                     collector's OTLP/HTTP port, 4318)",
                     self.protocol,
                     PROTOCOLS.join(", ")
                 ),
