@@ -14,6 +14,7 @@
 //! - [`db_options`]: the connect keys (URL, password, TLS) applied alike to both databases.
 //! - [`settings`]: configuration, validated at start.
 //! - [`telemetry`]: every metric name and its log line.
+//! - [`traces`]: the OpenTelemetry spans of one message's trace (issue 54).
 //! - [`clock`]: the injectable clock.
 //! - [`ops`]: operator operations shared by the admin API and the CLI (status, inspect,
 //!   audited replay/recovery/requeue, the compat entry).
@@ -48,6 +49,7 @@ pub mod rows;
 pub mod settings;
 pub mod store;
 pub mod telemetry;
+pub mod traces;
 pub mod verify;
 pub mod watermark;
 

@@ -265,21 +265,25 @@ async fn commit_stage(
         hole_since: decision.hole_since,
     };
     let unchanged = enqueue.is_empty() && after == before && decision.holes == stored.holes;
+    let traces = crate::traces::active();
     let enqueued_new = if unchanged {
         0 // nothing to write: spare the store an empty transaction every round
     } else {
-        store
-            .commit_round(RoundWrite {
-                expected_w: before.w,
-                cursor: after,
-                rows: &enqueue,
-                now,
-                async_commit: cfg.async_commit,
-                holes: &decision.holes,
-                released: &decision.released,
-                watch_until: crate::clock::plus(now, cfg.watch_window),
-            })
-            .await?
+        let round = RoundWrite {
+            expected_w: before.w,
+            cursor: after,
+            rows: &enqueue,
+            now,
+            async_commit: cfg.async_commit,
+            holes: &decision.holes,
+            released: &decision.released,
+            watch_until: crate::clock::plus(now, cfg.watch_window),
+        };
+        let (n, new) = store.commit_round_with(round, traces.is_some()).await?;
+        if let Some(t) = traces {
+            trace_discovery(t, &enqueue, &new, &stored.holes, after.w, now);
+        }
+        n
     };
     report_evidence(decision);
     if !decision.dropped.is_empty() {
@@ -287,6 +291,43 @@ async fn commit_stage(
         telemetry::holes_dropped(before.w, &dropped);
     }
     Ok((after, enqueued_new))
+}
+
+/// The first spans of the messages this round enqueued (the inbox commit, back-dated, and
+/// their discovery), with the hole each waited behind: a hole stored before the round, below
+/// the row. `new`: the ids that were new to PROC_STATE (ascending, as enqueued).
+fn trace_discovery(
+    t: &crate::traces::Traces,
+    enqueued: &[EnqueueRow],
+    new: &[i64],
+    holes_before: &[crate::watermark::Hole],
+    w: i64,
+    now: DateTime<Utc>,
+) {
+    for row in enqueued
+        .iter()
+        .filter(|r| new.binary_search(&r.msg_id).is_ok())
+    {
+        let trace = t.message(row.msg_id, None, None);
+        t.inbox_commit(row.msg_id, &trace, row.received_at.unwrap_or(now), "POLL");
+        let hole = holes_before
+            .iter()
+            .filter(|h| h.last < row.msg_id)
+            .min_by_key(|h| h.first_seen)
+            .map(|h| crate::traces::HoleWaited {
+                first: h.first,
+                last: h.last,
+                first_seen: h.first_seen,
+            });
+        t.discovered(&crate::traces::Discovered {
+            msg_id: row.msg_id,
+            received_at: row.received_at,
+            enqueued_at: now,
+            watermark: w,
+            hole,
+            round: None,
+        });
+    }
 }
 
 /// The head: the last row read, or — when nothing is above W, or the batch was full — the

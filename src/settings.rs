@@ -67,6 +67,8 @@ pub struct Settings {
     /// How long our own records are kept (the housekeeping actor), and raw-text retention: the
     /// DB owner's (`r_keep`) and our own copy (`raw_copy`).
     pub retention: RetentionSettings,
+    /// OpenTelemetry traces over OTLP (off by default).
+    pub traces: TracesSettings,
     /// The keys validation parsed into types, kept so no caller parses them again (read
     /// through [`Settings::inbox_names`] and its siblings). Not a configuration key.
     #[serde(skip)]
@@ -127,11 +129,13 @@ mod secret;
 mod sources;
 pub use sources::{SecretSource, SecretSources};
 mod tls;
+mod traces;
 pub use secret::{
     redact_extra, redact_url, Redaction, Secret, SecretPairs, SecretUrl, UrlPassword, UrlText,
     Whole,
 };
 pub use tls::ConnectKeys;
+pub use traces::TracesSettings;
 
 impl Settings {
     /// Checks what serde cannot: ranges, names, zones, URLs. Each section checks its own
@@ -157,6 +161,7 @@ impl Settings {
         self.log.validate()?;
         self.lease.validate()?;
         self.supervisor.validate()?;
+        self.traces.validate()?;
         self.validate_between_sections()?;
         Ok(Resolved {
             names,

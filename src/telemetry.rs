@@ -22,6 +22,7 @@ mod procedures;
 mod pump;
 mod raw_copy;
 mod supervisor;
+mod traces;
 mod verify;
 mod whole;
 
@@ -39,6 +40,7 @@ pub use procedures::*;
 pub use pump::*;
 pub use raw_copy::*;
 pub use supervisor::*;
+pub use traces::*;
 pub use verify::*;
 pub use whole::between_events;
 
@@ -186,6 +188,7 @@ pub fn defs() -> Vec<Def> {
         procedures::defs(),
         housekeeping::defs(),
         raw_copy::defs(),
+        traces::defs(),
     ]
     .concat()
 }

@@ -36,6 +36,8 @@ pub struct BackfillSweeper {
     next: NextRun,
     /// Start of the last sweep.
     last_start: Option<Instant>,
+    /// The same on the clock: the start of its mark spans (traces on).
+    sweep_started: Option<chrono::DateTime<chrono::Utc>>,
     /// Who hears of confirmed marks (the purge watch; none unless wired).
     wiring: Wiring,
 }
@@ -56,6 +58,7 @@ impl BackfillSweeper {
             wake_gap: DEFAULT_WAKE_GAP.min(period),
             next: NextRun::default(),
             last_start: None,
+            sweep_started: None,
             wiring: Wiring::default(),
         }
     }
@@ -78,6 +81,11 @@ impl BackfillSweeper {
     }
 
     fn after_sweep(&mut self, result: &Result<SweepReport, StoreError>, ctx: &mut Context<Self>) {
+        if let (Ok(r), Some(traces)) = (result, msgx_core::traces::active()) {
+            let ended = self.on.clock.now();
+            let started = self.sweep_started.unwrap_or(ended);
+            crate::mark_traces::report(traces, &self.on.store, r, started, ended);
+        }
         if let Ok(r) = result {
             if !r.confirmed.is_empty() {
                 let rows = r.confirmed.len();
@@ -117,6 +125,7 @@ impl Handler<SweepNow> for BackfillSweeper {
     fn handle(&mut self, _: SweepNow, ctx: &mut Self::Context) -> Self::Result {
         self.next.cancel(ctx);
         self.last_start = Some(Instant::now());
+        self.sweep_started = Some(self.on.clock.now());
         let (on, cfg) = (self.on.clone(), self.cfg.clone());
         let sweep = async move { sweep_once(&on.inbox, &on.store, on.clock.as_ref(), &cfg).await };
         crate::work::atomic(self, sweep, |result, act, ctx| act.after_sweep(result, ctx))

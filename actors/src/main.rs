@@ -5,6 +5,7 @@ use msgx_actors::cli::{self, Cli, Command};
 use msgx_actors::cli_ops;
 #[cfg(feature = "dev-tools")]
 use msgx_actors::dev_cli::{self, DevCommand};
+use msgx_actors::traces::{self, log_ids::WithTraceIds};
 use msgx_core::settings::Settings;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -20,12 +21,41 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(&settings.log.level, &settings.log.format);
+    // Traces only for the service itself (`run`), started before any runtime: the OTLP
+    // exporter's blocking HTTP client runs its own.
+    let serving = matches!(cli.command, None | Some(Command::Run));
+    let traces = match serving.then(|| traces::start(&settings)).transpose() {
+        Ok(t) => t.flatten(),
+        Err(e) => {
+            eprintln!("msgexchange: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(
+        &settings.log.level,
+        &settings.log.format,
+        traces.as_ref().map(|p| p.tracer.clone()),
+    );
+    if traces.is_some() {
+        let t = &settings.traces;
+        tracing::info!(
+            endpoint = %t.endpoint,
+            protocol = %t.protocol,
+            sampling_ratio = t.sampling_ratio,
+            "exporting traces over OTLP"
+        );
+    }
     let system = actix_rt::System::new();
     let code = run(&system, cli, settings);
     shut_down(system, code);
+    if let Some(t) = traces {
+        t.shutdown(TRACES_FLUSH);
+    }
     ExitCode::from(code)
 }
+
+/// How long the queued spans may take to reach the collector at exit.
+const TRACES_FLUSH: Duration = Duration::from_secs(3);
 
 /// How long the system's drop may take before the process exits anyway (see [`shut_down`]).
 const EXIT_BOUND: Duration = Duration::from_secs(5);
@@ -117,16 +147,47 @@ fn run(system: &actix_rt::SystemRunner, mut cli: Cli, settings: Settings) -> u8 
     }
 }
 
-fn init_logging(level: &str, format: &str) {
+/// The log (stderr, text or JSON) and, with traces on, the `tracing` bridge to OpenTelemetry;
+/// a log line inside an exported span carries its trace_id and span_id.
+fn init_logging(level: &str, format: &str, tracer: Option<opentelemetry_sdk::trace::SdkTracer>) {
+    use tracing_subscriber::fmt::format as line_format;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     // Colour only on a terminal: log files and journald get plain text.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
+    let lines = if format == "json" {
+        lines
+            .json()
+            .event_format(WithTraceIds::json(line_format().json()))
+            .boxed()
     } else {
-        builder.init();
-    }
+        lines
+            .event_format(WithTraceIds::text(line_format()))
+            .boxed()
+    };
+    // The log level filters the log only: the bridge takes the service's INFO spans whatever
+    // `log.level` says (a quiet log keeps its traces). The exporter's own HTTP stack never
+    // traces itself (a span per export would feed the queue it drains).
+    let bridge = tracer.map(|t| {
+        use tracing::level_filters::LevelFilter;
+        tracing_opentelemetry::layer().with_tracer(t).with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_default(LevelFilter::INFO)
+                .with_target("hyper", LevelFilter::OFF)
+                .with_target("hyper_util", LevelFilter::OFF)
+                .with_target("reqwest", LevelFilter::OFF)
+                .with_target("opentelemetry", LevelFilter::OFF)
+                .with_target("opentelemetry_sdk", LevelFilter::OFF)
+                .with_target("opentelemetry_otlp", LevelFilter::OFF),
+        )
+    });
+    tracing_subscriber::registry()
+        .with(lines.with_filter(filter))
+        .with(bridge)
+        .init();
 }

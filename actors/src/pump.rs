@@ -16,7 +16,10 @@ use msgx_core::pump::drain::DrainEstimator;
 use msgx_core::pump::{Outcome, PumpCore, StepOutcome};
 use msgx_core::store::StoreError;
 use msgx_core::telemetry;
+use opentelemetry::trace::TraceContextExt as _;
 use tokio::sync::Mutex;
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use crate::child::Child;
 use crate::messages::{
@@ -48,6 +51,8 @@ pub struct Pump {
     store: msgx_core::store::Store,
     /// A `Step` is already in the mailbox: an immediate re-step is not queued twice.
     step_queued: bool,
+    /// The running group's span (traces on; else a disabled span).
+    group_span: tracing::Span,
 }
 
 impl Pump {
@@ -57,6 +62,7 @@ impl Pump {
         Self {
             store,
             step_queued: false,
+            group_span: tracing::Span::none(),
             core: Arc::new(Mutex::new(core)),
             clock,
             idle_poll,
@@ -94,6 +100,24 @@ impl Pump {
     ) {
         let delay = match result {
             Ok(steps) => {
+                if let Some(traces) = msgx_core::traces::active() {
+                    let group = std::mem::replace(&mut self.group_span, tracing::Span::none());
+                    let members = steps
+                        .iter()
+                        .filter(|s| {
+                            matches!(
+                                s,
+                                StepOutcome::Processed { .. } | StepOutcome::Poisoned { .. }
+                            )
+                        })
+                        .count();
+                    group.record("msgx.pump.members", members);
+                    if members == 0 {
+                        group.record("msgx.idle", true);
+                    }
+                    let group = group.context().span().span_context().clone();
+                    crate::pump_traces::report(traces, &self.store, steps, self.clock.now(), group);
+                }
                 let (mut terminal, mut events) = (None, None);
                 let delay = steps
                     .iter()
@@ -169,7 +193,19 @@ impl Handler<Step> for Pump {
         self.next.cancel(ctx);
         self.step_queued = false;
         let core = self.core.clone();
-        let step = async move { core.lock().await.step_group().await };
+        // With traces on, the group is a span of its own (its log lines carry its ids), and
+        // each member's processing span links to it. A group that found no work is marked
+        // idle and never exported (`traces::queue`): a span per idle poll would be noise.
+        let span = match msgx_core::traces::active() {
+            Some(_) => tracing::info_span!(
+                "msgx.pump.group",
+                msgx.pump.members = tracing::field::Empty,
+                msgx.idle = tracing::field::Empty
+            ),
+            None => tracing::Span::none(),
+        };
+        self.group_span = span.clone();
+        let step = async move { core.lock().await.step_group().await }.instrument(span);
         crate::work::atomic(self, step, |result, act, ctx| act.after_group(result, ctx))
     }
 }

@@ -74,6 +74,16 @@ fn main() -> std::process::ExitCode {
         // No colour codes when stderr is redirected to a file.
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    // `[traces]` as the service has it (MSGX_TRACES__ENABLED=true …): the message spans and the
+    // export queue, for the cost of tracing (docs/performance.md); started before the runtime,
+    // as the service does.
+    let traces = match msgx_actors::traces::start(&settings) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("msgx-bench: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let system = actix_rt::System::new();
     let result = system.block_on(async move {
         match cli.command {
@@ -85,6 +95,9 @@ fn main() -> std::process::ExitCode {
             BenchCommand::Discovery(args) => msgx_bench::discovery(&settings, &args).await,
         }
     });
+    if let Some(t) = traces {
+        t.shutdown(std::time::Duration::from_secs(5));
+    }
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -15,6 +15,12 @@ Give --topic twice to read the dead-letter topic too, with the same de-duplicati
 dead letter has its own ce_id (the event's is in its ce_msgxoriginalid header), so an event an
 operator requeued after it died is still handled when it reaches the main topic.
 
+Tracing (docs/operations/tracing.md): with the service's traces on, each record carries W3C
+`traceparent` (its delivery span) and the CloudEvents extension `ce_traceparent` (the message's
+trace). This consumer prints the trace id; with `opentelemetry-api` installed it handles each
+event in a CONSUMER span that continues the record's `traceparent` and links to the message's
+trace, as the OpenTelemetry messaging conventions describe.
+
 The de-duplication set lives in memory here. A real consumer keeps the seen (ce_source, ce_id)
 pairs in its own store, written in the same transaction as the effect of the event, for longer
 than any redelivery can take (a requeued dead event can come back days later).
@@ -25,6 +31,12 @@ import sys
 import time
 
 from confluent_kafka import Consumer
+
+try:  # optional: continue the producer's trace (pip install opentelemetry-api opentelemetry-sdk)
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import Link, SpanKind
+except ImportError:
+    trace = None
 
 
 # The body versions this consumer handles (docs/consuming-events.md, "Versions"): select by
@@ -42,6 +54,40 @@ def headers_of(msg):
     return {k: (v.decode("utf-8") if v is not None else None) for k, v in (msg.headers() or [])}
 
 
+def trace_id_of(traceparent):
+    """The trace id of a W3C traceparent (`00-<trace id>-<span id>-<flags>`), or None."""
+    parts = (traceparent or "").split("-")
+    if len(parts) >= 4 and len(parts[1]) == 32 and parts[1] != "0" * 32:
+        return parts[1]
+    return None
+
+
+def traced(msg, headers, topic):
+    """A CONSUMER span continuing the record's trace (a no-op context without OpenTelemetry):
+    its parent is the delivery span (`traceparent`), its link the message's trace
+    (`ce_traceparent`)."""
+    if trace is None or "traceparent" not in headers:
+        return _NoSpan()
+    parent = propagate.extract(headers)
+    origin = propagate.extract({"traceparent": headers.get("ce_traceparent", ""),
+                                "tracestate": headers.get("ce_tracestate", "")})
+    origin_span = trace.get_current_span(origin).get_span_context()
+    links = [Link(origin_span)] if origin_span.is_valid else []
+    return trace.get_tracer("msgx-example-consumer").start_as_current_span(
+        f"process {topic}", context=parent, kind=SpanKind.CONSUMER, links=links,
+        attributes={"messaging.system": "kafka", "messaging.destination.name": topic,
+                    "messaging.message.id": headers["ce_id"],
+                    "messaging.kafka.offset": msg.offset()})
+
+
+class _NoSpan:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *_):
+        return False
+
+
 def handle(msg, headers, event):
     """The consumer's business: here, print what arrived."""
     line = {
@@ -56,6 +102,8 @@ def handle(msg, headers, event):
         "msg_id": event["msg_id"],
         "partition": msg.partition(),
         "offset": msg.offset(),
+        # The message's trace (None while the service's tracing is off).
+        "trace_id": trace_id_of(headers.get("ce_traceparent")),
     }
     if "ce_msgxoriginalid" in headers:
         # A dead letter: its own identity; the event it copies is this one.
@@ -119,7 +167,8 @@ def main():
             if identity in seen:
                 duplicates += 1  # at-least-once: a redelivery, already handled
             else:
-                handle(msg, headers, json.loads(msg.value()))
+                with traced(msg, headers, args.topic):
+                    handle(msg, headers, json.loads(msg.value()))
                 seen.add(identity)
             consumer.commit(message=msg, asynchronous=False)
     finally:

@@ -116,6 +116,8 @@ mod tests {
             created_at: Utc.with_ymd_and_hms(2026, 11, 30, 1, 2, 3).unwrap(),
             last_error: None,
             dead_ce_id: "0192a7b0-7c1e-4f6a-9d2b-00000000dead".into(),
+            trace_parent: None,
+            trace_state: None,
         };
         let a = attributes(&ev, "/msgexchange");
         let get = |k: &str| a.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());

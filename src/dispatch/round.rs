@@ -19,6 +19,7 @@ use crate::kafka::producer::Outgoing;
 use crate::kafka::{EventProducer, ProducerError};
 use crate::store::events::{Acked, PendingEvent, SendFailure};
 use crate::store::{Store, StoreError};
+use crate::traces::{DeliverySpan, Destination};
 
 /// What a round needs besides the store and the producer.
 #[derive(Debug, Clone)]
@@ -159,12 +160,29 @@ pub(super) async fn send_one(
     producer: &EventProducer,
     clock: &dyn Clock,
     ev: &PendingEvent,
-    topic: &str,
+    to: Target<'_>,
     headers: Vec<(&'static str, String)>,
 ) -> SendResult {
-    match queue_one(producer, ev, topic, headers) {
+    match queue_one(producer, ev, to, headers) {
         Ok(q) => q.ack(clock).await,
         Err(refused) => refused,
+    }
+}
+
+/// Where a record goes: the topic, and whether it is a dead-letter copy (its delivery span
+/// says so).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Target<'a> {
+    pub(super) topic: &'a str,
+    pub(super) dead_letter: bool,
+}
+
+impl<'a> Target<'a> {
+    pub(super) fn events(topic: &'a str) -> Self {
+        Self {
+            topic,
+            dead_letter: false,
+        }
     }
 }
 
@@ -173,31 +191,65 @@ struct Queued<'a> {
     ev: &'a PendingEvent,
     fut: DeliveryFuture,
     start: Instant,
+    /// Its delivery span while tracing is on ([`crate::traces`]).
+    span: Option<DeliverySpan>,
 }
 
 /// Queues `ev` without waiting; the producer's refusal (queue full, too large) is its result.
+/// While tracing is on, the record's delivery span starts here and its trace headers are added.
 fn queue_one<'a>(
     producer: &EventProducer,
     ev: &'a PendingEvent,
-    topic: &str,
-    headers: Vec<(&'static str, String)>,
+    to: Target<'_>,
+    mut headers: Vec<(&'static str, String)>,
 ) -> Result<Queued<'a>, SendResult> {
     let start = Instant::now();
+    let span = crate::traces::active().map(|t| {
+        let dest = Destination {
+            topic: to.topic,
+            dead_letter: to.dead_letter,
+            transactional_id: producer.transactional_id(),
+        };
+        t.delivery(ev, dest, &mut headers)
+    });
     let rec = Outgoing {
-        topic,
+        topic: to.topic,
         key: &ev.flight_key,
         payload: ev.payload.as_bytes(),
         timestamp_ms: ev.created_at.timestamp_millis(),
     };
     match producer.send(rec, cloudevents::to_headers(&headers)) {
-        Ok(fut) => Ok(Queued { ev, fut, start }),
-        Err(e) => Err(SendResult::Failed(ev.event_id, e.to_string())),
+        Ok(fut) => Ok(Queued {
+            ev,
+            fut,
+            start,
+            span,
+        }),
+        Err(e) => {
+            let error = e.to_string();
+            if let Some(span) = span {
+                span.failed(&error);
+            }
+            Err(SendResult::Failed(ev.event_id, error))
+        }
     }
 }
 
 impl Queued<'_> {
-    /// What the broker said.
-    async fn ack(self, clock: &dyn Clock) -> SendResult {
+    /// What the broker said (and the delivery span ends with it).
+    async fn ack(mut self, clock: &dyn Clock) -> SendResult {
+        let span = self.span.take();
+        let result = self.wait(clock).await;
+        if let Some(span) = span {
+            match &result {
+                SendResult::Acked(a, _) => span.acked(a.partition, a.offset),
+                SendResult::Failed(_, error) => span.failed(error),
+            }
+        }
+        result
+    }
+
+    async fn wait(self, clock: &dyn Clock) -> SendResult {
         let ev = self.ev;
         match self.fut.await {
             Ok(Ok(delivery)) => {
@@ -231,7 +283,11 @@ pub(super) async fn send_dead_letters(
 ) -> Vec<SendResult> {
     join_all(exhausted.iter().map(|ev| {
         let headers = cloudevents::dead_letter_attributes(ev, &cfg.ce_source, &cfg.topic);
-        send_one(producer, clock, ev, &cfg.dlq_topic, headers)
+        let to = Target {
+            topic: &cfg.dlq_topic,
+            dead_letter: true,
+        };
+        send_one(producer, clock, ev, to, headers)
     }))
     .await
 }
@@ -254,7 +310,7 @@ async fn send_chain(
     let mut refused = None;
     for ev in chain {
         let headers = cloudevents::attributes(ev, &cfg.ce_source);
-        match queue_one(producer, ev, &cfg.topic, headers) {
+        match queue_one(producer, ev, Target::events(&cfg.topic), headers) {
             Ok(q) => queued.push(q),
             Err(r) => {
                 refused = Some(r);

@@ -84,6 +84,8 @@ mod tests {
             created_at: DateTime::UNIX_EPOCH,
             last_error: None,
             dead_ce_id: format!("00000000-0000-4000-9000-{id:012}"),
+            trace_parent: None,
+            trace_state: None,
         }
     }
 

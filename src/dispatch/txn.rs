@@ -36,7 +36,7 @@ use super::cloudevents;
 use super::outcome::{Skips, Unrecorded};
 use super::round::{
     collect_dead_letter_results, select_split, send_dead_letters, send_one, AckTiming,
-    DispatchConfig, DispatchError, RoundReport, Selected, SendResult,
+    DispatchConfig, DispatchError, RoundReport, Selected, SendResult, Target,
 };
 use super::rules::{self, AfterFailure};
 use crate::clock::Clock;
@@ -368,7 +368,7 @@ pub async fn send_txn_round(
     // one key's events keep their order inside the transaction.
     let sends = join_all(live.iter().map(|ev| {
         let headers = cloudevents::attributes(ev, &cfg.ce_source);
-        send_one(producer, clock, ev, &cfg.topic, headers)
+        send_one(producer, clock, ev, Target::events(&cfg.topic), headers)
     }));
     let dead_letters = send_dead_letters(producer, clock, &exhausted, cfg);
     let (results, dlq_results) = futures::join!(sends, dead_letters);

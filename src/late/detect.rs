@@ -132,6 +132,9 @@ pub async fn detect_once(
         }
         for e in store.late_watch_detected(&page, &hits, now).await? {
             telemetry::late_detected(e.msg_id);
+            if let (true, Some(t)) = (e.new_row, crate::traces::active()) {
+                t.late_detected(e.msg_id, now);
+            }
             if !e.new_row {
                 tracing::warn!(
                     msg_id = e.msg_id,

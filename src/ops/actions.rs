@@ -12,6 +12,7 @@ use super::{Ops, OpsError};
 use crate::inbox::RawMessage;
 use crate::rows::{ErrorClass, ProcState};
 use crate::store::replay::{self, Audit, Expect, REPLAYABLE_CLASSES, REPLAYABLE_STATES};
+use crate::traces::Audited;
 
 /// Most ids one request may name or select (one transaction holds the pipeline lock for all).
 pub const MAX_IDS: usize = 10_000;
@@ -249,6 +250,22 @@ impl Ops {
         let report = replay::replay(&self.store, &rows, audit, req.dry_run, now, &in_inbox).await?;
         let mut out = ActionReport::from_admin(&report);
         self.name_purge_boundary(&mut out).await?;
+        if let (false, Some(t)) = (req.dry_run, crate::traces::active()) {
+            let applied: Vec<(i64, Option<i64>)> = out
+                .rows
+                .iter()
+                .filter(|r| r.result == "applied")
+                .map(|r| (r.msg_id, None))
+                .collect();
+            let who = Audited {
+                action: "replay",
+                actor: &req.actor,
+                reason: &req.reason,
+                ticket: req.ticket.as_deref(),
+                audit_id: out.audit_id,
+            };
+            t.operator_actions(&self.store, &applied, who, now).await;
+        }
         Ok(out)
     }
 
@@ -382,6 +399,10 @@ impl Ops {
                 now,
             )
             .await?;
+        if let Some(t) = crate::traces::active() {
+            self.trace_requeue(t, req, &r.requeued, Some(r.audit_id), now)
+                .await;
+        }
         Ok(RequeueReport {
             audit_id: r.audit_id,
             requeued: r.requeued,
@@ -391,6 +412,32 @@ impl Ops {
                 .map(|(event_id, reason)| RefusedEvent { event_id, reason })
                 .collect(),
         })
+    }
+
+    /// The requeued events in their messages' traces (tracing on only).
+    async fn trace_requeue(
+        &self,
+        t: &crate::traces::Traces,
+        req: &RequeueRequest,
+        requeued: &[i64],
+        audit_id: Option<i64>,
+        now: DateTime<Utc>,
+    ) {
+        let rows: Vec<(i64, i64)> =
+            sqlx::query_as("SELECT msg_id, event_id FROM msg_event WHERE event_id = ANY($1)")
+                .bind(requeued)
+                .fetch_all(self.store.pool())
+                .await
+                .unwrap_or_default();
+        let rows: Vec<(i64, Option<i64>)> = rows.into_iter().map(|(m, e)| (m, Some(e))).collect();
+        let who = Audited {
+            action: "requeue",
+            actor: &req.actor,
+            reason: &req.reason,
+            ticket: req.ticket.as_deref(),
+            audit_id,
+        };
+        t.operator_actions(&self.store, &rows, who, now).await;
     }
 
     /// DEAD events with ids above `after`, at most `limit` (1..=1000).

@@ -21,7 +21,7 @@ pub use actions::{
     ActionReport, DeadEvent, DeadEvents, RecoverRequest, ReplayRequest, RequeueReport,
     RequeueRequest, MAX_IDS,
 };
-pub use compat::{CompatRequest, CompatResult, MAX_COMPAT_ID};
+pub use compat::{CallerTrace, CompatRequest, CompatResult, MAX_COMPAT_ID};
 pub use cutover::{CutoverPlan, StockPart, PLAN_BATCH, PLAN_RANGES};
 pub use inspect::{InboxView, Inspection};
 pub use purge::{

@@ -46,6 +46,7 @@ const SECRET_KEYS: &[SecretKey] = secret_keys![
     "http"."read_tokens",
     "http"."operate_tokens",
     "http"."compat_tokens",
+    "traces"."headers",
 ];
 
 /// Keys whose value is a file's path (the TLS client certificate and key): no `_file` form

@@ -42,6 +42,16 @@ pub struct RoundWrite<'a> {
 impl Store {
     /// Commits a round; returns how many rows were new (conflicts mean already enqueued).
     pub async fn commit_round(&self, round: RoundWrite<'_>) -> Result<u64, StoreError> {
+        Ok(self.commit_round_with(round, false).await?.0)
+    }
+
+    /// [`Store::commit_round`], and the ids that were new to PROC_STATE when `new_ids` (the
+    /// traced discovery: a row the compat entry registered first has its own trace already).
+    pub async fn commit_round_with(
+        &self,
+        round: RoundWrite<'_>,
+        new_ids: bool,
+    ) -> Result<(u64, Vec<i64>), StoreError> {
         let mut tx = self.pool().begin().await?;
         if round.async_commit {
             sqlx::query("SET LOCAL synchronous_commit = off")
@@ -65,24 +75,36 @@ impl Store {
                 expected: round.expected_w,
             });
         }
-        let inserted = if round.rows.is_empty() {
-            0
+        let (inserted, new) = if round.rows.is_empty() {
+            (0, Vec::new())
         } else {
             let ids: Vec<i64> = round.rows.iter().map(|r| r.msg_id).collect();
             let received: Vec<Option<DateTime<Utc>>> =
                 round.rows.iter().map(|r| r.received_at).collect();
-            sqlx::query(
-                "INSERT INTO proc_state (msg_id, received_at, enqueued_at, source, state) \
+            const INSERT: &str = "INSERT INTO proc_state \
+                 (msg_id, received_at, enqueued_at, source, state) \
                  SELECT id, recv, $3, 'POLL', 'PENDING' \
                  FROM UNNEST($1::bigint[], $2::timestamptz[]) AS r(id, recv) \
-                 ON CONFLICT (msg_id) DO NOTHING",
-            )
-            .bind(&ids)
-            .bind(&received)
-            .bind(round.now)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
+                 ON CONFLICT (msg_id) DO NOTHING";
+            if new_ids {
+                let mut new: Vec<i64> = sqlx::query_scalar(&format!("{INSERT} RETURNING msg_id"))
+                    .bind(&ids)
+                    .bind(&received)
+                    .bind(round.now)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                new.sort_unstable(); // RETURNING promises no order
+                (new.len() as u64, new)
+            } else {
+                let n = sqlx::query(INSERT)
+                    .bind(&ids)
+                    .bind(&received)
+                    .bind(round.now)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                (n, Vec::new())
+            }
         };
         if !round.released.is_empty() {
             let first: Vec<i64> = round.released.iter().map(|r| r.first).collect();
@@ -103,7 +125,7 @@ impl Store {
         // Seed §4 "in the inbox, not enqueued": W and its rows are not committed yet.
         crate::failpoint::hit("poll_before_enqueue_commit");
         tx.commit().await?;
-        Ok(inserted)
+        Ok((inserted, new))
     }
 }
 

@@ -32,6 +32,11 @@ pub struct PendingEvent {
     /// one de-duplication store across both topics never drops the event when a requeue
     /// delivers it; made anew by each requeue.
     pub dead_ce_id: String,
+    /// The caller's W3C `traceparent` of its message (compat entry, migration 0023); read only
+    /// while tracing is on ([`crate::traces`]), else `None`.
+    pub trace_parent: Option<String>,
+    /// Its `tracestate`.
+    pub trace_state: Option<String>,
 }
 
 /// A PENDING row as read: an identity may be missing on a row the previous release requeued
@@ -48,6 +53,8 @@ struct PendingRow {
     created_at: DateTime<Utc>,
     last_error: Option<String>,
     dead_ce_id: Option<String>,
+    trace_parent: Option<String>,
+    trace_state: Option<String>,
 }
 
 impl PendingRow {
@@ -63,6 +70,8 @@ impl PendingRow {
             created_at: self.created_at,
             last_error: self.last_error,
             dead_ce_id: self.dead_ce_id?,
+            trace_parent: self.trace_parent,
+            trace_state: self.trace_state,
         })
     }
 }
@@ -150,7 +159,11 @@ impl Store {
             let rows = sqlx::query_as::<_, PendingRow>(
                 "SELECT e.event_id, e.ce_id::text AS ce_id, e.msg_id, e.flight_key, e.event_type, \
                         e.payload::text AS payload, e.attempts, e.created_at, e.last_error, \
-                        e.dead_ce_id::text AS dead_ce_id \
+                        e.dead_ce_id::text AS dead_ce_id, \
+                        CASE WHEN $4 THEN (SELECT p.trace_parent FROM proc_state p \
+                                            WHERE p.msg_id = e.msg_id) END AS trace_parent, \
+                        CASE WHEN $4 THEN (SELECT p.trace_state FROM proc_state p \
+                                            WHERE p.msg_id = e.msg_id) END AS trace_state \
                  FROM msg_event e \
                  WHERE e.state = 'PENDING' AND e.event_id > $2 \
                    AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= $1) \
@@ -160,6 +173,8 @@ impl Store {
             .bind(now)
             .bind(after)
             .bind(page)
+            // The caller contexts only while tracing is on: no extra reads otherwise.
+            .bind(crate::traces::active().is_some())
             .fetch_all(self.pool())
             .await?;
             let exhausted = (rows.len() as i64) < page;

@@ -21,6 +21,8 @@ pub mod raw_copy;
 pub mod replay;
 pub mod retention;
 pub mod schema;
+mod trace_context;
+pub use trace_context::StoredTraceContext;
 mod unseen;
 pub mod vacuum;
 
@@ -48,7 +50,7 @@ pub(crate) const PROC_STATE_COLUMNS: &str = "msg_id, state, source, received_at,
     attempts, next_attempt_at, error_class, error_text, processing_started_at, terminal_reason, \
     terminal_at, identity_key, backfill_next_at, backfill_at, backfill_attempts, \
     backfill_abandon_reason, backfill_abandoned_at, updated_at, processed_seq, msg_type, \
-    stale_fields, backfill_error, marked_before_replay_at";
+    stale_fields, backfill_error, marked_before_replay_at, trace_parent, trace_state";
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]

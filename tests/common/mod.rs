@@ -10,6 +10,7 @@ pub mod http;
 pub mod instance;
 pub mod kafka;
 pub mod msgs;
+pub mod otlp;
 pub mod owner;
 pub mod pipeline;
 pub mod process;

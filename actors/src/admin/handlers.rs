@@ -2,11 +2,11 @@
 //! same [`msgx_core::ops`] operation as the CLI and answers its serde output as JSON; a
 //! refusal is an [`AdminError`].
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use msgx_core::cutover::CutoverMode;
 use msgx_core::ops::{
-    CompatRequest, PurgeRequest, RecoverRequest, ReplayRequest, RequeueRequest, SkipRequest,
-    SurveyRequest,
+    CallerTrace, CompatRequest, PurgeRequest, RecoverRequest, ReplayRequest, RequeueRequest,
+    SkipRequest, SurveyRequest,
 };
 use msgx_core::verify::{verify as run_verify, VerifyInput};
 use serde::Deserialize;
@@ -227,9 +227,16 @@ pub async fn cutover_plan(
 pub async fn compat_send(
     _: Authorized<Compat>,
     state: web::Data<AdminState>,
+    req: HttpRequest,
     Body(body, _): Body<CompatRequest, CompatBody>,
 ) -> Answer {
-    let r = state.ops.compat_register(&body, state.clock.now()).await?;
+    // The caller's W3C trace context: the message's trace continues it (issue 54).
+    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok());
+    let caller = CallerTrace::from_headers(header("traceparent"), header("tracestate"));
+    let r = state
+        .ops
+        .compat_register(&body, state.clock.now(), &caller)
+        .await?;
     Ok(if r.registered {
         HttpResponse::Created().json(r)
     } else {
