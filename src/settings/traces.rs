@@ -95,20 +95,28 @@ impl TracesSettings {
     }
 }
 
-/// An `http://` or `https://` URL with a host.
+/// An `http://` URL with a host. No TLS client is built into the exporter: an `https://`
+/// endpoint is refused at start rather than failing every export later.
 fn check_endpoint(endpoint: &str) -> Result<(), SettingsError> {
-    let rest = endpoint
-        .strip_prefix("http://")
-        .or_else(|| endpoint.strip_prefix("https://"));
-    match rest {
+    if endpoint.starts_with("https://") {
+        return Err(invalid(
+            "traces.endpoint",
+            format!(
+                "`{endpoint}`: TLS to the collector is not built in; send to a collector or \
+                 agent on this host or network over http:// (its OTLP/HTTP port, 4318), which \
+                 forwards with TLS"
+            ),
+        ));
+    }
+    match endpoint.strip_prefix("http://") {
         Some(r) if !r.is_empty() && !r.starts_with('/') && !r.contains(char::is_whitespace) => {
             Ok(())
         }
         _ => Err(invalid(
             "traces.endpoint",
             format!(
-                "`{endpoint}` is not an http:// or https:// URL with a host (the collector's \
-                 OTLP/HTTP traces URL, e.g. http://127.0.0.1:4318/v1/traces)"
+                "`{endpoint}` is not an http:// URL with a host (the collector's OTLP/HTTP \
+                 traces URL, e.g. http://127.0.0.1:4318/v1/traces)"
             ),
         )),
     }
@@ -180,7 +188,11 @@ mod tests {
     fn traces_keys_are_checked_and_named() {
         assert_eq!(key_of(&base()), None);
         type Spoil = fn(&mut TracesSettings);
-        let bad: [(Spoil, &str); 8] = [
+        let bad: [(Spoil, &str); 9] = [
+            (
+                |t| t.endpoint = "https://otel.example:4318/v1/traces".into(),
+                "traces.endpoint",
+            ),
             (|t| t.sampling_ratio = 1.5, "traces.sampling_ratio"),
             (|t| t.sampling_ratio = -0.1, "traces.sampling_ratio"),
             (|t| t.protocol = "grpc".into(), "traces.protocol"),
