@@ -113,22 +113,6 @@ if ! wait "$tools_pid"; then
   exit 1
 fi
 rm -f "$tools_log"
-
-# The tests. cargo runs test binaries one after another, and most of them wait on their
-# databases and clocks rather than on the CPU; the chaos binary alone (45 operator-action
-# sequences, three at a time) takes about 400 s, longer than all the others together (about
-# 300 s). So it runs beside them, its output kept in a log printed when it ends (CI reads every
-# binary's result), and it starts first: right after the tools it needs (tansu), before the
-# package and the previous release are built (it needs neither), which took 2 m 10 s of a fresh
-# machine's 25 m run in front of every test. Both cargo test invocations find everything built
-# above and hold cargo's lock only to check that (prev_release.sh's build waits for it briefly).
-# --no-fail-fast: one red test binary must not hide the others.
-chaos_log=$(mktemp)
-set -m
-cargo test -p msgx-actors --test chaos --no-fail-fast "$@" >"$chaos_log" 2>&1 &
-chaos_pid=$!
-set +m
-background+=("$chaos_pid")
 # The package (`cargo deb --no-build` packs the binary copied aside above, with the SBOM;
 # tests/config_cli.rs installs it), then the previous release's binary for tests/upgrade.rs
 # (scripts/prev_release.sh: same profile and target dir, so it reuses these dependencies).
@@ -136,6 +120,18 @@ CARGO_TARGET_DIR=target/package-build scripts/package.sh -q --no-build --profile
 scripts/prev_release.sh >/dev/null
 (cd prometheus && promtool check rules alerts.yml && promtool test rules alerts_test.yml)
 
+# The tests. cargo runs test binaries one after another, and most of them wait on their
+# databases and clocks rather than on the CPU; the chaos binary alone (45 operator-action
+# sequences, three at a time) took 6 of the suite's 11 warm minutes. So it runs beside the
+# others, its output kept in a log printed when it ends (CI reads every binary's result). Both
+# cargo invocations find everything built above and only hold cargo's lock to check that.
+# --no-fail-fast: one red test binary must not hide the others.
+chaos_log=$(mktemp)
+set -m
+cargo test -p msgx-actors --test chaos --no-fail-fast "$@" >"$chaos_log" 2>&1 &
+chaos_pid=$!
+set +m
+background+=("$chaos_pid")
 # Every target of the workspace but the chaos binary and msgx-testkit (tests/common: the
 # tests' harness, with no tests of its own; --all-targets would compile it a second time).
 others=$(cargo metadata --no-deps --format-version 1 --locked | python3 -c '
