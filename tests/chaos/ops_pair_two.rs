@@ -35,6 +35,23 @@ impl Seq {
         direct
     }
 
+    /// A pair's pause point inside the second action's open window (`during`, begun at
+    /// `opened`), if a pair set one: the gate's row lock, held until the first action's
+    /// transaction is seen waiting on it (proof said or recorded); release it when the window
+    /// closes.
+    pub(super) async fn pause_for_pair(
+        &mut self,
+        opened: std::time::Instant,
+        during: &str,
+    ) -> Option<sqlx::Transaction<'static, sqlx::Postgres>> {
+        let gate = self.gate.take()?;
+        let (lock, proof) = gate
+            .hold_until_seen(self.env.store.pool(), opened, during)
+            .await;
+        self.proven(proof);
+        lock
+    }
+
     /// A pair's proof, said or recorded as a harness failure.
     fn proven(&mut self, proof: Proof) {
         match proof {

@@ -4,7 +4,6 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::ops_gate::Proof;
 use super::Seq;
 use crate::ops_effect::Predict;
 
@@ -182,22 +181,9 @@ impl Seq {
             .await
             .expect("purge as owner");
         // A pair's pause point: the other action runs inside this open transaction.
-        let held = match self.gate.take() {
-            Some(g) => {
-                let during = "the purge's inbox transaction (uncommitted)";
-                let (lock, proof) = g
-                    .hold_until_seen(self.env.store.pool(), purge_open, during)
-                    .await;
-                match proof {
-                    Proof::Seen(line) => eprintln!("ops: pair proven at the database: {line}"),
-                    Proof::Missed(why) => self.model.violation(format!(
-                        "harness: pair overlap not proven at the database: {why}"
-                    )),
-                }
-                lock
-            }
-            None => None,
-        };
+        let held = self
+            .pause_for_pair(purge_open, "the purge's inbox transaction (uncommitted)")
+            .await;
         tx.commit().await.expect("commit purge");
         if let Some(lock) = held {
             lock.commit().await.expect("release the pair's row lock");
@@ -240,7 +226,8 @@ impl Seq {
         let r0 = Instant::now();
         let b = self.ready_boundary("rotate").await;
         let keep_above = b.unwrap_or(self.model.purged_to);
-        let owner = &self.env.owner;
+        // A handle of its own (a pool clone): the pair's pause below borrows the harness.
+        let owner = &self.env.owner.clone();
         let exec = |sql: String| async move {
             sqlx::query(&sql)
                 .execute(owner)
@@ -271,20 +258,9 @@ impl Seq {
         exec("RENAME TABLE CMINMSGS TO CMINMSGS_OLD, CMINMSGS_NEW TO CMINMSGS".into()).await;
         // A pair's pause point: the other action runs while the old table is still there and
         // the rows written or marked in between are not reconciled yet.
-        let held = match self.gate.take() {
-            Some(g) => {
-                let during = "the rotation (renamed, not yet reconciled and dropped)";
-                let (lock, proof) = g.hold_until_seen(self.env.store.pool(), r0, during).await;
-                match proof {
-                    Proof::Seen(line) => eprintln!("ops: pair proven at the database: {line}"),
-                    Proof::Missed(why) => self.model.violation(format!(
-                        "harness: pair overlap not proven at the database: {why}"
-                    )),
-                }
-                lock
-            }
-            None => None,
-        };
+        let held = self
+            .pause_for_pair(r0, "the rotation (renamed, not yet reconciled and dropped)")
+            .await;
         exec(format!(
             "INSERT INTO CMINMSGS SELECT o.* FROM CMINMSGS_OLD o \
              LEFT JOIN CMINMSGS n ON n.CMINMSGS_ID = o.CMINMSGS_ID \
